@@ -1,0 +1,161 @@
+"""``MemoryStore``: bucket state in this process, behind one lock.
+
+Memory is the constraint that shapes this file.  A flood of distinct keys (one
+per spoofed address, say) must not grow the process without bound, and each
+tracked key should cost well under 200 bytes.
+
+* A key's state is the bucket's own ``complex`` (see ``limiter.bucket``), stored
+  as is: 32 bytes.
+* Keys live in two dicts, a young and an old generation, instead of an ordered
+  LRU list: ``OrderedDict`` costs about 80 more bytes a key, and a plain dict
+  used as a FIFO degrades to linear scans over its deleted slots.  A key seen
+  again moves from old to young; when the store is full, room is made in the
+  old generation, preferring buckets that are already full (an absent key
+  *is* a full bucket, so dropping those changes no decision); when the old
+  generation is empty, the young one becomes old.  Every operation is O(1).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+from ..bucket import Limit, RateLimitResult, step
+
+__all__ = ["MemoryStore"]
+
+#: How many old entries one eviction looks at for a full bucket.
+_EVICTION_PROBES = 8
+#: Keys examined per lock hold while sweeping; keeps each hold near a millisecond.
+_SWEEP_SLICE = 2048
+
+
+class MemoryStore:
+    """In-process store: a dict guarded by a lock.  Implements ``Store`` and ``AsyncStore``.
+
+    ``max_keys`` (default 1,000,000; ``None`` for no bound) caps the number of
+    tracked keys.  When a new key arrives at the cap, an old key is dropped,
+    full buckets first, then the least recently used; a dropped key that was
+    not full starts over with a full bucket.  ``len(store)`` is the number of
+    tracked keys.  Safe to share between threads and limiters (keys must then
+    be distinct, see ``RateLimiter(namespace=...)``).
+    """
+
+    def __init__(self, max_keys: Optional[int] = 1_000_000) -> None:
+        if max_keys is not None and (
+            isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1
+        ):
+            raise ValueError(f"max_keys must be an integer >= 1 or None, got {max_keys!r}")
+        self._max_keys = max_keys
+        self._young: Dict[str, complex] = {}
+        self._old: Dict[str, complex] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def max_keys(self) -> Optional[int]:
+        """The cap on tracked keys, or ``None``."""
+        return self._max_keys
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(max_keys={self._max_keys!r}, keys={len(self)})"
+
+    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+        """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
+        if now is None:
+            now = time.time()
+        # acquire/release in try/finally: half the cost of ``with`` on CPython 3.11.
+        self._lock.acquire()
+        try:
+            young = self._young
+            packed = young.get(key)
+            if packed is None:
+                if self._old:
+                    packed = self._old.pop(key, None)
+                    if packed is not None:
+                        young[key] = packed
+                if packed is None:
+                    new_state, result = step(None, now, limit, cost)
+                    if new_state is not None:
+                        if (
+                            self._max_keys is not None
+                            and len(young) + len(self._old) >= self._max_keys
+                        ):
+                            self._evict(now)
+                        self._young[key] = new_state
+                    return result
+            new_state, result = step(packed, now, limit, cost)
+            if new_state is not packed:
+                young[key] = new_state  # type: ignore[assignment]
+            return result
+        finally:
+            self._lock.release()
+
+    def _evict(self, now: float) -> None:
+        # Caller holds the lock, and the store is at its cap (so not empty).
+        if not self._old:
+            self._old, self._young = self._young, {}
+        old = self._old
+        rescued: List[Tuple[str, complex]] = []
+        dropped = False
+        for _ in range(_EVICTION_PROBES):
+            if not old:
+                break
+            key, packed = old.popitem()
+            if packed.real <= now:  # a full bucket: forgetting it changes nothing
+                dropped = True
+                break
+            rescued.append((key, packed))
+        if not dropped:
+            rescued.pop()  # no full bucket in reach: drop the oldest one looked at
+        self._young.update(rescued)
+
+    def reset(self, key: str) -> None:
+        """Forget ``key``."""
+        with self._lock:
+            self._young.pop(key, None)
+            self._old.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every key."""
+        with self._lock:
+            self._young = {}
+            self._old = {}
+
+    async def aapply(
+        self, key: str, limit: Limit, cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """``apply`` for asyncio callers; never blocks beyond a brief lock."""
+        return self.apply(key, limit, cost, now)
+
+    async def areset(self, key: str) -> None:
+        """``reset`` for asyncio callers."""
+        self.reset(key)
+
+    def sweep(self, now: Optional[float] = None, max_age: Optional[float] = None) -> int:
+        """Delete keys whose bucket is full at ``now`` (seconds; ``None``: ``time.time()``).
+
+        Those deletions change no decision.  With ``max_age`` (seconds), keys not
+        updated for longer are deleted too, even if not yet full: a key idle for
+        ``max_age`` then comes back to a full bucket.  Works in slices of a few
+        thousand keys so that concurrent checks wait about a millisecond at most.
+        Returns the number of keys deleted.
+        """
+        if now is None:
+            now = time.time()
+        horizon = -float("inf") if max_age is None else now - max_age
+        with self._lock:
+            snapshot = [*self._young, *self._old]
+        deleted = 0
+        for start in range(0, len(snapshot), _SWEEP_SLICE):
+            with self._lock:
+                for gen in (self._young, self._old):
+                    for key in snapshot[start : start + _SWEEP_SLICE]:
+                        packed = gen.get(key)
+                        if packed is not None and (packed.real <= now or packed.imag < horizon):
+                            del gen[key]
+                            deleted += 1
+        return deleted

@@ -1,0 +1,238 @@
+"""The token bucket: one pure function, ``step``.
+
+Rules
+-----
+A bucket holds at most ``limit.burst`` tokens and refills continuously at
+``limit.rate`` tokens per second.  A key never seen before owns a full bucket.
+
+* A request of cost ``c`` is admitted when ``c`` tokens are in the bucket; it
+  takes them.  Otherwise it is denied and takes nothing (all or nothing).
+* ``c == 0`` is a peek: always "allowed", takes nothing, stores nothing.
+* ``c > burst`` can never be admitted: it is denied with ``retry_after = inf``
+  (header builders leave ``Retry-After`` out rather than print ``inf``).
+* Negative or NaN ``c`` is a ``ValueError``.
+* A ``now`` earlier than the key's last update (a clock stepped backwards)
+  grants nothing and locks no one out: the bucket is as it was at its last
+  update, and refilling resumes from the new, earlier reading.
+
+State
+-----
+The state of a key is two floats in seconds on the caller's clock, ``full_at``
+and ``updated_at``, held as one ``complex(full_at, updated_at)``: a single
+32-byte number where a tuple of two floats takes 104 bytes and more time to
+pack and unpack (memory per tracked key is a headline figure).  ``full_at``
+is the moment the bucket would be full again (GCRA's "theoretical arrival
+time"); the tokens at ``t >= updated_at`` are ``burst - max(0, full_at - t) *
+rate``.  Keeping the deficit as a point in time
+makes "is this bucket full?" answerable without knowing the limit, which is
+what lets stores expire or sweep keys (an absent key *is* a full bucket).
+``updated_at`` only exists so that a backwards step can be recognised.
+
+Comparisons carry a slack of ``TIME_EPSILON`` seconds (less at rates above
+1000 tokens/s, see ``Limit.slack``): floats near today's Unix time are only
+precise to about 0.24 microseconds, and a client that waits exactly
+``retry_after`` must get in.
+
+This module does no I/O and reads no clock; stores call ``step`` under their
+own atomicity (a lock, a transaction) and ``backends/redis.py`` mirrors it in
+Lua, checked against this file by a property test.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional, Tuple, Union
+
+__all__ = ["TIME_EPSILON", "Limit", "RateLimitResult", "State", "step"]
+
+#: Seconds of slack in every comparison (see the module docstring).
+TIME_EPSILON = 1e-6
+
+#: ``complex(full_at, updated_at)``: seconds on the clock that produced them.
+State = complex
+
+_UNITS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hour": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+}
+_RATE_RE = re.compile(
+    r"^\s*(?P<count>\d+)\s*(?:/|\s+per\s+)\s*(?P<span>\d+)?\s*(?P<unit>[a-z]+?)s?\s*$",
+    re.IGNORECASE,
+)
+
+
+def _positive_rate(rate: object) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise ValueError(f"rate must be a positive number of tokens per second, got {rate!r}")
+    value = float(rate)
+    if not (value > 0.0 and math.isfinite(value)):
+        raise ValueError(f"rate must be a positive, finite number of tokens/second, got {rate!r}")
+    return value
+
+
+def _positive_burst(burst: object) -> int:
+    if isinstance(burst, bool):
+        raise ValueError(f"burst must be an integer >= 1, got {burst!r}")
+    try:
+        value = operator.index(burst)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"burst must be an integer >= 1, got {burst!r}") from None
+    if value < 1:
+        raise ValueError(f"burst must be an integer >= 1, got {burst!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A token-bucket limit: ``rate`` tokens per second, ``burst`` tokens of capacity.
+
+    ``burst`` is the most a client can spend at once after being idle; ``rate``
+    is the sustained pace.  ``Limit(10, 20)`` admits 20 requests at once, then
+    10 per second.  Both are validated: ``rate`` must be finite and > 0,
+    ``burst`` an integer >= 1; anything else is a ``ValueError`` naming it.
+    """
+
+    rate: float
+    burst: int
+    #: Seconds one token takes to refill (``1 / rate``).
+    interval: float = field(init=False, repr=False, compare=False)
+    #: Seconds an empty bucket takes to fill (``burst / rate``).
+    window: float = field(init=False, repr=False, compare=False)
+    #: Comparison slack in seconds: ``TIME_EPSILON``, or a thousandth of a
+    #: token's time at rates above 1000/s, so slack never admits extra tokens.
+    slack: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rate = _positive_rate(self.rate)
+        burst = _positive_burst(self.burst)
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "burst", burst)
+        object.__setattr__(self, "interval", 1.0 / rate)
+        object.__setattr__(self, "window", burst / rate)
+        object.__setattr__(self, "slack", min(TIME_EPSILON, 1e-3 / rate))
+
+    @classmethod
+    def parse(cls, text: str, burst: Optional[int] = None) -> Limit:
+        """Parse ``"N/unit"``, ``"N per unit"`` or ``"N per M units"``.
+
+        Units: second, minute, hour, day and the short forms s, sec, m, min, h,
+        hr, d (plural ``s`` accepted).  ``"100/minute"`` is a rate of 100/60
+        tokens per second with a burst of 100 unless ``burst`` is given.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"rate string must be a str like '10/second', got {text!r}")
+        match = _RATE_RE.match(text)
+        unit = match and _UNITS.get(match.group("unit").lower())
+        if not match or unit is None:
+            raise ValueError(
+                f"cannot parse rate {text!r}: expected 'N/unit' or 'N per unit' "
+                "with unit second, minute, hour or day"
+            )
+        count = int(match.group("count"))
+        span = int(match.group("span") or 1)
+        if count < 1 or span < 1:
+            raise ValueError(f"rate {text!r} must allow at least 1 request per span >= 1")
+        return cls(count / (span * unit), count if burst is None else burst)
+
+    @classmethod
+    def coerce(cls, rate: Union[Limit, str, float], burst: Optional[int] = None) -> Limit:
+        """Build a ``Limit`` from a ``Limit``, a rate string or a number.
+
+        For a number, ``burst`` defaults to ``ceil(rate)`` (at least 1).
+        """
+        if isinstance(rate, Limit):
+            if burst is not None and burst != rate.burst:
+                return cls(rate.rate, burst)
+            return rate
+        if isinstance(rate, str):
+            return cls.parse(rate, burst)
+        value = _positive_rate(rate)
+        return cls(value, max(1, math.ceil(value)) if burst is None else burst)
+
+    def __str__(self) -> str:
+        return f"{self.rate:g}/s burst {self.burst}"
+
+
+class RateLimitResult(NamedTuple):
+    """The outcome of one check (immutable).
+
+    ``allowed``: whether the request was admitted.
+    ``limit``: the bucket capacity (``burst``), in tokens.
+    ``remaining``: whole tokens left after this request, >= 0.
+    ``reset_after``: seconds until the bucket is full again, >= 0.
+    ``retry_after``: seconds until a request of the same cost can pass;
+    ``0.0`` when allowed, ``inf`` when the cost exceeds the burst.
+    ``window``: seconds an empty bucket takes to fill (``burst / rate``).
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_after: float
+    retry_after: float
+    window: float
+
+
+# Results are built with ``tuple.__new__``: it skips NamedTuple's Python-level
+# ``__new__``, about 150 ns of a 450 ns step.
+
+
+def step(
+    state: Optional[State], now: float, limit: Limit, cost: float = 1
+) -> Tuple[Optional[State], RateLimitResult]:
+    """Apply one request of ``cost`` tokens at time ``now`` (seconds) to a bucket.
+
+    Returns ``(new_state, result)``.  ``state`` is ``None`` for a key never seen.
+    When the request takes nothing (denied, or ``cost == 0``) the very same
+    ``state`` object is returned, so a store can skip the write.
+    """
+    try:
+        if not cost >= 0:  # also catches NaN
+            raise ValueError(f"cost must be a number >= 0, got {cost!r}")
+    except TypeError:
+        raise ValueError(f"cost must be a number >= 0, got {cost!r:.100}") from None
+    if now - now != 0.0:  # NaN or infinite, without a global lookup
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    if state is None:
+        debt = 0.0
+    else:
+        full_at = state.real
+        updated_at = state.imag
+        if now < updated_at:
+            # Backwards clock: keep the deficit as it was, re-anchored at ``now``.
+            debt = full_at - updated_at
+        else:
+            debt = full_at - now
+            if debt < 0.0:
+                debt = 0.0
+    window = limit.window
+    after = debt + cost * limit.interval
+    if after <= window + limit.slack:
+        # int() truncates; the clamp keeps the slack from showing a token too many.
+        remaining = int((window - after + limit.slack) * limit.rate)
+        if remaining > limit.burst:
+            remaining = limit.burst
+        if cost == 0:
+            return state, tuple.__new__(
+                RateLimitResult, (True, limit.burst, remaining, debt, 0.0, window)
+            )
+        return complex(now + after, now), tuple.__new__(
+            RateLimitResult, (True, limit.burst, remaining, after, 0.0, window)
+        )
+    remaining = int((window - debt + limit.slack) * limit.rate)
+    retry = after - window if cost <= limit.burst else math.inf
+    return state, tuple.__new__(
+        RateLimitResult, (False, limit.burst, remaining, debt, retry, window)
+    )

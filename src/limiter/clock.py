@@ -1,0 +1,85 @@
+"""Clocks: where ``now`` comes from.  The bucket never reads time itself."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from typing_extensions import Protocol, runtime_checkable
+
+__all__ = ["Clock", "ManualClock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Anything with ``now() -> float``: seconds, monotonic or not.
+
+    The bucket tolerates a clock that steps backwards (it grants nothing for
+    the lost time and locks no one out), so wall-clock time is fine.
+    """
+
+    def now(self) -> float:
+        """The current time in seconds."""
+        ...
+
+
+class SystemClock:
+    """Wall-clock seconds since the Unix epoch, read from ``time.time()``.
+
+    The function is looked up at every call, so freezegun and time-machine
+    move this clock too.
+    """
+
+    __slots__ = ()
+
+    def now(self) -> float:
+        """``time.time()``."""
+        return time.time()
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+def _finite(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number of seconds, got {value!r}")
+    return float(value)
+
+
+class ManualClock:
+    """A clock that moves only when told to; for tests.  Thread-safe.
+
+    ``ManualClock(start=0.0)`` reads ``start`` until ``advance(seconds)``
+    (seconds >= 0) or ``set(t)`` (any finite time, backwards included) moves it.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = _finite(start, "start")
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        """The time last set, in seconds."""
+        return self._now
+
+    def advance(self, seconds: float) -> float:
+        """Move forward by ``seconds`` (>= 0) and return the new time."""
+        seconds = _finite(seconds, "seconds")
+        if seconds < 0:
+            raise ValueError(
+                f"advance() takes seconds >= 0, got {seconds!r}; use set() to go backwards"
+            )
+        with self._lock:
+            self._now += seconds
+            return self._now
+
+    def set(self, t: float) -> None:
+        """Jump to time ``t`` (seconds), forwards or backwards."""
+        t = _finite(t, "t")
+        with self._lock:
+            self._now = t
+
+    def __repr__(self) -> str:
+        return f"ManualClock(start={self._now!r})"

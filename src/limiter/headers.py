@@ -1,0 +1,66 @@
+"""Rate-limit response headers, built from a result; pure formatting, no I/O."""
+
+from __future__ import annotations
+
+import math
+from typing import List, Tuple
+
+from typing_extensions import Literal
+
+from .bucket import RateLimitResult
+
+__all__ = ["HeaderStyle", "rate_limit_headers", "validate_style"]
+
+HeaderStyle = Literal["x", "draft", "both"]
+_STYLES = ("x", "draft", "both")
+
+
+def validate_style(style: str) -> HeaderStyle:
+    """Return ``style`` if it is ``"x"``, ``"draft"`` or ``"both"``; else ``ValueError``."""
+    if style not in _STYLES:
+        raise ValueError(f"header style must be one of 'x', 'draft', 'both', got {style!r}")
+    return style  # type: ignore[return-value]
+
+
+def _up(seconds: float) -> int:
+    # Whole seconds, rounded up, never negative: a client told "0" retries at once.
+    return max(0, math.ceil(seconds))
+
+
+def rate_limit_headers(
+    result: RateLimitResult,
+    *,
+    now: float,
+    style: str = "x",
+    policy: str = "default",
+) -> List[Tuple[str, str]]:
+    """The headers that tell a client where it stands, as ``(name, value)`` pairs.
+
+    ``now`` is the current Unix time in seconds (for ``X-RateLimit-Reset``).
+
+    * ``"x"``: ``X-RateLimit-Limit`` (burst), ``X-RateLimit-Remaining`` (whole
+      tokens), ``X-RateLimit-Reset`` (Unix time, seconds, rounded up, when the
+      bucket is full again).
+    * ``"draft"``: draft-ietf-httpapi-ratelimit-headers-10,
+      ``RateLimit-Policy: "default";q=<burst>;w=<seconds to refill from empty>``
+      and ``RateLimit: "default";r=<remaining>;t=<seconds until full>``.
+    * ``"both"``: all of the above.
+
+    Every style adds ``Retry-After`` (whole seconds, rounded up, at least 1) to a
+    denied result, except when the request can never pass (cost above burst,
+    ``retry_after`` infinite): then it is left out rather than print ``inf``.
+    """
+    validate_style(style)
+    headers: List[Tuple[str, str]] = []
+    if style != "draft":
+        headers.append(("X-RateLimit-Limit", str(result.limit)))
+        headers.append(("X-RateLimit-Remaining", str(result.remaining)))
+        headers.append(("X-RateLimit-Reset", str(_up(now + result.reset_after))))
+    if style != "x":
+        window = _up(result.window)
+        headers.append(("RateLimit-Policy", f'"{policy}";q={result.limit};w={window}'))
+        reset = _up(result.reset_after)
+        headers.append(("RateLimit", f'"{policy}";r={result.remaining};t={reset}'))
+    if not result.allowed and math.isfinite(result.retry_after):
+        headers.append(("Retry-After", str(max(1, _up(result.retry_after)))))
+    return headers
