@@ -12,8 +12,9 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
   (header builders leave ``Retry-After`` out rather than print ``inf``).
 * Negative or NaN ``c`` is a ``ValueError``.
 * A ``now`` earlier than the key's last update (a clock stepped backwards)
-  grants nothing and locks no one out: the bucket is as it was at its last
-  update, and refilling resumes from the new, earlier reading.
+  grants nothing and locks no one out: the bucket holds what it held at its
+  last update, and refilling resumes from the new, earlier reading (the state
+  is re-anchored, and stored, even when the request is denied).
 
 State
 -----
@@ -196,7 +197,8 @@ def step(
 
     Returns ``(new_state, result)``.  ``state`` is ``None`` for a key never seen.
     When the request takes nothing (denied, or ``cost == 0``) the very same
-    ``state`` object is returned, so a store can skip the write.
+    ``state`` object is returned, so a store can skip the write; the one
+    exception is a backwards clock, whose re-anchored state must be stored.
     """
     try:
         if not cost >= 0:  # also catches NaN
@@ -212,7 +214,10 @@ def step(
         updated_at = state.imag
         if now < updated_at:
             # Backwards clock: keep the deficit as it was, re-anchored at ``now``.
+            # The re-anchored state is returned even on denial (same tokens, new
+            # frame); were it not stored, the key would wait for the old reading.
             debt = full_at - updated_at
+            state = complex(now + debt, now)
         else:
             debt = full_at - now
             if debt < 0.0:
