@@ -57,10 +57,10 @@ def _property_test() -> Any:
         from hypothesis import strategies as st
     except ImportError:  # pragma: no cover
 
-        def test_matches_the_pure_step(self: Any) -> None:
+        def needs_hypothesis(self: Any) -> None:
             pytest.skip("install hypothesis to run the property test")
 
-        return test_matches_the_pure_step
+        return needs_hypothesis
 
     @settings(
         max_examples=60,
