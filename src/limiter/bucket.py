@@ -45,9 +45,9 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
-__all__ = ["TIME_EPSILON", "Limit", "RateLimitResult", "State", "step"]
+__all__ = ["TIME_EPSILON", "Limit", "RateLimitResult", "State", "step", "step_all"]
 
 #: Seconds of slack in every comparison (see the module docstring).
 TIME_EPSILON = 1e-6
@@ -176,6 +176,8 @@ class RateLimitResult(NamedTuple):
     ``retry_after``: seconds until a request of the same cost can pass;
     ``0.0`` when allowed, ``inf`` when the cost exceeds the burst.
     ``window``: seconds an empty bucket takes to fill (``burst / rate``).
+    ``results``: with several limits, one result per limit (see ``step_all``);
+    empty for a single limit.
     """
 
     allowed: bool
@@ -184,6 +186,7 @@ class RateLimitResult(NamedTuple):
     reset_after: float
     retry_after: float
     window: float
+    results: Tuple[RateLimitResult, ...] = ()
 
 
 # Results are built with ``tuple.__new__``: it skips NamedTuple's Python-level
@@ -231,13 +234,45 @@ def step(
             remaining = limit.burst
         if cost == 0:
             return state, tuple.__new__(
-                RateLimitResult, (True, limit.burst, remaining, debt, 0.0, window)
+                RateLimitResult, (True, limit.burst, remaining, debt, 0.0, window, ())
             )
         return complex(now + after, now), tuple.__new__(
-            RateLimitResult, (True, limit.burst, remaining, after, 0.0, window)
+            RateLimitResult, (True, limit.burst, remaining, after, 0.0, window, ())
         )
     remaining = int((window - debt + limit.slack) * limit.rate)
     retry = after - window if cost <= limit.burst else math.inf
     return state, tuple.__new__(
-        RateLimitResult, (False, limit.burst, remaining, debt, retry, window)
+        RateLimitResult, (False, limit.burst, remaining, debt, retry, window, ())
     )
+
+
+def step_all(
+    states: Sequence[Optional[State]], now: float, limits: Sequence[Limit], cost: float = 1
+) -> Tuple[List[Optional[State]], RateLimitResult]:
+    """Apply one request to several buckets at once: all admit it, or none is charged.
+
+    ``states[i]`` is the state of the bucket under ``limits[i]``.  Returns the
+    new states (same objects where nothing changed) and a result that reports
+    the most restrictive limit: on denial, the one with the longest
+    ``retry_after``; when allowed, the one with the fewest tokens left.  Its
+    ``results`` holds one result per limit, in order; on denial those of the
+    limits that would have admitted the request are peeks (nothing was taken).
+    """
+    if len(states) != len(limits) or not limits:
+        raise ValueError(f"need one state per limit and at least one limit, got {len(limits)}")
+    stepped = [step(state, now, limit, cost) for state, limit in zip(states, limits)]
+    results = [result for _, result in stepped]
+    if all(result.allowed for result in results):
+        new_states = [new for new, _ in stepped]
+        worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
+    else:
+        new_states = []
+        for i, (state, limit) in enumerate(zip(states, limits)):
+            if results[i].allowed:
+                # Recompute as a peek: it takes nothing but keeps any re-anchoring.
+                peeked, results[i] = step(state, now, limit, 0)
+                new_states.append(peeked)
+            else:
+                new_states.append(stepped[i][0])
+        worst = max((r for r in results if not r.allowed), key=lambda r: r.retry_after)
+    return new_states, worst._replace(results=tuple(results))

@@ -1,13 +1,14 @@
 """The storage contract: how bucket state is kept per key, atomically.
 
 A store owns the state of many keys and applies ``limiter.bucket.step`` to one
-key at a time, atomically: under a lock (``MemoryStore``), in a transaction
-(SQLite) or in a server-side script (Redis).  See docs/stores.md.
+key (or ``step_all`` to the keys of several limits) atomically: under a lock
+(``MemoryStore``), in a transaction (SQLite) or in a server-side script
+(Redis).  See docs/stores.md.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from typing_extensions import Protocol, runtime_checkable
 
@@ -39,6 +40,15 @@ class Store(Protocol):
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
         ...
 
+    def apply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """``limiter.bucket.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
+
+        Either every bucket is charged ``cost`` or none is.
+        """
+        ...
+
     def reset(self, key: str) -> None:
         """Forget ``key``: its next request finds a full bucket."""
         ...
@@ -52,6 +62,12 @@ class AsyncStore(Protocol):
         self, key: str, limit: Limit, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
+        ...
+
+    async def aapply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """Charge every bucket or none (see ``Store.apply_many``)."""
         ...
 
     async def areset(self, key: str) -> None:

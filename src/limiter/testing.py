@@ -143,6 +143,20 @@ class StoreConformance:
         result = store.apply(key, limit, cost, now)
         return result
 
+    def apply_many(
+        self,
+        store: Any,
+        keys: List[str],
+        limits: List[Limit],
+        cost: float = 1,
+        now: Optional[float] = T0,
+    ) -> RateLimitResult:
+        if self.mode == "async":
+            result: RateLimitResult = self.run(store.aapply_many(keys, limits, cost, now))
+            return result
+        result = store.apply_many(keys, limits, cost, now)
+        return result
+
     def reset(self, store: Any, key: str) -> None:
         if self.mode == "async":
             self.run(store.areset(key))
@@ -266,6 +280,23 @@ class StoreConformance:
     def test_store_time_when_now_is_none(self, store: Any) -> None:
         result = self.apply(store, "k", Limit(1, 2), 1, None)
         assert result.allowed and result.remaining == 1
+
+    def test_several_limits_charge_all_or_none(self, store: Any) -> None:
+        keys = ["k:fast", "k:slow"]
+        limits = [Limit(10, 2), Limit(1, 3)]
+        results = [self.apply_many(store, keys, limits) for _ in range(3)]
+        assert [r.allowed for r in results] == [True, True, False]
+        assert [r.remaining for r in results] == [1, 0, 0]
+        assert [x.remaining for x in results[2].results] == [0, 1]
+        assert results[2].retry_after == pytest.approx(0.1, abs=1e-6)
+        # The denial took nothing from the slow limit: after 0.1 s the fast one
+        # has a token and the slow one still has its last.
+        assert self.apply_many(store, keys, limits, 1, T0 + 0.1).allowed
+        denied = self.apply_many(store, keys, limits, 1, T0 + 0.3)
+        assert not denied.allowed
+        assert denied.limit == 3 and denied.retry_after == pytest.approx(0.7, abs=1e-6)
+        assert [x.allowed for x in denied.results] == [True, False]
+        assert self.apply(store, "k:fast", limits[0], 0, T0 + 0.3).remaining == 2
 
     def test_concurrent_checks_admit_exactly_burst(self, store: Any) -> None:
         limit = Limit(1, 50)
