@@ -18,21 +18,22 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
 
 State
 -----
-The state of a key is two floats in seconds on the caller's clock, ``full_at``
-and ``updated_at``, held as one ``complex(full_at, updated_at)``: a single
-32-byte number where a tuple of two floats takes 104 bytes and more time to
-pack and unpack (memory per tracked key is a headline figure).  ``full_at``
-is the moment the bucket would be full again (GCRA's "theoretical arrival
-time"); the tokens at ``t >= updated_at`` are ``burst - max(0, full_at - t) *
-rate``.  Keeping the deficit as a point in time
-makes "is this bucket full?" answerable without knowing the limit, which is
-what lets stores expire or sweep keys (an absent key *is* a full bucket).
-``updated_at`` only exists so that a backwards step can be recognised.
+The state of a key is two floats, held as one ``complex(debt, updated_at)``:
+``updated_at`` is when the bucket last changed (seconds on the caller's clock)
+and ``debt`` how many seconds it then lacked to be full (``tokens = burst -
+debt * rate``).  One ``complex`` is a single 32-byte number where a tuple of
+two floats takes 104 bytes and more time to pack and unpack (memory per
+tracked key is a headline figure).  The deficit is kept as a small duration,
+not as an absolute "full at" time, because floats near today's Unix time
+resolve only 0.24 microseconds and rounding would pile up with every request.
+The bucket is full again at ``updated_at + debt``: stores can tell a full
+bucket without knowing its limit, which is what lets them expire or sweep
+keys (an absent key *is* a full bucket).
 
 Comparisons carry a slack of ``TIME_EPSILON`` seconds (less at rates above
-1000 tokens/s, see ``Limit.slack``): floats near today's Unix time are only
-precise to about 0.24 microseconds, and a client that waits exactly
-``retry_after`` must get in.
+1000 tokens/s, see ``Limit.slack``): elapsed times between two readings near
+today's Unix time are only precise to about 0.24 microseconds, and a client
+that waits exactly ``retry_after`` must get in.
 
 This module does no I/O and reads no clock; stores call ``step`` under their
 own atomicity (a lock, a transaction) and ``backends/redis.py`` mirrors it in
@@ -52,7 +53,7 @@ __all__ = ["TIME_EPSILON", "Limit", "RateLimitResult", "State", "step", "step_al
 #: Seconds of slack in every comparison (see the module docstring).
 TIME_EPSILON = 1e-6
 
-#: ``complex(full_at, updated_at)``: seconds on the clock that produced them.
+#: ``complex(debt, updated_at)``, both in seconds (see the module docstring).
 State = complex
 
 _UNITS = {
@@ -213,16 +214,15 @@ def step(
     if state is None:
         debt = 0.0
     else:
-        full_at = state.real
+        debt = state.real
         updated_at = state.imag
         if now < updated_at:
             # Backwards clock: keep the deficit as it was, re-anchored at ``now``.
             # The re-anchored state is returned even on denial (same tokens, new
             # frame); were it not stored, the key would wait for the old reading.
-            debt = full_at - updated_at
-            state = complex(now + debt, now)
+            state = complex(debt, now)
         else:
-            debt = full_at - now
+            debt -= now - updated_at
             if debt < 0.0:
                 debt = 0.0
     window = limit.window
@@ -236,7 +236,7 @@ def step(
             return state, tuple.__new__(
                 RateLimitResult, (True, limit.burst, remaining, debt, 0.0, window, ())
             )
-        return complex(now + after, now), tuple.__new__(
+        return complex(after, now), tuple.__new__(
             RateLimitResult, (True, limit.burst, remaining, after, 0.0, window, ())
         )
     remaining = int((window - debt + limit.slack) * limit.rate)
@@ -274,5 +274,7 @@ def step_all(
                 new_states.append(peeked)
             else:
                 new_states.append(stepped[i][0])
-        worst = max((r for r in results if not r.allowed), key=lambda r: r.retry_after)
+        worst = max(
+            (r for r in results if not r.allowed), key=lambda r: (r.retry_after, -r.remaining)
+        )
     return new_states, worst._replace(results=tuple(results))

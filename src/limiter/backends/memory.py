@@ -135,7 +135,7 @@ class MemoryStore:
             if not old:
                 break
             key, packed = old.popitem()
-            if packed.real <= now:  # a full bucket: forgetting it changes nothing
+            if packed.real + packed.imag <= now:  # full: forgetting it changes nothing
                 dropped = True
                 break
             rescued.append((key, packed))
@@ -191,7 +191,9 @@ class MemoryStore:
                 for gen in (self._young, self._old):
                     for key in snapshot[start : start + _SWEEP_SLICE]:
                         packed = gen.get(key)
-                        if packed is not None and (packed.real <= now or packed.imag < horizon):
+                        if packed is not None and (
+                            packed.real + packed.imag <= now or packed.imag < horizon
+                        ):
                             del gen[key]
                             deleted += 1
         return deleted
