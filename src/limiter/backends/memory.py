@@ -9,10 +9,14 @@ tracked key should cost well under 200 bytes.
 * Keys live in two dicts, a young and an old generation, instead of an ordered
   LRU list: ``OrderedDict`` costs about 80 more bytes a key, and a plain dict
   used as a FIFO degrades to linear scans over its deleted slots.  A key seen
-  again moves from old to young; when the store is full, room is made in the
-  old generation, preferring buckets that are already full (an absent key
-  *is* a full bucket, so dropping those changes no decision); when the old
-  generation is empty, the young one becomes old.  Every operation is O(1).
+  again moves from old to young.  When the store is full, the oldest entries
+  of the old generation are looked at in order (a "second chance" clock): a
+  full bucket is dropped (an absent key *is* a full bucket, so that changes
+  no decision), a bucket still in use is moved to the young generation; if
+  none of a few is full, the oldest goes.  When the old generation is used
+  up, the young one becomes old; its order is then copied into a list (8
+  bytes a key, a few milliseconds per million keys, once per generation).
+  Every other operation is O(1).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class MemoryStore:
         self._max_keys = max_keys
         self._young: Dict[str, complex] = {}
         self._old: Dict[str, complex] = {}
+        # The old generation's keys, oldest first, and how far eviction has read.
+        self._old_order: List[str] = []
+        self._old_pos = 0
         self._lock = threading.Lock()
 
     @property
@@ -81,12 +88,7 @@ class MemoryStore:
                 if packed is None:
                     new_state, result = step(None, now, limit, cost)
                     if new_state is not None:
-                        if (
-                            self._max_keys is not None
-                            and len(young) + len(self._old) >= self._max_keys
-                        ):
-                            self._evict(now)
-                        self._young[key] = new_state
+                        self._insert(key, new_state, now)
                     return result
             new_state, result = step(packed, now, limit, cost)
             if new_state is not packed:
@@ -128,20 +130,24 @@ class MemoryStore:
         # Caller holds the lock, and the store is at its cap (so not empty).
         if not self._old:
             self._old, self._young = self._young, {}
-        old = self._old
-        rescued: List[Tuple[str, complex]] = []
-        dropped = False
-        for _ in range(_EVICTION_PROBES):
-            if not old:
-                break
-            key, packed = old.popitem()
+            self._old_order, self._old_pos = list(self._old), 0
+        old, order = self._old, self._old_order
+        in_use: List[Tuple[str, complex]] = []
+        while len(in_use) < _EVICTION_PROBES and self._old_pos < len(order):
+            key = order[self._old_pos]
+            self._old_pos += 1
+            packed = old.pop(key, None)
+            if packed is None:  # promoted or reset since the copy was made
+                continue
             if packed.real + packed.imag <= now:  # full: forgetting it changes nothing
-                dropped = True
-                break
-            rescued.append((key, packed))
-        if not dropped:
-            rescued.pop()  # no full bucket in reach: drop the oldest one looked at
-        self._young.update(rescued)
+                self._young.update(in_use)  # a second chance for those looked at
+                return
+            in_use.append((key, packed))
+        if in_use:  # nothing full in reach: the oldest goes
+            self._young.update(in_use[1:])
+            return
+        # The copy is used up, so the old generation is empty: rotate again.
+        self._evict(now)
 
     def reset(self, key: str) -> None:
         """Forget ``key``."""
@@ -154,6 +160,7 @@ class MemoryStore:
         with self._lock:
             self._young = {}
             self._old = {}
+            self._old_order, self._old_pos = [], 0
 
     async def aapply(
         self, key: str, limit: Limit, cost: float, now: Optional[float]

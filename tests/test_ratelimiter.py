@@ -1,0 +1,244 @@
+"""RateLimiter, the facade: arguments, decisions, concurrency, keys, cleanup, bounded memory."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from typing import List
+
+import pytest
+
+from limiter import Limit, ManualClock, MemoryStore, RateLimiter
+
+
+class TestArguments:
+    @pytest.mark.parametrize(
+        "rate, burst, expected",
+        [
+            ("100/minute", None, Limit(100 / 60, 100)),
+            ("10 per second", None, Limit(10, 10)),
+            ("10/second", 3, Limit(10, 3)),
+            (2.5, None, Limit(2.5, 3)),
+            (0.2, None, Limit(0.2, 1)),
+            (10, 20, Limit(10, 20)),
+            (Limit(1, 4), None, Limit(1, 4)),
+        ],
+    )
+    def test_rate_forms(self, rate: object, burst: object, expected: Limit) -> None:
+        assert RateLimiter(rate, burst).limit == expected  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        "rate, burst",
+        [
+            (0, None),
+            (-1, None),
+            (math.nan, None),
+            (math.inf, None),
+            ("abc", None),
+            ("10/fortnight", None),
+            ("-5/second", None),
+            (10, 0),
+            (10, 1.5),
+            (10, "3"),
+        ],
+    )
+    def test_bad_values_name_themselves(self, rate: object, burst: object) -> None:
+        with pytest.raises(ValueError) as info:
+            RateLimiter(rate, burst)  # type: ignore[arg-type]
+        bad = burst if burst is not None else rate
+        assert repr(bad) in str(info.value)
+
+    def test_bad_store_and_clock(self) -> None:
+        with pytest.raises(TypeError, match="store"):
+            RateLimiter(1, store=object())  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="clock"):
+            RateLimiter(1, clock=object())  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("key", [None, 12, b"bytes"])
+    def test_key_must_be_a_string(self, key: object) -> None:
+        with pytest.raises(ValueError, match="key must be a str"):
+            RateLimiter(1).check(key)  # type: ignore[arg-type]
+
+
+class TestDecisions:
+    def test_check_allow_peek_reset(self) -> None:
+        clock = ManualClock(1000.0)
+        limiter = RateLimiter("3/second", clock=clock)
+        assert limiter.peek("a").remaining == 3
+        assert [limiter.check("a").remaining for _ in range(3)] == [2, 1, 0]
+        assert limiter.allow("a") is False
+        assert limiter.allow("b") is True  # keys are independent
+        assert limiter.peek("a").remaining == 0
+        limiter.reset("a")
+        assert limiter.peek("a").remaining == 3
+
+    def test_exact_steady_rate(self) -> None:
+        clock = ManualClock(1_700_000_000.0)
+        limiter = RateLimiter(10, 20, clock=clock)
+        admitted = 0
+        for _ in range(10_000):  # 100 requests per second for 100 seconds
+            admitted += limiter.allow("ip")
+            clock.advance(0.01)
+        assert admitted == 20 + 10 * 100 - 1  # the burst, then 10/s (the last refill is at t=100)
+
+    def test_cost(self) -> None:
+        limiter = RateLimiter(1, 10, clock=ManualClock())
+        assert limiter.check("k", cost=7).remaining == 3
+        denied = limiter.check("k", cost=4)
+        assert not denied.allowed and denied.retry_after == pytest.approx(1.0)
+        assert limiter.check("k", cost=3).allowed
+        assert limiter.check("k", cost=11).retry_after == math.inf
+        with pytest.raises(ValueError, match="cost"):
+            limiter.check("k", cost=-1)
+
+    def test_threads_on_one_key_admit_exactly_burst(self) -> None:
+        limiter = RateLimiter(5, 100, clock=ManualClock(1_700_000_000.0))
+        admitted: List[int] = []
+        barrier = threading.Barrier(16)
+
+        def worker() -> None:
+            barrier.wait()
+            admitted.append(sum(limiter.allow("hot") for _ in range(2000)))
+
+        threads = [threading.Thread(target=worker) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(admitted) == 100
+
+    def test_gathered_async_checks_admit_exactly_burst(self) -> None:
+        limiter = RateLimiter(5, 100, clock=ManualClock(1_700_000_000.0))
+
+        async def flood() -> int:
+            results = await asyncio.gather(*(limiter.acheck("hot") for _ in range(1000)))
+            return sum(r.allowed for r in results)
+
+        assert asyncio.run(flood()) == 100
+
+        async def rest() -> tuple:
+            peek = await limiter.apeek("hot")
+            await limiter.areset("hot")
+            return peek.remaining, (await limiter.apeek("hot")).remaining
+
+        assert asyncio.run(rest()) == (0, 100)
+
+
+class TestKeys:
+    def test_limiters_sharing_a_store_do_not_collide(self) -> None:
+        store = MemoryStore()
+        clock = ManualClock()
+        strict = RateLimiter(1, 1, store=store, clock=clock)
+        loose = RateLimiter(100, 100, store=store, clock=clock)
+        assert strict.allow("ip") and not strict.allow("ip")
+        assert loose.peek("ip").remaining == 100
+        login = RateLimiter(1, 1, store=store, clock=clock, name="login")
+        assert login.allow("ip")
+        assert len(store) == 2
+
+    def test_huge_keys_are_stored_as_a_digest(self) -> None:
+        store = MemoryStore()
+        limiter = RateLimiter(1, 1, store=store, clock=ManualClock())
+        huge = "k" * 1_000_000
+        assert limiter.allow(huge)
+        assert not limiter.allow(huge)
+        assert limiter.allow(huge[:-1] + "x")  # a different key
+        stored = limiter.storage_key(huge)
+        assert len(stored) < 100 and stored.startswith(limiter.name + ":sha256:")
+
+    def test_default_name_follows_the_limit(self) -> None:
+        assert RateLimiter("100/minute").name == "1.66667/s:100"
+        assert RateLimiter(10, 20, name="api").storage_key("1.2.3.4") == "api:1.2.3.4"
+
+
+class TestMemoryBounds:
+    def test_a_flood_of_distinct_keys_stays_under_max_keys(self) -> None:
+        store = MemoryStore(max_keys=1000)
+        limiter = RateLimiter(1, 5, store=store, clock=ManualClock())
+        for i in range(50_000):
+            limiter.allow(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+            assert len(store) <= 1000
+        assert len(store) == 1000
+
+    def test_eviction_prefers_full_buckets_so_an_abuser_stays_limited(self) -> None:
+        store = MemoryStore(max_keys=100)
+        clock = ManualClock(1_700_000_000.0)
+        slow = RateLimiter(1 / 3600, 1, store=store, clock=clock, name="slow")
+        fast = RateLimiter(1000, 1, store=store, clock=clock, name="fast")
+        assert slow.allow("abuser") and not slow.allow("abuser")
+        for i in range(10_000):  # each flood key is full again 1 ms later
+            fast.allow(f"flood-{i}")
+            clock.advance(0.001)
+        assert len(store) <= 100
+        assert not slow.allow("abuser"), "the flood evicted a non-full bucket"
+
+    def test_without_full_buckets_the_least_recent_go_first(self) -> None:
+        store = MemoryStore(max_keys=10)
+        limiter = RateLimiter(1 / 3600, 1, store=store, clock=ManualClock())
+        limiter.allow("keep")
+        for i in range(100):
+            limiter.allow(f"k{i}")
+            limiter.allow("keep")  # seen again: stays young
+        assert len(store) == 10
+        assert not limiter.allow("keep")
+
+    def test_max_keys_validation(self) -> None:
+        for bad in (0, -1, 1.5, "10", True):
+            with pytest.raises(ValueError, match="max_keys"):
+                MemoryStore(max_keys=bad)  # type: ignore[arg-type]
+        assert MemoryStore(max_keys=None).max_keys is None
+
+
+class TestCleanup:
+    def test_sweep_deletes_only_what_changes_no_decision(self) -> None:
+        store = MemoryStore()
+        clock = ManualClock(1_700_000_000.0)
+        limiter = RateLimiter(1, 2, store=store, clock=clock)
+        limiter.allow("full-soon")
+        limiter.check("empty", cost=2)
+        clock.advance(1)
+        assert store.sweep(clock.now()) == 1  # "full-soon" is full again
+        assert len(store) == 1
+        assert limiter.peek("empty").remaining == 1  # kept: half refilled
+        assert store.sweep(clock.now(), max_age=0.5) == 1  # idle for 1 s > 0.5 s
+        assert len(store) == 0
+
+    def test_sweep_in_slices_covers_every_key(self) -> None:
+        store = MemoryStore(max_keys=None)
+        limiter = RateLimiter(1, 1, store=store, clock=ManualClock())
+        for i in range(10_000):
+            limiter.allow(str(i))
+        assert store.sweep(0.5) == 0
+        assert store.sweep(1.0) == 10_000
+
+    def test_start_cleanup_sweeps_and_stops_cleanly(self) -> None:
+        store = MemoryStore()
+        clock = ManualClock(1_700_000_000.0)
+        limiter = RateLimiter(10, 10, store=store, clock=clock)
+        for i in range(100):
+            limiter.allow(f"ip{i}")
+        clock.advance(60)
+        before = threading.active_count()
+        stop = limiter.start_cleanup(max_age=600, interval=3600)
+        assert threading.active_count() == before + 1
+        stop()  # the first sweep runs before the thread looks at stop
+        stop()  # idempotent
+        assert threading.active_count() == before
+        assert len(store) == 0
+
+    @pytest.mark.parametrize("interval", [0, -1, math.nan, math.inf, "5"])
+    def test_start_cleanup_validates(self, interval: object) -> None:
+        with pytest.raises(ValueError, match="interval"):
+            RateLimiter(1).start_cleanup(None, interval)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="max_age"):
+            RateLimiter(1).start_cleanup(-1, 1)
+
+    def test_start_cleanup_needs_a_sweepable_store(self) -> None:
+        class NoSweep:
+            def apply(self, *args: object) -> None: ...
+
+            def reset(self, key: str) -> None: ...
+
+        with pytest.raises(TypeError, match="sweep"):
+            RateLimiter(1, store=NoSweep()).start_cleanup(None, 1)  # type: ignore[arg-type]
