@@ -1,0 +1,202 @@
+"""How each library is set up for the in-memory comparisons (its documented fastest way).
+
+Every ``make_*`` returns a *loop*: ``loop(keys) -> seconds``, which makes one
+call of the library's own API per key, written the way a user would write it
+(no wrapper lambdas around the peers, none around us), and times the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+Loop = Callable[[List[str]], float]
+
+#: Tokens per second and burst used when a limit must always admit the hot key.
+HIGH = 10**9
+
+
+def version(dist: str) -> str:
+    try:
+        from importlib.metadata import version as _version
+
+        return _version(dist)
+    except Exception:
+        return "not installed"
+
+
+def make_ours_check(store: Any = None) -> Loop:
+    from limiter import RateLimiter
+
+    check = RateLimiter(HIGH, HIGH, store=store).check
+
+    def loop(keys: List[str]) -> float:
+        start = time.perf_counter()
+        for k in keys:
+            check(k)
+        return time.perf_counter() - start
+
+    return loop
+
+
+def make_ours_allow(store: Any = None) -> Loop:
+    from limiter import RateLimiter
+
+    allow = RateLimiter(HIGH, HIGH, store=store).allow
+
+    def loop(keys: List[str]) -> float:
+        start = time.perf_counter()
+        for k in keys:
+            allow(k)
+        return time.perf_counter() - start
+
+    return loop
+
+
+def _limits(strategy_name: str, amount: int) -> Loop:
+    from limits import RateLimitItemPerSecond, storage, strategies
+
+    strategy = getattr(strategies, strategy_name)(storage.MemoryStorage())
+    hit = strategy.hit
+    item = RateLimitItemPerSecond(amount)
+
+    def loop(keys: List[str]) -> float:
+        start = time.perf_counter()
+        for k in keys:
+            hit(item, k)
+        return time.perf_counter() - start
+
+    return loop
+
+
+def make_limits_fixed() -> Loop:
+    return _limits("FixedWindowRateLimiter", HIGH)
+
+
+def make_limits_moving() -> Loop:
+    # The moving window keeps one entry per admitted request in a list it
+    # inserts at the front of: with an always-admit limit the hot key's list
+    # grows without bound, so it runs at 1000/second (hot key: mostly denials).
+    return _limits("MovingWindowRateLimiter", 1000)
+
+
+def make_limits_sliding() -> Loop:
+    return _limits("SlidingWindowCounterRateLimiter", HIGH)
+
+
+def make_token_bucket() -> Loop:
+    import token_bucket
+
+    consume = token_bucket.Limiter(HIGH, HIGH, token_bucket.MemoryStorage()).consume
+
+    def loop(keys: List[str]) -> float:
+        start = time.perf_counter()
+        for k in keys:
+            consume(k)
+        return time.perf_counter() - start
+
+    return loop
+
+
+def make_pyrate() -> Loop:
+    from pyrate_limiter import (
+        BucketFactory,
+        Duration,
+        Limiter,
+        Rate,
+        RateItem,
+        StateBucket,
+        TokenBucket,
+    )
+    from pyrate_limiter.clocks import MonotonicClock
+
+    class PerKeyFactory(BucketFactory):  # type: ignore[misc]
+        """One constant-state token bucket per key: pyrate-limiter's per-key recipe.
+
+        Buckets are not registered with the leaker thread: a StateBucket's
+        leak() is a no-op, and registering a million of them would only add a
+        background thread walking them.
+        """
+
+        def __init__(self) -> None:
+            self.rates = [Rate(HIGH, Duration.SECOND)]
+            self.buckets: Dict[str, Any] = {}
+            self.clock = MonotonicClock()
+
+        def wrap_item(self, name: str, weight: int = 1) -> Any:
+            return RateItem(name, self.clock.now(), weight=weight)
+
+        def get(self, item: Any) -> Any:
+            bucket = self.buckets.get(item.name)
+            if bucket is None:
+                bucket = StateBucket(self.rates, algorithm=TokenBucket())
+                self.buckets[item.name] = bucket
+            return bucket
+
+    acquire = Limiter(PerKeyFactory()).try_acquire
+
+    def loop(keys: List[str]) -> float:
+        start = time.perf_counter()
+        for k in keys:
+            acquire(k, 1, False)
+        return time.perf_counter() - start
+
+    return loop
+
+
+class Lib:
+    """One contender in the in-memory comparison."""
+
+    def __init__(
+        self,
+        id: str,
+        label: str,
+        dist: str,
+        make: Callable[[], Loop],
+        weight: float = 1.0,
+        max_keys: Optional[int] = None,
+        ours: bool = False,
+    ) -> None:
+        self.id = id
+        self.label = label
+        self.dist = dist
+        self.make = make
+        self.weight = weight  # fraction of the op budget (slow libraries get fewer ops)
+        self.max_keys = max_keys  # larger key counts are not measured (memory / time)
+        self.ours = ours
+
+
+LIBS: List[Lib] = [
+    Lib("ours.check", "limiter check()", "tokenlimiter", make_ours_check, ours=True),
+    Lib("ours.allow", "limiter allow()", "tokenlimiter", make_ours_allow, ours=True),
+    Lib("limits.fixed", "limits fixed window hit()", "limits", make_limits_fixed, 0.5),
+    Lib(
+        "limits.moving",
+        "limits moving window hit() (1000/s)",
+        "limits",
+        make_limits_moving,
+        0.5,
+        max_keys=100_000,
+    ),
+    Lib("limits.sliding", "limits sliding window counter hit()", "limits", make_limits_sliding, 0.5),
+    Lib("token_bucket", "token-bucket consume()", "token-bucket", make_token_bucket),
+    Lib(
+        "pyrate",
+        "pyrate-limiter try_acquire() (token bucket)",
+        "pyrate-limiter",
+        make_pyrate,
+        0.2,
+        max_keys=100_000,
+    ),
+]
+
+
+def available(lib: Lib) -> Optional[str]:
+    """None when ``lib`` can be built here, else why not."""
+    try:
+        lib.make()
+    except ImportError as exc:
+        return f"not installed ({exc.name or exc})"
+    except Exception as exc:
+        return f"cannot be set up: {exc!r}"
+    return None

@@ -1,0 +1,187 @@
+"""The command: ``python -m bench [--only SECTION ...] [--rounds N] [--quick]``.
+
+Runs the sections, writes ``bench/results/latest.json`` and renders
+``docs/benchmarks.md`` and ``docs/bench-*.png`` from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .common import Progress, Settings, Unavailable, new_section
+from .peers import version
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DOCS = ROOT / "docs"
+
+#: section name -> module (``run(settings, progress) -> dict``)
+SECTIONS: Dict[str, str] = {
+    "core": "bench.core",
+    "memory": "bench.memory",
+    "middleware": "bench.middleware",
+    "servers": "bench.servers",
+    "redis": "bench.redis_bench",
+    "sqlite": "bench.sqlite_bench",
+}
+
+DISTS = [
+    "tokenlimiter",
+    "limits",
+    "token-bucket",
+    "pyrate-limiter",
+    "slowapi",
+    "flask-limiter",
+    "starlette",
+    "flask",
+    "uvicorn",
+    "gunicorn",
+    "redis",
+    "httpx",
+]
+
+
+def machine() -> Dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    redis_version = ""
+    try:
+        import redis
+
+        redis_version = str(redis.Redis(socket_timeout=1).info("server")["redis_version"])
+    except Exception:
+        redis_version = "unreachable"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "packages": {dist: version(dist) for dist in DISTS},
+        "redis_server": redis_version,
+        "wrk": _which("wrk"),
+    }
+
+
+def _which(cmd: str) -> str:
+    import shutil
+
+    return shutil.which(cmd) or "not found"
+
+
+def run_sections(names: List[str], settings: Settings, progress: Progress) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for name in names:
+        started = time.perf_counter()
+        try:
+            module = importlib.import_module(SECTIONS[name])
+            section = module.run(settings, progress)
+        except Unavailable as exc:
+            section = new_section(name)
+            section["status"] = "unavailable"
+            section["reason"] = str(exc)
+        except Exception as exc:  # a broken section must not lose the others
+            section = new_section(name)
+            section["status"] = "error"
+            section["reason"] = f"{exc!r}"
+            section["traceback"] = traceback.format_exc()
+            progress.write(f"section {name} failed:\n{section['traceback']}")
+        section["seconds"] = round(time.perf_counter() - started, 1)
+        out[name] = section
+    return out
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="limiter side by side with limits, pyrate-limiter, token-bucket, "
+        "slowapi and flask-limiter.",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(SECTIONS),
+        metavar="SECTION",
+        help=f"run only this section (repeatable): {', '.join(SECTIONS)}",
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per comparison")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a ~1 minute smoke run")
+    parser.add_argument("--no-peers", action="store_true", help="measure limiter alone")
+    parser.add_argument("--no-render", action="store_true", help="write JSON only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS / "latest.json", help="results JSON path"
+    )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="re-render docs from the results JSON without measuring",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.render_only:
+        from .report import render
+
+        render(json.loads(args.output.read_text()), DOCS)
+        return 0
+    rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
+    settings = Settings(rounds=max(1, rounds), quick=args.quick, with_peers=not args.no_peers)
+    names = args.only or list(SECTIONS)
+    progress = Progress(enabled=not args.no_progress)
+    started = time.perf_counter()
+    try:
+        sections = run_sections(names, settings, progress)
+    finally:
+        progress.close()
+    results: Dict[str, Any] = {
+        "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "settings": {"rounds": settings.rounds, "quick": settings.quick},
+        "machine": machine(),
+        "seconds": round(time.perf_counter() - started, 1),
+        "sections": sections,
+    }
+    if args.only and args.output.exists():
+        # Merge into the previous results so one section can be re-run alone.
+        try:
+            previous = json.loads(args.output.read_text())
+            merged = dict(previous.get("sections", {}))
+            merged.update(sections)
+            results["sections"] = merged
+        except (OSError, ValueError):
+            pass
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=1, default=str))
+    print(f"results: {args.output}")
+    if not args.no_render:
+        from .report import render
+
+        for path in render(results, DOCS):
+            print(f"wrote {path}")
+    return 0
