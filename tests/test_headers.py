@@ -88,3 +88,12 @@ def test_from_a_real_limiter() -> None:
         ("X-RateLimit-Reset", "1002"),
         ("Retry-After", "1"),
     ]
+
+
+def test_float_noise_is_not_a_second_more() -> None:
+    noisy = result(reset_after=0.1 * 3 + 1.7, remaining=0, allowed=False, retry_after=1.0000000001)
+    assert noisy.reset_after == 2.0000000000000004
+    headers = dict(rate_limit_headers(noisy, now=NOW - 0.25, style="both"))
+    assert headers["RateLimit"] == '"default";r=0;t=2'
+    assert headers["X-RateLimit-Reset"] == "1700000002"
+    assert headers["Retry-After"] == "1"

@@ -7,7 +7,7 @@ from typing import List, Tuple
 
 from typing_extensions import Literal
 
-from .bucket import RateLimitResult
+from .bucket import TIME_EPSILON, RateLimitResult
 
 __all__ = ["HeaderStyle", "rate_limit_headers", "validate_style"]
 
@@ -23,8 +23,9 @@ def validate_style(style: str) -> HeaderStyle:
 
 
 def _up(seconds: float) -> int:
-    # Whole seconds, rounded up, never negative: a client told "0" retries at once.
-    return max(0, math.ceil(seconds))
+    # Whole seconds, rounded up, never negative.  Float noise below the bucket's
+    # slack (2.0000000000000004 after twenty steps of 0.1) is not a second more.
+    return max(0, math.ceil(seconds - TIME_EPSILON))
 
 
 def rate_limit_headers(
