@@ -91,7 +91,7 @@ def test_from_a_real_limiter() -> None:
 
 
 def test_float_noise_is_not_a_second_more() -> None:
-    noisy = result(reset_after=0.1 * 3 + 1.7, remaining=0, allowed=False, retry_after=1.0000000001)
+    noisy = result(reset_after=sum([0.1] * 20), remaining=0, allowed=False, retry_after=1.0000001)
     assert noisy.reset_after == 2.0000000000000004
     headers = dict(rate_limit_headers(noisy, now=NOW - 0.25, style="both"))
     assert headers["RateLimit"] == '"default";r=0;t=2'
