@@ -14,7 +14,7 @@ import io
 import pstats
 import random
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from .common import Measure, Progress, Settings, interleave, new_section
 from .peers import HIGH, LIBS, Lib, available
@@ -55,6 +55,13 @@ def _case(lib: Lib, keys: List[str], seq: List[str]) -> Any:
     return run
 
 
+def _recorder(errors: Dict[str, str]) -> Callable[[str, BaseException], None]:
+    def record(name: str, exc: BaseException) -> None:
+        errors[name] = repr(exc)
+
+    return record
+
+
 def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     section = new_section("core")
     libs = [lib for lib in LIBS if lib.ours or settings.with_peers]
@@ -79,13 +86,7 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             ops = max(100, int(budget * lib.weight))
             cases[lib.id] = _case(lib, keys, _sequence(keys, ops, rng))
         errors: Dict[str, str] = {}
-        samples = interleave(
-            cases,
-            rounds,
-            progress,
-            f"core {k} keys",
-            lambda name, exc: errors.__setitem__(name, repr(exc)),
-        )
+        samples = interleave(cases, rounds, progress, f"core {k} keys", _recorder(errors))
         group = "hot key" if k == 1 else f"{k:,} keys"
         for lib in libs:
             if lib.id not in cases:
@@ -135,7 +136,7 @@ def breakdown(settings: Settings) -> Dict[str, float]:
     d = {"k": 0j}
     now = time.time()
     state = step(None, now, limit, 1)[0]
-    prefix = limiter._prefix  # noqa: SLF001 - we are measuring it
+    prefix = limiter._prefix
     key = "hot"
     rng = range(n)
 

@@ -178,7 +178,13 @@ LIBS: List[Lib] = [
         0.5,
         max_keys=100_000,
     ),
-    Lib("limits.sliding", "limits sliding window counter hit()", "limits", make_limits_sliding, 0.5),
+    Lib(
+        "limits.sliding",
+        "limits sliding window counter hit()",
+        "limits",
+        make_limits_sliding,
+        0.5,
+    ),
     Lib("token_bucket", "token-bucket consume()", "token-bucket", make_token_bucket),
     Lib(
         "pyrate",
