@@ -1,0 +1,211 @@
+"""ASGI (3.0) rate-limiting middleware; works as Starlette/FastAPI middleware.
+
+>>> from limiter import RateLimiter
+>>> from limiter.adapters.asgi import RateLimitMiddleware
+>>> async def app(scope, receive, send):
+...     pass
+>>> app = RateLimitMiddleware(app, RateLimiter("10/second"))
+
+With Starlette or FastAPI: ``app.add_middleware(RateLimitMiddleware, limiter=limiter)``.
+"""
+
+from __future__ import annotations
+
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    MutableMapping,
+    Optional,
+    Tuple,
+    Union,
+)
+
+from ..keys import KeyFunc
+from ..ratelimiter import RateLimiter
+from .common import Cost, Guard, HeaderView, OnLimited, RequestInfo
+
+__all__ = ["RateLimitMiddleware", "request_info"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: The close code sent to refuse a limited WebSocket handshake when the server
+#: lacks the ``websocket.http.response`` extension: 1013, "try again later".
+WEBSOCKET_CLOSE_CODE = 1013
+
+
+class _ScopeHeaders(HeaderView):
+    # Decodes on demand: the default key reads no header at all.
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: Iterable[Any]) -> None:
+        self._raw = raw
+
+    def get_all(self, name: str) -> List[str]:
+        lname = name.lower().encode("latin-1")
+        # Servers lower-case names, but hand-built scopes may not.
+        return [bytes(v).decode("latin-1") for k, v in self._raw if bytes(k).lower() == lname]
+
+
+def _peer(scope: Scope) -> Optional[str]:
+    client = scope.get("client")
+    if not client:
+        return None
+    host = client[0]
+    return host if isinstance(host, str) and host else None
+
+
+def request_info(scope: Scope) -> RequestInfo:
+    """The ``RequestInfo`` of an ``http`` or ``websocket`` scope (never mutated)."""
+    return RequestInfo(
+        scope.get("method", "GET"),
+        scope.get("path", "/"),
+        _ScopeHeaders(scope.get("headers") or ()),
+        _peer(scope),
+        scope,
+    )
+
+
+# Header names repeat on every response: encode each once.
+_NAMES: Dict[str, bytes] = {}
+
+
+def _encode(headers: Iterable[Any]) -> List[Tuple[bytes, bytes]]:
+    names = _NAMES
+    out = []
+    for name, value in headers:
+        raw = names.get(name)
+        if raw is None:
+            raw = name.encode("latin-1")
+            if len(names) < 256:
+                names[name] = raw
+        out.append((raw, value.encode("latin-1")))
+    return out
+
+
+class RateLimitMiddleware:
+    """Rate-limit an ASGI app: ``app = RateLimitMiddleware(app, limiter)``.
+
+    ``http`` requests are checked with ``await limiter.acheck`` (async stores
+    never block the event loop).  Allowed responses get the rate-limit headers
+    appended to the app's ``http.response.start`` headers (the message is
+    copied, not modified); limited ones get a ``429`` JSON response without
+    calling the app.  A limited ``websocket`` handshake is refused with that
+    429 through the ``websocket.http.response`` extension when the server
+    offers it, otherwise with ``websocket.close`` (code 1013) before accept.
+    ``lifespan`` and unknown scope types pass through untouched.  The scope
+    is never mutated.
+
+    Options are those of the WSGI middleware (``limiter.adapters.wsgi``); bad
+    values raise ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: RateLimiter,
+        *,
+        key_func: Optional[KeyFunc] = None,
+        trusted_proxies: Union[str, Iterable[str]] = (),
+        ipv6_prefix: int = 64,
+        header_style: str = "x",
+        exempt: Optional[Callable[[RequestInfo], bool]] = None,
+        on_error: str = "allow",
+        cost: Cost = 1,
+        on_limited: Optional[OnLimited] = None,
+    ) -> None:
+        if not callable(app):
+            raise ValueError(f"app must be an ASGI callable, got {app!r}")
+        self.app = app
+        self.guard = Guard(
+            limiter,
+            key_func=key_func,
+            trusted_proxies=trusted_proxies,
+            ipv6_prefix=ipv6_prefix,
+            header_style=header_style,
+            exempt=exempt,
+            on_error=on_error,
+            cost=cost,
+            on_limited=on_limited,
+        )
+        self._adecide = self.guard.adecide
+        self._select = self.guard.select
+        self._outcome = self.guard.outcome
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Guard.adecide, inlined: one coroutine less per request.
+        request = RequestInfo(
+            scope.get("method", "GET"),
+            scope.get("path", "/"),
+            _ScopeHeaders(scope.get("headers") or ()),
+            _peer(scope),
+            scope,
+        )
+        chosen = self._select(request)
+        if chosen is None:
+            await self.app(scope, receive, send)
+            return
+        limiter, key, cost = chosen
+        try:
+            result = await limiter.acheck(key, cost)
+        except Exception:  # any store failure goes to on_error, never a 500
+            outcome = self.guard.failed()
+        else:
+            outcome = self._outcome(request, result)
+        if isinstance(outcome, list):
+            if not outcome:
+                await self.app(scope, receive, send)
+                return
+            extra = _encode(outcome)
+
+            async def send_with_headers(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = dict(message)
+                    message["headers"] = [*message.get("headers", ()), *extra]
+                await send(message)
+
+            await self.app(scope, receive, send_with_headers)
+            return
+        status, headers, body = outcome
+        await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
+        head = scope.get("method") == "HEAD"
+        await send({"type": "http.response.body", "body": b"" if head else body})
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        outcome = await self._adecide(request_info(scope))
+        if isinstance(outcome, list):
+            await self.app(scope, receive, send)
+            return
+        status, headers, body = outcome
+        # The handshake starts with websocket.connect; answer it, not before.
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return  # the client went away already
+        extensions: Dict[str, Any] = scope.get("extensions") or {}
+        if "websocket.http.response" in extensions:
+            await send(
+                {
+                    "type": "websocket.http.response.start",
+                    "status": status,
+                    "headers": _encode(headers),
+                }
+            )
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": WEBSOCKET_CLOSE_CODE})

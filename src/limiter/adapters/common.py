@@ -1,0 +1,329 @@
+"""What the three adapters share: the request view, the decision and the responses.
+
+An adapter translates its protocol into a ``RequestInfo``, asks a ``Guard``
+for a decision and translates the decision back.  Everything else (exemption,
+the key, the cost, the check, the headers, the 429 and 503 bodies, store
+failures) happens here, once.
+"""
+
+from __future__ import annotations
+
+import http
+import logging
+import math
+import time
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Tuple,
+    Union,
+)
+
+from ..bucket import RateLimitResult
+from ..headers import rate_limit_headers, validate_style
+from ..keys import ClientIP, KeyFunc
+from ..ratelimiter import RateLimiter
+
+__all__ = [
+    "DENIED_BODY",
+    "UNAVAILABLE_BODY",
+    "Guard",
+    "HeaderList",
+    "HeaderView",
+    "Headers",
+    "OnLimited",
+    "RequestInfo",
+    "Response",
+    "default_on_limited",
+]
+
+HeaderList = List[Tuple[str, str]]
+
+#: The body of the default 429 response, exactly.
+DENIED_BODY = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
+#: The body of the 503 sent when the store fails and ``on_error="deny"``.
+UNAVAILABLE_BODY = (
+    b'{"status":503,"code":"rate_limiter_unavailable","message":"rate limiter unavailable"}'
+)
+#: Seconds between two log records about store failures (fail-open is logged
+#: once per interval, not once per request, so an outage cannot flood the log).
+ERROR_LOG_INTERVAL = 60.0
+
+_log = logging.getLogger("limiter.adapters")
+_JSON = ("Content-Type", "application/json")
+
+
+class HeaderView:
+    """Request headers, read-only, names case-insensitive.
+
+    ``get(name)`` is every field line of ``name`` joined with ``", "`` (how
+    HTTP combines repeated fields), or ``default`` when absent.
+    ``get_all(name)`` is the list of field lines as received (``[]`` when
+    absent).  WSGI servers combine repeated fields before the app sees them,
+    so there ``get_all`` has at most one element.  Values are ``str`` (bytes
+    decoded as latin-1, as HTTP and PEP 3333 do).
+    """
+
+    __slots__ = ()
+
+    def get_all(self, name: str) -> List[str]:
+        """Every field line of ``name``, in order; ``[]`` when absent."""
+        raise NotImplementedError
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        """All field lines of ``name`` joined with ``", "``, or ``default``."""
+        lines = self.get_all(name)
+        if not lines:
+            return default
+        return lines[0] if len(lines) == 1 else ", ".join(lines)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and bool(self.get_all(name))
+
+
+class Headers(HeaderView):
+    """Headers from a mapping or from ``(name, value)`` pairs (repeats allowed).
+
+    For tests and custom adapters: ``Headers({"X-API-Key": "k"})``,
+    ``Headers([("x-forwarded-for", "1.2.3.4"), ("x-forwarded-for", "5.6.7.8")])``.
+    """
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, headers: Union[Mapping[str, str], Iterable[Tuple[str, str]]] = ()) -> None:
+        items = headers.items() if isinstance(headers, Mapping) else headers
+        self._pairs = [(str(k).lower(), str(v)) for k, v in items]
+
+    def get_all(self, name: str) -> List[str]:
+        """Every value of ``name``, in order; ``[]`` when absent."""
+        lname = name.lower()
+        return [v for k, v in self._pairs if k == lname]
+
+    def __repr__(self) -> str:
+        return f"Headers({self._pairs!r})"
+
+
+class RequestInfo:
+    """One request, as every adapter sees it; what ``key_func``, ``exempt`` and ``cost`` receive.
+
+    ``method``: ``"GET"``, ``"POST"``, ...  ``path``: the URL path,
+    percent-decoded, without the query string.  ``headers``: a ``HeaderView``
+    (a mapping or list of pairs is wrapped in ``Headers``).  ``peer``: the
+    socket peer's address as the server reports it (``"203.0.113.7"``), or
+    ``None`` when there is none (a Unix socket, WSGI without ``REMOTE_ADDR``).
+    ``native``: the protocol's own object (the WSGI environ, the ASGI scope,
+    the ``BaseHTTPRequestHandler``), for key functions that need more and
+    accept being tied to one adapter.
+    """
+
+    __slots__ = ("headers", "method", "native", "path", "peer")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        headers: Union[HeaderView, Mapping[str, str], Iterable[Tuple[str, str]], None] = None,
+        peer: Optional[str] = None,
+        native: Any = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        if not isinstance(headers, HeaderView):
+            headers = Headers(() if headers is None else headers)
+        self.headers: HeaderView = headers
+        self.peer = peer
+        self.native = native
+
+    def __repr__(self) -> str:
+        return f"RequestInfo({self.method!r}, {self.path!r}, peer={self.peer!r})"
+
+
+class Response(NamedTuple):
+    """A response that replaces the app's: ``status`` (int), ``headers`` (str pairs), ``body``."""
+
+    status: int
+    headers: HeaderList
+    body: bytes
+
+
+#: ``on_limited(request, result, headers) -> Response``: builds the response to
+#: a limited request.  ``headers`` are the rate-limit headers (with
+#: ``Retry-After``) the default response carries; include them.
+OnLimited = Callable[[RequestInfo, RateLimitResult, HeaderList], Response]
+
+_DENIED_TAIL = [_JSON, ("Content-Length", str(len(DENIED_BODY)))]
+_UNAVAILABLE = Response(
+    503, [_JSON, ("Content-Length", str(len(UNAVAILABLE_BODY)))], UNAVAILABLE_BODY
+)
+
+
+def default_on_limited(
+    request: RequestInfo, result: RateLimitResult, headers: HeaderList
+) -> Response:
+    """``429 Too Many Requests``, ``headers``, JSON content type and ``DENIED_BODY``."""
+    return Response(429, headers + _DENIED_TAIL, DENIED_BODY)
+
+
+_REASONS: Dict[int, str] = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
+
+
+def status_line(status: int) -> str:
+    """``429`` -> ``"429 Too Many Requests"`` (WSGI's status string)."""
+    line = _REASONS.get(status)
+    return line if line is not None else f"{status} Unknown"
+
+
+Cost = Union[float, Callable[[RequestInfo], float]]
+#: What ``Guard.select`` picks for a request: the limiter, the key and the cost.
+Selection = Tuple[RateLimiter, str, float]
+#: A decision: a list of headers to add to the app's response (the request
+#: proceeds; the list may be empty) or a ``Response`` to send instead.
+Outcome = Union[HeaderList, Response]
+
+_NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
+
+
+def _check_cost(cost: object) -> float:
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r}")
+    if not cost >= 0:  # also catches NaN
+        raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r}")
+    return cost
+
+
+class Guard:
+    """The decision every adapter delegates to; built once per middleware.
+
+    ``decide(request)`` (or ``await adecide(request)``) returns either the
+    headers to append to the app's response or a ``Response`` to send
+    instead.  ``select(request)`` chooses ``(limiter, key, cost)`` or ``None``
+    (exempt); it is the one place a per-route rule table plugs in.
+
+    Errors: ``key_func``, ``exempt``, ``cost`` and ``on_limited`` are the
+    application's code and their exceptions propagate (a bug should be seen,
+    not silently exempt or block traffic); a ``key_func`` returning neither
+    ``str`` nor ``None`` is a ``TypeError``.  Any exception raised by the
+    limiter call itself (``StoreError`` from a store that is down, or anything
+    else a store raises) is handled by ``on_error``: ``"allow"`` lets the
+    request through without rate-limit headers and logs to the
+    ``limiter.adapters`` logger at most once per ``ERROR_LOG_INTERVAL``;
+    ``"deny"`` answers ``503`` with ``UNAVAILABLE_BODY``.
+    """
+
+    __slots__ = (
+        "_cost",
+        "_cost_func",
+        "_next_log",
+        "client_ip",
+        "exempt",
+        "header_style",
+        "key_func",
+        "limiter",
+        "on_error",
+        "on_limited",
+    )
+
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        *,
+        key_func: Optional[KeyFunc] = None,
+        trusted_proxies: Union[str, Iterable[str]] = (),
+        ipv6_prefix: int = 64,
+        header_style: str = "x",
+        exempt: Optional[Callable[[RequestInfo], bool]] = None,
+        on_error: str = "allow",
+        cost: Cost = 1,
+        on_limited: Optional[OnLimited] = None,
+    ) -> None:
+        if not isinstance(limiter, RateLimiter):
+            raise ValueError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
+        for name, func in (("key_func", key_func), ("exempt", exempt), ("on_limited", on_limited)):
+            if func is not None and not callable(func):
+                raise ValueError(f"{name} must be callable or None, got {func!r}")
+        if on_error not in ("allow", "deny"):
+            raise ValueError(f"on_error must be 'allow' or 'deny', got {on_error!r}")
+        self.limiter = limiter
+        self.key_func = key_func
+        self.exempt = exempt
+        self.client_ip = ClientIP(trusted_proxies, ipv6_prefix)
+        self.header_style = validate_style(header_style)
+        self.on_error = on_error
+        self.on_limited: OnLimited = default_on_limited if on_limited is None else on_limited
+        if callable(cost):
+            self._cost_func: Optional[Callable[[RequestInfo], float]] = cost
+            self._cost: float = 1
+        else:
+            self._cost_func = None
+            self._cost = _check_cost(cost)
+        self._next_log = -math.inf
+
+    def select(self, request: RequestInfo) -> Optional[Selection]:
+        """``(limiter, key, cost)`` for ``request``, or ``None`` when it is exempt."""
+        exempt = self.exempt
+        if exempt is not None and exempt(request):
+            return None
+        key = None
+        key_func = self.key_func
+        if key_func is not None:
+            key = key_func(request)
+            if key is not None and type(key) is not str:
+                raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
+        if key is None:
+            key = self.client_ip(request)
+        cost_func = self._cost_func
+        cost = self._cost if cost_func is None else _check_cost(cost_func(request))
+        return self.limiter, key, cost
+
+    def decide(self, request: RequestInfo) -> Outcome:
+        """The outcome for ``request`` with a synchronous store."""
+        chosen = self.select(request)
+        if chosen is None:
+            return _NO_HEADERS
+        limiter, key, cost = chosen
+        try:
+            result = limiter.check(key, cost)
+        except Exception:  # any store failure goes to on_error, never a 500
+            return self.failed()
+        return self.outcome(request, result)
+
+    async def adecide(self, request: RequestInfo) -> Outcome:
+        """The outcome for ``request``; the store is awaited (``acheck``)."""
+        chosen = self.select(request)
+        if chosen is None:
+            return _NO_HEADERS
+        limiter, key, cost = chosen
+        try:
+            result = await limiter.acheck(key, cost)
+        except Exception:  # any store failure goes to on_error, never a 500
+            return self.failed()
+        return self.outcome(request, result)
+
+    def outcome(self, request: RequestInfo, result: RateLimitResult) -> Outcome:
+        """The headers for an allowed ``result``, or ``on_limited``'s response."""
+        # X-RateLimit-Reset is Unix time whatever clock the limiter runs on.
+        headers = rate_limit_headers(result, now=time.time(), style=self.header_style)
+        if result[0]:
+            return headers
+        return self.on_limited(request, result, headers)
+
+    def failed(self) -> Outcome:
+        """Apply ``on_error`` to the store exception being handled (call in ``except``)."""
+        now = time.monotonic()
+        if now >= self._next_log:
+            self._next_log = now + ERROR_LOG_INTERVAL
+            action = "allowing" if self.on_error == "allow" else "denying (503)"
+            _log.warning(
+                "rate limiter %r failed; %s requests (logged once per %gs)",
+                self.limiter.name,
+                action,
+                ERROR_LOG_INTERVAL,
+                exc_info=True,
+            )
+        return _NO_HEADERS if self.on_error == "allow" else _UNAVAILABLE

@@ -1,0 +1,145 @@
+"""Rate limiting for the standard library's ``http.server``.
+
+>>> from http.server import BaseHTTPRequestHandler
+>>> from limiter import RateLimiter
+>>> from limiter.adapters.httpserver import rate_limited
+>>> @rate_limited(RateLimiter("10/second"))
+... class Handler(BaseHTTPRequestHandler):
+...     def do_GET(self):
+...         self.send_response(200)
+...         self.end_headers()
+"""
+
+from __future__ import annotations
+
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Callable, Iterable, List, Optional, Type, TypeVar, Union
+from urllib.parse import unquote
+
+from ..keys import KeyFunc
+from ..ratelimiter import RateLimiter
+from .common import Cost, Guard, HeaderList, HeaderView, OnLimited, RequestInfo
+
+__all__ = ["rate_limited", "request_info"]
+
+_NONE: HeaderList = []  # shared and never mutated
+H = TypeVar("H", bound=Type[BaseHTTPRequestHandler])
+
+
+class _MessageHeaders(HeaderView):
+    __slots__ = ("_message",)
+
+    def __init__(self, message: Any) -> None:
+        self._message = message
+
+    def get_all(self, name: str) -> List[str]:
+        values = self._message.get_all(name) if self._message is not None else None
+        return [] if values is None else [str(v) for v in values]
+
+
+def request_info(handler: BaseHTTPRequestHandler) -> RequestInfo:
+    """The ``RequestInfo`` of a handler whose request line and headers are parsed."""
+    target = handler.path
+    if target[:1] != "/" and "://" in target:  # absolute-form request target
+        target = "/" + target.split("://", 1)[1].partition("/")[2]
+    path = target.partition("?")[0].partition("#")[0]
+    if "%" in path:
+        path = unquote(path, errors="replace")
+    address = handler.client_address
+    peer = address[0] if isinstance(address, tuple) and address and address[0] else None
+    return RequestInfo(
+        handler.command or "GET",
+        path,
+        _MessageHeaders(getattr(handler, "headers", None)),
+        peer if isinstance(peer, str) else None,
+        handler,
+    )
+
+
+def rate_limited(
+    limiter: RateLimiter,
+    *,
+    key_func: Optional[KeyFunc] = None,
+    trusted_proxies: Union[str, Iterable[str]] = (),
+    ipv6_prefix: int = 64,
+    header_style: str = "x",
+    exempt: Optional[Callable[[RequestInfo], bool]] = None,
+    on_error: str = "allow",
+    cost: Cost = 1,
+    on_limited: Optional[OnLimited] = None,
+) -> Callable[[H], H]:
+    """Class decorator limiting every request a ``BaseHTTPRequestHandler`` subclass serves.
+
+    Returns a subclass (same name) that checks each request once its headers
+    are parsed, before any ``do_<METHOD>`` runs, so every method is limited,
+    including ones the class does not implement.  Allowed responses get the
+    rate-limit headers added at ``end_headers()``; a limited request gets the
+    429 (no body for ``HEAD``) and ``do_<METHOD>`` is not called.  A limited
+    request with a body is answered with ``Connection: close``, since its
+    unread body cannot be left on a kept-alive connection.  Thread-safe under
+    ``ThreadingHTTPServer``.  Options are those of the WSGI middleware; the
+    store must be synchronous.
+    """
+    if isinstance(limiter, RateLimiter) and not callable(getattr(limiter.store, "apply", None)):
+        raise ValueError(f"http.server needs a synchronous store; {limiter.store!r} is async only")
+    guard = Guard(
+        limiter,
+        key_func=key_func,
+        trusted_proxies=trusted_proxies,
+        ipv6_prefix=ipv6_prefix,
+        header_style=header_style,
+        exempt=exempt,
+        on_error=on_error,
+        cost=cost,
+        on_limited=on_limited,
+    )
+    decide = guard.decide
+
+    def decorate(cls: H) -> H:
+        if not (isinstance(cls, type) and issubclass(cls, BaseHTTPRequestHandler)):
+            raise ValueError(
+                f"rate_limited decorates BaseHTTPRequestHandler subclasses, got {cls!r}"
+            )
+
+        class Limited(cls):  # type: ignore[valid-type,misc]
+            _limiter_pending: HeaderList = _NONE
+
+            def parse_request(self) -> bool:
+                self._limiter_pending = _NONE
+                if not super().parse_request():
+                    return False
+                outcome = decide(request_info(self))
+                if isinstance(outcome, list):
+                    self._limiter_pending = outcome
+                    return True
+                status, headers, body = outcome
+                has_body = self.headers.get("Content-Length", "0").strip() not in ("", "0")
+                if has_body or "Transfer-Encoding" in self.headers:
+                    self.close_connection = True
+                # send_response() also logs the request, as for any response.
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                if self.close_connection and self.request_version != "HTTP/0.9":
+                    self.send_header("Connection", "close")
+                super().end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+                return False
+
+            def end_headers(self) -> None:
+                pending = self._limiter_pending
+                if pending:
+                    self._limiter_pending = _NONE
+                    for name, value in pending:
+                        self.send_header(name, value)
+                super().end_headers()
+
+        Limited.__name__ = cls.__name__
+        Limited.__qualname__ = cls.__qualname__
+        Limited.__module__ = cls.__module__
+        Limited.__doc__ = cls.__doc__
+        Limited.limiter_guard = guard
+        return Limited  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,141 @@
+"""WSGI (PEP 3333) rate-limiting middleware.
+
+>>> from limiter import RateLimiter
+>>> from limiter.adapters.wsgi import RateLimitMiddleware
+>>> def app(environ, start_response):
+...     start_response("200 OK", [("Content-Type", "text/plain")])
+...     return [b"hello"]
+>>> app = RateLimitMiddleware(app, RateLimiter("10/second"))
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+from ..keys import KeyFunc
+from ..ratelimiter import RateLimiter
+from .common import Cost, Guard, HeaderView, OnLimited, RequestInfo, status_line
+
+__all__ = ["RateLimitMiddleware", "request_info"]
+
+Environ = Dict[str, Any]
+StartResponse = Callable[..., Callable[[bytes], object]]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+_SPECIAL = {"CONTENT-TYPE": "CONTENT_TYPE", "CONTENT-LENGTH": "CONTENT_LENGTH"}
+
+
+class _EnvironHeaders(HeaderView):
+    # Reads HTTP_* variables on demand: a request whose key needs no header
+    # pays for no header decoding.
+    __slots__ = ("_environ",)
+
+    def __init__(self, environ: Environ) -> None:
+        self._environ = environ
+
+    def get_all(self, name: str) -> List[str]:
+        upper = name.upper()
+        var = _SPECIAL.get(upper) or "HTTP_" + upper.replace("-", "_")
+        value = self._environ.get(var)
+        return [] if value is None else [value]
+
+
+def _path(environ: Environ) -> str:
+    path: str = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+    if not path.isascii():
+        # PEP 3333 hands over the raw bytes decoded as latin-1; re-decode as UTF-8.
+        with contextlib.suppress(UnicodeEncodeError):
+            path = path.encode("latin-1").decode("utf-8", "replace")
+    return path
+
+
+def request_info(environ: Environ) -> RequestInfo:
+    """The ``RequestInfo`` of a WSGI environ (``peer`` is ``REMOTE_ADDR`` or ``None``)."""
+    return RequestInfo(
+        environ.get("REQUEST_METHOD", "GET"),
+        _path(environ),
+        _EnvironHeaders(environ),
+        environ.get("REMOTE_ADDR") or None,
+        environ,
+    )
+
+
+class RateLimitMiddleware:
+    """Rate-limit a WSGI app: ``app = RateLimitMiddleware(app, limiter)``.
+
+    Allowed requests reach ``app`` untouched and its response gets the
+    rate-limit headers (``header_style``: ``"x"``, ``"draft"`` or ``"both"``)
+    appended after its own.  The app's iterable is returned as is (never
+    buffered, its ``close()`` is the server's to call) and ``exc_info`` is
+    passed through to the server's ``start_response``.  Limited requests get
+    a ``429`` JSON response (or ``on_limited(request, result, headers)``'s)
+    without calling ``app``; ``HEAD`` requests get the headers and no body.
+
+    ``key_func(request) -> str | None`` (default: the client IP, see
+    ``limiter.keys.ClientIP`` for ``trusted_proxies`` and ``ipv6_prefix``),
+    ``exempt(request) -> bool``, ``cost`` (tokens, a number or
+    ``callable(request)``) and ``on_error`` (``"allow"`` or ``"deny"``) are
+    described in ``limiter.adapters.common.Guard``.  The limiter's store must
+    be synchronous.  Bad options raise ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        limiter: RateLimiter,
+        *,
+        key_func: Optional[KeyFunc] = None,
+        trusted_proxies: Union[str, Iterable[str]] = (),
+        ipv6_prefix: int = 64,
+        header_style: str = "x",
+        exempt: Optional[Callable[[RequestInfo], bool]] = None,
+        on_error: str = "allow",
+        cost: Cost = 1,
+        on_limited: Optional[OnLimited] = None,
+    ) -> None:
+        if not callable(app):
+            raise ValueError(f"app must be a WSGI callable, got {app!r}")
+        if isinstance(limiter, RateLimiter) and not callable(getattr(limiter.store, "apply", None)):
+            raise ValueError(f"WSGI needs a synchronous store; {limiter.store!r} is async only")
+        self.app = app
+        self.guard = Guard(
+            limiter,
+            key_func=key_func,
+            trusted_proxies=trusted_proxies,
+            ipv6_prefix=ipv6_prefix,
+            header_style=header_style,
+            exempt=exempt,
+            on_error=on_error,
+            cost=cost,
+            on_limited=on_limited,
+        )
+        self._decide = self.guard.decide
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        request = RequestInfo(
+            method,
+            _path(environ),
+            _EnvironHeaders(environ),
+            environ.get("REMOTE_ADDR") or None,
+            environ,
+        )
+        outcome = self._decide(request)
+        if isinstance(outcome, list):
+            if not outcome:
+                return self.app(environ, start_response)
+            extra: List[Tuple[str, str]] = outcome
+
+            def start_with_headers(
+                status: str, headers: List[Tuple[str, str]], exc_info: Any = None
+            ) -> Callable[[bytes], object]:
+                # A new list: the app's own list and headers stay as they were.
+                if exc_info is None:
+                    return start_response(status, [*headers, *extra])
+                return start_response(status, [*headers, *extra], exc_info)
+
+            return self.app(environ, start_with_headers)
+        status, headers, body = outcome
+        start_response(status_line(status), list(headers))
+        return [b"" if method == "HEAD" else body]
