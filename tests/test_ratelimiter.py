@@ -26,7 +26,7 @@ class TestArguments:
         ],
     )
     def test_rate_forms(self, rate: object, burst: object, expected: Limit) -> None:
-        assert RateLimiter(rate, burst).limit == expected  # type: ignore[arg-type]
+        assert RateLimiter(rate, burst).limits == (expected,)  # type: ignore[arg-type]
 
     @pytest.mark.parametrize(
         "rate, burst",

@@ -42,6 +42,7 @@ Lua, checked against this file by a property test.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
@@ -104,10 +105,13 @@ class Limit:
     is the sustained pace.  ``Limit(10, 20)`` admits 20 requests at once, then
     10 per second.  Both are validated: ``rate`` must be finite and > 0,
     ``burst`` an integer >= 1; anything else is a ``ValueError`` naming it.
+    ``name`` labels the policy in the IETF draft headers (``"default"``); it
+    does not take part in equality.
     """
 
     rate: float
     burst: int
+    name: str = field(default="default", compare=False)
     #: Seconds one token takes to refill (``1 / rate``).
     interval: float = field(init=False, repr=False, compare=False)
     #: Seconds an empty bucket takes to fill (``burst / rate``).
@@ -119,6 +123,15 @@ class Limit:
     def __post_init__(self) -> None:
         rate = _positive_rate(self.rate)
         burst = _positive_burst(self.burst)
+        if (
+            not isinstance(self.name, str)
+            or not self.name
+            or not all(" " <= c <= "~" and c not in '"\\' for c in self.name)
+        ):
+            raise ValueError(
+                f"limit name must be printable ASCII without quotes or backslashes, "
+                f"got {self.name!r}"
+            )
         object.__setattr__(self, "rate", rate)
         object.__setattr__(self, "burst", burst)
         object.__setattr__(self, "interval", 1.0 / rate)
@@ -156,15 +169,34 @@ class Limit:
         """
         if isinstance(rate, Limit):
             if burst is not None and burst != rate.burst:
-                return cls(rate.rate, burst)
+                return cls(rate.rate, burst, rate.name)
             return rate
         if isinstance(rate, str):
             return cls.parse(rate, burst)
         value = _positive_rate(rate)
         return cls(value, max(1, math.ceil(value)) if burst is None else burst)
 
+    @classmethod
+    def parse_many(cls, text: str) -> Tuple[Limit, ...]:
+        """Parse ``"10/second;1000/hour"`` (``;`` or ``,`` between limits).
+
+        Each limit is named after its own text (``"10/second"``) when there are
+        several, so the draft headers can tell them apart.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"rate string must be a str like '10/second', got {text!r}")
+        parts = [part.strip() for part in re.split(r"[;,]", text)]
+        if len(parts) == 1:
+            return (cls.parse(text),)
+        if not all(parts):
+            raise ValueError(f"cannot parse rate {text!r}: empty limit between separators")
+        return tuple(
+            dataclasses.replace(cls.parse(part), name=" ".join(part.split())) for part in parts
+        )
+
     def __str__(self) -> str:
-        return f"{self.rate:g}/s burst {self.burst}"
+        label = "" if self.name == "default" else f" ({self.name})"
+        return f"{self.rate:g}/s burst {self.burst}{label}"
 
 
 class RateLimitResult(NamedTuple):
@@ -179,6 +211,7 @@ class RateLimitResult(NamedTuple):
     ``window``: seconds an empty bucket takes to fill (``burst / rate``).
     ``results``: with several limits, one result per limit (see ``step_all``);
     empty for a single limit.
+    ``policy``: the name of the limit this result describes (``Limit.name``).
     """
 
     allowed: bool
@@ -188,6 +221,7 @@ class RateLimitResult(NamedTuple):
     retry_after: float
     window: float
     results: Tuple[RateLimitResult, ...] = ()
+    policy: str = "default"
 
 
 # Results are built with ``tuple.__new__``: it skips NamedTuple's Python-level
@@ -234,15 +268,15 @@ def step(
             remaining = limit.burst
         if cost == 0:
             return state, tuple.__new__(
-                RateLimitResult, (True, limit.burst, remaining, debt, 0.0, window, ())
+                RateLimitResult, (True, limit.burst, remaining, debt, 0.0, window, (), limit.name)
             )
         return complex(after, now), tuple.__new__(
-            RateLimitResult, (True, limit.burst, remaining, after, 0.0, window, ())
+            RateLimitResult, (True, limit.burst, remaining, after, 0.0, window, (), limit.name)
         )
     remaining = int((window - debt + limit.slack) * limit.rate)
     retry = after - window if cost <= limit.burst else math.inf
     return state, tuple.__new__(
-        RateLimitResult, (False, limit.burst, remaining, debt, retry, window, ())
+        RateLimitResult, (False, limit.burst, remaining, debt, retry, window, (), limit.name)
     )
 
 

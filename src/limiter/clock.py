@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -13,14 +14,24 @@ __all__ = ["Clock", "ManualClock", "SystemClock"]
 
 @runtime_checkable
 class Clock(Protocol):
-    """Anything with ``now() -> float``: seconds, monotonic or not.
+    """Where time comes from: ``now()`` in seconds, and a way to wait.
 
     The bucket tolerates a clock that steps backwards (it grants nothing for
-    the lost time and locks no one out), so wall-clock time is fine.
+    the lost time and locks no one out), so wall-clock time is fine.  Checks
+    only call ``now()``; ``sleep``/``asleep`` are used by ``acquire`` and the
+    ``limit`` decorator when they wait for a token.
     """
 
     def now(self) -> float:
         """The current time in seconds."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds``."""
+        ...
+
+    async def asleep(self, seconds: float) -> None:
+        """Suspend the calling task for ``seconds``."""
         ...
 
 
@@ -36,6 +47,14 @@ class SystemClock:
     def now(self) -> float:
         """``time.time()``."""
         return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep(seconds)``."""
+        time.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        """``await asyncio.sleep(seconds)``."""
+        await asyncio.sleep(seconds)
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -54,6 +73,7 @@ class ManualClock:
 
     ``ManualClock(start=0.0)`` reads ``start`` until ``advance(seconds)``
     (seconds >= 0) or ``set(t)`` (any finite time, backwards included) moves it.
+    ``sleep(seconds)`` and ``asleep(seconds)`` advance it instead of waiting.
     """
 
     def __init__(self, start: float = 0.0) -> None:
@@ -74,6 +94,15 @@ class ManualClock:
         with self._lock:
             self._now += seconds
             return self._now
+
+    def sleep(self, seconds: float) -> None:
+        """Advance by ``seconds`` at once instead of waiting: tests never really sleep."""
+        self.advance(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        """Advance by ``seconds``, then yield to the event loop once."""
+        self.advance(seconds)
+        await asyncio.sleep(0)
 
     def set(self, t: float) -> None:
         """Jump to time ``t`` (seconds), forwards or backwards."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from typing_extensions import Literal
 
@@ -33,7 +33,7 @@ def rate_limit_headers(
     *,
     now: float,
     style: str = "x",
-    policy: str = "default",
+    policy: Optional[str] = None,
 ) -> List[Tuple[str, str]]:
     """The headers that tell a client where it stands, as ``(name, value)`` pairs.
 
@@ -41,10 +41,12 @@ def rate_limit_headers(
 
     * ``"x"``: ``X-RateLimit-Limit`` (burst), ``X-RateLimit-Remaining`` (whole
       tokens), ``X-RateLimit-Reset`` (Unix time, seconds, rounded up, when the
-      bucket is full again).
+      bucket is full again).  With several limits: the most restrictive one.
     * ``"draft"``: draft-ietf-httpapi-ratelimit-headers-10,
-      ``RateLimit-Policy: "default";q=<burst>;w=<seconds to refill from empty>``
-      and ``RateLimit: "default";r=<remaining>;t=<seconds until full>``.
+      ``RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill from empty>``
+      and ``RateLimit: "<name>";r=<remaining>;t=<seconds until full>``; with
+      several limits, one list item per limit.  The name is the limit's
+      (``"default"``) unless ``policy`` overrides it for a single limit.
     * ``"both"``: all of the above.
 
     Every style adds ``Retry-After`` (whole seconds, rounded up, at least 1) to a
@@ -58,10 +60,24 @@ def rate_limit_headers(
         headers.append(("X-RateLimit-Remaining", str(result.remaining)))
         headers.append(("X-RateLimit-Reset", str(_up(now + result.reset_after))))
     if style != "x":
-        window = _up(result.window)
-        headers.append(("RateLimit-Policy", f'"{policy}";q={result.limit};w={window}'))
-        reset = _up(result.reset_after)
-        headers.append(("RateLimit", f'"{policy}";r={result.remaining};t={reset}'))
+        parts = result.results or (result,)
+        names = (
+            [policy or r.policy for r in parts] if len(parts) == 1 else [r.policy for r in parts]
+        )
+        headers.append(
+            (
+                "RateLimit-Policy",
+                ", ".join(f'"{n}";q={r.limit};w={_up(r.window)}' for n, r in zip(names, parts)),
+            )
+        )
+        headers.append(
+            (
+                "RateLimit",
+                ", ".join(
+                    f'"{n}";r={r.remaining};t={_up(r.reset_after)}' for n, r in zip(names, parts)
+                ),
+            )
+        )
     if not result.allowed and math.isfinite(result.retry_after):
         headers.append(("Retry-After", str(max(1, _up(result.retry_after)))))
     return headers

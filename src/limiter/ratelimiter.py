@@ -1,53 +1,111 @@
-"""``RateLimiter``: the object users hold.  It binds a limit, a store and a clock."""
+"""``RateLimiter``: the object users hold.  It binds limits, a store and a clock."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import logging
 import math
 import threading
-from typing import Callable, Optional, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from .backends.memory import MemoryStore
 from .bucket import Limit, RateLimitResult
 from .clock import Clock, SystemClock
 from .store import AsyncStore, Store
 
-__all__ = ["MAX_KEY_LENGTH", "RateLimiter"]
+__all__ = ["MAX_KEY_LENGTH", "RateLimitExceeded", "RateLimiter"]
 
 _Apply = Callable[[str, Limit, float, Optional[float]], RateLimitResult]
+F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("limiter")
 
 #: Keys longer than this many characters are stored as a SHA-256 digest, so a
 #: 1 MB API key costs 71 bytes of key, not 1 MB.
 MAX_KEY_LENGTH = 256
 
+RateSpec = Union[Limit, str, float, Sequence[Union[Limit, str]]]
+
+
+class RateLimitExceeded(Exception):
+    """Raised when a request may not proceed and waiting is not an option.
+
+    ``retry_after``: seconds until it could pass (``inf`` if it never can);
+    ``result``: the ``RateLimitResult`` that refused it.
+    """
+
+    def __init__(self, result: RateLimitResult) -> None:
+        self.result = result
+        self.retry_after = result.retry_after
+        super().__init__(f"rate limit exceeded; retry after {result.retry_after:.3f} s")
+
+
+def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
+    if isinstance(rate, str):
+        parsed = Limit.parse_many(rate)
+        if burst is None:
+            return parsed
+        if len(parsed) > 1:
+            raise ValueError(f"burst={burst!r} is ambiguous with several limits in {rate!r}")
+        return (Limit.parse(rate, burst),)
+    if isinstance(rate, (list, tuple)):
+        if burst is not None:
+            raise ValueError(f"burst={burst!r} is ambiguous with a list of limits")
+        if not rate:
+            raise ValueError("need at least one limit, got an empty list")
+        limits: List[Limit] = []
+        for item in rate:
+            if isinstance(item, Limit):
+                limits.append(item)
+            elif isinstance(item, str):
+                limits.extend(Limit.parse_many(item))
+            else:
+                raise ValueError(
+                    f"each limit must be a Limit or a string like '10/second', got {item!r}"
+                )
+        return tuple(limits)
+    return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
+
+
+def _distinct_names(limits: Tuple[Limit, ...]) -> Tuple[Limit, ...]:
+    # The draft headers tell policies apart by name: two "default"s would not do.
+    if len({lim.name for lim in limits}) == len(limits):
+        return limits
+    return tuple(
+        Limit(lim.rate, lim.burst, f"{lim.burst}per{lim.window:g}s#{i}")
+        for i, lim in enumerate(limits)
+    )
+
 
 class RateLimiter:
-    """A token-bucket limit applied per key.
+    """A token-bucket limit (or several) applied per key.
 
     ``rate``: tokens per second (a positive number), a string such as
-    ``"100/minute"`` or ``"5 per second"``, or a ``Limit``.
-    ``burst``: bucket capacity in tokens; defaults to N for ``"N/unit"`` and to
-    ``ceil(rate)`` (at least 1) for a number.
+    ``"100/minute"``, ``"5 per second"`` or ``"10/second;1000/hour"``, a
+    ``Limit``, or a list of ``Limit``s and strings.  With several limits a
+    request passes only if every one allows it, and a refused request takes
+    nothing from any of them.
+    ``burst``: bucket capacity in tokens for a single limit; defaults to N for
+    ``"N/unit"`` and to ``ceil(rate)`` (at least 1) for a number.
     ``store``: where state lives (default: a new ``MemoryStore()``).
     ``clock``: where time comes from.  Default ``SystemClock``; when no clock is
     given, the store may use its own time (Redis reads ``TIME``).
     ``name``: namespace for this limiter's keys, so limiters sharing a store do
-    not collide.  Defaults to a name derived from the limit (``"10/s:20"``):
-    two limiters with the same limit on one store need distinct names.
+    not collide.  Defaults to a name derived from the limits (``"10/s:20"``):
+    two limiters with the same limits on one store need distinct names.
     """
 
     def __init__(
         self,
-        rate: Union[Limit, str, float],
+        rate: RateSpec,
         burst: Optional[int] = None,
         *,
         store: Optional[Union[Store, AsyncStore]] = None,
         clock: Optional[Clock] = None,
         name: Optional[str] = None,
     ) -> None:
-        self.limit = Limit.coerce(rate, burst)
+        self.limits: Tuple[Limit, ...] = _distinct_names(_limits_from(rate, burst))
         self.store: Union[Store, AsyncStore] = MemoryStore() if store is None else store
         apply = getattr(self.store, "apply", None)
         aapply = getattr(self.store, "aapply", None)
@@ -56,28 +114,45 @@ class RateLimiter:
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
         if name is None:
-            name = f"{self.limit.rate:g}/s:{self.limit.burst}"
+            name = "+".join(f"{lim.rate:g}/s:{lim.burst}" for lim in self.limits)
         elif not isinstance(name, str):
             raise ValueError(f"name must be a str, got {name!r}")
         self.name = name
         self._prefix = name + ":"
+        self._limit = self.limits[0]
+        self._many = len(self.limits) > 1
+        # Several limits: one bucket per limit, all in the key's hash slot.
+        self._suffixes = tuple(f"|{lim.name}" for lim in self.limits) if self._many else ()
         self.clock: Clock = SystemClock() if clock is None else clock
         self._clock_now: Optional[Callable[[], float]] = None if clock is None else clock.now
-        self._apply: Optional[_Apply] = apply if callable(apply) else None
+        self._apply: Optional[_Apply] = apply if callable(apply) and not self._many else None
         self._sync: Optional[Store] = self.store if callable(apply) else None  # type: ignore[assignment]
         self._async: Optional[AsyncStore] = self.store if callable(aapply) else None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"RateLimiter({self.limit}, name={self.name!r}, store={self.store!r})"
+        limits = "; ".join(str(lim) for lim in self.limits)
+        return f"RateLimiter({limits}, name={self.name!r}, store={self.store!r})"
+
+    @property
+    def burst(self) -> int:
+        """The capacity of the most restrictive bucket, in tokens (for headers and docs)."""
+        return min(lim.burst for lim in self.limits)
 
     def storage_key(self, key: str) -> str:
-        """The key as stored: namespaced, and hashed when longer than ``MAX_KEY_LENGTH``."""
+        """The key as stored: namespaced, and hashed when longer than ``MAX_KEY_LENGTH``.
+
+        With several limits each bucket is stored under this key plus ``|<limit name>``.
+        """
         if not isinstance(key, str):
             raise ValueError(f"key must be a str, got {key!r:.100}")
         if len(key) > MAX_KEY_LENGTH:
             digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
             key = "sha256:" + digest
         return self._prefix + key
+
+    def _storage_keys(self, key: str) -> List[str]:
+        base = self.storage_key(key)
+        return [base + suffix for suffix in self._suffixes]
 
     def _now(self) -> Optional[float]:
         return None if self._clock_now is None else self._clock_now()
@@ -92,13 +167,18 @@ class RateLimiter:
         # The hot path: everything inline that can be (each call costs ~50 ns).
         apply = self._apply
         if apply is None:
-            raise TypeError(f"{self.store!r} is async only: use acheck/apeek/areset")
+            return self._check_slow(key, cost)
         if type(key) is not str or len(key) > MAX_KEY_LENGTH:
             skey = self.storage_key(key)
         else:
             skey = self._prefix + key
         clock_now = self._clock_now
-        return apply(skey, self.limit, cost, None if clock_now is None else clock_now())
+        return apply(skey, self._limit, cost, None if clock_now is None else clock_now())
+
+    def _check_slow(self, key: str, cost: float) -> RateLimitResult:
+        if self._sync is None:
+            raise TypeError(f"{self.store!r} is async only: use acheck/apeek/areset")
+        return self._sync.apply_many(self._storage_keys(key), self.limits, cost, self._now())
 
     def allow(self, key: str, cost: float = 1) -> bool:
         """``check(key, cost).allowed``: True when the request may proceed."""
@@ -110,17 +190,20 @@ class RateLimiter:
         return self.check(key, 0)
 
     def reset(self, key: str) -> None:
-        """Give ``key`` a full bucket again."""
-        if self._apply is None:
+        """Give ``key`` full buckets again."""
+        if self._sync is None:
             raise TypeError(f"{self.store!r} is async only: use areset")
-        assert self._sync is not None
-        self._sync.reset(self.storage_key(key))
+        for skey in self._storage_keys(key) if self._many else [self.storage_key(key)]:
+            self._sync.reset(skey)
 
     async def acheck(self, key: str, cost: float = 1) -> RateLimitResult:
         """``check`` for asyncio; uses the store's ``aapply`` when it has one."""
-        if self._async is not None:
-            return await self._async.aapply(self.storage_key(key), self.limit, cost, self._now())
-        return self.check(key, cost)
+        store = self._async
+        if store is None:
+            return self.check(key, cost)
+        if self._many:
+            return await store.aapply_many(self._storage_keys(key), self.limits, cost, self._now())
+        return await store.aapply(self.storage_key(key), self._limit, cost, self._now())
 
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""
@@ -128,17 +211,109 @@ class RateLimiter:
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
-        if self._async is not None:
-            await self._async.areset(self.storage_key(key))
-        else:
+        if self._async is None:
             self.reset(key)
+            return
+        for skey in self._storage_keys(key) if self._many else [self.storage_key(key)]:
+            await self._async.areset(skey)
+
+    # -- waiting for tokens (client side) ----------------------------------
+
+    def acquire(
+        self, key: str, cost: float = 1, timeout: Optional[float] = None
+    ) -> RateLimitResult:
+        """Block until ``cost`` tokens are taken; return the allowing result.
+
+        Waits on ``clock.sleep`` (a ``ManualClock`` advances instead of
+        sleeping).  Raises ``RateLimitExceeded`` at once when the wait would end
+        more than ``timeout`` seconds after the call, or when the request can
+        never pass (cost above burst).  ``timeout=None`` waits as long as needed.
+        """
+        _check_timeout(timeout)
+        clock = self.clock
+        start = clock.now()
+        while True:
+            result = self.check(key, cost)
+            if result.allowed:
+                return result
+            _give_up_if_late(result, clock.now() - start, timeout)
+            clock.sleep(result.retry_after)
+
+    async def aacquire(
+        self, key: str, cost: float = 1, timeout: Optional[float] = None
+    ) -> RateLimitResult:
+        """``acquire`` for asyncio: waits with ``await clock.asleep(...)``."""
+        _check_timeout(timeout)
+        clock = self.clock
+        start = clock.now()
+        while True:
+            result = await self.acheck(key, cost)
+            if result.allowed:
+                return result
+            _give_up_if_late(result, clock.now() - start, timeout)
+            await clock.asleep(result.retry_after)
+
+    def limit(
+        self,
+        key: Union[str, Callable[..., str]],
+        *,
+        cost: float = 1,
+        wait: bool = True,
+        timeout: Optional[float] = None,
+    ) -> Callable[[F], F]:
+        """Decorate a function (sync or async) so each call takes ``cost`` tokens.
+
+        ``key`` is a string, or a callable that gets the call's arguments and
+        returns one.  With ``wait=True`` a call waits for its tokens (see
+        ``acquire``; ``timeout`` in seconds); with ``wait=False`` it raises
+        ``RateLimitExceeded`` instead.  Handy for calling a third-party API at
+        its published rate::
+
+            @limiter.limit(key="github", wait=True)
+            def fetch(url): ...
+        """
+        _check_timeout(timeout)
+        key_of: Callable[..., str] = key if callable(key) else (lambda *a, **k: key)
+
+        def decorate(func: F) -> F:
+            if inspect.iscoroutinefunction(func):
+
+                @functools.wraps(func)
+                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    k = key_of(*args, **kwargs)
+                    if wait:
+                        await self.aacquire(k, cost, timeout)
+                    else:
+                        result = await self.acheck(k, cost)
+                        if not result.allowed:
+                            raise RateLimitExceeded(result)
+                    return await func(*args, **kwargs)
+
+                return async_wrapper  # type: ignore[return-value]
+
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                k = key_of(*args, **kwargs)
+                if wait:
+                    self.acquire(k, cost, timeout)
+                else:
+                    result = self.check(k, cost)
+                    if not result.allowed:
+                        raise RateLimitExceeded(result)
+                return func(*args, **kwargs)
+
+            return wrapper  # type: ignore[return-value]
+
+        return decorate
+
+    # -- housekeeping --------------------------------------------------------
 
     def start_cleanup(self, max_age: Optional[float], interval: float) -> Callable[[], None]:
         """Sweep the store every ``interval`` seconds in a daemon thread.
 
         Each sweep deletes keys whose bucket is full (no decision changes) and,
         when ``max_age`` (seconds) is not ``None``, keys idle for longer than
-        that.  One sweep runs at once.  Returns ``stop()``, which ends the
+        that.  The first sweep runs at once.  Returns ``stop()``, which ends the
         thread and joins it; calling it again does nothing.  Needs a store with
         ``sweep(now, max_age)`` (``MemoryStore``; Redis expires keys itself).
         """
@@ -174,3 +349,16 @@ class RateLimiter:
                 thread.join()
 
         return stop
+
+
+def _check_timeout(timeout: Optional[float]) -> None:
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+    ):
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+
+
+def _give_up_if_late(result: RateLimitResult, waited: float, timeout: Optional[float]) -> None:
+    never = not math.isfinite(result.retry_after)
+    if never or (timeout is not None and waited + result.retry_after > timeout):
+        raise RateLimitExceeded(result)
