@@ -10,7 +10,7 @@ from .backends.memory import MemoryStore
 from .bucket import Limit, RateLimitResult, step
 from .clock import Clock, ManualClock, SystemClock
 from .headers import rate_limit_headers
-from .ratelimiter import RateLimiter
+from .ratelimiter import RateLimiter, RateLimitExceeded
 from .store import AsyncStore, Store, StoreError
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Limit",
     "ManualClock",
     "MemoryStore",
+    "RateLimitExceeded",
     "RateLimitResult",
     "RateLimiter",
     "Store",
