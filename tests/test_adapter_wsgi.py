@@ -1,0 +1,363 @@
+"""The WSGI middleware, called in-process with environ dicts (PEP 3333)."""
+
+from __future__ import annotations
+
+import gc
+import io
+import logging
+import sys
+import tracemalloc
+from wsgiref.util import setup_testing_defaults
+from wsgiref.validate import validator
+
+import pytest
+import time_machine
+
+from limiter import ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, Response
+from limiter.adapters.wsgi import RateLimitMiddleware, request_info
+from limiter.keys import header_key
+
+NOW = 1_700_000_000
+BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
+
+
+@pytest.fixture(autouse=True)
+def frozen_wall_clock():
+    # X-RateLimit-Reset is Unix time: freeze it so header values are exact.
+    with time_machine.travel(NOW, tick=False):
+        yield
+
+
+def hello(environ, start_response):
+    hello.calls += 1
+    start_response("200 OK", [("Content-Type", "text/plain"), ("X-App", "1")])
+    return [b"hello"]
+
+
+hello.calls = 0
+
+
+def environ(peer="203.0.113.7", method="GET", path="/", **extra):
+    env = {"REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": ""}
+    if peer is not None:
+        env["REMOTE_ADDR"] = peer
+    env.update(extra)
+    return env
+
+
+def call(app, env=None):
+    seen = {}
+
+    def start_response(status, headers, exc_info=None):
+        seen.update(status=status, headers=headers, exc_info=exc_info)
+        return lambda data: None
+
+    result = app(environ() if env is None else env, start_response)
+    try:
+        body = b"".join(result)
+    finally:
+        if hasattr(result, "close"):
+            result.close()
+    return seen["status"], seen["headers"], body
+
+
+def limiter(rate="3/second", **kw):
+    return RateLimiter(rate, clock=ManualClock(), **kw)
+
+
+def test_admits_exactly_burst_then_429_with_exact_response():
+    hello.calls = 0
+    app = RateLimitMiddleware(hello, limiter())
+    statuses = [call(app)[0] for _ in range(3)]
+    assert statuses == ["200 OK"] * 3
+    status, headers, body = call(app)
+    assert status == "429 Too Many Requests"
+    assert body == BODY_429 == DENIED_BODY
+    assert headers == [
+        ("X-RateLimit-Limit", "3"),
+        ("X-RateLimit-Remaining", "0"),
+        ("X-RateLimit-Reset", str(NOW + 1)),
+        ("Retry-After", "1"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(BODY_429))),
+    ]
+    assert hello.calls == 3  # the limited request never reached the app
+
+
+def test_allowed_headers_are_appended_after_the_apps_own():
+    app = RateLimitMiddleware(hello, limiter())
+    status, headers, body = call(app)
+    assert (status, body) == ("200 OK", b"hello")
+    assert headers == [
+        ("Content-Type", "text/plain"),
+        ("X-App", "1"),
+        ("X-RateLimit-Limit", "3"),
+        ("X-RateLimit-Remaining", "2"),
+        ("X-RateLimit-Reset", str(NOW + 1)),
+    ]
+
+
+def test_the_apps_header_list_is_not_modified():
+    app_headers = [("Content-Type", "text/plain")]
+
+    def app(environ, start_response):
+        start_response("200 OK", app_headers)
+        return [b""]
+
+    call(RateLimitMiddleware(app, limiter()))
+    assert app_headers == [("Content-Type", "text/plain")]
+
+
+def test_time_refills_the_bucket():
+    clock = ManualClock()
+    app = RateLimitMiddleware(hello, RateLimiter("2/second", clock=clock))
+    assert [call(app)[0][:3] for _ in range(3)] == ["200", "200", "429"]
+    clock.advance(0.5)
+    assert [call(app)[0][:3] for _ in range(2)] == ["200", "429"]
+
+
+@pytest.mark.parametrize(
+    ("style", "expected"),
+    [
+        ("draft", [("RateLimit-Policy", '"default";q=3;w=1'), ("RateLimit", '"default";r=2;t=1')]),
+        (
+            "both",
+            [
+                ("X-RateLimit-Limit", "3"),
+                ("X-RateLimit-Remaining", "2"),
+                ("X-RateLimit-Reset", str(NOW + 1)),
+                ("RateLimit-Policy", '"default";q=3;w=1'),
+                ("RateLimit", '"default";r=2;t=1'),
+            ],
+        ),
+    ],
+)
+def test_header_styles(style, expected):
+    _, headers, _ = call(RateLimitMiddleware(hello, limiter(), header_style=style))
+    assert headers[2:] == expected
+
+
+def test_head_429_has_headers_but_no_body():
+    app = RateLimitMiddleware(hello, limiter("1/second"))
+    call(app, environ(method="HEAD"))
+    status, headers, body = call(app, environ(method="HEAD"))
+    assert status.startswith("429")
+    assert body == b""
+    assert ("Content-Length", str(len(BODY_429))) in headers
+
+
+def test_exc_info_passes_through():
+    received = []
+
+    def failing(environ, start_response):
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            start_response("500 Internal Server Error", [], sys.exc_info())
+        return [b"err"]
+
+    def start_response(status, headers, exc_info=None):
+        received.append(exc_info)
+
+    RateLimitMiddleware(failing, limiter())(environ(), start_response)
+    assert received[0][0] is RuntimeError
+
+
+def test_the_apps_iterable_is_returned_unchanged_and_not_consumed():
+    consumed = []
+
+    class Body:
+        closed = False
+
+        def __iter__(self):
+            consumed.append(True)
+            yield b"x"
+
+        def close(self):
+            Body.closed = True
+
+    body = Body()
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        return body
+
+    result = RateLimitMiddleware(app, limiter())(environ(), lambda s, h, e=None: None)
+    assert result is body
+    assert consumed == []
+    result.close()  # the server's job; it reaches the app's object
+    assert Body.closed
+
+
+def test_pep3333_validator_is_satisfied():
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    wrapped = validator(RateLimitMiddleware(validator(app), limiter("1/second")))
+    for expected in ("200 OK", "429 Too Many Requests"):
+        env = {}
+        setup_testing_defaults(env)
+        env["wsgi.input"] = io.BytesIO()
+        env["wsgi.errors"] = io.StringIO()
+        env["QUERY_STRING"] = ""
+        status, _, _ = call(wrapped, env)
+        assert status == expected
+
+
+def test_exempt_requests_pass_without_headers_and_are_not_counted():
+    app = RateLimitMiddleware(
+        hello, limiter("1/second"), exempt=lambda request: request.path == "/health"
+    )
+    for _ in range(5):
+        _, headers, _ = call(app, environ(path="/health"))
+        assert headers == [("Content-Type", "text/plain"), ("X-App", "1")]
+    assert call(app)[0] == "200 OK"
+
+
+def test_key_func_and_ip_fallback():
+    app = RateLimitMiddleware(hello, limiter("1/second"), key_func=header_key("X-API-Key"))
+    assert call(app, environ(HTTP_X_API_KEY="a"))[0] == "200 OK"
+    assert call(app, environ(HTTP_X_API_KEY="a"))[0][:3] == "429"
+    assert call(app, environ(HTTP_X_API_KEY="b"))[0] == "200 OK"
+    assert call(app, environ())[0] == "200 OK"  # no key: the client IP's bucket
+    assert call(app, environ())[0][:3] == "429"
+
+
+def test_no_remote_addr_uses_the_fallback_key():
+    lim = limiter("1/second")
+    app = RateLimitMiddleware(hello, lim)
+    assert call(app, environ(peer=None))[0] == "200 OK"
+    assert call(app, environ(peer=""))[0][:3] == "429"
+    assert lim.peek("ip:unknown").remaining == 0
+
+
+def test_trusted_proxy_headers():
+    lim = limiter("1/second")
+    app = RateLimitMiddleware(hello, lim, trusted_proxies=["10.0.0.0/8"])
+    env = environ(peer="10.0.0.1", HTTP_X_FORWARDED_FOR="6.6.6.6, 198.51.100.4")
+    assert call(app, env)[0] == "200 OK"
+    assert lim.peek("ip:198.51.100.4").remaining == 0
+    assert lim.peek("ip:10.0.0.1").remaining == 1
+
+
+def test_a_1mb_api_key_costs_a_short_stored_key():
+    store = MemoryStore()
+    lim = RateLimiter("5/second", store=store, clock=ManualClock())
+    app = RateLimitMiddleware(hello, lim, key_func=header_key("X-API-Key"))
+    huge = "k" * 1_000_000
+    call(app, environ(HTTP_X_API_KEY=huge))  # warm-up: first-use allocations
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        env = environ(HTTP_X_API_KEY=huge[:-1] + "j")
+        assert call(app, env)[0] == "200 OK"
+        del env
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(store) == 2
+    assert kept < 10_000
+    assert len(lim.storage_key("x-api-key:" + huge)) < 100
+
+
+def test_limiters_sharing_a_store_do_not_collide():
+    store = MemoryStore()
+    a = RateLimitMiddleware(hello, RateLimiter("1/second", store=store, name="a"))
+    b = RateLimitMiddleware(hello, RateLimiter("1/second", store=store, name="b"))
+    assert [call(a)[0][:3], call(b)[0][:3], call(a)[0][:3]] == ["200", "200", "429"]
+
+
+def test_cost_number_and_callable():
+    app = RateLimitMiddleware(hello, limiter("10/second"), cost=4)
+    assert [call(app)[0][:3] for _ in range(3)] == ["200", "200", "429"]
+    by_method = RateLimitMiddleware(
+        hello, limiter("10/second"), cost=lambda r: 10 if r.method == "POST" else 1
+    )
+    assert call(by_method, environ(method="POST"))[0] == "200 OK"
+    assert call(by_method)[0][:3] == "429"
+
+
+class BrokenStore(MemoryStore):
+    """A store whose backend is down."""
+
+    def apply(self, key, limit, cost, now):
+        raise StoreError("connection refused")
+
+
+def test_store_failure_fails_open_by_default_and_logs_once(caplog):
+    app = RateLimitMiddleware(hello, RateLimiter("1/second", store=BrokenStore()))
+    with caplog.at_level(logging.WARNING, logger="limiter.adapters"):
+        results = [call(app) for _ in range(3)]
+    assert [r[0] for r in results] == ["200 OK"] * 3
+    assert results[0][1] == [("Content-Type", "text/plain"), ("X-App", "1")]
+    assert len(caplog.records) == 1
+    assert "connection refused" in caplog.text
+
+
+def test_store_failure_with_deny_is_a_503():
+    app = RateLimitMiddleware(hello, RateLimiter("1/second", store=BrokenStore()), on_error="deny")
+    status, headers, body = call(app)
+    assert status == "503 Service Unavailable"
+    assert body == UNAVAILABLE_BODY
+    assert body == (
+        b'{"status":503,"code":"rate_limiter_unavailable","message":"rate limiter unavailable"}'
+    )
+    assert headers == [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+
+
+def test_on_limited_hook_builds_the_response():
+    def on_limited(request, result, headers):
+        return Response(
+            429, [*headers, ("Content-Type", "text/plain")], b"slow down " + request.path.encode()
+        )
+
+    app = RateLimitMiddleware(hello, limiter("1/second"), on_limited=on_limited)
+    call(app)
+    status, headers, body = call(app, environ(path="/x"))
+    assert (status, body) == ("429 Too Many Requests", b"slow down /x")
+    assert headers[-2:] == [("Retry-After", "1"), ("Content-Type", "text/plain")]
+
+
+def test_key_func_errors_propagate():
+    app = RateLimitMiddleware(hello, limiter(), key_func=lambda r: 42)
+    with pytest.raises(TypeError, match="42"):
+        call(app)
+
+
+def test_request_info_from_environ():
+    env = environ(
+        peer="::1",
+        method="POST",
+        path="/caf\xc3\xa9",
+        SCRIPT_NAME="/api",
+        HTTP_X_API_KEY="k",
+        CONTENT_TYPE="application/json",
+    )
+    info = request_info(env)
+    assert (info.method, info.path, info.peer) == ("POST", "/api/café", "::1")
+    assert info.headers.get("x-api-key") == "k"
+    assert info.headers.get_all("X-Api-Key") == ["k"]
+    assert info.headers.get("Content-Type") == "application/json"
+    assert info.headers.get("missing") is None
+    assert info.headers.get_all("missing") == []
+    assert info.native is env
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"header_style": "y"}, "'y'"),
+        ({"on_error": "ignore"}, "ignore"),
+        ({"ipv6_prefix": 200}, "200"),
+        ({"trusted_proxies": ["nope"]}, "nope"),
+        ({"cost": -1}, "-1"),
+        ({"exempt": "yes"}, "yes"),
+    ],
+)
+def test_bad_options_are_value_errors(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        RateLimitMiddleware(hello, limiter(), **kwargs)
