@@ -1,0 +1,115 @@
+"""Per-route rules: which limiter, key and cost apply to a request.
+
+A rule table is an ordered list; the first rule whose path and method match
+wins, and a request no rule matches falls back to the middleware's own
+limiter.  Matching sees only the method and path of a request, so one table
+serves the WSGI, ASGI and ``http.server`` adapters alike.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Sequence, Tuple, Union
+
+from .ratelimiter import RateLimiter
+
+__all__ = ["Cost", "Rule", "check_distinct_names"]
+
+#: A cost in tokens, or a function of the request that returns one.
+Cost = Union[float, Callable[[Any], float]]
+
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _compile(path: str) -> re.Pattern[str]:
+    if not isinstance(path, str) or not (path == "*" or path.startswith("/")):
+        raise ValueError(f"rule path must start with '/' or be '*', got {path!r}")
+    if path == "*":
+        return re.compile(r".*", re.DOTALL)
+    prefix = path.endswith("/*")
+    body = path[:-2] if prefix else path
+    if "*" in body:
+        raise ValueError(f"'*' may only end a rule path, as in '/api/*', got {path!r}")
+    pattern, pos = "", 0
+    for match in _PARAM.finditer(body):
+        pattern += re.escape(body[pos : match.start()]) + r"[^/]+"
+        pos = match.end()
+    rest = body[pos:]
+    if "{" in rest or "}" in rest:
+        raise ValueError(f"rule path parameters look like '{{name}}', got {path!r}")
+    pattern += re.escape(rest)
+    # "/api/*" covers "/api" itself and everything below it, not "/apiary".
+    return re.compile(pattern + (r"(?:/.*)?" if prefix else ""), re.DOTALL)
+
+
+def _is_cost(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+class Rule:
+    """Limit requests to ``path`` (and ``methods``) with ``limiter``.
+
+    ``path``: exact (``"/login"``), a prefix (``"/api/*"``: ``/api`` and all
+    below it), with ``{param}`` segments (``"/users/{id}/export"``: one path
+    segment each), or ``"*"`` for every path.  The query string never counts.
+    ``methods``: e.g. ``["POST"]``; ``None`` matches every method.
+    ``key_func``: how to key this route (``request -> str | None``); ``None``
+    uses the middleware's ``key_func`` (by default the client IP).
+    ``cost``: tokens per request, a number or ``request -> number``; ``None``
+    uses the middleware's cost (1).
+    """
+
+    __slots__ = ("_pattern", "cost", "key_func", "limiter", "methods", "path")
+
+    def __init__(
+        self,
+        path: str,
+        limiter: RateLimiter,
+        *,
+        methods: Optional[Iterable[str]] = None,
+        key_func: Optional[Callable[[Any], Optional[str]]] = None,
+        cost: Optional[Cost] = None,
+    ) -> None:
+        self._pattern = _compile(path)
+        if not isinstance(limiter, RateLimiter):
+            raise ValueError(f"rule limiter must be a RateLimiter, got {limiter!r}")
+        if isinstance(methods, str):
+            raise ValueError(f"methods must be a list of names like ['POST'], got {methods!r}")
+        self.methods: Optional[FrozenSet[str]] = (
+            None if methods is None else frozenset(m.upper() for m in methods)
+        )
+        if key_func is not None and not callable(key_func):
+            raise ValueError(f"key_func must be callable, got {key_func!r}")
+        if not (cost is None or callable(cost) or _is_cost(cost)):
+            raise ValueError(f"cost must be a number >= 0 or a callable, got {cost!r}")
+        self.path = path
+        self.limiter = limiter
+        self.key_func = key_func
+        self.cost = cost
+
+    def matches(self, method: str, path: str) -> bool:
+        """Whether a request with this method and path (no query string) is this rule's."""
+        if self.methods is not None and method.upper() not in self.methods:
+            return False
+        return self._pattern.fullmatch(path) is not None
+
+    def __repr__(self) -> str:
+        methods = "" if self.methods is None else f", methods={sorted(self.methods)}"
+        return f"Rule({self.path!r}, {self.limiter!r}{methods})"
+
+
+def check_distinct_names(limiters: Sequence[RateLimiter]) -> None:
+    """Raise ``ValueError`` if two different limiters would share keys in one store.
+
+    Limiters with the same limits get the same default name; on one store their
+    buckets would be one.  Give each a ``name=``.
+    """
+    seen: Dict[Tuple[int, str], RateLimiter] = {}
+    for limiter in limiters:
+        slot = (id(limiter.store), limiter.name)
+        other = seen.setdefault(slot, limiter)
+        if other is not limiter:
+            raise ValueError(
+                f"two limiters share the store {limiter.store!r} and the name "
+                f"{limiter.name!r}, so their buckets would collide; pass name=... to each"
+            )
