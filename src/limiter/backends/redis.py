@@ -1,0 +1,621 @@
+"""Redis and Valkey stores: one Lua script call (EVALSHA) per check.
+
+Works with any client that has redis-py's ``evalsha``/``eval``/``delete``:
+``redis.Redis``, ``redis.cluster.RedisCluster``, a Sentinel master client,
+valkey-py, and their asyncio twins (``AsyncRedisStore``).  This module never
+imports a client library itself, so ``import limiter`` works without one.
+
+Keys
+----
+A bucket's Redis key is a pure function of its store key, so ``apply``,
+``apply_many`` and ``reset`` always agree on it, and it always carries a
+cluster hash tag so a script never spans two slots:
+
+* a key with a hash tag of its own (Redis Cluster's rule: the text between the
+  first ``{`` and the next ``}``, if not empty) becomes
+  ``prefix + "{" + tag + "}" + key``;
+* any other key is its own tag: ``prefix + "{" + escaped(key) + "}"``, where
+  ``%`` and ``}`` are escaped as ``%25`` and ``%7D``.
+
+The mapping is one-to-one for any string (braces, newlines, unicode, lone
+surrogates, 10 kB).  Keys of one ``apply_many`` call must share a tag on a
+cluster (``"{alice}:burst"``, ``"{alice}:daily"``), or it raises ``ValueError``
+before any I/O; a single server takes any keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..bucket import Limit, RateLimitResult
+from ..store import StoreError
+from ._fallback import Breaker
+
+__all__ = ["SCRIPT", "AsyncRedisStore", "RedisStore", "hash_tag", "redis_key"]
+
+#: The Lua script run by EVALSHA for every check.
+SCRIPT = r"""
+-- limiter token bucket.  Mirrors limiter.bucket.step and step_all exactly
+-- (tests/test_redis_store.py feeds both the same random sequences):
+-- * State: "debt updated_at" (seconds, %.17g so doubles round-trip); a missing
+--   key is a full bucket.  The bucket is full again at updated_at + debt.
+-- * now < updated_at (clock stepped back): keep the debt, re-anchor at now, and
+--   store that even on denial.  Otherwise debt = max(0, debt - (now - updated_at)).
+-- * after = debt + cost * interval; admitted when after <= window + slack, then
+--   state = (after, now) and remaining = trunc((window - after + slack) * rate)
+--   clamped to burst.
+-- * Denied, or cost 0: state unchanged (but for the re-anchoring above);
+--   retry_after = after - window, or inf when cost > burst.
+-- * Several keys: all admit or none is charged; on denial the ones that would
+--   have admitted are recomputed as peeks (cost 0).
+-- * Every write sets PX to the time until the bucket is full again, so an
+--   expired key is a full bucket and nothing needs sweeping.
+-- KEYS: one per limit.  ARGV: now ('' = read the server's TIME), cost, then
+-- per key rate, burst, interval, window, slack (Python reprs of doubles).
+-- Returns per key: allowed (0/1), remaining, reset_after, retry_after; numbers
+-- as strings, since Redis would truncate Lua numbers to integers.
+local function trunc(x)
+  if x >= 0 then return math.floor(x) end
+  return math.ceil(x)
+end
+
+local function fmt(x)
+  if x == math.huge then return 'inf' end
+  return string.format('%.17g', x)
+end
+
+-- d, u: the stored debt and updated_at (nil for a new key).  Returns the state
+-- to keep (d, u, changed) and allowed, remaining, reset_after, retry_after.
+local function step(d, u, now, rate, burst, interval, window, slack, cost)
+  local changed = false
+  local debt
+  if d == nil then
+    debt = 0.0
+  elseif now < u then
+    debt = d
+    u = now
+    changed = true
+  else
+    debt = d - (now - u)
+    if debt < 0.0 then debt = 0.0 end
+  end
+  local after = debt + cost * interval
+  if after <= window + slack then
+    local remaining = trunc((window - after + slack) * rate)
+    if remaining > burst then remaining = burst end
+    if cost == 0 then return d, u, changed, 1, remaining, debt, 0 end
+    return after, now, true, 1, remaining, after, 0
+  end
+  local remaining = trunc((window - debt + slack) * rate)
+  local retry = math.huge
+  if cost <= burst then retry = after - window end
+  return d, u, changed, 0, remaining, debt, retry
+end
+
+local now
+if ARGV[1] == '' then
+  -- Redis < 5 needs effects replication before writing after TIME.
+  if redis.replicate_commands then pcall(redis.replicate_commands) end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+else
+  now = tonumber(ARGV[1])
+end
+local cost = tonumber(ARGV[2])
+local n = #KEYS
+local limits, debts, stamps = {}, {}, {}
+for i = 1, n do
+  local b = 3 + (i - 1) * 5
+  limits[i] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
+               tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])}
+  local raw = redis.call('GET', KEYS[i])
+  if raw then
+    local d, u = string.match(raw, '^(%S+) (%S+)$')
+    debts[i] = tonumber(d)
+    stamps[i] = tonumber(u)
+    if debts[i] == nil or stamps[i] == nil then
+      return redis.error_reply('limiter: corrupt bucket state in key ' .. KEYS[i])
+    end
+  end
+end
+
+local out, writes = {}, {}
+local all = true
+for i = 1, n do
+  local l = limits[i]
+  local d, u, changed, ok, rem, reset, retry =
+    step(debts[i], stamps[i], now, l[1], l[2], l[3], l[4], l[5], cost)
+  out[i] = {ok, rem, reset, retry}
+  writes[i] = {d, u, changed}
+  if ok == 0 then all = false end
+end
+if not all then
+  for i = 1, n do
+    if out[i][1] == 1 then
+      local l = limits[i]
+      local d, u, changed, ok, rem, reset, retry =
+        step(debts[i], stamps[i], now, l[1], l[2], l[3], l[4], l[5], 0)
+      out[i] = {ok, rem, reset, retry}
+      writes[i] = {d, u, changed}
+    end
+  end
+end
+
+local reply = {}
+for i = 1, n do
+  local w = writes[i]
+  if w[3] then
+    -- The new state is anchored at now, so it is full again in w[1] seconds.
+    local ms = math.ceil(w[1] * 1000)
+    if ms < 1 then ms = 1 end
+    if ms > 1e15 then ms = 1e15 end
+    redis.call('SET', KEYS[i], fmt(w[1]) .. ' ' .. fmt(w[2]), 'PX', string.format('%d', ms))
+  end
+  local o = out[i]
+  reply[#reply + 1] = o[1]
+  reply[#reply + 1] = fmt(o[2])
+  reply[#reply + 1] = fmt(o[3])
+  reply[#reply + 1] = fmt(o[4])
+end
+return reply
+"""
+
+#: SHA-1 of ``SCRIPT``, the name EVALSHA calls it by.
+SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
+
+_LimitArgs = Tuple[str, str, str, str, str]
+
+
+def hash_tag(key: str) -> Optional[str]:
+    """The cluster hash tag marked in ``key`` (Redis's rule), or ``None``.
+
+    The tag is the text between the first ``{`` and the next ``}``; an empty
+    one (``"{}"``) does not count.
+    """
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def _slot_tag(key: str) -> str:
+    tag = hash_tag(key)
+    if tag is not None:
+        return tag
+    if "}" in key or "%" in key:
+        return key.replace("%", "%25").replace("}", "%7D")
+    return key
+
+
+def redis_key(key: str, prefix: str = "limiter:") -> str:
+    """The Redis key that holds ``key``'s bucket (see the module docstring)."""
+    tag = hash_tag(key)
+    if tag is not None:
+        return prefix + "{" + tag + "}" + key
+    return prefix + "{" + _slot_tag(key) + "}"
+
+
+def _cost_arg(cost: float) -> str:
+    # Validated here so a bad cost never costs a round trip nor touches state;
+    # the messages match limiter.bucket.step's.
+    try:
+        if not cost >= 0:  # also NaN
+            raise ValueError(f"cost must be a number >= 0, got {cost!r}")
+        return repr(float(cost))
+    except (TypeError, OverflowError):
+        raise ValueError(f"cost must be a number >= 0, got {cost!r:.100}") from None
+
+
+def _is_noscript(exc: BaseException) -> bool:
+    # redis-py and valkey-py both name it NoScriptError; match by name so this
+    # module needs neither installed.
+    return any(cls.__name__ == "NoScriptError" for cls in type(exc).__mro__)
+
+
+def _is_cluster(client: Any) -> bool:
+    return callable(getattr(client, "keyslot", None)) and callable(
+        getattr(client, "get_nodes", None)
+    )
+
+
+# Fields after ``results`` (such as ``policy``) are taken from the limit, so
+# results match limiter.bucket.step's field for field.
+_EXTRA_FIELDS = RateLimitResult._fields[7:]
+
+
+def _result(
+    limit: Limit, allowed: bool, remaining: int, reset_after: float, retry_after: float
+) -> RateLimitResult:
+    values: List[Any] = [
+        allowed,
+        limit.burst,
+        remaining,
+        reset_after,
+        retry_after,
+        limit.window,
+        (),
+    ]
+    if _EXTRA_FIELDS:
+        values.append(getattr(limit, "name", "default"))
+    return tuple.__new__(RateLimitResult, values)
+
+
+def _combine(results: List[RateLimitResult]) -> RateLimitResult:
+    # Exactly limiter.bucket.step_all's choice of the result to report.
+    if all(r.allowed for r in results):
+        worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
+    else:
+        worst = max(
+            (r for r in results if not r.allowed), key=lambda r: (r.retry_after, -r.remaining)
+        )
+    return worst._replace(results=tuple(results))
+
+
+class _RedisBase:
+    """What the sync and asyncio stores share: keys, arguments, replies, fallback."""
+
+    _kind = "RedisStore"
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "limiter:",
+        server_time: bool = True,
+        fallback: Optional[Any] = None,
+        probe_after: float = 0.5,
+        max_probe_after: float = 30.0,
+        probe_clock: Optional[Any] = None,
+    ) -> None:
+        if not callable(getattr(client, "evalsha", None)):
+            raise TypeError(f"client must be a redis-py or valkey-py client, got {client!r}")
+        if not isinstance(prefix, str):
+            raise ValueError(f"prefix must be a str, got {prefix!r}")
+        self.client = client
+        self.prefix = prefix
+        self.server_time = bool(server_time)
+        self.fallback = fallback
+        self._cluster = _is_cluster(client)
+        self._limit_args: Dict[Limit, _LimitArgs] = {}
+        self._breaker: Optional[Breaker] = None
+        if fallback is not None:
+            self._breaker = Breaker(self._kind, probe_after, max_probe_after, probe_clock)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.client!r}, prefix={self.prefix!r}, "
+            f"server_time={self.server_time!r}, fallback={self.fallback!r})"
+        )
+
+    @property
+    def using_fallback(self) -> bool:
+        """True while the server is considered down and the fallback answers."""
+        return self._breaker is not None and self._breaker.down
+
+    def _key(self, key: str) -> bytes:
+        if not isinstance(key, str):
+            raise ValueError(f"key must be a str, got {key!r:.100}")
+        # surrogatepass: any Python str is a valid key, as in MemoryStore.
+        return redis_key(key, self.prefix).encode("utf-8", "surrogatepass")
+
+    def _keys(self, keys: Sequence[str], limits: Sequence[Limit]) -> List[bytes]:
+        if len(keys) != len(limits) or not keys:
+            raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
+        if self._cluster and len(keys) > 1:
+            tags = {_slot_tag(k) for k in keys if isinstance(k, str)}
+            if len(tags) > 1:
+                raise ValueError(
+                    "on Redis Cluster, the keys of one apply_many call must share a hash tag "
+                    f"(e.g. '{{user}}:a', '{{user}}:b'), got {list(keys)!r:.200}"
+                )
+        return [self._key(k) for k in keys]
+
+    def _args(self, limits: Sequence[Limit], cost: float, now: Optional[float]) -> List[str]:
+        args = [self._now_arg(now), _cost_arg(cost)]
+        cache = self._limit_args
+        for limit in limits:
+            packed = cache.get(limit)
+            if packed is None:
+                if not isinstance(limit, Limit):
+                    raise ValueError(f"limit must be a limiter.Limit, got {limit!r:.100}")
+                if len(cache) > 1024:
+                    cache.clear()
+                packed = (
+                    repr(limit.rate),
+                    str(limit.burst),
+                    repr(limit.interval),
+                    repr(limit.window),
+                    repr(limit.slack),
+                )
+                cache[limit] = packed
+            args.extend(packed)
+        return args
+
+    def _now_arg(self, now: Optional[float]) -> str:
+        if now is None:
+            return "" if self.server_time else repr(time.time())
+        try:
+            value = float(now)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"now must be a finite number of seconds, got {now!r:.100}") from None
+        if value - value != 0.0:
+            raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+        return repr(value)
+
+    def _results(self, reply: Any, limits: Sequence[Limit]) -> List[RateLimitResult]:
+        try:
+            results = []
+            for i, limit in enumerate(limits):
+                allowed, remaining, reset_after, retry_after = reply[4 * i : 4 * i + 4]
+                results.append(
+                    _result(
+                        limit,
+                        int(allowed) == 1,
+                        int(float(remaining)),
+                        float(reset_after),
+                        float(retry_after),
+                    )
+                )
+            return results
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"{self._kind}: unexpected script reply {reply!r:.200}") from exc
+
+    def _error(self, exc: BaseException) -> StoreError:
+        return StoreError(f"{self._kind}: {type(exc).__name__}: {exc}")
+
+
+class RedisStore(_RedisBase):
+    """Bucket state in Redis or Valkey, for many processes and hosts.  Implements ``Store``.
+
+    ``client``: a ``redis.Redis``, ``redis.cluster.RedisCluster``, Sentinel
+    master client (``sentinel.master_for(...)``) or valkey-py equivalent.  Give
+    it short socket timeouts (e.g. ``socket_timeout=0.1,
+    socket_connect_timeout=0.1``): a check waits at most that long when the
+    server is unreachable.
+    ``prefix``: prepended to every Redis key (default ``"limiter:"``).
+    ``server_time``: when the caller passes ``now=None``, read the server's
+    ``TIME`` (True, the default: app servers with skewed clocks agree) or
+    ``time.time()`` (False).  A ``now`` given by the caller (an injected clock)
+    is always used as is.
+    ``fallback``: a store (e.g. ``MemoryStore()``) that answers while Redis
+    fails, instead of raising ``StoreError``; Redis is probed again after
+    ``probe_after`` seconds, doubling up to ``max_probe_after``, on
+    ``probe_clock`` (anything with ``now()``; default ``time.monotonic``).
+
+    Each check is exactly one round trip (EVALSHA); after ``SCRIPT FLUSH``, a
+    restart or a failover the script is sent again with EVAL, transparently.
+    Every failure is a ``StoreError`` wrapping the client's exception.
+    """
+
+    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
+        rkeys = [self._key(key)]
+        args = self._args((limit,), cost, now)
+        if self._breaker is not None and self._breaker.skip_primary():
+            return self._fallback_apply([key], [limit], cost, now, single=True)
+        try:
+            reply = self._run(rkeys, args)
+        except StoreError as exc:
+            return self._failed(exc, [key], [limit], cost, now, single=True)
+        return self._results(reply, (limit,))[0]
+
+    def apply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none (one script call).
+
+        On a cluster the keys must share a hash tag (``ValueError`` otherwise).
+        """
+        rkeys = self._keys(keys, limits)
+        args = self._args(limits, cost, now)
+        if self._breaker is not None and self._breaker.skip_primary():
+            return self._fallback_apply(keys, limits, cost, now, single=False)
+        try:
+            reply = self._run(rkeys, args)
+        except StoreError as exc:
+            return self._failed(exc, keys, limits, cost, now, single=False)
+        return _combine(self._results(reply, limits))
+
+    def reset(self, key: str) -> None:
+        """Forget ``key`` (one DEL).  With a fallback, it forgets the key too."""
+        rkey = self._key(key)
+        if self.fallback is not None:
+            self.fallback.reset(key)
+        breaker = self._breaker
+        if breaker is not None and breaker.skip_primary():
+            return
+        try:
+            try:
+                self.client.delete(rkey)
+            except Exception as exc:
+                raise self._error(exc) from exc
+        except StoreError as exc:
+            if breaker is None:
+                raise
+            breaker.failed(exc)
+            return
+        except BaseException:
+            if breaker is not None:
+                breaker.abandoned()
+            raise
+        if breaker is not None:
+            breaker.succeeded()
+
+    def _run(self, rkeys: List[bytes], args: List[str]) -> Any:
+        client = self.client
+        breaker = self._breaker
+        try:
+            try:
+                reply = client.evalsha(SCRIPT_SHA, len(rkeys), *rkeys, *args)
+            except Exception as exc:
+                if not _is_noscript(exc):
+                    raise
+                # Flushed, restarted or failed over: EVAL runs and caches it again.
+                reply = client.eval(SCRIPT, len(rkeys), *rkeys, *args)
+        except Exception as exc:
+            raise self._error(exc) from exc
+        except BaseException:
+            if breaker is not None:
+                breaker.abandoned()
+            raise
+        if breaker is not None:
+            breaker.succeeded()
+        return reply
+
+    def _failed(
+        self,
+        exc: StoreError,
+        keys: Sequence[str],
+        limits: Sequence[Limit],
+        cost: float,
+        now: Optional[float],
+        *,
+        single: bool,
+    ) -> RateLimitResult:
+        if self._breaker is None:
+            raise exc
+        self._breaker.failed(exc)
+        return self._fallback_apply(keys, limits, cost, now, single=single)
+
+    def _fallback_apply(
+        self,
+        keys: Sequence[str],
+        limits: Sequence[Limit],
+        cost: float,
+        now: Optional[float],
+        *,
+        single: bool,
+    ) -> RateLimitResult:
+        fallback = self.fallback
+        assert fallback is not None
+        result: RateLimitResult
+        if single:
+            result = fallback.apply(keys[0], limits[0], cost, now)
+        else:
+            result = fallback.apply_many(keys, limits, cost, now)
+        return result
+
+
+class AsyncRedisStore(_RedisBase):
+    """``RedisStore`` for ``redis.asyncio`` clients (and valkey-py's).  Implements ``AsyncStore``.
+
+    Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
+    or async (its ``aapply`` is used when it has one).  A client is bound to
+    the event loop it first runs in.
+    """
+
+    _kind = "AsyncRedisStore"
+
+    async def aapply(
+        self, key: str, limit: Limit, cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
+        rkeys = [self._key(key)]
+        args = self._args((limit,), cost, now)
+        if self._breaker is not None and self._breaker.skip_primary():
+            return await self._fallback_apply([key], [limit], cost, now, single=True)
+        try:
+            reply = await self._run(rkeys, args)
+        except StoreError as exc:
+            if self._breaker is None:
+                raise
+            self._breaker.failed(exc)
+            return await self._fallback_apply([key], [limit], cost, now, single=True)
+        return self._results(reply, (limit,))[0]
+
+    async def aapply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """Charge every bucket or none (see ``RedisStore.apply_many``)."""
+        rkeys = self._keys(keys, limits)
+        args = self._args(limits, cost, now)
+        if self._breaker is not None and self._breaker.skip_primary():
+            return await self._fallback_apply(keys, limits, cost, now, single=False)
+        try:
+            reply = await self._run(rkeys, args)
+        except StoreError as exc:
+            if self._breaker is None:
+                raise
+            self._breaker.failed(exc)
+            return await self._fallback_apply(keys, limits, cost, now, single=False)
+        return _combine(self._results(reply, limits))
+
+    async def areset(self, key: str) -> None:
+        """Forget ``key`` (one DEL).  With a fallback, it forgets the key too."""
+        rkey = self._key(key)
+        if self.fallback is not None:
+            await _maybe_await(_call(self.fallback, "reset", key))
+        breaker = self._breaker
+        if breaker is not None and breaker.skip_primary():
+            return
+        try:
+            await self.client.delete(rkey)
+        except Exception as exc:
+            error = self._error(exc)
+            if breaker is None:
+                raise error from exc
+            breaker.failed(error)
+            return
+        except BaseException:
+            if breaker is not None:
+                breaker.abandoned()
+            raise
+        if breaker is not None:
+            breaker.succeeded()
+
+    async def _run(self, rkeys: List[bytes], args: List[str]) -> Any:
+        client = self.client
+        breaker = self._breaker
+        try:
+            try:
+                reply = await client.evalsha(SCRIPT_SHA, len(rkeys), *rkeys, *args)
+            except Exception as exc:
+                if not _is_noscript(exc):
+                    raise
+                reply = await client.eval(SCRIPT, len(rkeys), *rkeys, *args)
+        except Exception as exc:
+            raise self._error(exc) from exc
+        except BaseException:  # cancelled: let another caller probe
+            if breaker is not None:
+                breaker.abandoned()
+            raise
+        if breaker is not None:
+            breaker.succeeded()
+        return reply
+
+    async def _fallback_apply(
+        self,
+        keys: Sequence[str],
+        limits: Sequence[Limit],
+        cost: float,
+        now: Optional[float],
+        *,
+        single: bool,
+    ) -> RateLimitResult:
+        fallback = self.fallback
+        assert fallback is not None
+        if single:
+            result = _call(fallback, "apply", keys[0], limits[0], cost, now)
+        else:
+            result = _call(fallback, "apply_many", keys, limits, cost, now)
+        final: RateLimitResult = await _maybe_await(result)
+        return final
+
+
+def _call(store: Any, name: str, *args: Any) -> Any:
+    method = getattr(store, "a" + name, None)
+    if method is None:
+        method = getattr(store, name)
+    return method(*args)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value

@@ -1,0 +1,203 @@
+"""Throwaway redis-server processes for the tests: single servers and a 3-master cluster.
+
+Every server binds 127.0.0.1 only, on a free port, with no persistence, in a
+temporary directory, and is killed at teardown.  Without a ``redis-server``
+binary the tests that need one skip with the reason, except under ``CI=true``
+where they fail: CI must run them (``.ci/run`` installs Redis).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Any, Iterator, List, Optional
+
+import pytest
+
+REDIS_SERVER = shutil.which("redis-server")
+REDIS_CLI = shutil.which("redis-cli")
+
+pytest.importorskip("redis", reason="redis-py is not installed: pip install 'tokenlimiter[redis]'")
+
+import redis  # noqa: E402
+
+
+def require_redis(cli: bool = False) -> None:
+    """Skip (or fail under ``CI=true``) when the Redis binaries are missing."""
+    missing = [
+        name
+        for name, path in (("redis-server", REDIS_SERVER), ("redis-cli", REDIS_CLI))
+        if path is None and (name == "redis-server" or cli)
+    ]
+    if not missing:
+        return
+    reason = (
+        f"{' and '.join(missing)} not found on PATH: these tests start their own Redis "
+        "servers (install Redis >= 6, e.g. `apt-get install redis-server`)"
+    )
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason}; CI=true, so they must run", pytrace=False)
+    pytest.skip(reason)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(cluster: bool = False) -> int:
+    """A free loopback port; with ``cluster``, its bus port (+10000) is free too."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if not cluster or (port < 55535 and _port_free(port + 10000)):
+            return port
+    raise RuntimeError("no free loopback port")
+
+
+class RedisServer:
+    """One redis-server process on ``port``; ``start``/``stop`` may repeat (same port)."""
+
+    def __init__(self, port: Optional[int] = None, *extra: str, cluster: bool = False) -> None:
+        require_redis(cli=cluster)
+        self.port = port or free_port(cluster)
+        self.cluster = cluster
+        self.extra = list(extra)
+        self.dir = tempfile.mkdtemp(prefix="limiter-redis-")
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        assert REDIS_SERVER is not None
+        args = [
+            REDIS_SERVER,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self.dir,
+            "--logfile",
+            os.path.join(self.dir, "redis.log"),
+            *self.extra,
+        ]
+        if self.cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        probe = redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+        try:
+            while True:
+                try:
+                    if probe.ping():
+                        return self
+                except redis.RedisError:
+                    pass
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = self.log()
+                    self.stop()
+                    raise RuntimeError(f"redis-server on port {self.port} did not start:\n{log}")
+                time.sleep(0.01)
+        finally:
+            probe.close()
+
+    def log(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "redis.log")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Kill the server (SIGKILL: a crash, not a shutdown) and wait for it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", 1.0)
+        kwargs.setdefault("socket_connect_timeout", 1.0)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def redis_server(*extra: str) -> Iterator[RedisServer]:
+    """Generator for a module-scoped fixture: a running server, removed afterwards."""
+    server = RedisServer(None, *extra)
+    try:
+        yield server.start()
+    finally:
+        server.remove()
+
+
+class RedisClusterNodes:
+    """Three masters on loopback, joined with ``redis-cli --cluster create``."""
+
+    def __init__(self) -> None:
+        self.nodes: List[RedisServer] = []
+
+    def start(self, timeout: float = 30.0) -> RedisClusterNodes:
+        try:
+            ports: List[int] = []
+            while len(ports) < 3:
+                port = free_port(cluster=True)
+                if port not in ports:
+                    ports.append(port)
+            self.nodes = [RedisServer(port, cluster=True) for port in ports]
+            for node in self.nodes:
+                node.start()
+            assert REDIS_CLI is not None
+            subprocess.run(
+                [
+                    REDIS_CLI,
+                    "--cluster",
+                    "create",
+                    *(f"127.0.0.1:{p}" for p in ports),
+                    "--cluster-replicas",
+                    "0",
+                    "--cluster-yes",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=timeout,
+            )
+            deadline = time.monotonic() + timeout
+            for node in self.nodes:
+                client = node.client()
+                try:
+                    while client.cluster("info").get("cluster_state") != "ok":
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("the Redis cluster did not reach cluster_state:ok")
+                        time.sleep(0.05)
+                finally:
+                    client.close()
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    @property
+    def ports(self) -> List[int]:
+        return [node.port for node in self.nodes]
+
+    def remove(self) -> None:
+        for node in self.nodes:
+            node.remove()

@@ -1,0 +1,411 @@
+"""RedisStore and AsyncRedisStore against a real redis-server started for this module.
+
+The conformance suite, the Lua script checked against ``limiter.bucket`` by
+hypothesis (results and the stored state, exactly), the key scheme and expiry,
+server time, one round trip per check, and 4 processes on one key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import multiprocessing
+import time
+import uuid
+from typing import Any, Iterator, List, Optional
+
+import pytest
+import redis
+import redis.asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter.backends.redis import SCRIPT_SHA, AsyncRedisStore, RedisStore, hash_tag, redis_key
+from limiter.bucket import step, step_all
+from limiter.testing import T0, StoreConformance
+from redis_servers import RedisServer, redis_server
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    yield from redis_server()
+
+
+@pytest.fixture(scope="module")
+def client(server: RedisServer) -> Iterator[redis.Redis]:
+    c = server.client()
+    yield c
+    c.close()
+
+
+def unique_prefix() -> str:
+    return f"test:{uuid.uuid4().hex}:"
+
+
+class TestRedisStore(StoreConformance):
+    @pytest.fixture(autouse=True)
+    def _client(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def make_store(self) -> RedisStore:
+        return RedisStore(self.client, prefix=unique_prefix())
+
+
+class TestRedisStoreLocalTime(StoreConformance):
+    """``server_time=False``: ``now=None`` reads ``time.time()`` instead of ``TIME``."""
+
+    @pytest.fixture(autouse=True)
+    def _client(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def make_store(self) -> RedisStore:
+        return RedisStore(self.client, prefix=unique_prefix(), server_time=False)
+
+
+class TestRedisStoreDecodedResponses(StoreConformance):
+    """A client with ``decode_responses=True`` returns str, not bytes: same results."""
+
+    @pytest.fixture(autouse=True)
+    def _client(self, server: RedisServer) -> Iterator[None]:
+        self.client = server.client(decode_responses=True)
+        yield
+        self.client.close()
+
+    def make_store(self) -> RedisStore:
+        return RedisStore(self.client, prefix=unique_prefix())
+
+
+class TestAsyncRedisStore(StoreConformance):
+    mode = "async"
+    loop: asyncio.AbstractEventLoop
+
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _loop(cls, server: RedisServer) -> Iterator[None]:
+        # redis.asyncio clients are bound to the loop they first ran in: one per class.
+        cls.loop = asyncio.new_event_loop()
+        cls.port = server.port
+        yield
+        cls.loop.close()
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def make_store(self) -> AsyncRedisStore:
+        # A bounded pool that waits for a free connection, as an app server should
+        # use: the conformance flood sends 1,000 checks at once.
+        pool = redis.asyncio.BlockingConnectionPool(
+            port=self.port, max_connections=50, timeout=10, socket_timeout=1
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+        return AsyncRedisStore(client, prefix=unique_prefix())
+
+    def close_store(self, store: AsyncRedisStore) -> None:
+        self.run(store.client.aclose())
+
+
+# -- the Lua script is limiter.bucket.step ---------------------------------------
+
+RATES = st.sampled_from([0.001, 0.5, 1.0, 3.0, 100 / 60, 7.3, 1000.0, 2500.0, 1e6])
+COSTS = st.one_of(
+    st.sampled_from([0, 1, 1, 1, 2, 3, 0.5, 25, 1e9]),
+    st.floats(0, 50, allow_nan=False),
+)
+OPS = st.lists(
+    st.tuples(
+        st.one_of(
+            st.integers(-3000, 8000).map(lambda ms: ms / 1000),
+            st.floats(-1e4, 1e4, allow_nan=False),
+            st.just(0.0),
+        ),
+        COSTS,
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def check_stored(client: redis.Redis, rkey: str, state: Optional[complex]) -> Optional[complex]:
+    """Assert that ``rkey`` holds ``state`` bit for bit, and return what it holds.
+
+    The key's TTL must be the time until the bucket is full; the key is then
+    made persistent, so that the next step of the test does not depend on how
+    fast it runs (TTLs run in real time, the test's clock does not).  Should
+    the server have expired a nearly full bucket already, the test goes on
+    from that, as Redis does.
+    """
+    raw, ttl = client.pipeline().get(rkey).pttl(rkey).persist(rkey).execute()[:2]
+    if raw is None:
+        assert state is None or state.real < 0.05
+        return None
+    debt, updated_at = raw.split()
+    stored = complex(float(debt), float(updated_at))
+    assert stored == state
+    if ttl != -1:  # written by this step (-1: kept from before, made persistent)
+        expected_ttl = max(1, math.ceil(stored.real * 1000))
+        assert expected_ttl - 50 <= ttl <= expected_ttl
+    return stored
+
+
+def stored_state(client: redis.Redis, rkey: str) -> Optional[complex]:
+    raw = client.get(rkey)
+    if raw is None:
+        return None
+    debt, updated_at = raw.split()
+    return complex(float(debt), float(updated_at))
+
+
+def assert_same(got: Any, expected: Any) -> None:
+    assert (got.allowed, got.limit, got.remaining) == (
+        expected.allowed,
+        expected.limit,
+        expected.remaining,
+    )
+    assert got.reset_after == pytest.approx(expected.reset_after, abs=1e-6, rel=0)
+    assert got.retry_after == pytest.approx(expected.retry_after, abs=1e-6, rel=0)
+    assert got.window == expected.window
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rate=RATES, burst=st.integers(1, 30), ops=OPS)
+def test_script_matches_step(client: redis.Redis, rate: float, burst: int, ops: Any) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    limit = Limit(rate, burst)
+    rkey = redis_key("k", store.prefix)
+    state = None
+    now = T0
+    for dt, cost in ops:
+        now += dt
+        state, expected = step(state, now, limit, cost)
+        got = store.apply("k", limit, cost, now)
+        assert_same(got, expected)
+        assert got.results == ()
+        # The stored state is bit-for-bit the one step computed (None: never written).
+        state = check_stored(client, rkey, state)
+    client.delete(rkey)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    limits=st.lists(st.tuples(RATES, st.integers(1, 20)), min_size=1, max_size=4),
+    ops=OPS,
+)
+def test_script_matches_step_all(client: redis.Redis, limits: Any, ops: Any) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    lims = [Limit(rate, burst) for rate, burst in limits]
+    keys = [f"{{user}}:{i}" for i in range(len(lims))]
+    rkeys = [redis_key(k, store.prefix) for k in keys]
+    states: List[Optional[complex]] = [None] * len(lims)
+    now = T0
+    for dt, cost in ops:
+        now += dt
+        states, expected = step_all(states, now, lims, cost)
+        got = store.apply_many(keys, lims, cost, now)
+        assert_same(got, expected)
+        assert len(got.results) == len(expected.results)
+        for g, e in zip(got.results, expected.results):
+            assert_same(g, e)
+        states = [check_stored(client, k, s) for k, s in zip(rkeys, states)]
+    client.delete(*rkeys)
+
+
+# -- keys --------------------------------------------------------------------------
+
+
+def test_key_scheme() -> None:
+    assert redis_key("10/s:20:1.2.3.4") == "limiter:{10/s:20:1.2.3.4}"
+    assert redis_key("a}b%", "p:") == "p:{a%7Db%25}"
+    assert redis_key("rl:{alice}:daily", "p:") == "p:{alice}rl:{alice}:daily"
+    assert redis_key("{}", "p:") == "p:{{%7D}"
+    assert hash_tag("x{a}y{b}") == "a"
+    assert hash_tag("{}a") is None and hash_tag("}{") is None and hash_tag("{a") is None
+    # One-to-one, including keys that look like escapes or like wrapped keys.
+    keys = ["a", "{a}", "a}", "a%7D", "%", "%25", "{a}a", "", "}", "{", "{}", "{{a}}"]
+    assert len({redis_key(k) for k in keys}) == len(keys)
+
+
+def test_keys_of_a_tag_share_a_slot(client: redis.Redis) -> None:
+    from redis.crc import key_slot
+
+    slot = key_slot(redis_key("alice").encode())
+    assert key_slot(redis_key("rl:{alice}:1/s").encode()) == slot
+    assert key_slot(redis_key("rl:{alice}:100/day").encode()) == slot
+
+
+def test_hostile_keys_stay_distinct(client: redis.Redis) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    limit = Limit(1, 1)
+    keys = ["a", "{a}", "a}", "a%7D", "\ud800", "\n", "{\n}", "☃" * 3000, "x" * 10_000]
+    for key in keys:
+        assert store.apply(key, limit, 1, T0).allowed, key
+    for key in keys:
+        assert not store.apply(key, limit, 1, T0).allowed, key
+    assert len(client.keys(store.prefix + "*")) == len(keys)
+
+
+# -- expiry ------------------------------------------------------------------------
+
+
+def test_key_expires_when_the_bucket_is_full_again(client: redis.Redis) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    rkey = redis_key("k", store.prefix)
+    limit = Limit(1, 10)
+    store.apply("k", limit, 3, T0)  # full again in 3 s
+    assert 2900 < client.pttl(rkey) <= 3000
+    store.apply("k", limit, 0, T0 + 1)  # a peek writes nothing
+    assert 2900 < client.pttl(rkey) <= 3000
+    store.apply("k", limit, 20, T0 + 1)  # denied: nothing written
+    assert 2900 < client.pttl(rkey) <= 3000
+    store.apply("k", limit, 1, T0 + 2)  # 1 s of debt left + 1 s
+    assert 1900 < client.pttl(rkey) <= 2000
+    store.apply("k", limit, 20, T0 - 100)  # clock back: re-anchored with the same debt
+    assert 1900 < client.pttl(rkey) <= 2000
+    assert stored_state(client, rkey) == complex(2.0, T0 - 100)
+
+
+def test_expired_key_is_a_full_bucket(client: redis.Redis) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    limit = Limit(1000, 2)  # full again 2 ms after a request
+    assert store.apply("k", limit, 2, T0).allowed
+    rkey = redis_key("k", store.prefix)
+    deadline = time.monotonic() + 2
+    while client.exists(rkey):  # the server expires it; nothing sweeps
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert store.apply("k", limit, 0, T0).remaining == 2
+
+
+def test_huge_window_gets_a_bounded_ttl(client: redis.Redis) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    assert store.apply("k", Limit(1e-9, 10**6), 10**6, T0).allowed
+    assert 10**15 - 1000 < client.pttl(redis_key("k", store.prefix)) <= 10**15
+
+
+def test_corrupt_state_is_a_store_error(client: redis.Redis) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    client.set(redis_key("k", store.prefix), "garbage")
+    with pytest.raises(StoreError, match="corrupt"):
+        store.apply("k", Limit(1, 1), 1, T0)
+    client.hset(redis_key("w", store.prefix), "a", "b")
+    with pytest.raises(StoreError, match="WRONGTYPE"):
+        store.apply("w", Limit(1, 1), 1, T0)
+
+
+# -- time --------------------------------------------------------------------------
+
+
+def server_now(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1e6
+
+
+def test_server_time_ignores_a_skewed_local_clock(client: redis.Redis) -> None:
+    import time_machine
+
+    server = RedisStore(client, prefix=unique_prefix())
+    local = RedisStore(client, prefix=unique_prefix(), server_time=False)
+    with time_machine.travel(1_000_000_000, tick=False):  # this host thinks it is 2001
+        server.apply("k", Limit(1, 5), 1, None)
+        local.apply("k", Limit(1, 5), 1, None)
+    _, updated_at = client.get(redis_key("k", server.prefix)).split()
+    assert abs(float(updated_at) - server_now(client)) < 5
+    _, updated_at = client.get(redis_key("k", local.prefix)).split()
+    assert float(updated_at) == 1_000_000_000
+
+
+def test_injected_clock_is_passed_to_the_script(client: redis.Redis) -> None:
+    clock = ManualClock(T0)
+    limiter = RateLimiter("2/second", store=RedisStore(client, prefix=unique_prefix()), clock=clock)
+    assert [limiter.allow("a") for _ in range(3)] == [True, True, False]
+    clock.advance(0.5)
+    assert [limiter.allow("a") for _ in range(2)] == [True, False]
+
+
+def test_bad_arguments_never_reach_the_server(client: redis.Redis) -> None:
+    store = RedisStore(client, prefix=unique_prefix())
+    client.config_resetstat()
+    for bad in (-1, float("nan"), "1", None):
+        with pytest.raises(ValueError, match="cost"):
+            store.apply("k", Limit(1, 1), bad, T0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="now"):
+        store.apply("k", Limit(1, 1), 1, float("inf"))
+    assert "cmdstat_evalsha" not in client.info("commandstats")
+
+
+# -- one round trip ----------------------------------------------------------------
+
+
+def test_one_round_trip_per_check_and_script_flush_is_invisible(server: RedisServer) -> None:
+    # A client of its own, so the counts are exactly this test's commands.
+    client = server.client()
+    try:
+        store = RedisStore(client, prefix=unique_prefix())
+        limiter = RateLimiter(Limit(1, 100), store=store, clock=ManualClock(T0))
+        limiter.allow("warm-up")
+        client.config_resetstat()
+        allowed = [limiter.allow("k") for _ in range(50)]
+        client.script_flush()
+        allowed += [limiter.allow("k") for _ in range(50)]
+        assert allowed == [True] * 100
+        assert not limiter.allow("k")  # nothing was lost across the flush
+        store.apply_many(["{k}:a", "{k}:b"], [Limit(1, 5), Limit(2, 5)], 1, T0)
+        stats = client.info("commandstats")
+        calls = {name: stat["calls"] for name, stat in stats.items()}
+        # 102 checks: 101 EVALSHA, and one EVAL after the flush's NOSCRIPT.
+        assert calls.pop("cmdstat_evalsha") == 102
+        assert calls.pop("cmdstat_eval") == 1
+        assert calls.pop("cmdstat_script|flush") == 1
+        assert calls.pop("cmdstat_config|resetstat", 1) == 1
+        # Inside the script: one GET per key, one SET per charged key.
+        assert calls.pop("cmdstat_get") == 103 and calls.pop("cmdstat_set") == 102
+        assert calls == {}, "no other command on the hot path"
+        assert client.script_exists(SCRIPT_SHA) == [True]
+    finally:
+        client.close()
+
+
+# -- processes ---------------------------------------------------------------------
+
+
+def hammer(port: int, prefix: str, checks: int, start: Any) -> int:
+    store = RedisStore(redis.Redis(port=port), prefix=prefix)
+    limit = Limit(0.001, 100)  # a frozen clock: nothing refills
+    start.wait()
+    return sum(store.apply("hot", limit, 1, T0).allowed for _ in range(checks))
+
+
+def test_four_processes_admit_exactly_burst(server: RedisServer) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    prefix = unique_prefix()
+    with ctx.Manager() as manager:
+        start = manager.Event()
+        with ctx.Pool(4) as pool:
+            pending = [
+                pool.apply_async(hammer, (server.port, prefix, 2000, start)) for _ in range(4)
+            ]
+            start.set()
+            admitted = [p.get(60) for p in pending]
+    assert sum(admitted) == 100
+
+
+# -- construction ------------------------------------------------------------------
+
+
+def test_repr_and_validation(client: redis.Redis) -> None:
+    store = RedisStore(client, prefix="p:", fallback=MemoryStore())
+    assert "prefix='p:'" in repr(store) and "MemoryStore" in repr(store)
+    with pytest.raises(TypeError, match="client"):
+        RedisStore(object())
+    with pytest.raises(ValueError, match="prefix"):
+        RedisStore(client, prefix=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="probe_after"):
+        RedisStore(client, fallback=MemoryStore(), probe_after=0)
+    with pytest.raises(ValueError, match="one key per limit"):
+        store.apply_many(["a"], [Limit(1, 1), Limit(2, 2)], 1, T0)
