@@ -30,6 +30,7 @@ def demo_handler(limiter: RateLimiter) -> Type[BaseHTTPRequestHandler]:
     @rate_limited(limiter, exempt=exempt)
     class DemoHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        wbufsize = -1  # one send per response: no Nagle stalls on kept-alive connections
         server_version = f"limiter-demo/{__version__}"
 
         def _json(self, status: int, payload: Dict[str, Any]) -> None:

@@ -125,6 +125,9 @@ def rate_limited(
                 super().end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
+                # handle_one_request() flushes only after do_<METHOD>; a
+                # buffered wfile (wbufsize != 0) would hold the 429 back.
+                self.wfile.flush()
                 return False
 
             def end_headers(self) -> None:
