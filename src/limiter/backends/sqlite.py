@@ -1,0 +1,332 @@
+"""``SQLiteStore``: bucket state in one SQLite file, shared by the processes of one host.
+
+For several worker processes without Redis (``gunicorn -w 4``): each check is
+one ``BEGIN IMMEDIATE`` transaction (read the states, ``limiter.bucket.step``
+in Python, write what changed), so checks from every process are serialized
+by SQLite's write lock.  The file is in WAL mode with ``synchronous=NORMAL``:
+readers never block, and a commit does not wait for the disk (a power cut may
+forget the last few checks, which for rate limiting is harmless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from typing import Any, List, Optional, Sequence, Union
+
+from ..bucket import Limit, RateLimitResult, step, step_all
+from ..store import StoreError
+from ._fallback import Breaker
+
+__all__ = ["SQLiteStore"]
+
+_SCHEMA = (
+    # key is a BLOB (UTF-8 with surrogates passed through) so any str is a key.
+    # full_at (= updated_at + debt) is kept for the purge and its index.
+    "CREATE TABLE IF NOT EXISTS limiter_buckets ("
+    " key BLOB PRIMARY KEY, debt REAL NOT NULL, updated_at REAL NOT NULL,"
+    " full_at REAL NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS limiter_buckets_full_at ON limiter_buckets (full_at)",
+)
+_SELECT = "SELECT debt, updated_at FROM limiter_buckets WHERE key = ?"
+_UPSERT = "INSERT OR REPLACE INTO limiter_buckets (key, debt, updated_at, full_at) VALUES (?,?,?,?)"
+_PURGE = "DELETE FROM limiter_buckets WHERE full_at <= ?"
+
+
+def _check_cost(cost: float) -> None:
+    # Before BEGIN, so a bad cost costs no lock; step() would raise the same.
+    try:
+        if not cost >= 0:
+            raise ValueError(f"cost must be a number >= 0, got {cost!r}")
+    except TypeError:
+        raise ValueError(f"cost must be a number >= 0, got {cost!r:.100}") from None
+
+
+class SQLiteStore:
+    """Bucket state in an SQLite database file.  Implements ``Store`` and ``AsyncStore``.
+
+    ``path``: the database file, created if missing (give every worker the
+    same path; ``":memory:"`` is private to one process).  ``timeout``:
+    seconds a check waits for another process's transaction before failing
+    with ``StoreError`` (default 5).  ``purge_every``: after this many writes
+    by this process, buckets that are full again are deleted (an absent key
+    *is* a full bucket, so no decision changes).  ``fallback``, ``probe_after``,
+    ``max_probe_after``, ``probe_clock``: as for ``RedisStore``.
+
+    ``now=None`` reads ``time.time()``.  One connection per process, shared by
+    its threads under a lock; a forked child opens its own.  The async
+    methods run the transaction in a worker thread.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, os.PathLike[str]],
+        *,
+        timeout: float = 5.0,
+        purge_every: int = 1000,
+        fallback: Optional[Any] = None,
+        probe_after: float = 0.5,
+        max_probe_after: float = 30.0,
+        probe_clock: Optional[Any] = None,
+    ) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        if isinstance(purge_every, bool) or not isinstance(purge_every, int) or purge_every < 1:
+            raise ValueError(f"purge_every must be an integer >= 1, got {purge_every!r}")
+        self.path = os.fspath(path)
+        self.timeout = float(timeout)
+        self.purge_every = purge_every
+        self.fallback = fallback
+        self._breaker: Optional[Breaker] = None
+        if fallback is not None:
+            self._breaker = Breaker("SQLiteStore", probe_after, max_probe_after, probe_clock)
+        self._lock = threading.Lock()
+        self._conn: Optional[sqlite3.Connection] = None
+        self._pid = os.getpid()
+        self._writes = 0
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, timeout={self.timeout!r}, fallback={self.fallback!r})"
+
+    @property
+    def using_fallback(self) -> bool:
+        """True while the database fails and the fallback answers."""
+        return self._breaker is not None and self._breaker.down
+
+    # -- Store -------------------------------------------------------------
+
+    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+        """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
+        return self._guarded([key], [limit], cost, now, single=True)
+
+    def apply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or none (one transaction)."""
+        if len(keys) != len(limits) or not keys:
+            raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
+        return self._guarded(keys, limits, cost, now, single=False)
+
+    def reset(self, key: str) -> None:
+        """Forget ``key``.  With a fallback, it forgets the key too."""
+        blob = self._blob(key)
+        if self.fallback is not None:
+            self.fallback.reset(key)
+        breaker = self._breaker
+        if breaker is not None and breaker.skip_primary():
+            return
+        try:
+            lock = self._locked()
+            try:
+                self._connection().execute("DELETE FROM limiter_buckets WHERE key = ?", (blob,))
+            finally:
+                lock.release()
+        except sqlite3.Error as exc:
+            if breaker is None:
+                raise StoreError(f"SQLiteStore: {exc}") from exc
+            breaker.failed(StoreError(str(exc)))
+            return
+        except BaseException:
+            if breaker is not None:
+                breaker.abandoned()
+            raise
+        if breaker is not None:
+            breaker.succeeded()
+
+    def clear(self) -> None:
+        """Forget every key."""
+        lock = self._locked()
+        try:
+            self._connection().execute("DELETE FROM limiter_buckets")
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLiteStore: {exc}") from exc
+        finally:
+            lock.release()
+
+    def close(self) -> None:
+        """Close this process's connection (the next check reopens it)."""
+        lock = self._locked()
+        try:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+        finally:
+            lock.release()
+
+    def __len__(self) -> int:
+        lock = self._locked()
+        try:
+            row = self._connection().execute("SELECT count(*) FROM limiter_buckets").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLiteStore: {exc}") from exc
+        finally:
+            lock.release()
+        count: int = row[0]
+        return count
+
+    # -- AsyncStore --------------------------------------------------------
+
+    async def aapply(
+        self, key: str, limit: Limit, cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """``apply`` in a worker thread, so waiting for the lock never blocks the loop."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.apply, key, limit, cost, now
+        )
+
+    async def aapply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """``apply_many`` in a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.apply_many, keys, limits, cost, now
+        )
+
+    async def areset(self, key: str) -> None:
+        """``reset`` in a worker thread."""
+        await asyncio.get_running_loop().run_in_executor(None, self.reset, key)
+
+    # -- internals ---------------------------------------------------------
+
+    @staticmethod
+    def _blob(key: str) -> bytes:
+        if not isinstance(key, str):
+            raise ValueError(f"key must be a str, got {key!r:.100}")
+        return key.encode("utf-8", "surrogatepass")
+
+    def _locked(self) -> threading.Lock:
+        """This process's lock, acquired."""
+        if self._pid != os.getpid():
+            # A forked child: the parent's connection and lock are not ours (the
+            # lock may even have been held by a thread that does not exist here).
+            self._pid = os.getpid()
+            self._conn = None
+            self._lock = threading.Lock()
+        lock = self._lock
+        lock.acquire()
+        return lock
+
+    def _connection(self) -> sqlite3.Connection:
+        # Caller holds the lock (see _locked).
+        conn = self._conn
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return conn
+
+    def _guarded(
+        self,
+        keys: Sequence[str],
+        limits: Sequence[Limit],
+        cost: float,
+        now: Optional[float],
+        *,
+        single: bool,
+    ) -> RateLimitResult:
+        _check_cost(cost)
+        blobs = [self._blob(key) for key in keys]
+        breaker = self._breaker
+        if breaker is None:
+            return self._transact(blobs, limits, cost, now, single)
+        if not breaker.skip_primary():
+            try:
+                result = self._transact(blobs, limits, cost, now, single)
+            except StoreError as exc:
+                breaker.failed(exc)
+            except BaseException:
+                breaker.abandoned()
+                raise
+            else:
+                breaker.succeeded()
+                return result
+        fallback = self.fallback
+        assert fallback is not None
+        answer: RateLimitResult
+        if single:
+            answer = fallback.apply(keys[0], limits[0], cost, now)
+        else:
+            answer = fallback.apply_many(keys, limits, cost, now)
+        return answer
+
+    def _transact(
+        self,
+        blobs: List[bytes],
+        limits: Sequence[Limit],
+        cost: float,
+        now: Optional[float],
+        single: bool,
+    ) -> RateLimitResult:
+        if now is None:
+            now = time.time()
+        # SQLite skips its busy handler in a few WAL corners (a connection opening
+        # while another recovers or checkpoints the WAL) and reports "locked" at
+        # once; retry those within the timeout, which the busy handler did not use.
+        deadline = time.monotonic() + self.timeout
+        pause = 0.001
+        while True:
+            try:
+                return self._transact_once(blobs, limits, cost, now, single)
+            except sqlite3.OperationalError as exc:
+                message = str(exc)
+                if ("locked" not in message and "busy" not in message) or (
+                    time.monotonic() + pause > deadline
+                ):
+                    raise StoreError(f"SQLiteStore: {type(exc).__name__}: {exc}") from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLiteStore: {type(exc).__name__}: {exc}") from exc
+
+    def _transact_once(
+        self,
+        blobs: List[bytes],
+        limits: Sequence[Limit],
+        cost: float,
+        now: float,
+        single: bool,
+    ) -> RateLimitResult:
+        lock = self._locked()
+        try:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                states: List[Optional[complex]] = []
+                for blob in blobs:
+                    row = conn.execute(_SELECT, (blob,)).fetchone()
+                    states.append(None if row is None else complex(row[0], row[1]))
+                result: RateLimitResult
+                if single:
+                    new_state, result = step(states[0], now, limits[0], cost)
+                    new_states = [new_state]
+                else:
+                    new_states, result = step_all(states, now, limits, cost)
+                writes = 0
+                for blob, old, new in zip(blobs, states, new_states):
+                    if new is not old and new is not None:
+                        conn.execute(_UPSERT, (blob, new.real, new.imag, new.imag + new.real))
+                        writes += 1
+                purge = self._writes + writes >= self.purge_every
+                if purge:
+                    conn.execute(_PURGE, (now,))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._writes = 0 if purge else self._writes + writes
+            return result
+        finally:
+            lock.release()

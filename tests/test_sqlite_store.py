@@ -1,0 +1,196 @@
+"""SQLiteStore: the conformance suite, several processes on one file, purge, failures."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter.backends.sqlite import SQLiteStore
+from limiter.testing import T0, StoreConformance
+
+
+class TestSQLiteStore(StoreConformance):
+    @pytest.fixture(autouse=True)
+    def _dir(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "limits.db"
+
+    def make_store(self) -> SQLiteStore:
+        return SQLiteStore(self.path)
+
+    def close_store(self, store: SQLiteStore) -> None:
+        store.close()
+
+
+class TestSQLiteStoreAsync(TestSQLiteStore):
+    mode = "async"
+
+
+class TestSQLiteStoreTwoHandles(TestSQLiteStore):
+    """Checks alternate between two stores (two connections) on one file: same answers."""
+
+    class _Alternating:
+        def __init__(self, path: Path) -> None:
+            self.stores = [SQLiteStore(path), SQLiteStore(path)]
+            self.turn = 0
+
+        def __getattr__(self, name: str) -> Any:
+            self.turn ^= 1
+            return getattr(self.stores[self.turn], name)
+
+    def make_store(self) -> Any:
+        return self._Alternating(self.path)
+
+    def close_store(self, store: Any) -> None:
+        for s in store.stores:
+            s.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "limits.db")
+    yield s
+    s.close()
+
+
+def test_wal_mode_and_schema(store: SQLiteStore) -> None:
+    store.apply("k", Limit(1, 5), 1, T0)
+    conn = sqlite3.connect(store.path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT debt, updated_at, full_at FROM limiter_buckets").fetchall() == [
+            (1.0, T0, T0 + 1.0)
+        ]
+    finally:
+        conn.close()
+
+
+def test_full_buckets_are_purged(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "limits.db", purge_every=10)
+    limit = Limit(1, 5)
+    for i in range(9):
+        store.apply(f"old{i}", limit, 1, T0)  # full again at T0 + 1
+    assert len(store) == 9
+    store.apply("slow", Limit(0.001, 5), 1, T0 + 2)  # the 10th write purges
+    assert len(store) == 1
+    # Purging changed no decision: a purged key is a full bucket.
+    assert store.apply("old0", limit, 0, T0 + 2).remaining == 5
+    store.close()
+
+
+def test_locked_database_is_a_store_error_and_state_survives(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "limits.db", timeout=0.05)
+    assert store.apply("k", Limit(1, 2), 1, T0).allowed
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            store.apply("k", Limit(1, 2), 1, T0)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert store.apply("k", Limit(1, 2), 0, T0).remaining == 1
+    store.close()
+
+
+def test_fallback_while_locked(tmp_path: Path) -> None:
+    probes = ManualClock()
+    fallback = MemoryStore()
+    store = SQLiteStore(tmp_path / "limits.db", timeout=0.01, fallback=fallback, probe_clock=probes)
+    limit = Limit(1, 3)
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    store.apply("warm", limit, 1, T0)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        # Per-process limiting from the fallback: exactly the burst.
+        assert [store.apply("k", limit, 1, T0).allowed for _ in range(4)] == [1, 1, 1, 0]
+        assert store.using_fallback
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert store.apply("k", limit, 0, T0).remaining == 0  # still the fallback: no probe due
+    probes.advance(0.5)
+    assert store.apply("k", limit, 0, T0).remaining == 3  # probed, back on the file
+    assert not store.using_fallback
+    store.close()
+
+
+def test_unwritable_path_is_a_store_error(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "no" / "such" / "dir" / "limits.db")
+    with pytest.raises(StoreError):
+        store.apply("k", Limit(1, 1), 1, T0)
+
+
+def test_validation(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        SQLiteStore(tmp_path / "x.db", timeout=-1)
+    with pytest.raises(ValueError, match="purge_every"):
+        SQLiteStore(tmp_path / "x.db", purge_every=0)
+    store = SQLiteStore(tmp_path / "x.db")
+    assert "x.db" in repr(store)
+    with pytest.raises(ValueError, match="one key per limit"):
+        store.apply_many(["a", "b"], [Limit(1, 1)], 1, T0)
+    store.close()
+
+
+def test_threads_and_a_limiter_share_one_store(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "limits.db")
+    limiter = RateLimiter(Limit(0.001, 30), store=store, clock=ManualClock(T0))
+    admitted = []
+
+    def worker() -> None:
+        admitted.append(sum(limiter.allow("hot") for _ in range(20)))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(admitted) == 30
+    store.close()
+
+
+def hammer(path: str, checks: int, start: Any) -> int:
+    store = SQLiteStore(path, timeout=30)
+    limit = Limit(0.001, 100)  # a frozen clock: nothing refills
+    start.wait()
+    admitted = sum(store.apply("hot", limit, 1, T0).allowed for _ in range(checks))
+    store.close()
+    return admitted
+
+
+def test_four_processes_admit_exactly_burst(tmp_path: Path) -> None:
+    path = str(tmp_path / "limits.db")
+    SQLiteStore(path).close()  # create the file and schema once
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        start = manager.Event()
+        with ctx.Pool(4) as pool:
+            pending = [pool.apply_async(hammer, (path, 2000, start)) for _ in range(4)]
+            start.set()
+            admitted = [p.get(120) for p in pending]
+    assert sum(admitted) == 100
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "limits.db")
+    limit = Limit(0.001, 10)
+    assert store.apply("k", limit, 4, T0).allowed  # the parent has a connection now
+    # The child inherits the store, its open connection and its lock (unpicklable).
+    child = multiprocessing.get_context("fork").Process(target=_child_peek, args=(store, limit))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 6  # the child's peek: 10 - 4 tokens
+    assert store.apply("k", limit, 6, T0).allowed
+    store.close()
+
+
+def _child_peek(store: SQLiteStore, limit: Limit) -> None:
+    os._exit(store.apply("k", limit, 0, T0).remaining)
