@@ -91,8 +91,11 @@ def test_from_a_real_limiter() -> None:
 
 
 def test_float_noise_is_not_a_second_more() -> None:
-    noisy = result(reset_after=sum([0.1] * 20), remaining=0, allowed=False, retry_after=1.0000001)
-    assert noisy.reset_after == 2.0000000000000004
+    debt = 0.0
+    for _ in range(20):  # what twenty requests of 0.1 s each add up to
+        debt += 0.1
+    assert debt == 2.0000000000000004
+    noisy = result(reset_after=debt, remaining=0, allowed=False, retry_after=1.0000001)
     headers = dict(rate_limit_headers(noisy, now=NOW - 0.25, style="both"))
     assert headers["RateLimit"] == '"default";r=0;t=2'
     assert headers["X-RateLimit-Reset"] == "1700000002"
