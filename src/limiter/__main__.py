@@ -47,7 +47,7 @@ def demo_handler(limiter: RateLimiter) -> Type[BaseHTTPRequestHandler]:
             if path == "/":
                 return 200, {
                     "hello": "world",
-                    "limit": str(limiter.limit),
+                    "limit": described,
                     "endpoints": ["/", "/time", "/health"],
                 }
             if path == "/time":
@@ -64,6 +64,7 @@ def demo_handler(limiter: RateLimiter) -> Type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
+    described = "; ".join(str(lim) for lim in limiter.limits)
     return DemoHandler
 
 
@@ -101,12 +102,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     server.daemon_threads = True
     host, port = server.server_address[:2]
+    if isinstance(host, bytes):
+        host = host.decode()
     shown = f"[{host}]" if ":" in str(host) else str(host)
     url = f"http://{shown}:{port}/"
-    print(f"limiter demo: serving {url} at {limiter.limit} (Ctrl-C to stop)", flush=True)
+    described = "; ".join(str(lim) for lim in limiter.limits)
+    print(f"limiter demo: serving {url} at {described} (Ctrl-C to stop)", flush=True)
     print(
         "watch the 429s: "
-        f"for i in $(seq {limiter.limit.burst + 5}); "
+        f"for i in $(seq {limiter.burst + 5}); "
         f"do curl -s -o /dev/null -w '%{{http_code}} ' {url}; done; echo",
         flush=True,
     )
