@@ -1,0 +1,122 @@
+"""RedisStore and AsyncRedisStore on a real 3-master Redis Cluster on loopback (started once)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Iterator
+
+import pytest
+import redis.asyncio.cluster
+import redis.cluster
+
+from limiter import Limit
+from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
+from limiter.testing import T0, StoreConformance
+from redis_servers import RedisClusterNodes
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[RedisClusterNodes]:
+    cluster = RedisClusterNodes().start()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture(scope="module")
+def cluster(nodes: RedisClusterNodes) -> Iterator[redis.cluster.RedisCluster]:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=nodes.ports[0], socket_timeout=2)
+    yield client
+    client.close()
+
+
+def unique_prefix() -> str:
+    return f"test:{uuid.uuid4().hex}:"
+
+
+def tagged(keys: list[str]) -> list[str]:
+    return [f"{{k}}:{key}" for key in keys]
+
+
+class TestRedisClusterStore(StoreConformance):
+    @pytest.fixture(autouse=True)
+    def _cluster(self, cluster: redis.cluster.RedisCluster) -> None:
+        self.client = cluster
+
+    def make_store(self) -> RedisStore:
+        return RedisStore(self.client, prefix=unique_prefix())
+
+    def apply_many(self, store: Any, keys: Any, limits: Any, cost: float = 1, now: Any = T0) -> Any:
+        # On a cluster the keys of one call must share a hash tag; the suite's
+        # "k:fast"/"k:slow" become "{k}:k:fast"/"{k}:k:slow", and its later
+        # single-key checks on "k:fast" address the same bucket through the map.
+        return super().apply_many(store, tagged(keys), limits, cost, now)
+
+    def apply(self, store: Any, key: str, limit: Any, cost: float = 1, now: Any = T0) -> Any:
+        if key.startswith("k:"):
+            key = tagged([key])[0]
+        return super().apply(store, key, limit, cost, now)
+
+
+class TestAsyncRedisClusterStore(TestRedisClusterStore):
+    mode = "async"
+    loop: asyncio.AbstractEventLoop
+
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _loop(cls, nodes: RedisClusterNodes) -> Iterator[None]:
+        cls.loop = asyncio.new_event_loop()
+        cls.port = nodes.ports[0]
+        yield
+        cls.loop.close()
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def make_store(self) -> AsyncRedisStore:
+        client = redis.asyncio.cluster.RedisCluster(
+            host="127.0.0.1", port=self.port, socket_timeout=2, max_connections=2000
+        )
+        return AsyncRedisStore(client, prefix=unique_prefix())
+
+    def close_store(self, store: AsyncRedisStore) -> None:
+        self.run(store.client.aclose())
+
+
+def test_keys_spread_over_the_masters(cluster: redis.cluster.RedisCluster) -> None:
+    store = RedisStore(cluster, prefix=unique_prefix())
+    for i in range(60):
+        assert store.apply(f"user{i}", Limit(1, 1), 1, T0).allowed
+    nodes = {cluster.get_node_from_key(redis_key(f"user{i}", store.prefix)).name for i in range(60)}
+    assert len(nodes) == 3
+
+
+def test_several_limits_need_a_shared_tag(cluster: redis.cluster.RedisCluster) -> None:
+    store = RedisStore(cluster, prefix=unique_prefix())
+    limits = [Limit(10, 2), Limit(1, 3)]
+    with pytest.raises(ValueError, match="hash tag"):
+        store.apply_many(["alice:fast", "alice:slow"], limits, 1, T0)
+    result = store.apply_many(["{alice}:fast", "{alice}:slow"], limits, 1, T0)
+    assert result.allowed and [r.remaining for r in result.results] == [1, 2]
+    # A key without a tag is its own tag: "alice" goes with "{alice}:..." keys.
+    assert store.apply_many(["alice", "{alice}:slow"], [Limit(1, 1), limits[1]], 1, T0).allowed
+
+
+def test_script_flush_on_every_master_is_invisible(
+    nodes: RedisClusterNodes, cluster: redis.cluster.RedisCluster
+) -> None:
+    store = RedisStore(cluster, prefix=unique_prefix())
+    limit = Limit(0.001, 5)
+    keys = [f"user{i}" for i in range(30)]
+    for key in keys:
+        assert store.apply(key, limit, 2, T0).allowed
+    for node in nodes.nodes:
+        client = node.client()
+        client.script_flush()
+        client.close()
+    for key in keys:
+        assert store.apply(key, limit, 0, T0).remaining == 3
