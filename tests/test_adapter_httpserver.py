@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
-import time_machine
 
 from limiter import ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.adapters.httpserver import rate_limited, request_info
@@ -19,12 +18,6 @@ from limiter.keys import header_key
 
 NOW = 1_700_000_000
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
-
-
-@pytest.fixture(autouse=True)
-def frozen_wall_clock():
-    with time_machine.travel(NOW, tick=False):
-        yield
 
 
 class Hello(BaseHTTPRequestHandler):
@@ -88,7 +81,7 @@ RL = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-
 
 
 def limiter(rate="3/second", **kw):
-    return RateLimiter(rate, clock=ManualClock(), **kw)
+    return RateLimiter(rate, clock=ManualClock(NOW), **kw)
 
 
 def test_admits_exactly_burst_then_429_with_exact_response():
@@ -133,7 +126,7 @@ def test_every_method_is_limited_including_unimplemented_ones():
 
 
 def test_keep_alive_connection_and_refill():
-    clock = ManualClock()
+    clock = ManualClock(NOW)
     with serve(rate_limited(RateLimiter("2/second", clock=clock))(Hello)) as port:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         try:

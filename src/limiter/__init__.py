@@ -11,6 +11,7 @@ from .bucket import Limit, RateLimitResult, step
 from .clock import Clock, ManualClock, SystemClock
 from .headers import rate_limit_headers
 from .ratelimiter import RateLimiter, RateLimitExceeded
+from .rules import Rule
 from .store import AsyncStore, Store, StoreError
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "RateLimitExceeded",
     "RateLimitResult",
     "RateLimiter",
+    "Rule",
     "Store",
     "StoreError",
     "SystemClock",

@@ -128,6 +128,7 @@ class RateLimiter:
         self._apply: Optional[_Apply] = apply if callable(apply) and not self._many else None
         self._sync: Optional[Store] = self.store if callable(apply) else None  # type: ignore[assignment]
         self._async: Optional[AsyncStore] = self.store if callable(aapply) else None  # type: ignore[assignment]
+        self._direct = self._sync is not None and getattr(self.store, "nonblocking", False) is True
 
     def __repr__(self) -> str:
         limits = "; ".join(str(lim) for lim in self.limits)
@@ -197,13 +198,26 @@ class RateLimiter:
             self._sync.reset(skey)
 
     async def acheck(self, key: str, cost: float = 1) -> RateLimitResult:
-        """``check`` for asyncio; uses the store's ``aapply`` when it has one."""
+        """``check`` for asyncio; awaits the store's ``aapply`` when it has one.
+
+        A store that marks itself ``nonblocking = True`` (``MemoryStore``: its
+        ``apply`` never waits on I/O) is called directly, saving a coroutine.
+        """
+        if self._direct:
+            return self.check(key, cost)
         store = self._async
         if store is None:
             return self.check(key, cost)
         if self._many:
             return await store.aapply_many(self._storage_keys(key), self.limits, cost, self._now())
-        return await store.aapply(self.storage_key(key), self._limit, cost, self._now())
+        if type(key) is not str or len(key) > MAX_KEY_LENGTH:
+            skey = self.storage_key(key)
+        else:
+            skey = self._prefix + key
+        clock_now = self._clock_now
+        return await store.aapply(
+            skey, self._limit, cost, None if clock_now is None else clock_now()
+        )
 
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""

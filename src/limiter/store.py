@@ -33,7 +33,10 @@ class Store(Protocol):
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
     store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
     A denied request or ``cost == 0`` must leave the stored state unchanged.
-    Raise ``StoreError`` when the backend fails.
+    Raise ``StoreError`` when the backend fails.  A store whose ``apply``
+    never waits on I/O may set a class attribute ``nonblocking = True``;
+    ``RateLimiter.acheck`` then calls ``apply`` directly instead of awaiting
+    ``aapply``.
     """
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:

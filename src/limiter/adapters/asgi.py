@@ -20,12 +20,14 @@ from typing import (
     List,
     MutableMapping,
     Optional,
+    Sequence,
     Tuple,
     Union,
 )
 
 from ..keys import KeyFunc
 from ..ratelimiter import RateLimiter
+from ..rules import Rule
 from .common import Cost, Guard, HeaderView, OnLimited, RequestInfo
 
 __all__ = ["RateLimitMiddleware", "request_info"]
@@ -120,6 +122,7 @@ class RateLimitMiddleware:
         on_error: str = "allow",
         cost: Cost = 1,
         on_limited: Optional[OnLimited] = None,
+        rules: Sequence[Rule] = (),
     ) -> None:
         if not callable(app):
             raise ValueError(f"app must be an ASGI callable, got {app!r}")
@@ -134,6 +137,7 @@ class RateLimitMiddleware:
             on_error=on_error,
             cost=cost,
             on_limited=on_limited,
+            rules=rules,
         )
         self._adecide = self.guard.adecide
         self._select = self.guard.select
@@ -167,7 +171,7 @@ class RateLimitMiddleware:
         except Exception:  # any store failure goes to on_error, never a 500
             outcome = self.guard.failed()
         else:
-            outcome = self._outcome(request, result)
+            outcome = self._outcome(request, result, limiter)
         if isinstance(outcome, list):
             if not outcome:
                 await self.app(scope, receive, send)

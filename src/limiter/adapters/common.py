@@ -21,6 +21,7 @@ from typing import (
     Mapping,
     NamedTuple,
     Optional,
+    Sequence,
     Tuple,
     Union,
 )
@@ -29,6 +30,7 @@ from ..bucket import RateLimitResult
 from ..headers import rate_limit_headers, validate_style
 from ..keys import ClientIP, KeyFunc
 from ..ratelimiter import RateLimiter
+from ..rules import Rule, check_distinct_names
 
 __all__ = [
     "DENIED_BODY",
@@ -203,7 +205,9 @@ class Guard:
     ``decide(request)`` (or ``await adecide(request)``) returns either the
     headers to append to the app's response or a ``Response`` to send
     instead.  ``select(request)`` chooses ``(limiter, key, cost)`` or ``None``
-    (exempt); it is the one place a per-route rule table plugs in.
+    (exempt): ``exempt`` first, then the first of ``rules`` (``limiter.Rule``)
+    whose path and method match, with its own limiter and, where it sets
+    them, its ``key_func`` and ``cost``; unmatched requests use ``limiter``.
 
     Errors: ``key_func``, ``exempt``, ``cost`` and ``on_limited`` are the
     application's code and their exceptions propagate (a bug should be seen,
@@ -227,6 +231,7 @@ class Guard:
         "limiter",
         "on_error",
         "on_limited",
+        "rules",
     )
 
     def __init__(
@@ -241,9 +246,14 @@ class Guard:
         on_error: str = "allow",
         cost: Cost = 1,
         on_limited: Optional[OnLimited] = None,
+        rules: Sequence[Rule] = (),
     ) -> None:
         if not isinstance(limiter, RateLimiter):
             raise ValueError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
+        if isinstance(rules, Rule) or not all(isinstance(rule, Rule) for rule in rules):
+            raise ValueError(f"rules must be a list of limiter.Rule, got {rules!r}")
+        self.rules: Tuple[Rule, ...] = tuple(rules)
+        check_distinct_names([limiter, *(rule.limiter for rule in self.rules)])
         for name, func in (("key_func", key_func), ("exempt", exempt), ("on_limited", on_limited)):
             if func is not None and not callable(func):
                 raise ValueError(f"{name} must be callable or None, got {func!r}")
@@ -264,22 +274,48 @@ class Guard:
             self._cost = _check_cost(cost)
         self._next_log = -math.inf
 
+    def limiters(self) -> List[RateLimiter]:
+        """Every limiter this guard may use: the default one, then the rules'."""
+        return [self.limiter, *(rule.limiter for rule in self.rules)]
+
+    def require_sync(self, adapter: str) -> None:
+        """``ValueError`` unless every limiter's store is synchronous (WSGI, http.server)."""
+        for limiter in self.limiters():
+            if not callable(getattr(limiter.store, "apply", None)):
+                raise ValueError(
+                    f"{adapter} needs a synchronous store; {limiter.store!r} is async only"
+                )
+
     def select(self, request: RequestInfo) -> Optional[Selection]:
         """``(limiter, key, cost)`` for ``request``, or ``None`` when it is exempt."""
         exempt = self.exempt
         if exempt is not None and exempt(request):
             return None
-        key = None
+        limiter = self.limiter
         key_func = self.key_func
+        cost_func = self._cost_func
+        cost = self._cost
+        for rule in self.rules:
+            if rule.matches(request.method, request.path):
+                limiter = rule.limiter
+                if rule.key_func is not None:
+                    key_func = rule.key_func
+                if rule.cost is not None:
+                    if callable(rule.cost):
+                        cost_func = rule.cost
+                    else:
+                        cost_func, cost = None, rule.cost
+                break
+        key = None
         if key_func is not None:
             key = key_func(request)
             if key is not None and type(key) is not str:
                 raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
         if key is None:
             key = self.client_ip(request)
-        cost_func = self._cost_func
-        cost = self._cost if cost_func is None else _check_cost(cost_func(request))
-        return self.limiter, key, cost
+        if cost_func is not None:
+            cost = _check_cost(cost_func(request))
+        return limiter, key, cost
 
     def decide(self, request: RequestInfo) -> Outcome:
         """The outcome for ``request`` with a synchronous store."""
@@ -291,7 +327,7 @@ class Guard:
             result = limiter.check(key, cost)
         except Exception:  # any store failure goes to on_error, never a 500
             return self.failed()
-        return self.outcome(request, result)
+        return self.outcome(request, result, limiter)
 
     async def adecide(self, request: RequestInfo) -> Outcome:
         """The outcome for ``request``; the store is awaited (``acheck``)."""
@@ -303,12 +339,15 @@ class Guard:
             result = await limiter.acheck(key, cost)
         except Exception:  # any store failure goes to on_error, never a 500
             return self.failed()
-        return self.outcome(request, result)
+        return self.outcome(request, result, limiter)
 
-    def outcome(self, request: RequestInfo, result: RateLimitResult) -> Outcome:
+    def outcome(
+        self, request: RequestInfo, result: RateLimitResult, limiter: RateLimiter
+    ) -> Outcome:
         """The headers for an allowed ``result``, or ``on_limited``'s response."""
-        # X-RateLimit-Reset is Unix time whatever clock the limiter runs on.
-        headers = rate_limit_headers(result, now=time.time(), style=self.header_style)
+        # The limiter's own clock: Unix time in production, and exact,
+        # reproducible header values under a ManualClock in tests.
+        headers = rate_limit_headers(result, now=limiter.clock.now(), style=self.header_style)
         if result[0]:
             return headers
         return self.on_limited(request, result, headers)

@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable, Iterable, List, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Type, TypeVar, Union
 from urllib.parse import unquote
 
 from ..keys import KeyFunc
 from ..ratelimiter import RateLimiter
+from ..rules import Rule
 from .common import Cost, Guard, HeaderList, HeaderView, OnLimited, RequestInfo
 
 __all__ = ["rate_limited", "request_info"]
@@ -67,6 +68,7 @@ def rate_limited(
     on_error: str = "allow",
     cost: Cost = 1,
     on_limited: Optional[OnLimited] = None,
+    rules: Sequence[Rule] = (),
 ) -> Callable[[H], H]:
     """Class decorator limiting every request a ``BaseHTTPRequestHandler`` subclass serves.
 
@@ -80,8 +82,6 @@ def rate_limited(
     ``ThreadingHTTPServer``.  Options are those of the WSGI middleware; the
     store must be synchronous.
     """
-    if isinstance(limiter, RateLimiter) and not callable(getattr(limiter.store, "apply", None)):
-        raise ValueError(f"http.server needs a synchronous store; {limiter.store!r} is async only")
     guard = Guard(
         limiter,
         key_func=key_func,
@@ -92,7 +92,9 @@ def rate_limited(
         on_error=on_error,
         cost=cost,
         on_limited=on_limited,
+        rules=rules,
     )
+    guard.require_sync("http.server")
     decide = guard.decide
 
     def decorate(cls: H) -> H:

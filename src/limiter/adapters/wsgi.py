@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..keys import KeyFunc
 from ..ratelimiter import RateLimiter
+from ..rules import Rule
 from .common import Cost, Guard, HeaderView, OnLimited, RequestInfo, status_line
 
 __all__ = ["RateLimitMiddleware", "request_info"]
@@ -93,11 +94,10 @@ class RateLimitMiddleware:
         on_error: str = "allow",
         cost: Cost = 1,
         on_limited: Optional[OnLimited] = None,
+        rules: Sequence[Rule] = (),
     ) -> None:
         if not callable(app):
             raise ValueError(f"app must be a WSGI callable, got {app!r}")
-        if isinstance(limiter, RateLimiter) and not callable(getattr(limiter.store, "apply", None)):
-            raise ValueError(f"WSGI needs a synchronous store; {limiter.store!r} is async only")
         self.app = app
         self.guard = Guard(
             limiter,
@@ -109,7 +109,9 @@ class RateLimitMiddleware:
             on_error=on_error,
             cost=cost,
             on_limited=on_limited,
+            rules=rules,
         )
+        self.guard.require_sync("WSGI")
         self._decide = self.guard.decide
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:

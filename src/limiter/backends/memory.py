@@ -46,6 +46,9 @@ class MemoryStore:
     be distinct, see ``RateLimiter(namespace=...)``).
     """
 
+    #: ``apply`` never waits on I/O, so asyncio callers may call it directly.
+    nonblocking = True
+
     def __init__(self, max_keys: Optional[int] = 1_000_000) -> None:
         if max_keys is not None and (
             isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1
