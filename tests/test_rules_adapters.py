@@ -19,7 +19,8 @@ from limiter.adapters.httpserver import rate_limited
 from limiter.keys import header_key
 
 NOW = 1_700_000_000.0
-Call = Callable[[str, str, Dict[str, str], str], Tuple[int, Dict[str, str]]]
+Response = Tuple[int, Dict[str, str]]
+Call = Callable[[str, str, Dict[str, str], str], Response]
 
 
 def rule_table(clock: ManualClock) -> Tuple[RateLimiter, List[Rule]]:
@@ -233,5 +234,5 @@ def test_rules_refuse_limiters_that_would_share_keys() -> None:
 
     with pytest.raises(ValueError, match="share the store"):
         wsgi.RateLimitMiddleware(app, a, rules=[Rule("/login", b)])
-    with pytest.raises(ValueError, match="list of limiter.Rule"):
+    with pytest.raises(ValueError, match=r"list of limiter\.Rule"):
         wsgi.RateLimitMiddleware(app, a, rules=[("/login", b)])  # type: ignore[list-item]
