@@ -167,3 +167,25 @@ def timed(fn: Callable[[], Any]) -> float:
 
 def new_section(name: str) -> Dict[str, Any]:
     return {"name": name, "status": "ok", "measures": [], "notes": [], "data": {}}
+
+
+def profile_text(fn: Callable[[], Any], top: int = 10) -> str:
+    """cProfile ``fn()`` and return the top functions by own time, paths shortened."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    fn()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    text = "\n".join(lines[: top + 8])
+    for marker in ("/site-packages/", "/src/", "/lib/python"):
+        text = "\n".join(
+            line if marker not in line else line[:50] + "..." + line.split(marker, 1)[1]
+            for line in text.splitlines()
+        )
+    return text

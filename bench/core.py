@@ -73,7 +73,7 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     for lib_id, why in skipped.items():
         section["notes"].append(f"{lib_id}: {why}")
     libs = [lib for lib in libs if lib.id not in skipped]
-    budget = settings.scale(300_000, 60_000, 300)
+    budget = settings.scale(150_000, 50_000, 300)
     rng = random.Random(6)
     curve: Dict[str, Dict[str, float]] = {lib.id: {} for lib in libs}
     for k in key_counts(settings):

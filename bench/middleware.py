@@ -16,7 +16,16 @@ import time
 from typing import Any, Callable, Dict, List, Tuple
 
 from .apps import APPS
-from .common import Measure, Progress, Settings, Unavailable, interleave, new_section, summary
+from .common import (
+    Measure,
+    Progress,
+    Settings,
+    Unavailable,
+    interleave,
+    new_section,
+    profile_text,
+    summary,
+)
 
 SCOPE: Dict[str, Any] = {
     "type": "http",
@@ -222,5 +231,11 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             + "; ".join(section["notes"])
         )
     section["data"]["overhead_us"] = overheads
+    if "asgi.raw+limiter" in APPS and not settings.tiny:
+        try:
+            batch = build("asgi.raw+limiter")
+            section["data"]["profile"] = profile_text(lambda: batch(n // 4), top=12)
+        except Exception as exc:
+            section["notes"].append(f"profile failed: {exc!r}")
     section["data"]["requests_per_batch"] = n
     return section

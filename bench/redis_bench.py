@@ -266,8 +266,50 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             if name != "PING" and values
         },
     }
+    try:
+        section["data"]["breakdown"] = _breakdown(n, rounds, progress)
+    except Exception as exc:  # internals moved: the breakdown is a diagnostic only
+        section["notes"].append(f"breakdown not measured: {exc!r}")
     _cleanup()
     return section
+
+
+def _breakdown(n: int, rounds: int, progress: Progress) -> Dict[str, float]:
+    """us per call: PING, a trivial EVALSHA, our script by raw EVALSHA, store.apply, check."""
+    import redis
+
+    from limiter import Limit, RateLimiter
+    from limiter.backends.redis import SCRIPT, RedisStore
+
+    client = redis.Redis.from_url(REDIS_URL)
+    store = RedisStore(client, prefix=PREFIX)
+    limit = Limit(HIGH, HIGH)
+    limiter = RateLimiter(limit, store=store)
+    trivial = client.script_load("return 1")
+    sha = client.script_load(SCRIPT)
+    rkey = store._key(limiter.storage_key("hot"))
+    args = store._args((limit,), 1, None)
+    ops: Dict[str, Callable[[], Any]] = {
+        "PING": client.ping,
+        "EVALSHA of `return 1`": lambda: client.evalsha(trivial, 0),
+        "EVALSHA of the check script, ARGV prepared": lambda: client.evalsha(sha, 1, rkey, *args),
+        "RedisStore.apply()": lambda: store.apply(limiter.storage_key("hot"), limit, 1, None),
+        "RateLimiter.check()": lambda: limiter.check("hot"),
+    }
+    for op in ops.values():
+        op()
+
+    def case(op: Callable[[], Any]) -> Callable[[], float]:
+        def go() -> float:
+            start = time.perf_counter()
+            for _ in range(n):
+                op()
+            return (time.perf_counter() - start) / n * 1e6
+
+        return go
+
+    samples = interleave({k: case(v) for k, v in ops.items()}, rounds, progress, "redis profile")
+    return {k: sorted(v)[len(v) // 2] for k, v in samples.items() if v}
 
 
 def _lib(name: str) -> str:

@@ -179,7 +179,7 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     section = new_section("servers")
     generator = "wrk" if shutil.which("wrk") else "python"
     load = wrk if generator == "wrk" else python_load
-    seconds = 5.0 if not settings.quick else 2.0
+    seconds = 5.0 if not settings.quick else 1.5
     rounds = min(settings.rounds, 3)
     procs: Dict[str, subprocess.Popen[bytes]] = {}
     ports: Dict[str, int] = {}
