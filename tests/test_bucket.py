@@ -108,6 +108,15 @@ class TestRules:
                 admitted += 1
         assert admitted == 1000
 
+    def test_a_limit_that_shrinks_never_shows_negative_tokens(self) -> None:
+        state, _ = step(None, T0, Limit(1, 10), 10)  # spent under a burst of 10
+        state2, result = step(state, T0, Limit(1, 2), 1)
+        assert not result.allowed
+        assert (result.remaining, result.reset_after) == (0, 2.0)
+        assert result.retry_after == pytest.approx(1.0)
+        assert state2 == complex(2.0, T0)  # stored: refilling starts now
+        assert step(state2, T0 + 1, Limit(1, 2), 1)[1].allowed
+
     def test_headers_fields_never_negative_or_nan(self) -> None:
         limit = Limit(3, 2)
         state = None

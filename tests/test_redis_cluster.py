@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio.cluster
 import redis.cluster
 
-from limiter import Limit
+from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
 from limiter.testing import T0, StoreConformance
 from redis_servers import RedisClusterNodes
@@ -120,3 +120,18 @@ def test_script_flush_on_every_master_is_invisible(
         client.close()
     for key in keys:
         assert store.apply(key, limit, 0, T0).remaining == 3
+
+
+def test_rate_limiter_with_several_limits_on_the_cluster(
+    cluster: redis.cluster.RedisCluster,
+) -> None:
+    """RateLimiter gives a key's buckets one hash tag, so apply_many works on a cluster."""
+    store = RedisStore(cluster, prefix=unique_prefix())
+    clock = ManualClock(T0)
+    limiter = RateLimiter("2/second;3/minute", store=store, clock=clock)
+    for key in ["1.2.3.4", "{brace", "}x{y}", "ünï", "k" * 1000]:
+        assert [limiter.allow(key) for _ in range(3)] == [True, True, False], key
+        clock.advance(1)
+        assert limiter.allow(key), key
+        assert not limiter.allow(key), key  # the minute limit is spent
+        clock.set(T0)

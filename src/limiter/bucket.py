@@ -11,6 +11,9 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
 * ``c > burst`` can never be admitted: it is denied with ``retry_after = inf``
   (header builders leave ``Retry-After`` out rather than print ``inf``).
 * Negative or NaN ``c`` is a ``ValueError``.
+* State written under another limit is read under this one, never below zero
+  tokens (a limit that shrinks does not lock keys out for longer than its
+  own window).
 * A ``now`` earlier than the key's last update (a clock stepped backwards)
   grants nothing and locks no one out: the bucket holds what it held at its
   last update, and refilling resumes from the new, earlier reading (the state
@@ -235,8 +238,9 @@ def step(
 
     Returns ``(new_state, result)``.  ``state`` is ``None`` for a key never seen.
     When the request takes nothing (denied, or ``cost == 0``) the very same
-    ``state`` object is returned, so a store can skip the write; the one
-    exception is a backwards clock, whose re-anchored state must be stored.
+    ``state`` object is returned, so a store can skip the write; the
+    exceptions are a backwards clock and a deficit beyond this limit's window,
+    whose re-anchored state must be stored.
     """
     try:
         if not cost >= 0:  # also catches NaN
@@ -260,6 +264,11 @@ def step(
             if debt < 0.0:
                 debt = 0.0
     window = limit.window
+    if debt > window + limit.slack:
+        # State written under a larger limit: a bucket never holds fewer than 0
+        # tokens.  Stored (like a re-anchoring) so refilling starts from here.
+        debt = window
+        state = complex(window, now)
     after = debt + cost * limit.interval
     if after <= window + limit.slack:
         # int() truncates; the clamp keeps the slack from showing a token too many.

@@ -142,7 +142,8 @@ class RateLimiter:
     def storage_key(self, key: str) -> str:
         """The key as stored: namespaced, and hashed when longer than ``MAX_KEY_LENGTH``.
 
-        With several limits each bucket is stored under this key plus ``|<limit name>``.
+        With several limits each bucket is stored under ``{<this key>}|<limit name>``
+        (braces: one Redis Cluster hash tag for all of them).
         """
         if not isinstance(key, str):
             raise ValueError(f"key must be a str, got {key!r:.100}")
@@ -152,8 +153,12 @@ class RateLimiter:
         return self._prefix + key
 
     def _storage_keys(self, key: str) -> List[str]:
+        # The buckets of one key share a Redis Cluster hash tag ("{...}"), so a
+        # store can charge them in one atomic script; a tag cannot hold braces.
         base = self.storage_key(key)
-        return [base + suffix for suffix in self._suffixes]
+        if "{" in base or "}" in base:
+            base = "sha256:" + hashlib.sha256(base.encode("utf-8", "surrogatepass")).hexdigest()
+        return [f"{{{base}}}{suffix}" for suffix in self._suffixes]
 
     def _now(self) -> Optional[float]:
         return None if self._clock_now is None else self._clock_now()

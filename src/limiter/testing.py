@@ -249,6 +249,12 @@ class StoreConformance:
         assert self.apply(store, "k", limit, 1, T0 - 3499).allowed
         assert not self.apply(store, "k", limit, 1, T0 - 3499).allowed
 
+    def test_a_smaller_limit_never_shows_negative_tokens(self, store: Any) -> None:
+        assert self.apply(store, "k", Limit(1, 10), 10).allowed
+        shrunk = self.apply(store, "k", Limit(1, 2), 1, T0 + 0.5)
+        assert (shrunk.allowed, shrunk.remaining, shrunk.reset_after) == (False, 0, 2.0)
+        assert self.apply(store, "k", Limit(1, 2), 1, T0 + 1.5).allowed
+
     def test_large_forward_jump_refills_to_burst_only(self, store: Any) -> None:
         limit = Limit(1, 3)
         assert self.apply(store, "k", limit, 3).allowed

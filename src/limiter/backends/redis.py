@@ -44,6 +44,8 @@ SCRIPT = r"""
 --   key is a full bucket.  The bucket is full again at updated_at + debt.
 -- * now < updated_at (clock stepped back): keep the debt, re-anchor at now, and
 --   store that even on denial.  Otherwise debt = max(0, debt - (now - updated_at)).
+-- * debt above window + slack (state from a larger limit) becomes window,
+--   re-anchored at now and stored even on denial: never below 0 tokens.
 -- * after = debt + cost * interval; admitted when after <= window + slack, then
 --   state = (after, now) and remaining = trunc((window - after + slack) * rate)
 --   clamped to burst.
@@ -81,6 +83,12 @@ local function step(d, u, now, rate, burst, interval, window, slack, cost)
   else
     debt = d - (now - u)
     if debt < 0.0 then debt = 0.0 end
+  end
+  if debt > window + slack then
+    debt = window
+    d = window
+    u = now
+    changed = true
   end
   local after = debt + cost * interval
   if after <= window + slack then
