@@ -62,17 +62,26 @@ class TestRedisClusterStore(StoreConformance):
         return super().apply(store, key, limit, cost, now)
 
 
+@pytest.fixture(scope="class")
+def class_event_loop(request: pytest.FixtureRequest, nodes: RedisClusterNodes) -> Iterator[None]:
+    """One event loop per test class, current while it runs.
+
+    redis.asyncio clients are bound to the loop they first ran in, and on
+    Python 3.9 asyncio locks bind to the current loop when created.
+    """
+    cls = request.cls
+    cls.loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(cls.loop)
+    cls.port = nodes.ports[0]
+    yield
+    asyncio.set_event_loop(None)
+    cls.loop.close()
+
+
+@pytest.mark.usefixtures("class_event_loop")
 class TestAsyncRedisClusterStore(TestRedisClusterStore):
     mode = "async"
     loop: asyncio.AbstractEventLoop
-
-    @pytest.fixture(autouse=True, scope="class")
-    @classmethod
-    def _loop(cls, nodes: RedisClusterNodes) -> Iterator[None]:
-        cls.loop = asyncio.new_event_loop()
-        cls.port = nodes.ports[0]
-        yield
-        cls.loop.close()
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)

@@ -78,18 +78,26 @@ class TestRedisStoreDecodedResponses(StoreConformance):
         return RedisStore(self.client, prefix=unique_prefix())
 
 
+@pytest.fixture(scope="class")
+def class_event_loop(request: pytest.FixtureRequest, server: RedisServer) -> Iterator[None]:
+    """One event loop per test class, current while it runs.
+
+    redis.asyncio clients are bound to the loop they first ran in, and on
+    Python 3.9 asyncio locks bind to the current loop when created.
+    """
+    cls = request.cls
+    cls.loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(cls.loop)
+    cls.port = server.port
+    yield
+    asyncio.set_event_loop(None)
+    cls.loop.close()
+
+
+@pytest.mark.usefixtures("class_event_loop")
 class TestAsyncRedisStore(StoreConformance):
     mode = "async"
     loop: asyncio.AbstractEventLoop
-
-    @pytest.fixture(autouse=True, scope="class")
-    @classmethod
-    def _loop(cls, server: RedisServer) -> Iterator[None]:
-        # redis.asyncio clients are bound to the loop they first ran in: one per class.
-        cls.loop = asyncio.new_event_loop()
-        cls.port = server.port
-        yield
-        cls.loop.close()
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
