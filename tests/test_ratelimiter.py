@@ -149,7 +149,9 @@ class TestKeys:
 
     def test_default_name_follows_the_limit(self) -> None:
         assert RateLimiter("100/minute").name == "1.66667/s:100"
-        assert RateLimiter(10, 20, name="api").storage_key("1.2.3.4") == "api:1.2.3.4"
+        shared = MemoryStore()
+        assert RateLimiter(10, 20, name="api", store=shared).storage_key("1.2.3.4") == "api:1.2.3.4"
+        assert RateLimiter(10, 20, name="api").storage_key("1.2.3.4") == "1.2.3.4"  # own store
 
 
 class TestMemoryBounds:

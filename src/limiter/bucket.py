@@ -50,7 +50,9 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union, overload
+
+from typing_extensions import Literal
 
 __all__ = ["TIME_EPSILON", "Limit", "RateLimitResult", "State", "step", "step_all"]
 
@@ -231,16 +233,30 @@ class RateLimitResult(NamedTuple):
 # ``__new__``, about 150 ns of a 450 ns step.
 
 
+@overload
 def step(
-    state: Optional[State], now: float, limit: Limit, cost: float = 1
-) -> Tuple[Optional[State], RateLimitResult]:
+    state: Optional[State], now: float, limit: Limit, cost: float = ..., detail: Literal[True] = ...
+) -> Tuple[Optional[State], RateLimitResult]: ...
+
+
+@overload
+def step(
+    state: Optional[State], now: float, limit: Limit, cost: float, detail: Literal[False]
+) -> Tuple[Optional[State], bool]: ...
+
+
+def step(
+    state: Optional[State], now: float, limit: Limit, cost: float = 1, detail: bool = True
+) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
     """Apply one request of ``cost`` tokens at time ``now`` (seconds) to a bucket.
 
     Returns ``(new_state, result)``.  ``state`` is ``None`` for a key never seen.
     When the request takes nothing (denied, or ``cost == 0``) the very same
     ``state`` object is returned, so a store can skip the write; the
     exceptions are a backwards clock and a deficit beyond this limit's window,
-    whose re-anchored state must be stored.
+    whose re-anchored state must be stored.  With ``detail=False`` the result
+    is just the decision, a ``bool``: the same algorithm, without building a
+    ``RateLimitResult`` (``RateLimiter.allow``'s fast path).
     """
     try:
         if not cost >= 0:  # also catches NaN
@@ -271,17 +287,28 @@ def step(
         state = complex(window, now)
     after = debt + cost * limit.interval
     if after <= window + limit.slack:
+        new_state = state if cost == 0 else complex(after, now)
+        if not detail:
+            return new_state, True
         # int() truncates; the clamp keeps the slack from showing a token too many.
         remaining = int((window - after + limit.slack) * limit.rate)
         if remaining > limit.burst:
             remaining = limit.burst
-        if cost == 0:
-            return state, tuple.__new__(
-                RateLimitResult, (True, limit.burst, remaining, debt, 0.0, window, (), limit.name)
-            )
-        return complex(after, now), tuple.__new__(
-            RateLimitResult, (True, limit.burst, remaining, after, 0.0, window, (), limit.name)
+        return new_state, tuple.__new__(
+            RateLimitResult,
+            (
+                True,
+                limit.burst,
+                remaining,
+                debt if cost == 0 else after,
+                0.0,
+                window,
+                (),
+                limit.name,
+            ),
         )
+    if not detail:
+        return state, False
     remaining = int((window - debt + limit.slack) * limit.rate)
     retry = after - window if cost <= limit.burst else math.inf
     return state, tuple.__new__(

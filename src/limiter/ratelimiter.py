@@ -91,9 +91,10 @@ class RateLimiter:
     ``store``: where state lives (default: a new ``MemoryStore()``).
     ``clock``: where time comes from.  Default ``SystemClock``; when no clock is
     given, the store may use its own time (Redis reads ``TIME``).
-    ``name``: namespace for this limiter's keys, so limiters sharing a store do
-    not collide.  Defaults to a name derived from the limits (``"10/s:20"``):
-    two limiters with the same limits on one store need distinct names.
+    ``name``: namespace for this limiter's keys in a store it is given, so
+    limiters sharing a store do not collide.  Defaults to a name derived from
+    the limits (``"10/s:20"``): two limiters with the same limits on one store
+    need distinct names.  A limiter that makes its own store uses no prefix.
     """
 
     def __init__(
@@ -118,7 +119,9 @@ class RateLimiter:
         elif not isinstance(name, str):
             raise ValueError(f"name must be a str, got {name!r}")
         self.name = name
-        self._prefix = name + ":"
+        # A store of its own needs no namespace: that saves a concatenation per
+        # check and some 20 bytes per tracked key.
+        self._prefix = "" if store is None else name + ":"
         self._limit = self.limits[0]
         self._many = len(self.limits) > 1
         # Several limits: one bucket per limit, all in the key's hash slot.
@@ -129,6 +132,10 @@ class RateLimiter:
         self._sync: Optional[Store] = self.store if callable(apply) else None  # type: ignore[assignment]
         self._async: Optional[AsyncStore] = self.store if callable(aapply) else None  # type: ignore[assignment]
         self._direct = self._sync is not None and getattr(self.store, "nonblocking", False) is True
+        allow = getattr(self.store, "allow", None)
+        self._allow: Optional[Callable[[str, Limit, float, Optional[float]], bool]] = (
+            allow if callable(allow) and self._apply is not None else None
+        )
 
     def __repr__(self) -> str:
         limits = "; ".join(str(lim) for lim in self.limits)
@@ -140,7 +147,7 @@ class RateLimiter:
         return min(lim.burst for lim in self.limits)
 
     def storage_key(self, key: str) -> str:
-        """The key as stored: namespaced, and hashed when longer than ``MAX_KEY_LENGTH``.
+        """The key as stored: namespaced (in a given store), hashed when over ``MAX_KEY_LENGTH``.
 
         With several limits each bucket is stored under ``{<this key>}|<limit name>``
         (braces: one Redis Cluster hash tag for all of them).
@@ -187,9 +194,21 @@ class RateLimiter:
         return self._sync.apply_many(self._storage_keys(key), self.limits, cost, self._now())
 
     def allow(self, key: str, cost: float = 1) -> bool:
-        """``check(key, cost).allowed``: True when the request may proceed."""
-        result: RateLimitResult = self.check(key, cost)
-        return result[0]
+        """``check(key, cost).allowed``: True when the request may proceed.
+
+        The same decision as ``check``, on the store's ``allow`` fast path when
+        it has one (``MemoryStore`` skips building the result).
+        """
+        fast = self._allow
+        if fast is None:
+            result: RateLimitResult = self.check(key, cost)
+            return result[0]
+        if type(key) is not str or len(key) > MAX_KEY_LENGTH:
+            skey = self.storage_key(key)
+        else:
+            skey = self._prefix + key
+        clock_now = self._clock_now
+        return fast(skey, self._limit, cost, None if clock_now is None else clock_now())
 
     def peek(self, key: str) -> RateLimitResult:
         """``key``'s state now, taking nothing (``allowed`` is always True)."""

@@ -1,22 +1,29 @@
 """``MemoryStore``: bucket state in this process, behind one lock.
 
-Memory is the constraint that shapes this file.  A flood of distinct keys (one
-per spoofed address, say) must not grow the process without bound, and each
-tracked key should cost well under 200 bytes.
+Memory and pauses are the constraints that shape this file.  A flood of
+distinct keys (one per spoofed address, say) must not grow the process
+without bound, each tracked key should cost well under 200 bytes, and no
+housekeeping may hold the lock long enough to stall requests.
 
 * A key's state is the bucket's own ``complex`` (see ``limiter.bucket``), stored
   as is: 32 bytes.
 * Keys live in two dicts, a young and an old generation, instead of an ordered
   LRU list: ``OrderedDict`` costs about 80 more bytes a key, and a plain dict
-  used as a FIFO degrades to linear scans over its deleted slots.  A key seen
-  again moves from old to young.  When the store is full, the oldest entries
-  of the old generation are looked at in order (a "second chance" clock): a
-  full bucket is dropped (an absent key *is* a full bucket, so that changes
-  no decision), a bucket still in use is moved to the young generation; if
-  none of a few is full, the oldest goes.  When the old generation is used
-  up, the young one becomes old; its order is then copied into a list (8
-  bytes a key, a few milliseconds per million keys, once per generation).
-  Every other operation is O(1).
+  used as a FIFO degrades to linear scans over its deleted slots.  Each
+  generation has a list of its keys in arrival order (8 bytes a key; stale
+  entries are skipped), so nothing ever has to copy a whole dict under the
+  lock.  A key seen again moves from old to young.
+* When the store is full, the oldest entries of the old generation are looked
+  at in order (a "second chance" clock): a full bucket is dropped (an absent
+  key *is* a full bucket, so that changes no decision), a bucket still in use
+  moves to the young generation; if none of a few is full, the oldest goes.
+  When the old generation is used up, the young one becomes old.
+* A sweep walks both order lists in slices of a couple of thousand keys,
+  yielding the lock between slices, and deletes full (or idle) buckets in
+  place: deleting never resizes a dict, where moving keys would (a resize of
+  a million-key dict holds the lock for tens of milliseconds).
+
+Every operation on a request's path is O(1).
 """
 
 from __future__ import annotations
@@ -36,14 +43,14 @@ _SWEEP_SLICE = 2048
 
 
 class MemoryStore:
-    """In-process store: a dict guarded by a lock.  Implements ``Store`` and ``AsyncStore``.
+    """In-process store: dicts guarded by a lock.  Implements ``Store`` and ``AsyncStore``.
 
     ``max_keys`` (default 1,000,000; ``None`` for no bound) caps the number of
     tracked keys.  When a new key arrives at the cap, an old key is dropped,
     full buckets first, then the least recently used; a dropped key that was
     not full starts over with a full bucket.  ``len(store)`` is the number of
-    tracked keys.  Safe to share between threads and limiters (keys must then
-    be distinct, see ``RateLimiter(namespace=...)``).
+    tracked keys.  Safe to share between threads and between limiters (give
+    them distinct ``RateLimiter(name=...)``).
     """
 
     #: ``apply`` never waits on I/O, so asyncio callers may call it directly.
@@ -55,12 +62,14 @@ class MemoryStore:
         ):
             raise ValueError(f"max_keys must be an integer >= 1 or None, got {max_keys!r}")
         self._max_keys = max_keys
+        self._lock = threading.Lock()
         self._young: Dict[str, complex] = {}
         self._old: Dict[str, complex] = {}
-        # The old generation's keys, oldest first, and how far eviction has read.
+        # Each generation's keys in arrival order (may hold stale entries), and
+        # how far eviction has read the old one.
+        self._young_order: List[str] = []
         self._old_order: List[str] = []
         self._old_pos = 0
-        self._lock = threading.Lock()
 
     @property
     def max_keys(self) -> Optional[int]:
@@ -77,17 +86,14 @@ class MemoryStore:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
         if now is None:
             now = time.time()
-        # The hot path, so _lookup is inlined, and acquire/release in try/finally
-        # costs half of ``with`` on CPython 3.11.
+        # The hot path: a young key is one get and one set.  acquire/release in
+        # try/finally costs half of ``with`` on CPython 3.11.
         self._lock.acquire()
         try:
             young = self._young
             packed = young.get(key)
             if packed is None:
-                if self._old:
-                    packed = self._old.pop(key, None)
-                    if packed is not None:
-                        young[key] = packed
+                packed = self._promote(key)
                 if packed is None:
                     new_state, result = step(None, now, limit, cost)
                     if new_state is not None:
@@ -97,6 +103,28 @@ class MemoryStore:
             if new_state is not packed:
                 young[key] = new_state  # type: ignore[assignment]
             return result
+        finally:
+            self._lock.release()
+
+    def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
+        """``apply(...).allowed`` without building a result (``RateLimiter.allow``)."""
+        if now is None:
+            now = time.time()
+        self._lock.acquire()
+        try:
+            young = self._young
+            packed = young.get(key)
+            if packed is None:
+                packed = self._promote(key)
+                if packed is None:
+                    new_state, allowed = step(None, now, limit, cost, False)
+                    if new_state is not None:
+                        self._insert(key, new_state, now)
+                    return allowed
+            new_state, allowed = step(packed, now, limit, cost, False)
+            if new_state is not packed:
+                young[key] = new_state  # type: ignore[assignment]
+            return allowed
         finally:
             self._lock.release()
 
@@ -111,46 +139,67 @@ class MemoryStore:
             new_states, result = step_all(states, now, limits, cost)
             for key, old, new in zip(keys, states, new_states):
                 if new is not old and new is not None:
-                    self._insert(key, new, now)
+                    if old is None:
+                        self._insert(key, new, now)
+                    else:
+                        self._young[key] = new
             return result
 
     def _lookup(self, key: str) -> Optional[complex]:
-        # Caller holds the lock.  A key found in the old generation is promoted.
+        # Caller holds the lock.
         packed = self._young.get(key)
-        if packed is None and self._old:
-            packed = self._old.pop(key, None)
-            if packed is not None:
-                self._young[key] = packed
+        return self._promote(key) if packed is None else packed
+
+    def _promote(self, key: str) -> Optional[complex]:
+        # Caller holds the lock and found no young entry: a key seen again
+        # moves from the old generation to the young one.
+        if not self._old:
+            return None
+        packed = self._old.pop(key, None)
+        if packed is not None:
+            self._young[key] = packed
+            self._young_order.append(key)
         return packed
 
     def _insert(self, key: str, state: complex, now: float) -> None:
-        # Caller holds the lock.
-        if key not in self._young and self._max_keys is not None and len(self) >= self._max_keys:
+        # Caller holds the lock; ``key`` is in neither generation.
+        if self._max_keys is not None and len(self._young) + len(self._old) >= self._max_keys:
             self._evict(now)
         self._young[key] = state
+        self._young_order.append(key)
+
+    def _rotate(self) -> None:
+        # Caller holds the lock and the old generation is empty.
+        self._old, self._young = self._young, {}
+        self._old_order, self._young_order = self._young_order, []
+        self._old_pos = 0
 
     def _evict(self, now: float) -> None:
         # Caller holds the lock, and the store is at its cap (so not empty).
         if not self._old:
-            self._old, self._young = self._young, {}
-            self._old_order, self._old_pos = list(self._old), 0
+            self._rotate()
         old, order = self._old, self._old_order
         in_use: List[Tuple[str, complex]] = []
         while len(in_use) < _EVICTION_PROBES and self._old_pos < len(order):
             key = order[self._old_pos]
             self._old_pos += 1
             packed = old.pop(key, None)
-            if packed is None:  # promoted or reset since the copy was made
+            if packed is None:  # stale: promoted, reset or swept since
                 continue
             if packed.real + packed.imag <= now:  # full: forgetting it changes nothing
-                self._young.update(in_use)  # a second chance for those looked at
+                self._keep_young(in_use)  # a second chance for those looked at
                 return
             in_use.append((key, packed))
         if in_use:  # nothing full in reach: the oldest goes
-            self._young.update(in_use[1:])
+            self._keep_young(in_use[1:])
             return
-        # The copy is used up, so the old generation is empty: rotate again.
+        # The order list is used up, so the old generation is empty: rotate again.
         self._evict(now)
+
+    def _keep_young(self, entries: List[Tuple[str, complex]]) -> None:
+        for key, packed in entries:
+            self._young[key] = packed
+            self._young_order.append(key)
 
     def reset(self, key: str) -> None:
         """Forget ``key``."""
@@ -161,9 +210,8 @@ class MemoryStore:
     def clear(self) -> None:
         """Forget every key."""
         with self._lock:
-            self._young = {}
-            self._old = {}
-            self._old_order, self._old_pos = [], 0
+            self._young, self._old = {}, {}
+            self._young_order, self._old_order, self._old_pos = [], [], 0
 
     async def aapply(
         self, key: str, limit: Limit, cost: float, now: Optional[float]
@@ -186,24 +234,48 @@ class MemoryStore:
 
         Those deletions change no decision.  With ``max_age`` (seconds), keys not
         updated for longer are deleted too, even if not yet full: a key idle for
-        ``max_age`` then comes back to a full bucket.  Works in slices of a few
-        thousand keys so that concurrent checks wait about a millisecond at most.
+        ``max_age`` then comes back to a full bucket.  Works through each
+        generation's order list in slices of a few thousand keys and yields
+        between them, so a concurrent check waits about a millisecond at most.
         Returns the number of keys deleted.
         """
         if now is None:
             now = time.time()
         horizon = -float("inf") if max_age is None else now - max_age
         with self._lock:
-            snapshot = [*self._young, *self._old]
+            old, old_order, old_start = self._old, self._old_order, self._old_pos
+            young, young_order = self._young, self._young_order
+            young_end = len(young_order)
         deleted = 0
-        for start in range(0, len(snapshot), _SWEEP_SLICE):
-            with self._lock:
-                for gen in (self._young, self._old):
-                    for key in snapshot[start : start + _SWEEP_SLICE]:
+        kept_old: List[str] = []
+        kept_young: List[str] = []
+        for gen, order, start, end, kept in (
+            (old, old_order, old_start, len(old_order), kept_old),
+            (young, young_order, 0, young_end, kept_young),
+        ):
+            for first in range(start, end, _SWEEP_SLICE):
+                self._lock.acquire()
+                try:
+                    for key in order[first : min(first + _SWEEP_SLICE, end)]:
                         packed = gen.get(key)
-                        if packed is not None and (
-                            packed.real + packed.imag <= now or packed.imag < horizon
-                        ):
-                            del gen[key]
+                        if packed is None:
+                            continue  # stale: moved, evicted or reset since
+                        if packed.real + packed.imag <= now or packed.imag < horizon:
+                            del gen[key]  # deleting never resizes a dict: no pause
                             deleted += 1
+                        else:
+                            kept.append(key)
+                finally:
+                    self._lock.release()
+                # threading.Lock is not fair: without a pause the sweeper would
+                # take it straight back and a waiting check would starve.
+                time.sleep(0)
+        with self._lock:
+            # Drop the stale entries from the order lists, unless a rotation
+            # replaced them meanwhile (then the next rotation drops them).
+            if self._old is old and self._old_order is old_order:
+                self._old_order, self._old_pos = kept_old, 0
+            if self._young is young and self._young_order is young_order:
+                kept_young.extend(young_order[young_end:])  # arrived meanwhile: few
+                self._young_order = kept_young
         return deleted
