@@ -214,6 +214,35 @@ class TestCleanup:
         assert store.sweep(0.5) == 0
         assert store.sweep(1.0) == 10_000
 
+    def test_repeated_sweeps_with_churn_keep_bookkeeping_bounded(self) -> None:
+        store = MemoryStore(max_keys=None)
+        clock = ManualClock(1_700_000_000.0)
+        limiter = RateLimiter(10, 1, store=store, clock=clock)
+        slow = RateLimiter(0.01, 100, store=store, clock=clock, name="slow")
+        for cycle in range(30):
+            for i in range(1000):
+                limiter.allow(f"c{cycle % 3}-{i}")  # the same keys come back
+            slow.allow("kept")  # never full again within the test: always kept
+            clock.advance(0.2)  # every bucket but "slow" is full again
+            store.sweep(clock.now())
+            assert len(store) == 1
+            # Internal order lists (8 bytes a key) must not grow with churn.
+            assert len(store._young_order) + len(store._old_order) <= 2 * len(store) + 8
+
+    def test_sweeps_and_evictions_interleave(self) -> None:
+        store = MemoryStore(max_keys=100)
+        clock = ManualClock(1_700_000_000.0)
+        slow = RateLimiter(1 / 3600, 1, store=store, clock=clock, name="slow")
+        fast = RateLimiter(1000, 1, store=store, clock=clock, name="fast")
+        assert slow.allow("abuser")
+        for i in range(5_000):
+            fast.allow(f"flood-{i}")
+            clock.advance(0.0005)
+            if i % 250 == 0:
+                store.sweep(clock.now())
+            assert len(store) <= 100
+        assert not slow.allow("abuser")
+
     def test_start_cleanup_sweeps_and_stops_cleanly(self) -> None:
         store = MemoryStore()
         clock = ManualClock(1_700_000_000.0)
