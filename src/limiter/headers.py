@@ -9,7 +9,7 @@ from typing_extensions import Literal
 
 from .bucket import TIME_EPSILON, RateLimitResult
 
-__all__ = ["HeaderStyle", "rate_limit_headers", "validate_style"]
+__all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style"]
 
 HeaderStyle = Literal["x", "draft", "both"]
 _STYLES = ("x", "draft", "both")
@@ -53,8 +53,23 @@ def rate_limit_headers(
     denied result, except when the request can never pass (cost above burst,
     ``retry_after`` infinite): then it is left out rather than print ``inf``.
     """
-    validate_style(style)
-    headers: List[Tuple[str, str]] = []
+    return build_headers(result, now, validate_style(style), policy)
+
+
+def build_headers(
+    result: RateLimitResult, now: float, style: str, policy: Optional[str] = None
+) -> List[Tuple[str, str]]:
+    """``rate_limit_headers`` for callers that validated ``style`` once (the adapters)."""
+    if style == "x":  # the common case, kept to the bare minimum of work per request
+        headers = [
+            ("X-RateLimit-Limit", str(result[1])),
+            ("X-RateLimit-Remaining", str(result[2])),
+            ("X-RateLimit-Reset", str(_up(now + result[3]))),
+        ]
+        if not result[0] and result[4] != math.inf:
+            headers.append(("Retry-After", str(max(1, _up(result[4])))))
+        return headers
+    headers = []
     if style != "draft":
         headers.append(("X-RateLimit-Limit", str(result.limit)))
         headers.append(("X-RateLimit-Remaining", str(result.remaining)))

@@ -27,7 +27,7 @@ from typing import (
 )
 
 from ..bucket import RateLimitResult
-from ..headers import rate_limit_headers, validate_style
+from ..headers import build_headers, validate_style
 from ..keys import ClientIP, KeyFunc
 from ..ratelimiter import RateLimiter
 from ..rules import Rule, check_distinct_names
@@ -347,7 +347,7 @@ class Guard:
         """The headers for an allowed ``result``, or ``on_limited``'s response."""
         # The limiter's own clock: Unix time in production, and exact,
         # reproducible header values under a ManualClock in tests.
-        headers = rate_limit_headers(result, now=limiter.clock.now(), style=self.header_style)
+        headers = build_headers(result, limiter.clock.now(), self.header_style)
         if result[0]:
             return headers
         return self.on_limited(request, result, headers)

@@ -136,8 +136,15 @@ def rate_limited(
                 pending = self._limiter_pending
                 if pending:
                     self._limiter_pending = _NONE
-                    for name, value in pending:
-                        self.send_header(name, value)
+                    buffer = getattr(self, "_headers_buffer", None)
+                    if buffer is not None and self.request_version != "HTTP/0.9":
+                        # What send_header() appends, in one piece: a call per
+                        # header costs more than the whole rate-limit decision.
+                        lines = "".join([f"{name}: {value}\r\n" for name, value in pending])
+                        buffer.append(lines.encode("latin-1", "strict"))
+                    else:
+                        for name, value in pending:
+                            self.send_header(name, value)
                 super().end_headers()
 
         Limited.__name__ = cls.__name__
