@@ -20,15 +20,13 @@ from typing import (
     List,
     MutableMapping,
     Optional,
-    Sequence,
     Tuple,
-    Union,
 )
 
-from ..keys import KeyFunc
+from typing_extensions import Unpack
+
 from ..ratelimiter import RateLimiter
-from ..rules import Rule
-from .common import Cost, Guard, HeaderView, OnLimited, RequestInfo
+from .common import Guard, GuardOptions, HeaderView, RequestInfo
 
 __all__ = ["RateLimitMiddleware", "request_info"]
 
@@ -113,32 +111,12 @@ class RateLimitMiddleware:
         self,
         app: ASGIApp,
         limiter: RateLimiter,
-        *,
-        key_func: Optional[KeyFunc] = None,
-        trusted_proxies: Union[str, Iterable[str]] = (),
-        ipv6_prefix: int = 64,
-        header_style: str = "x",
-        exempt: Optional[Callable[[RequestInfo], bool]] = None,
-        on_error: str = "allow",
-        cost: Cost = 1,
-        on_limited: Optional[OnLimited] = None,
-        rules: Sequence[Rule] = (),
+        **options: Unpack[GuardOptions],
     ) -> None:
         if not callable(app):
             raise ValueError(f"app must be an ASGI callable, got {app!r}")
         self.app = app
-        self.guard = Guard(
-            limiter,
-            key_func=key_func,
-            trusted_proxies=trusted_proxies,
-            ipv6_prefix=ipv6_prefix,
-            header_style=header_style,
-            exempt=exempt,
-            on_error=on_error,
-            cost=cost,
-            on_limited=on_limited,
-            rules=rules,
-        )
+        self.guard = Guard(limiter, **options)
         self._adecide = self.guard.adecide
         self._select = self.guard.select
         self._outcome = self.guard.outcome

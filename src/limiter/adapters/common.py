@@ -26,6 +26,8 @@ from typing import (
     Union,
 )
 
+from typing_extensions import TypedDict
+
 from ..bucket import RateLimitResult
 from ..headers import build_headers, validate_style
 from ..keys import ClientIP, KeyFunc
@@ -36,6 +38,7 @@ __all__ = [
     "DENIED_BODY",
     "UNAVAILABLE_BODY",
     "Guard",
+    "GuardOptions",
     "HeaderList",
     "HeaderView",
     "Headers",
@@ -197,6 +200,20 @@ def _check_cost(cost: object) -> float:
     if not cost >= 0:  # also catches NaN
         raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r}")
     return cost
+
+
+class GuardOptions(TypedDict, total=False):
+    """The keyword options every adapter takes and hands to ``Guard`` (see there)."""
+
+    key_func: Optional[KeyFunc]
+    trusted_proxies: Union[str, Iterable[str]]
+    ipv6_prefix: int
+    header_style: str
+    exempt: Optional[Callable[[RequestInfo], bool]]
+    on_error: str
+    cost: Cost
+    on_limited: Optional[OnLimited]
+    rules: Sequence[Rule]
 
 
 class Guard:

@@ -13,13 +13,13 @@
 from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Type, TypeVar, Union
+from typing import Any, Callable, List, Type, TypeVar
 from urllib.parse import unquote
 
-from ..keys import KeyFunc
+from typing_extensions import Unpack
+
 from ..ratelimiter import RateLimiter
-from ..rules import Rule
-from .common import Cost, Guard, HeaderList, HeaderView, OnLimited, RequestInfo
+from .common import Guard, GuardOptions, HeaderList, HeaderView, RequestInfo
 
 __all__ = ["rate_limited", "request_info"]
 
@@ -59,16 +59,7 @@ def request_info(handler: BaseHTTPRequestHandler) -> RequestInfo:
 
 def rate_limited(
     limiter: RateLimiter,
-    *,
-    key_func: Optional[KeyFunc] = None,
-    trusted_proxies: Union[str, Iterable[str]] = (),
-    ipv6_prefix: int = 64,
-    header_style: str = "x",
-    exempt: Optional[Callable[[RequestInfo], bool]] = None,
-    on_error: str = "allow",
-    cost: Cost = 1,
-    on_limited: Optional[OnLimited] = None,
-    rules: Sequence[Rule] = (),
+    **options: Unpack[GuardOptions],
 ) -> Callable[[H], H]:
     """Class decorator limiting every request a ``BaseHTTPRequestHandler`` subclass serves.
 
@@ -82,18 +73,7 @@ def rate_limited(
     ``ThreadingHTTPServer``.  Options are those of the WSGI middleware; the
     store must be synchronous.
     """
-    guard = Guard(
-        limiter,
-        key_func=key_func,
-        trusted_proxies=trusted_proxies,
-        ipv6_prefix=ipv6_prefix,
-        header_style=header_style,
-        exempt=exempt,
-        on_error=on_error,
-        cost=cost,
-        on_limited=on_limited,
-        rules=rules,
-    )
+    guard = Guard(limiter, **options)
     guard.require_sync("http.server")
     decide = guard.decide
 

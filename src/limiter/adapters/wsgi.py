@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
-from ..keys import KeyFunc
+from typing_extensions import Unpack
+
 from ..ratelimiter import RateLimiter
-from ..rules import Rule
-from .common import Cost, Guard, HeaderView, OnLimited, RequestInfo, status_line
+from .common import Guard, GuardOptions, HeaderView, RequestInfo, status_line
 
 __all__ = ["RateLimitMiddleware", "request_info"]
 
@@ -73,44 +73,26 @@ class RateLimitMiddleware:
     a ``429`` JSON response (or ``on_limited(request, result, headers)``'s)
     without calling ``app``; ``HEAD`` requests get the headers and no body.
 
-    ``key_func(request) -> str | None`` (default: the client IP, see
-    ``limiter.keys.ClientIP`` for ``trusted_proxies`` and ``ipv6_prefix``),
-    ``exempt(request) -> bool``, ``cost`` (tokens, a number or
-    ``callable(request)``) and ``on_error`` (``"allow"`` or ``"deny"``) are
-    described in ``limiter.adapters.common.Guard``.  The limiter's store must
-    be synchronous.  Bad options raise ``ValueError``.
+    The keyword options (``GuardOptions``) are those of
+    ``limiter.adapters.common.Guard``: ``key_func(request) -> str | None``
+    (default: the client IP, see ``limiter.keys.ClientIP`` for
+    ``trusted_proxies`` and ``ipv6_prefix``), ``header_style``,
+    ``exempt(request) -> bool``, ``on_error`` (``"allow"`` or ``"deny"``),
+    ``cost`` (tokens, a number or ``callable(request)``), ``on_limited`` and
+    ``rules``.  The limiters' stores must be synchronous.  Bad values raise
+    ``ValueError``, unknown options ``TypeError``.
     """
 
     def __init__(
         self,
         app: WSGIApp,
         limiter: RateLimiter,
-        *,
-        key_func: Optional[KeyFunc] = None,
-        trusted_proxies: Union[str, Iterable[str]] = (),
-        ipv6_prefix: int = 64,
-        header_style: str = "x",
-        exempt: Optional[Callable[[RequestInfo], bool]] = None,
-        on_error: str = "allow",
-        cost: Cost = 1,
-        on_limited: Optional[OnLimited] = None,
-        rules: Sequence[Rule] = (),
+        **options: Unpack[GuardOptions],
     ) -> None:
         if not callable(app):
             raise ValueError(f"app must be a WSGI callable, got {app!r}")
         self.app = app
-        self.guard = Guard(
-            limiter,
-            key_func=key_func,
-            trusted_proxies=trusted_proxies,
-            ipv6_prefix=ipv6_prefix,
-            header_style=header_style,
-            exempt=exempt,
-            on_error=on_error,
-            cost=cost,
-            on_limited=on_limited,
-            rules=rules,
-        )
+        self.guard = Guard(limiter, **options)
         self.guard.require_sync("WSGI")
         self._decide = self.guard.decide
 
