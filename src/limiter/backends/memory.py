@@ -108,6 +108,8 @@ class MemoryStore:
 
     def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
         """``apply(...).allowed`` without building a result (``RateLimiter.allow``)."""
+        # apply's body with step(..., detail=False).  Written twice on purpose: a
+        # shared helper would add a call (~60 ns, 5-10%) to the hottest path.
         if now is None:
             now = time.time()
         self._lock.acquire()
