@@ -1,0 +1,107 @@
+"""RedisStore with the other clients users have: valkey-py and a Sentinel-managed master."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+import uuid
+from typing import Iterator
+
+import pytest
+import redis.sentinel
+import valkey
+import valkey.asyncio
+
+from limiter import Limit, ManualClock, RateLimiter
+from limiter.backends.redis import AsyncRedisStore, RedisStore
+from limiter.testing import T0, StoreConformance
+from redis_servers import REDIS_SERVER, RedisServer, free_port, redis_server
+
+
+def unique_prefix() -> str:
+    return f"test-clients-{uuid.uuid4().hex}:"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    yield from redis_server()
+
+
+class TestValkeyClient(StoreConformance):
+    """valkey-py speaks the same protocol; the store needs nothing else from it."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, server: RedisServer) -> None:
+        self.port = server.port
+
+    def make_store(self) -> RedisStore:
+        client = valkey.Valkey(host="127.0.0.1", port=self.port, socket_timeout=2)
+        return RedisStore(client, prefix=unique_prefix())
+
+    def close_store(self, store: RedisStore) -> None:
+        store.client.close()
+
+
+def test_valkey_asyncio_client(server: RedisServer) -> None:
+    async def go() -> list:
+        client = valkey.asyncio.Valkey(host="127.0.0.1", port=server.port, socket_timeout=2)
+        try:
+            limiter = RateLimiter(
+                "3/second",
+                store=AsyncRedisStore(client, prefix=unique_prefix()),
+                clock=ManualClock(T0),
+            )
+            return [(await limiter.acheck("k")).allowed for _ in range(4)]
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(go()) == [True, True, True, False]
+
+
+@pytest.fixture(scope="module")
+def sentinel(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A redis-server in sentinel mode watching ``server`` as master "primary"."""
+    assert REDIS_SERVER is not None
+    port = free_port()
+    conf = tmp_path_factory.mktemp("sentinel") / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\n"
+        f"sentinel monitor primary 127.0.0.1 {server.port} 1\n"
+        "sentinel down-after-milliseconds primary 5000\n"
+    )
+    proc = subprocess.Popen(
+        [REDIS_SERVER, str(conf), "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=os.path.dirname(conf),
+    )
+    try:
+        probe = redis.sentinel.Sentinel([("127.0.0.1", port)], socket_timeout=0.5)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if probe.discover_master("primary"):
+                    break
+            except (redis.sentinel.MasterNotFoundError, redis.ConnectionError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis sentinel did not come up")
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_sentinel_master_client(server: RedisServer, sentinel: int) -> None:
+    master = redis.sentinel.Sentinel([("127.0.0.1", sentinel)], socket_timeout=2).master_for(
+        "primary", socket_timeout=2
+    )
+    store = RedisStore(master, prefix=unique_prefix())
+    limiter = RateLimiter("2/second;5/minute", store=store, clock=ManualClock(T0))
+    assert [limiter.allow("203.0.113.9") for _ in range(3)] == [True, True, False]
+    result = store.apply("single", Limit(1, 1), 1, T0)
+    assert result.allowed and not store.apply("single", Limit(1, 1), 1, T0).allowed
+    assert master.connection_pool.get_master_address() == ("127.0.0.1", server.port)
