@@ -131,7 +131,11 @@ class RateLimiter:
         self._apply: Optional[_Apply] = apply if callable(apply) and not self._many else None
         self._sync: Optional[Store] = self.store if callable(apply) else None  # type: ignore[assignment]
         self._async: Optional[AsyncStore] = self.store if callable(aapply) else None  # type: ignore[assignment]
-        self._direct = self._sync is not None and getattr(self.store, "nonblocking", False) is True
+        #: True when checks never wait on I/O (the store says ``nonblocking``):
+        #: async code may then call ``check`` directly instead of awaiting ``acheck``.
+        self.nonblocking: bool = (
+            self._sync is not None and getattr(self.store, "nonblocking", False) is True
+        )
         allow = getattr(self.store, "allow", None)
         self._allow: Optional[Callable[[str, Limit, float, Optional[float]], bool]] = (
             allow if callable(allow) and self._apply is not None else None
@@ -227,7 +231,7 @@ class RateLimiter:
         A store that marks itself ``nonblocking = True`` (``MemoryStore``: its
         ``apply`` never waits on I/O) is called directly, saving a coroutine.
         """
-        if self._direct:
+        if self.nonblocking:
             return self.check(key, cost)
         store = self._async
         if store is None:

@@ -145,7 +145,11 @@ class RateLimitMiddleware:
             return
         limiter, key, cost = chosen
         try:
-            result = await limiter.acheck(key, cost)
+            # An in-memory store never waits: skip the coroutine acheck would be.
+            if limiter.nonblocking:
+                result = limiter.check(key, cost)
+            else:
+                result = await limiter.acheck(key, cost)
         except Exception:  # any store failure goes to on_error, never a 500
             outcome = self.guard.failed()
         else:

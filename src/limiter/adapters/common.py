@@ -353,7 +353,11 @@ class Guard:
             return _NO_HEADERS
         limiter, key, cost = chosen
         try:
-            result = await limiter.acheck(key, cost)
+            # An in-memory store never waits: skip the coroutine acheck would be.
+            if limiter.nonblocking:
+                result = limiter.check(key, cost)
+            else:
+                result = await limiter.acheck(key, cost)
         except Exception:  # any store failure goes to on_error, never a 500
             return self.failed()
         return self.outcome(request, result, limiter)
