@@ -179,6 +179,10 @@ def test_four_processes_admit_exactly_burst(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+# Forking a process that already holds a store is what gunicorn --preload does;
+# the child touches nothing but the store, so the 3.12+ warning about forking
+# a multi-threaded test process (other tests' daemon threads) does not apply.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "limits.db")
     limit = Limit(0.001, 10)
