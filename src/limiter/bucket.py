@@ -296,16 +296,7 @@ def step(
             remaining = limit.burst
         return new_state, tuple.__new__(
             RateLimitResult,
-            (
-                True,
-                limit.burst,
-                remaining,
-                debt if cost == 0 else after,
-                0.0,
-                window,
-                (),
-                limit.name,
-            ),
+            (True, limit.burst, remaining, after, 0.0, window, (), limit.name),
         )
     if not detail:
         return state, False
