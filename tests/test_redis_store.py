@@ -224,6 +224,19 @@ def test_script_matches_step_all(client: redis.Redis, limits: Any, ops: Any) -> 
     client.delete(*rkeys)
 
 
+def test_script_matches_step_beyond_2_53_tokens(client: redis.Redis) -> None:
+    # remaining is formatted as %d below 2**53 and as %.17g above: both exact.
+    store = RedisStore(client, prefix=unique_prefix())
+    for limit in (Limit(1e9, 10**17), Limit(3.0, 2**53 + 2), Limit(0.5, 2**53 - 1)):
+        key = f"big{limit.burst}"
+        state = None
+        for dt, cost in ((0.0, 1), (0.5, 12345), (0.0, 0), (-1.0, 10**18), (2.0, 1)):
+            state, expected = step(state, T0 + dt, limit, cost)
+            assert_same(store.apply(key, limit, cost, T0 + dt), expected)
+            state = check_stored(client, redis_key(key, store.prefix), state)
+        client.delete(redis_key(key, store.prefix))
+
+
 # -- keys --------------------------------------------------------------------------
 
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from ..bucket import Limit, RateLimitResult
+from ..bucket import TIME_EPSILON, Limit, RateLimitResult
 from ..store import StoreError
 from ._fallback import Breaker
 
@@ -40,8 +40,8 @@ __all__ = ["SCRIPT", "AsyncRedisStore", "RedisStore", "hash_tag", "redis_key"]
 SCRIPT = r"""
 -- limiter token bucket.  Mirrors limiter.bucket.step and step_all exactly
 -- (tests/test_redis_store.py feeds both the same random sequences):
--- * State: "debt updated_at" (seconds, %.17g so doubles round-trip); a missing
---   key is a full bucket.  The bucket is full again at updated_at + debt.
+-- * State: "debt updated_at" (seconds, exact: %.17g, or the caller's repr of
+--   now); a missing key is a full bucket.  It is full again at updated_at + debt.
 -- * now < updated_at (clock stepped back): keep the debt, re-anchor at now, and
 --   store that even on denial.  Otherwise debt = max(0, debt - (now - updated_at)).
 -- * debt above window + slack (state from a larger limit) becomes window,
@@ -54,127 +54,165 @@ SCRIPT = r"""
 -- * Several keys: all admit or none is charged; on denial the ones that would
 --   have admitted are recomputed as peeks (cost 0).
 -- * Every write sets PX to the time until the bucket is full again, so an
---   expired key is a full bucket and nothing needs sweeping.
--- KEYS: one per limit.  ARGV: now ('' = read the server's TIME), cost, then
--- per key rate, burst, interval, window, slack (Python reprs of doubles).
--- Returns per key: allowed (0/1), remaining, reset_after, retry_after; numbers
--- as strings, since Redis would truncate Lua numbers to integers.
+--   expired key is a full bucket and nothing needs sweeping.  A written state
+--   is always anchored at now.
+-- KEYS: one per limit.  ARGV[1]: "now cost rate burst [rate burst ...]", one
+-- rate and burst per key, Python reprs; now is empty to read the server's
+-- TIME.  (One argument: each one costs clients more to send than the match
+-- below costs here.)  interval = 1 / rate, window = burst / rate and slack =
+-- min(limiter.bucket's epsilon, 1e-3 / rate) are derived here as limiter.Limit
+-- derives them: IEEE division is exact, so they are the very same doubles.
+-- Returns one string (cheaper for clients to read than an array): per key
+-- "allowed remaining reset_after retry_after", space-separated, floats as
+-- %.17g since Redis would truncate Lua numbers to integers.  Formatting a
+-- double is the costliest thing done here: no value is formatted twice.
+local tonumber, format, match = tonumber, string.format, string.match
+local n = #KEYS
+local nows, cost, rate1, burst1, rest
+if n == 1 then
+  nows, cost, rate1, burst1 = match(ARGV[1], '^(%S*) (%S+) (%S+) (%S+)$')
+else
+  nows, cost, rest = match(ARGV[1], '^(%S*) (%S+) (.*)$')
+end
+local now
+if nows == '' then
+  -- Redis < 5 needs effects replication before writing after TIME (the default
+  -- since 5; REDIS_VERSION_NUM exists since 7).
+  if not redis.REDIS_VERSION_NUM and redis.replicate_commands then
+    pcall(redis.replicate_commands)
+  end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  nows = nil
+else
+  -- A Python repr: tonumber reads back the very double, so it is stored as is.
+  now = tonumber(nows)
+end
+cost = tonumber(cost)
+
+-- The stored debt and updated_at (nil for a new key); false and an error reply
+-- for a corrupt state.
+local function load(key)
+  local raw = redis.call('GET', key)
+  if raw then
+    local d, u = match(raw, '^(%S+) (%S+)$')
+    d, u = tonumber(d), tonumber(u)
+    if d == nil or u == nil then
+      return false, redis.error_reply('limiter: corrupt bucket state in key ' .. key)
+    end
+    return d, u
+  end
+end
+
+-- Writes debt d anchored at now (full again in d seconds); returns d formatted.
+local function store(key, d)
+  local ms = math.ceil(d * 1000)
+  if ms < 1 then ms = 1 end
+  if ms > 1e15 then ms = 1e15 end
+  local ds = format('%.17g', d)
+  redis.call('SET', key, ds .. ' ' .. (nows or format('%.17g', now)), 'PX', format('%d', ms))
+  return ds
+end
+
 local function trunc(x)
   if x >= 0 then return math.floor(x) end
   return math.ceil(x)
 end
 
-local function fmt(x)
-  if x == math.huge then return 'inf' end
-  return string.format('%.17g', x)
-end
-
--- d, u: the stored debt and updated_at (nil for a new key).  Returns the state
--- to keep (d, u, changed) and allowed, remaining, reset_after, retry_after.
-local function step(d, u, now, rate, burst, interval, window, slack, cost)
-  local changed = false
+-- d, u: the stored debt and updated_at (nil for a new key).  Returns the debt
+-- to store (nil: nothing to store) and allowed, remaining, reset_after,
+-- retry_after.
+local function step(d, u, rate, burst, cost)
+  rate, burst = tonumber(rate), tonumber(burst)
+  local window = burst / rate
+  local slack = 1e-3 / rate
+  if slack > EPSILON then slack = EPSILON end
+  local write = nil
   local debt
   if d == nil then
     debt = 0.0
   elseif now < u then
     debt = d
-    u = now
-    changed = true
+    write = d
   else
     debt = d - (now - u)
     if debt < 0.0 then debt = 0.0 end
   end
   if debt > window + slack then
     debt = window
-    d = window
-    u = now
-    changed = true
+    write = window
   end
-  local after = debt + cost * interval
+  local after = debt + cost * (1 / rate)
+  local remaining
   if after <= window + slack then
-    local remaining = trunc((window - after + slack) * rate)
+    remaining = trunc((window - after + slack) * rate)
     if remaining > burst then remaining = burst end
-    if cost == 0 then return d, u, changed, 1, remaining, debt, 0 end
-    return after, now, true, 1, remaining, after, 0
+    if cost == 0 then return write, 1, remaining, debt, 0 end
+    return after, 1, remaining, after, 0
   end
-  local remaining = trunc((window - debt + slack) * rate)
+  remaining = trunc((window - debt + slack) * rate)
   local retry = math.huge
   if cost <= burst then retry = after - window end
-  return d, u, changed, 0, remaining, debt, retry
+  return write, 0, remaining, debt, retry
 end
 
-local now
-if ARGV[1] == '' then
-  -- Redis < 5 needs effects replication before writing after TIME.
-  if redis.replicate_commands then pcall(redis.replicate_commands) end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-else
-  now = tonumber(ARGV[1])
-end
-local cost = tonumber(ARGV[2])
-local n = #KEYS
-local limits, debts, stamps = {}, {}, {}
-for i = 1, n do
-  local b = 3 + (i - 1) * 5
-  limits[i] = {tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),
-               tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])}
-  local raw = redis.call('GET', KEYS[i])
-  if raw then
-    local d, u = string.match(raw, '^(%S+) (%S+)$')
-    debts[i] = tonumber(d)
-    stamps[i] = tonumber(u)
-    if debts[i] == nil or stamps[i] == nil then
-      return redis.error_reply('limiter: corrupt bucket state in key ' .. KEYS[i])
-    end
+-- Stores what step returned and formats the reply: reset_after is the stored
+-- debt when charged, so its text is reused.
+local function finish(key, write, ok, rem, reset, retry)
+  local ds
+  if write then ds = store(key, write) end
+  if rem >= 2^53 or rem <= -2^53 then  -- beyond %d's exact range
+    return format('%d %.17g %.17g %.17g', ok, rem, reset, retry)
   end
+  if ok == 0 then return format('0 %d %.17g %.17g', rem, reset, retry) end
+  if ds and write == reset then return format('1 %d %s 0', rem, ds) end
+  return format('1 %d %.17g 0', rem, reset)
 end
 
-local out, writes = {}, {}
+if n == 1 then
+  local key = KEYS[1]
+  local d, u = load(key)
+  if d == false then return u end
+  return finish(key, step(d, u, rate1, burst1, cost))
+end
+
+local debts, stamps, limits = {}, {}, {}
+for i = 1, n do
+  local d, u = load(KEYS[i])
+  if d == false then return u end
+  debts[i], stamps[i] = d, u
+end
+local i = 0
+for rate, burst in string.gmatch(rest, '(%S+) (%S+)') do
+  i = i + 1
+  limits[i] = {rate, burst}
+end
+local out = {}
 local all = true
 for i = 1, n do
-  local l = limits[i]
-  local d, u, changed, ok, rem, reset, retry =
-    step(debts[i], stamps[i], now, l[1], l[2], l[3], l[4], l[5], cost)
-  out[i] = {ok, rem, reset, retry}
-  writes[i] = {d, u, changed}
-  if ok == 0 then all = false end
+  out[i] = {step(debts[i], stamps[i], limits[i][1], limits[i][2], cost)}
+  if out[i][2] == 0 then all = false end
 end
-if not all then
-  for i = 1, n do
-    if out[i][1] == 1 then
-      local l = limits[i]
-      local d, u, changed, ok, rem, reset, retry =
-        step(debts[i], stamps[i], now, l[1], l[2], l[3], l[4], l[5], 0)
-      out[i] = {ok, rem, reset, retry}
-      writes[i] = {d, u, changed}
-    end
-  end
-end
-
-local reply = {}
+local parts = {}
 for i = 1, n do
-  local w = writes[i]
-  if w[3] then
-    -- The new state is anchored at now, so it is full again in w[1] seconds.
-    local ms = math.ceil(w[1] * 1000)
-    if ms < 1 then ms = 1 end
-    if ms > 1e15 then ms = 1e15 end
-    redis.call('SET', KEYS[i], fmt(w[1]) .. ' ' .. fmt(w[2]), 'PX', string.format('%d', ms))
-  end
   local o = out[i]
-  reply[#reply + 1] = o[1]
-  reply[#reply + 1] = fmt(o[2])
-  reply[#reply + 1] = fmt(o[3])
-  reply[#reply + 1] = fmt(o[4])
+  if not all and o[2] == 1 then
+    o = {step(debts[i], stamps[i], limits[i][1], limits[i][2], 0)}
+  end
+  parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5])
 end
-return reply
-"""
+return table.concat(parts, ' ')
+""".replace("EPSILON", repr(TIME_EPSILON))
 
 #: SHA-1 of ``SCRIPT``, the name EVALSHA calls it by.
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
 
-_LimitArgs = Tuple[str, str, str, str, str]
+
+def _limit_arg(limit: Limit) -> bytes:
+    # " rate burst": the script derives interval, window and slack as Limit does.
+    if not isinstance(limit, Limit):
+        raise ValueError(f"limit must be a limiter.Limit, got {limit!r:.100}")
+    return f" {limit.rate!r} {limit.burst}".encode("ascii")
 
 
 def hash_tag(key: str) -> Optional[str]:
@@ -212,6 +250,8 @@ def redis_key(key: str, prefix: str = "limiter:") -> str:
 def _cost_arg(cost: float) -> str:
     # Validated here so a bad cost never costs a round trip nor touches state;
     # the messages match limiter.bucket.step's.
+    if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
+        return "1.0"
     try:
         if not cost >= 0:  # also NaN
             raise ValueError(f"cost must be a number >= 0, got {cost!r}")
@@ -290,7 +330,7 @@ class _RedisBase:
         self.server_time = bool(server_time)
         self.fallback = fallback
         self._cluster = _is_cluster(client)
-        self._limit_args: Dict[Limit, _LimitArgs] = {}
+        self._limit_args: Dict[Limit, bytes] = {}
         self._breaker: Optional[Breaker] = None
         if fallback is not None:
             self._breaker = Breaker(self._kind, probe_after, max_probe_after, probe_clock)
@@ -324,26 +364,33 @@ class _RedisBase:
                 )
         return [self._key(k) for k in keys]
 
-    def _args(self, limits: Sequence[Limit], cost: float, now: Optional[float]) -> List[str]:
-        args = [self._now_arg(now), _cost_arg(cost)]
+    def _args(self, limits: Sequence[Limit], cost: float, now: Optional[float]) -> List[bytes]:
+        # One argument, "now cost rate burst [rate burst ...]" (see SCRIPT): each
+        # argument costs redis-py about 0.5 us to pack, more than the script's
+        # string.match costs the server.
+        head = (self._now_arg(now) + " " + _cost_arg(cost)).encode("ascii")
         cache = self._limit_args
+        if len(limits) == 1:
+            limit = limits[0]
+            packed = cache.get(limit)
+            if packed is None:
+                packed = self._cache_limit(limit)
+            return [head + packed]
+        parts = [head]
         for limit in limits:
             packed = cache.get(limit)
             if packed is None:
-                if not isinstance(limit, Limit):
-                    raise ValueError(f"limit must be a limiter.Limit, got {limit!r:.100}")
-                if len(cache) > 1024:
-                    cache.clear()
-                packed = (
-                    repr(limit.rate),
-                    str(limit.burst),
-                    repr(limit.interval),
-                    repr(limit.window),
-                    repr(limit.slack),
-                )
-                cache[limit] = packed
-            args.extend(packed)
-        return args
+                packed = self._cache_limit(limit)
+            parts.append(packed)
+        return [b"".join(parts)]
+
+    def _cache_limit(self, limit: Limit) -> bytes:
+        packed = _limit_arg(limit)
+        cache = self._limit_args
+        if len(cache) > 1024:
+            cache.clear()
+        cache[limit] = packed
+        return packed
 
     def _now_arg(self, now: Optional[float]) -> str:
         if now is None:
@@ -358,9 +405,12 @@ class _RedisBase:
 
     def _results(self, reply: Any, limits: Sequence[Limit]) -> List[RateLimitResult]:
         try:
+            fields = reply.split()
+            if len(fields) != 4 * len(limits):
+                raise ValueError(f"{len(fields)} fields for {len(limits)} limits")
             results = []
             for i, limit in enumerate(limits):
-                allowed, remaining, reset_after, retry_after = reply[4 * i : 4 * i + 4]
+                allowed, remaining, reset_after, retry_after = fields[4 * i : 4 * i + 4]
                 results.append(
                     _result(
                         limit,
@@ -371,7 +421,7 @@ class _RedisBase:
                     )
                 )
             return results
-        except (TypeError, ValueError) as exc:
+        except (AttributeError, TypeError, ValueError) as exc:
             raise StoreError(f"{self._kind}: unexpected script reply {reply!r:.200}") from exc
 
     def _error(self, exc: BaseException) -> StoreError:
@@ -455,7 +505,7 @@ class RedisStore(_RedisBase):
         if breaker is not None:
             breaker.succeeded()
 
-    def _run(self, rkeys: List[bytes], args: List[str]) -> Any:
+    def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
         breaker = self._breaker
         try:
@@ -577,7 +627,7 @@ class AsyncRedisStore(_RedisBase):
         if breaker is not None:
             breaker.succeeded()
 
-    async def _run(self, rkeys: List[bytes], args: List[str]) -> Any:
+    async def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
         breaker = self._breaker
         try:
