@@ -207,6 +207,10 @@ return table.concat(parts, ' ')
 #: SHA-1 of ``SCRIPT``, the name EVALSHA calls it by.
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
 
+# Passed as bytes, which clients send as they are (str and int are encoded per call).
+_SHA = SCRIPT_SHA.encode("ascii")
+_NUMKEYS = [str(n).encode("ascii") for n in range(33)]
+
 
 def _limit_arg(limit: Limit) -> bytes:
     # " rate burst": the script derives interval, window and slack as Limit does.
@@ -258,6 +262,11 @@ def _cost_arg(cost: float) -> str:
         return repr(float(cost))
     except (TypeError, OverflowError):
         raise ValueError(f"cost must be a number >= 0, got {cost!r:.100}") from None
+
+
+def _numkeys(rkeys: List[bytes]) -> Any:
+    n = len(rkeys)
+    return _NUMKEYS[n] if n < len(_NUMKEYS) else n
 
 
 def _is_noscript(exc: BaseException) -> bool:
@@ -408,21 +417,35 @@ class _RedisBase:
             fields = reply.split()
             if len(fields) != 4 * len(limits):
                 raise ValueError(f"{len(fields)} fields for {len(limits)} limits")
-            results = []
-            for i, limit in enumerate(limits):
-                allowed, remaining, reset_after, retry_after = fields[4 * i : 4 * i + 4]
-                results.append(
-                    _result(
-                        limit,
-                        int(allowed) == 1,
-                        int(float(remaining)),
-                        float(reset_after),
-                        float(retry_after),
-                    )
+            return [
+                _result(
+                    limit,
+                    int(fields[4 * i]) == 1,
+                    int(float(fields[4 * i + 1])),
+                    float(fields[4 * i + 2]),
+                    float(fields[4 * i + 3]),
                 )
-            return results
+                for i, limit in enumerate(limits)
+            ]
         except (AttributeError, TypeError, ValueError) as exc:
-            raise StoreError(f"{self._kind}: unexpected script reply {reply!r:.200}") from exc
+            raise self._bad_reply(reply) from exc
+
+    def _result(self, reply: Any, limit: Limit) -> RateLimitResult:
+        # _results for one limit, without the list.
+        try:
+            allowed, remaining, reset_after, retry_after = reply.split()
+            return _result(
+                limit,
+                int(allowed) == 1,
+                int(float(remaining)),
+                float(reset_after),
+                float(retry_after),
+            )
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise self._bad_reply(reply) from exc
+
+    def _bad_reply(self, reply: Any) -> StoreError:
+        return StoreError(f"{self._kind}: unexpected script reply {reply!r:.200}")
 
     def _error(self, exc: BaseException) -> StoreError:
         return StoreError(f"{self._kind}: {type(exc).__name__}: {exc}")
@@ -461,7 +484,7 @@ class RedisStore(_RedisBase):
             reply = self._run(rkeys, args)
         except StoreError as exc:
             return self._failed(exc, [key], [limit], cost, now, single=True)
-        return self._results(reply, (limit,))[0]
+        return self._result(reply, limit)
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
@@ -508,14 +531,15 @@ class RedisStore(_RedisBase):
     def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
         breaker = self._breaker
+        numkeys = _numkeys(rkeys)
         try:
             try:
-                reply = client.evalsha(SCRIPT_SHA, len(rkeys), *rkeys, *args)
+                reply = client.evalsha(_SHA, numkeys, *rkeys, *args)
             except Exception as exc:
                 if not _is_noscript(exc):
                     raise
                 # Flushed, restarted or failed over: EVAL runs and caches it again.
-                reply = client.eval(SCRIPT, len(rkeys), *rkeys, *args)
+                reply = client.eval(SCRIPT, numkeys, *rkeys, *args)
         except Exception as exc:
             raise self._error(exc) from exc
         except BaseException:
@@ -585,7 +609,7 @@ class AsyncRedisStore(_RedisBase):
                 raise
             self._breaker.failed(exc)
             return await self._fallback_apply([key], [limit], cost, now, single=True)
-        return self._results(reply, (limit,))[0]
+        return self._result(reply, limit)
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
@@ -630,13 +654,14 @@ class AsyncRedisStore(_RedisBase):
     async def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
         breaker = self._breaker
+        numkeys = _numkeys(rkeys)
         try:
             try:
-                reply = await client.evalsha(SCRIPT_SHA, len(rkeys), *rkeys, *args)
+                reply = await client.evalsha(_SHA, numkeys, *rkeys, *args)
             except Exception as exc:
                 if not _is_noscript(exc):
                     raise
-                reply = await client.eval(SCRIPT, len(rkeys), *rkeys, *args)
+                reply = await client.eval(SCRIPT, numkeys, *rkeys, *args)
         except Exception as exc:
             raise self._error(exc) from exc
         except BaseException:  # cancelled: let another caller probe
