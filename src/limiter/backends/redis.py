@@ -248,7 +248,9 @@ def redis_key(key: str, prefix: str = "limiter:") -> str:
     tag = hash_tag(key)
     if tag is not None:
         return prefix + "{" + tag + "}" + key
-    return prefix + "{" + _slot_tag(key) + "}"
+    if "}" in key or "%" in key:
+        key = key.replace("%", "%25").replace("}", "%7D")
+    return prefix + "{" + key + "}"
 
 
 def _cost_arg(cost: float) -> str:
