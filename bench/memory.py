@@ -101,13 +101,6 @@ def task_sweep(keys: int, full: bool) -> Dict[str, Any]:
     for i in range(keys):
         check(f"idle:{i}")
     gc.collect()
-    snapshot_ms = float("nan")
-    young, old = getattr(store, "_young", None), getattr(store, "_old", None)
-    if isinstance(young, dict) and isinstance(old, dict):
-        t = time.perf_counter()
-        snapshot = [*young, *old]  # what sweep() copies under the lock first
-        snapshot_ms = (time.perf_counter() - t) * 1e3
-        del snapshot
     gc.disable()  # a collection pause is not the sweeper's doing
     now = time.time() + (3600.0 if full else 0.0)
     done = threading.Event()
@@ -140,7 +133,6 @@ def task_sweep(keys: int, full: bool) -> Dict[str, Any]:
         "p50_ms": statistics.median(latencies) * 1e3 if latencies else float("nan"),
         "switch_interval_ms": sys.getswitchinterval() * 1e3,
         "len_after": len(store),
-        "snapshot_ms": snapshot_ms,
     }
 
 

@@ -554,10 +554,13 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
         lines += _table(["piece", "ns per call"], [[k, f"{v:.0f}"] for k, v in bd.items()])
         lines += [
             "token-bucket's `consume()` is a dict lookup, a `time.monotonic()` and a few float "
-            "operations on a two-element list, with no lock and no result object. limiter's "
-            "`check()` pays for a lock, a namespacing string concatenation, the `step()` call "
-            "(argument validation, a 7-field result tuple) and three Python-level calls "
-            "(`check` → `MemoryStore.apply` → `step`); `allow()` is one more call on top.",
+            "operations on a two-element list, with no lock and no result object; its own "
+            "source notes that concurrent threads can race between its replenish and consume "
+            "steps. limiter's `check()` pays for a lock, the `step()` call (argument "
+            "validation, an 8-field result tuple) and two more Python-level calls (`check` → "
+            "`MemoryStore.apply` → `step`); `allow()` builds no result (`step(..., "
+            "detail=False)` through `MemoryStore.allow`) but keeps the lock, the validation "
+            "and the calls. Past 100,000 keys, cache misses dominate and limiter leads.",
             "",
         ]
         if core.get("profile"):
@@ -573,6 +576,14 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
     if "middleware" in missed and mw.get("data", {}).get("profile"):
         lines += [
             "### Middleware",
+            "",
+            "The `http.server` adapter's own work, the request view and the decision, costs "
+            "about 3.8 us when timed alone (0.5 us for `request_info`, 3.3 us for "
+            "`Guard.decide`). The rest is what hooking `BaseHTTPRequestHandler` costs: the "
+            "adapter is a subclass overriding `parse_request` and `end_headers`, and on this "
+            "machine even a plain subclass that only calls `super()` in those two methods adds "
+            "about 2.5 us per request to the standard library's 40 us. The stdlib server "
+            "itself is slow (40-50 us per request), so the adapter stays a small share of it.",
             "",
             "cProfile of the ASGI adapter around a raw ASGI app:",
             "",
@@ -593,21 +604,16 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
         ]
     mem = (results["sections"].get("memory") or {}).get("data", {})
     if "sweep" in missed and mem.get("sweep"):
-        runs = mem["sweep"].get("full", []) + mem["sweep"].get("scan", [])
-        snap = [r.get("snapshot_ms") for r in runs if r.get("snapshot_ms") is not None]
         lines += [
             "### Sweeping",
             "",
-            "`MemoryStore.sweep` releases its lock between slices of 2,048 keys, but takes it "
-            "again at once in the next loop iteration. `threading.Lock` is not fair and the "
-            "sweeping thread keeps the GIL: the checking thread, woken when the lock is "
-            "released, finds it taken again, so it waits for most of the sweep (the worst "
-            "latency is close to the whole sweep time)."
-            + (
-                f" The initial snapshot of all keys under the lock takes {max(snap):.1f} ms."
-                if snap
-                else ""
-            ),
+            "`MemoryStore.sweep` walks each generation's order list in slices of 2,048 keys, "
+            "deletes full buckets in place (no copy of the key set, no dict resize under the "
+            "lock: each lock hold is about 1.5 ms) and yields with `time.sleep(0)` between "
+            "slices, since `threading.Lock` is not fair. What remains of the worst case is "
+            "CPython's thread scheduling: while the sweeper runs Python code, a thread that "
+            "wants the GIL waits up to the switch interval (5 ms), and a check can be "
+            "preempted more than once; the p99 stays in microseconds.",
             "",
         ]
     return lines
