@@ -13,11 +13,13 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 from ..store import StoreError
 
-__all__ = ["Breaker"]
+__all__ = ["Breaker", "aguarded", "guarded"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("limiter")
 
@@ -114,3 +116,49 @@ class Breaker:
             self._probe_at = None
             self._probing = False
             self._wait = self._first
+
+
+def guarded(breaker: Optional[Breaker], primary: Callable[[], T], fallback: Callable[[], T]) -> T:
+    """``primary()``, with its outcome recorded on ``breaker``; ``fallback()`` while it is down.
+
+    Without a breaker (no fallback store) this is just ``primary()``: its
+    ``StoreError`` reaches the caller.  With one, a ``StoreError`` marks the
+    primary down and ``fallback()`` answers; any other exception (a cancelled
+    call, a bad argument) lets another caller probe, and propagates.
+    """
+    if breaker is None:
+        return primary()
+    if breaker.skip_primary():
+        return fallback()
+    try:
+        result = primary()
+    except StoreError as exc:
+        breaker.failed(exc)
+        return fallback()
+    except BaseException:
+        breaker.abandoned()
+        raise
+    breaker.succeeded()
+    return result
+
+
+async def aguarded(
+    breaker: Optional[Breaker],
+    primary: Callable[[], Awaitable[T]],
+    fallback: Callable[[], Awaitable[T]],
+) -> T:
+    """``guarded`` for coroutines."""
+    if breaker is None:
+        return await primary()
+    if breaker.skip_primary():
+        return await fallback()
+    try:
+        result = await primary()
+    except StoreError as exc:
+        breaker.failed(exc)
+        return await fallback()
+    except BaseException:  # cancelled: let another caller probe
+        breaker.abandoned()
+        raise
+    breaker.succeeded()
+    return result

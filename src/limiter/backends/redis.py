@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ..bucket import TIME_EPSILON, Limit, RateLimitResult
 from ..store import StoreError
-from ._fallback import Breaker
+from ._fallback import Breaker, aguarded, guarded
 
 __all__ = ["SCRIPT", "AsyncRedisStore", "RedisStore", "hash_tag", "redis_key"]
 
@@ -510,25 +510,14 @@ class RedisStore(_RedisBase):
         rkey = self._key(key)
         if self.fallback is not None:
             self.fallback.reset(key)
-        breaker = self._breaker
-        if breaker is not None and breaker.skip_primary():
-            return
-        try:
+
+        def delete() -> None:
             try:
                 self.client.delete(rkey)
             except Exception as exc:
                 raise self._error(exc) from exc
-        except StoreError as exc:
-            if breaker is None:
-                raise
-            breaker.failed(exc)
-            return
-        except BaseException:
-            if breaker is not None:
-                breaker.abandoned()
-            raise
-        if breaker is not None:
-            breaker.succeeded()
+
+        guarded(self._breaker, delete, _nothing)
 
     def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
@@ -635,23 +624,14 @@ class AsyncRedisStore(_RedisBase):
         rkey = self._key(key)
         if self.fallback is not None:
             await _maybe_await(_call(self.fallback, "reset", key))
-        breaker = self._breaker
-        if breaker is not None and breaker.skip_primary():
-            return
-        try:
-            await self.client.delete(rkey)
-        except Exception as exc:
-            error = self._error(exc)
-            if breaker is None:
-                raise error from exc
-            breaker.failed(error)
-            return
-        except BaseException:
-            if breaker is not None:
-                breaker.abandoned()
-            raise
-        if breaker is not None:
-            breaker.succeeded()
+
+        async def delete() -> None:
+            try:
+                await self.client.delete(rkey)
+            except Exception as exc:
+                raise self._error(exc) from exc
+
+        await aguarded(self._breaker, delete, _anothing)
 
     async def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
@@ -704,3 +684,11 @@ async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+def _nothing() -> None:
+    """The fallback's share of a reset while Redis is down: already done."""
+
+
+async def _anothing() -> None:
+    """``_nothing`` for ``areset``."""

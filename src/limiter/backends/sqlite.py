@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Sequence, Union
 
 from ..bucket import Limit, RateLimitResult, step, step_all
 from ..store import StoreError
-from ._fallback import Breaker
+from ._fallback import Breaker, guarded
 
 __all__ = ["SQLiteStore"]
 
@@ -115,26 +115,17 @@ class SQLiteStore:
         blob = self._blob(key)
         if self.fallback is not None:
             self.fallback.reset(key)
-        breaker = self._breaker
-        if breaker is not None and breaker.skip_primary():
-            return
-        try:
+
+        def delete() -> None:
             lock = self._locked()
             try:
                 self._connection().execute("DELETE FROM limiter_buckets WHERE key = ?", (blob,))
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLiteStore: {exc}") from exc
             finally:
                 lock.release()
-        except sqlite3.Error as exc:
-            if breaker is None:
-                raise StoreError(f"SQLiteStore: {exc}") from exc
-            breaker.failed(StoreError(str(exc)))
-            return
-        except BaseException:
-            if breaker is not None:
-                breaker.abandoned()
-            raise
-        if breaker is not None:
-            breaker.succeeded()
+
+        guarded(self._breaker, delete, _nothing)
 
     def clear(self) -> None:
         """Forget every key."""
@@ -238,28 +229,18 @@ class SQLiteStore:
     ) -> RateLimitResult:
         _check_cost(cost)
         blobs = [self._blob(key) for key in keys]
-        breaker = self._breaker
-        if breaker is None:
-            return self._transact(blobs, limits, cost, now, single)
-        if not breaker.skip_primary():
-            try:
-                result = self._transact(blobs, limits, cost, now, single)
-            except StoreError as exc:
-                breaker.failed(exc)
-            except BaseException:
-                breaker.abandoned()
-                raise
-            else:
-                breaker.succeeded()
+
+        def fallback() -> RateLimitResult:
+            store = self.fallback
+            assert store is not None
+            if single:
+                result: RateLimitResult = store.apply(keys[0], limits[0], cost, now)
                 return result
-        fallback = self.fallback
-        assert fallback is not None
-        answer: RateLimitResult
-        if single:
-            answer = fallback.apply(keys[0], limits[0], cost, now)
-        else:
-            answer = fallback.apply_many(keys, limits, cost, now)
-        return answer
+            return store.apply_many(keys, limits, cost, now)  # type: ignore[no-any-return]
+
+        return guarded(
+            self._breaker, lambda: self._transact(blobs, limits, cost, now, single), fallback
+        )
 
     def _transact(
         self,
@@ -330,3 +311,7 @@ class SQLiteStore:
             return result
         finally:
             lock.release()
+
+
+def _nothing() -> None:
+    """The fallback's share of a reset while the database is down: already done."""
