@@ -49,12 +49,21 @@ import dataclasses
 import math
 import operator
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 from typing_extensions import Literal
 
-__all__ = ["TIME_EPSILON", "Limit", "RateLimitResult", "State", "step", "step_all"]
+__all__ = [
+    "TIME_EPSILON",
+    "Limit",
+    "RateLimitResult",
+    "State",
+    "step",
+    "step_all",
+    "validate_cost",
+]
 
 #: Seconds of slack in every comparison (see the module docstring).
 TIME_EPSILON = 1e-6
@@ -79,6 +88,51 @@ _RATE_RE = re.compile(
     r"^\s*(?P<count>\d+)\s*(?:/|\s+per\s+)\s*(?P<span>\d+)?\s*(?P<unit>[a-z]+?)s?\s*$",
     re.IGNORECASE,
 )
+
+
+def validate_cost(cost: object) -> float:
+    """``cost`` as a float number of tokens >= 0, or an error that names it.
+
+    Every real number is accepted whatever its type or size: ``int`` of any
+    length, ``float``, ``fractions.Fraction``, ``decimal.Decimal``.  A value
+    too large for a float becomes ``inf`` (``step`` denies any cost above the
+    burst with ``retry_after = inf``, so a client-chosen huge cost is simply
+    refused, never an ``OverflowError``); a positive value too small for a
+    float becomes the smallest positive float, never a free peek.  ``bool``
+    and anything that is not a number is a ``TypeError``; NaN and negative
+    values are a ``ValueError``.
+    """
+    cls = cost.__class__
+    if cls is float or cls is int:
+        value = cost
+    elif isinstance(cost, bool):
+        raise TypeError(f"cost must be a number of tokens, got {cost!r}")
+    else:
+        value = _real_cost(cost)
+    if not value >= 0:  # also NaN
+        raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r:.100}")
+    try:
+        result = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int or Fraction beyond 1.8e308: more than any burst
+        return math.inf
+    if result == 0.0 and value != 0:
+        return 5e-324
+    return result
+
+
+def _real_cost(cost: object) -> object:
+    # Decimal is no numbers.Real, and comparing a Decimal NaN raises: test it
+    # first.  A Decimal can exist only if its module is imported already.
+    decimal = sys.modules.get("decimal")
+    if decimal is not None and isinstance(cost, decimal.Decimal):
+        if cost.is_nan():
+            raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r}")
+        return cost
+    import numbers
+
+    if not isinstance(cost, numbers.Real):
+        raise TypeError(f"cost must be a number of tokens, got {cost!r:.100}")
+    return cost
 
 
 def _positive_rate(rate: object) -> float:
