@@ -75,6 +75,7 @@ def uvicorn_server():
         asgi_hello,
         limiter,
         trusted_proxies=["127.0.0.1"],
+        proxy_header="x-forwarded-for",
         exempt=lambda r: r.path == "/health",
     )
     sock = free_socket()

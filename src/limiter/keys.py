@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Tuple, Union
+import re
+from collections.abc import Iterable as _IterableABC
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     from .adapters.common import RequestInfo
@@ -28,7 +30,7 @@ __all__ = [
 #: The key of a request with no usable peer address: WSGI without
 #: ``REMOTE_ADDR``, ASGI ``client`` of ``None``, a Unix socket.  All such
 #: requests share this one bucket (unless ``"unix"`` is a trusted proxy and
-#: the forwarding headers name the client).
+#: the forwarding header names the client).
 UNKNOWN_CLIENT = "ip:unknown"
 
 #: ``key_func(request) -> str | None``; ``None`` means "use the client IP".
@@ -37,30 +39,37 @@ KeyFunc = Callable[["RequestInfo"], Optional[str]]
 _Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 _Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 # No address, with port, brackets and a zone id, is longer than this: longer
-# header entries are rejected before any parsing (and before caching).
+# peers and header entries are rejected before any parsing (and before caching).
 _MAX_ENTRY = 100
+# Per ClientIP: how many peer strings and header entries keep their result.
+_CACHE_SIZE = 4096
 _HEADERS = ("x-forwarded-for", "forwarded")
+# RFC 7239 node-port: 1 to 5 digits, or an obfuscated "_" name.
+_PORT = re.compile(r"[0-9]{1,5}|_[A-Za-z0-9._-]+")
+# An HTTP field name (RFC 9110 5.1: a token).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
 def parse_address(text: str) -> Optional[_Address]:
     """The IP address in a peer string, an ``X-Forwarded-For`` entry or a ``Forwarded`` ``for=``.
 
     Accepts ``1.2.3.4``, ``1.2.3.4:80``, ``2001:db8::1``, ``[2001:db8::1]:80``,
-    quoted forms (``"[2001:db8::1]"``) and zone ids (``fe80::1%eth0``, dropped).
-    IPv4-mapped IPv6 (``::ffff:1.2.3.4``) becomes IPv4.  Anything else
-    (``unknown``, an obfuscated ``_hidden``, a host name, garbage) is ``None``.
+    quoted forms (``"[2001:db8::1]"``, both quotes required) and zone ids
+    (``fe80::1%eth0``, dropped).  A port is 1 to 5 digits or an RFC 7239
+    obfuscated ``_name`` (letters, digits, ``.``, ``_``, ``-``).  IPv4-mapped
+    IPv6 (``::ffff:1.2.3.4``) becomes IPv4.  Anything else (``unknown``, an
+    obfuscated ``_hidden``, a host name, garbage, more than 100 characters
+    after stripping whitespace) is ``None``.
     """
     text = text.strip()
-    if len(text) > _MAX_ENTRY or not text:
+    if not text or len(text) > _MAX_ENTRY:
         return None
     if text[0] == '"':
-        if len(text) < 2 or text[-1] != '"':
+        if text[-1] != '"':  # an opening quote without its closing one
             return None
-        text = text[1:-1].strip()
+        text = text[1:-1]
     if text[:1] == "[":
-        end = text.find("]")
-        if end < 0:
-            return None
+        end = text.find("]")  # -1 without "]": then rest is all of text, rejected below
         rest = text[end + 1 :]
         if rest and not (rest[0] == ":" and _is_port(rest[1:])):
             return None
@@ -69,63 +78,115 @@ def parse_address(text: str) -> Optional[_Address]:
         text, _, port = text.partition(":")
         if not _is_port(port):
             return None
-    pct = text.find("%")
-    if pct >= 0 and ":" in text:
-        text = text[:pct]
+    if ":" in text:  # IPv6: drop a zone id
+        text = text.partition("%")[0]
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
         return None
-    if address.version == 6:
-        mapped = address.ipv4_mapped
-        if mapped is not None:
-            return mapped
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
     return address
 
 
 def _is_port(text: str) -> bool:
-    # RFC 7239 allows obfuscated ports ("_abc") as well as numbers.
-    return text.isascii() and (text.isdigit() or (text[:1] == "_" and len(text) > 1))
+    return _PORT.fullmatch(text) is not None
 
 
-def _forwarded_for(element: str) -> str:
-    """The ``for=`` value of one ``Forwarded`` element, or ``""`` when it has none."""
+def _forwarded_for(element: str) -> Optional[str]:
+    """The ``for=`` value of one ``Forwarded`` element; ``None`` (invalid) if absent or empty."""
     for pair in element.split(";"):
         name, eq, value = pair.partition("=")
         if eq and name.strip().lower() == "for":
-            return value.strip() or '""'  # present but empty is invalid, not absent
-    return '""'
+            return value.strip() or None
+    return None
+
+
+def _proxy_entries(trusted_proxies: Union[str, Iterable[str]]) -> Tuple[str, ...]:
+    """``trusted_proxies`` as a tuple of str; ``TypeError`` for anything else."""
+    if isinstance(trusted_proxies, str):
+        return (trusted_proxies,)
+    if isinstance(trusted_proxies, (bytes, bytearray)) or not isinstance(
+        trusted_proxies, _IterableABC
+    ):
+        raise TypeError(
+            f"trusted_proxies must be a str or an iterable of str, got {trusted_proxies!r}"
+        )
+    entries = tuple(trusted_proxies)
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise TypeError(f"trusted_proxies entries must be str, got {entry!r}")
+    return entries
+
+
+def _network(entry: str) -> _Network:
+    """One ``trusted_proxies`` entry as a network; IPv4-mapped IPv6 becomes IPv4."""
+    text = entry.strip()
+    try:
+        network = ipaddress.ip_network(text)
+    except ValueError:
+        try:
+            interface = ipaddress.ip_interface(text)
+        except ValueError:
+            raise ValueError(
+                f"trusted_proxies entries must be IPs, CIDRs or 'unix', got {entry!r}"
+            ) from None
+        # "10.0.0.1/8": a typo for one host or for the network?  Trusting the
+        # wrong one is a hole either way, so ask.
+        raise ValueError(
+            f"trusted_proxies entries must be IPs or CIDRs without host bits, got {entry!r}: "
+            f"write {str(interface.network)!r} to trust the network or "
+            f"{str(interface.ip)!r} to trust one host"
+        ) from None
+    if isinstance(network, ipaddress.IPv6Network):
+        mapped = network.network_address.ipv4_mapped
+        if mapped is not None:  # peers "::ffff:10.0.0.5" are compared as 10.0.0.5
+            return ipaddress.IPv4Network((mapped, network.prefixlen - 96))
+    return network
 
 
 class ClientIP:
     """A key function returning ``"ip:<address>"`` for the client of a request.
 
     Trust model: the client is the socket peer (``request.peer``).  The
-    ``X-Forwarded-For`` and RFC 7239 ``Forwarded`` headers are read only when
-    the peer is in ``trusted_proxies``, because anyone can send them: unlike
-    werkzeug's ``ProxyFix``, which believes a fixed number of hops whatever
-    connected, a client that reaches the app directly cannot choose its key.
+    forwarding header is read only when the peer is in ``trusted_proxies``,
+    because anyone can send it: unlike werkzeug's ``ProxyFix``, which believes
+    a fixed number of hops whatever connected, a client that reaches the app
+    directly cannot choose its key.
+
+    ``header``: ``"x-forwarded-for"`` or RFC 7239 ``"forwarded"`` (any case),
+    the one header your proxy sets.  It is required with ``trusted_proxies``
+    and only that header is ever read: a client behind the proxy can send the
+    other one itself, and nothing would tell its entries from the proxy's.
+    Without ``trusted_proxies`` no header is read and ``header`` may be
+    omitted.
+
     From a trusted peer, every line of the header is joined in order and the
     entries are walked right to left (the proxies append on the right),
     skipping trusted addresses; the first untrusted valid address is the
     client.  An invalid, obfuscated (``_hidden``) or ``unknown`` entry met on
-    the way ends the walk at the peer.  If every entry is trusted, the
-    leftmost one is the client.  When both headers are present they must name
-    the same client, else the peer is used (pass ``header=`` to read only the
-    one your proxy sets).
+    the way (or a ``Forwarded`` element without ``for=``) ends the walk at the
+    peer.  If every entry is trusted, the leftmost one is the client; an
+    empty or missing header means the peer.
 
     ``trusted_proxies``: IPs or CIDRs (``"10.0.0.0/8"``), a single string or an
-    iterable; ``"unix"`` trusts connections with no peer address (a proxy on a
-    Unix socket).  ``ipv6_prefix`` (0-128, default 64): IPv6 clients are
-    grouped by their ``/ipv6_prefix`` network, so one host cannot rotate
-    through its own subnet; IPv4 clients are keyed by address.
+    iterable of strings; ``"unix"`` trusts connections with no peer address (a
+    proxy on a Unix socket).  A CIDR with host bits set (``"10.0.0.1/8"``) is a
+    ``ValueError``: it is unclear whether one host or the network was meant.
+    IPv4-mapped entries (``"::ffff:10.0.0.5"``) match the IPv4 peer.
+    ``ipv6_prefix`` (0-128, default 64): IPv6 clients are grouped by their
+    ``/ipv6_prefix`` network, so one host cannot rotate through its own
+    subnet; IPv4 clients are keyed by address.
 
     Ports, brackets and IPv6 zone ids are dropped and IPv4-mapped IPv6 becomes
-    IPv4.  A request with no usable peer gets ``UNKNOWN_CLIENT``.  Never raises
-    on request data.  Results per address are cached (4096 entries).
+    IPv4.  A request with no usable peer gets ``UNKNOWN_CLIENT``; a peer or
+    entry longer than 100 characters is unusable.  Never raises on request
+    data.  Results per peer string and header entry are cached (4096 entries
+    per ``ClientIP``).  A wrong type is a ``TypeError``, a wrong value a
+    ``ValueError``.
     """
 
-    __slots__ = ("_classify", "_headers", "_nets", "_trust_unix", "ipv6_prefix", "trusted_proxies")
+    __slots__ = ("_classify", "_nets", "_trust_unix", "header", "ipv6_prefix", "trusted_proxies")
 
     def __init__(
         self,
@@ -135,40 +196,36 @@ class ClientIP:
         header: Optional[str] = None,
     ) -> None:
         if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int):
-            raise ValueError(f"ipv6_prefix must be an integer 0-128, got {ipv6_prefix!r}")
+            raise TypeError(f"ipv6_prefix must be an int from 0 to 128, got {ipv6_prefix!r}")
         if not 0 <= ipv6_prefix <= 128:
-            raise ValueError(f"ipv6_prefix must be an integer 0-128, got {ipv6_prefix!r}")
-        if header is None:
-            self._headers: Tuple[str, ...] = _HEADERS
-        elif isinstance(header, str) and header.lower() in _HEADERS:
-            self._headers = (header.lower(),)
-        else:
+            raise ValueError(f"ipv6_prefix must be an int from 0 to 128, got {ipv6_prefix!r}")
+        if header is not None and not isinstance(header, str):
+            raise TypeError(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
+        if header is not None and header.lower() not in _HEADERS:
+            raise ValueError(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
+        entries = _proxy_entries(trusted_proxies)
+        nets = tuple(_network(entry) for entry in entries if entry != "unix")
+        trust_unix = "unix" in entries
+        if header is None and (nets or trust_unix):
             raise ValueError(
-                f"header must be None, 'x-forwarded-for' or 'forwarded', got {header!r}"
+                "header must be set when trusted_proxies is: pass header='x-forwarded-for' or "
+                "header='forwarded' (proxy_header= on the adapters), the one your proxy sets; "
+                "a client behind the proxy can add the other header itself, got header=None"
             )
-        entries = [trusted_proxies] if isinstance(trusted_proxies, str) else list(trusted_proxies)
-        nets: List[_Network] = []
-        trust_unix = False
-        for entry in entries:
-            if entry == "unix":
-                trust_unix = True
-                continue
-            try:
-                nets.append(ipaddress.ip_network(str(entry).strip(), strict=False))
-            except ValueError:
-                raise ValueError(
-                    f"trusted_proxies entries must be IPs, CIDRs or 'unix', got {entry!r}"
-                ) from None
-        self.trusted_proxies: Tuple[str, ...] = tuple(str(e) for e in entries)
+        self.trusted_proxies: Tuple[str, ...] = entries
         self.ipv6_prefix = ipv6_prefix
-        self._nets = tuple(nets)
+        self.header: Optional[str] = None if header is None else header.lower()
+        self._nets = nets
         self._trust_unix = trust_unix
-        self._classify: Callable[[Optional[str]], Tuple[Optional[str], bool]] = functools.lru_cache(
-            maxsize=4096
+        self._classify: Callable[[str], Tuple[Optional[str], bool]] = functools.lru_cache(
+            maxsize=_CACHE_SIZE
         )(self._classify_uncached)
 
     def __repr__(self) -> str:
-        return f"ClientIP(trusted_proxies={self.trusted_proxies!r}, ipv6_prefix={self.ipv6_prefix})"
+        return (
+            f"ClientIP(trusted_proxies={self.trusted_proxies!r}, ipv6_prefix={self.ipv6_prefix}, "
+            f"header={self.header!r})"
+        )
 
     def key_for(self, address: _Address) -> str:
         """``"ip:<address>"``, or ``"ip:<network>/<prefix>"`` for IPv6 below /128."""
@@ -178,53 +235,45 @@ class ClientIP:
             return "ip:" + str(network)
         return "ip:" + str(address)
 
-    def _classify_uncached(self, text: Optional[str]) -> Tuple[Optional[str], bool]:
+    def _classify_uncached(self, text: str) -> Tuple[Optional[str], bool]:
         # (key or None when invalid, is the address a trusted proxy)
-        address = None if text is None else parse_address(text)
+        address = parse_address(text)
         if address is None:
             # A peer that is no IP address is a non-IP transport (a Unix socket).
             return None, self._trust_unix
-        trusted = False
-        for net in self._nets:
-            if address.version == net.version and address in net:
-                trusted = True
-                break
-        return self.key_for(address), trusted
+        return self.key_for(address), any(address in net for net in self._nets)
 
     def __call__(self, request: RequestInfo) -> str:
         """The key of ``request``'s client (see the class docstring)."""
         peer = request.peer
-        if peer is not None and len(peer) > _MAX_ENTRY:
-            peer = None
-        key, trusted = self._classify(peer)
-        if key is None:
-            key = UNKNOWN_CLIENT
-            if trusted:  # a trusted Unix-socket proxy
-                return self.from_headers(key, request.headers.get_all)
+        if peer is None or len(peer) > _MAX_ENTRY:  # checked first: never cached
+            key, trusted = UNKNOWN_CLIENT, self._trust_unix
+        else:
+            found, trusted = self._classify(peer)
+            key = found or UNKNOWN_CLIENT
         if not trusted:
             return key
         return self.from_headers(key, request.headers.get_all)
 
     def from_headers(self, peer_key: str, get_all: Callable[[str], List[str]]) -> str:
-        """The client key named by a trusted peer's forwarding headers (``peer_key`` if none)."""
-        found: Optional[str] = None
-        for name in self._headers:
-            lines = get_all(name)
-            if not lines:
-                continue
-            entries = ",".join(lines).split(",")
-            if name == "forwarded":
-                entries = [_forwarded_for(e) if e.strip() else "" for e in entries]
-            key = self._walk(entries, peer_key)
-            if found is not None and key != found:
-                return peer_key
-            found = key
-        return peer_key if found is None else found
+        """The client key named by a trusted peer's ``header`` (``peer_key`` if none).
 
-    def _walk(self, entries: List[str], peer_key: str) -> str:
+        ``get_all(name)`` returns every line of a header (``[]`` when absent).
+        Without a ``header`` (no trusted proxies) this is ``peer_key``.
+        """
+        if self.header is None:
+            return peer_key
+        lines = ",".join(get_all(self.header)).split(",")
+        if self.header == "forwarded":
+            return self._walk([_forwarded_for(e) if e.strip() else "" for e in lines], peer_key)
+        return self._walk(lines, peer_key)
+
+    def _walk(self, entries: Sequence[Optional[str]], peer_key: str) -> str:
         leftmost: Optional[str] = None
         classify = self._classify
         for entry in reversed(entries):
+            if entry is None:  # a Forwarded element without a for= address
+                return peer_key
             entry = entry.strip()
             if not entry:  # empty list elements are allowed and ignored (RFC 9110 5.6.1)
                 continue
@@ -239,9 +288,11 @@ class ClientIP:
         return peer_key if leftmost is None else leftmost
 
 
-@functools.lru_cache(maxsize=32)
-def _client_ip(trusted_proxies: Tuple[str, ...], ipv6_prefix: int) -> ClientIP:
-    return ClientIP(trusted_proxies, ipv6_prefix)
+@functools.lru_cache(maxsize=32, typed=True)
+def _client_ip(
+    trusted_proxies: Tuple[str, ...], ipv6_prefix: int, header: Optional[str]
+) -> ClientIP:
+    return ClientIP(trusted_proxies, ipv6_prefix, header=header)
 
 
 def client_ip(
@@ -249,31 +300,44 @@ def client_ip(
     *,
     trusted_proxies: Union[str, Iterable[str]] = (),
     ipv6_prefix: int = 64,
+    header: Optional[str] = None,
 ) -> str:
     """The default key: ``"ip:<client address>"`` (see ``ClientIP`` for the trust model).
 
     With no ``trusted_proxies`` this is the socket peer and forwarding headers
-    are ignored.  A request without a usable peer gets ``UNKNOWN_CLIENT``.
-    Adapters build one ``ClientIP`` up front; this function is for key
-    functions that want the client IP as part of a larger key.
+    are ignored; with them, ``header`` (``"x-forwarded-for"`` or
+    ``"forwarded"``) is required, as for ``ClientIP``.  A request without a
+    usable peer gets ``UNKNOWN_CLIENT``.  Adapters build one ``ClientIP`` up
+    front; this function is for key functions that want the client IP as part
+    of a larger key (the last 32 option sets are cached).
     """
-    proxies = (trusted_proxies,) if isinstance(trusted_proxies, str) else tuple(trusted_proxies)
-    return _client_ip(proxies, ipv6_prefix)(request)
+    proxies = _proxy_entries(trusted_proxies)
+    try:
+        key_func = _client_ip(proxies, ipv6_prefix, header)
+    except TypeError:  # a wrong (perhaps unhashable) option: ClientIP names it
+        ClientIP(ipv6_prefix=ipv6_prefix, header=header)
+        raise
+    return key_func(request)
 
 
 def header_key(name: str, *, prefix: Optional[str] = None) -> KeyFunc:
     """A key function for a header such as ``X-API-Key``: ``"<name>:<value>"``.
 
-    ``name`` is matched case-insensitively; the key is ``prefix + value`` with
-    ``prefix`` defaulting to the lower-cased name and a colon, so a header
-    value can never collide with an ``"ip:..."`` key.  A missing or empty
-    header returns ``None`` and the adapter falls back to the client IP.
-    Clients choose header values: key on a header only when it is checked
-    (an API key that the app authenticates), or a client can rotate values to
-    get fresh buckets.
+    ``name`` (an HTTP field name) is matched case-insensitively; the key is
+    ``prefix + value`` with ``prefix`` defaulting to the lower-cased name and
+    a colon, so a header value can never collide with an ``"ip:..."`` key.
+    Repeated lines are joined with ``", "``.  A missing or empty header
+    returns ``None`` and the adapter falls back to the client IP.  Clients
+    choose header values: key on a header only when it is checked (an API key
+    that the app authenticates), or a client can rotate values to get fresh
+    buckets.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"header name must be a non-empty str, got {name!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a header name (str), got {name!r}")
+    if not _TOKEN.match(name):
+        raise ValueError(f"name must be a header name such as 'X-API-Key', got {name!r}")
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str or None, got {prefix!r}")
     lname = name.lower()
     key_prefix = lname + ":" if prefix is None else prefix
 
