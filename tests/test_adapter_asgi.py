@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import re
 
 import pytest
 
-from limiter import ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY
 from limiter.adapters.asgi import RateLimitMiddleware, request_info
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
@@ -125,7 +126,9 @@ def test_the_scope_is_never_mutated():
     s = scope(headers=[(b"x-forwarded-for", b"1.2.3.4")])
     before = copy.deepcopy(s)
     inner = App()
-    app = RateLimitMiddleware(inner, limiter("1/second"), trusted_proxies="203.0.113.7")
+    app = RateLimitMiddleware(
+        inner, limiter("1/second"), trusted_proxies="203.0.113.7", proxy_header="x-forwarded-for"
+    )
     run(app, s)
     run(app, s)
     assert s == before
@@ -143,7 +146,9 @@ def test_head_429_has_no_body():
 
 def test_repeated_request_headers_are_all_seen():
     lim = limiter("1/second")
-    app = RateLimitMiddleware(App(), lim, trusted_proxies=["10.0.0.0/8"])
+    app = RateLimitMiddleware(
+        App(), lim, trusted_proxies=["10.0.0.0/8"], proxy_header="x-forwarded-for"
+    )
     headers = [(b"x-forwarded-for", b"6.6.6.6"), (b"x-forwarded-for", b"198.51.100.4, 10.0.0.9")]
     run(app, scope(peer=("10.0.0.1", 1), headers=headers))
     assert lim.peek("ip:198.51.100.4").remaining == 0
@@ -289,8 +294,137 @@ def test_store_failure_allow_and_deny(caplog):
     assert (b"Content-Type", b"application/json") in sent[0]["headers"]
 
 
-def test_bad_options_are_value_errors():
+def test_bad_options_value_and_type_errors():
     with pytest.raises(ValueError, match="'nope'"):
         RateLimitMiddleware(App(), limiter(), header_style="nope")
-    with pytest.raises(ValueError, match="limiter"):
+    with pytest.raises(
+        TypeError, match=re.escape("header_style must be one of 'x', 'draft', 'both', got 5")
+    ):
+        RateLimitMiddleware(App(), limiter(), header_style=5)
+    with pytest.raises(TypeError, match=re.escape("on_error must be 'allow' or 'deny', got 1")):
+        RateLimitMiddleware(App(), limiter(), on_error=1)
+    with pytest.raises(
+        TypeError, match=re.escape("limiter must be a limiter.RateLimiter, got '10/second'")
+    ):
         RateLimitMiddleware(App(), "10/second")
+    with pytest.raises(TypeError, match=re.escape("app must be an ASGI callable, got 'app'")):
+        RateLimitMiddleware("app", limiter())
+
+
+def test_a_misspelled_option_names_the_middleware():
+    message = (
+        "RateLimitMiddleware() got an unexpected keyword argument 'key_fnc'"
+        " (did you mean 'key_func'?)"
+    )
+    with pytest.raises(TypeError) as info:
+        RateLimitMiddleware(App(), limiter(), key_fnc=header_key("X-API-Key"))
+    assert str(info.value) == message
+    # As Starlette's add_middleware / Middleware(...) calls it: keywords only.
+    with pytest.raises(TypeError) as info:
+        RateLimitMiddleware(app=App(), limiter=limiter(), key_fnc=header_key("X-API-Key"))
+    assert str(info.value) == message
+
+
+def test_proxy_header_pins_the_header_the_proxy_appends():
+    lim = limiter("1/second")
+    app = RateLimitMiddleware(
+        App(), lim, trusted_proxies=["10.0.0.0/8"], proxy_header="x-forwarded-for"
+    )
+    headers = [(b"forwarded", b"for=1.1.1.1"), (b"x-forwarded-for", b"198.51.100.4")]
+    assert status_of(run(app, scope(peer=("10.0.0.1", 1), headers=headers))) == 200
+    assert status_of(run(app, scope(peer=("10.0.0.1", 1), headers=headers))) == 429
+    assert lim.peek("ip:198.51.100.4").remaining == 0
+    assert lim.peek("ip:10.0.0.1").remaining == 1  # not the proxy's bucket
+
+
+# -- errors: only StoreError takes the on_error path ------------------------
+
+
+class AppBug(Exception):
+    pass
+
+
+def fail(*args):
+    raise AppBug("bug in the app's callable")
+
+
+class BuggyStore(MemoryStore):
+    """A store with a bug (not an outage): the in-memory path, called directly."""
+
+    def apply(self, key, limit, cost, now):
+        raise RuntimeError("bug in the store")
+
+
+class BuggyAsyncStore(MemoryStore):
+    nonblocking = False  # awaited, like a network store
+
+    async def aapply(self, key, limit, cost, now):
+        raise RuntimeError("bug in the store")
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+def test_only_store_error_takes_the_on_error_path(on_error):
+    # The app's own callables fail: the exception leaves the app call (the
+    # server answers 500), as one from the app would; nothing was sent.
+    for option in ("key_func", "cost", "exempt", "on_limited"):
+        inner = App()
+        app = RateLimitMiddleware(inner, limiter("1/second"), on_error=on_error, **{option: fail})
+        if option == "on_limited":
+            assert status_of(run(app)) == 200  # on_limited runs for a limited request only
+        sent = []
+
+        async def send(message, sent=sent):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        for s in (scope(), ws_scope()):
+            with pytest.raises(AppBug):
+                asyncio.run(app(s, receive, send))
+        assert sent == []
+        assert len(inner.scopes) == (1 if option == "on_limited" else 0)
+    # Any exception of the limiter call that is not a StoreError propagates,
+    # on the direct (in-memory) path and on the awaited one, http and websocket.
+    for store in (BuggyStore(), BuggyAsyncStore()):
+        app = RateLimitMiddleware(App(), limiter(store=store), on_error=on_error)
+        for s in (scope(), ws_scope()):
+            with pytest.raises(RuntimeError, match="bug in the store"):
+                run(app, s, CONNECT)
+    # A StoreError is the store being down: on_error decides, as before.
+    app = RateLimitMiddleware(App(), limiter(store=BrokenStore()), on_error=on_error)
+    assert status_of(run(app)) == (200 if on_error == "allow" else 503)
+
+
+def test_the_failure_log_names_the_limiter_that_failed(caplog):
+    clock = ManualClock(NOW)
+    default = RateLimiter("10/second", clock=clock, name="default")
+    login = RateLimiter("1/second", store=BrokenStore(), clock=clock, name="login")
+    app = RateLimitMiddleware(App(), default, rules=[Rule("/login", login)])
+    with caplog.at_level(logging.WARNING, logger="limiter.adapters"):
+        sent = run(app, scope(path="/login"))
+    assert sent[0] == {"type": "http.response.start", "status": 200, "headers": [(b"x-app", b"1")]}
+    assert [r.getMessage() for r in caplog.records] == [
+        "rate limiter 'login' failed; allowing requests (logged once per 60s)"
+    ]
+    assert caplog.records[0].exc_info[0] is StoreError
+
+
+def test_a_client_chosen_huge_cost_is_denied_never_admitted():
+    inner = App()
+    lim = limiter("600/minute")
+    app = RateLimitMiddleware(inner, lim, cost=lambda r: int(r.headers.get("X-Items", "1")))
+    s = scope(method="POST", headers=[(b"x-items", b"9" * 400)])
+    for _ in range(1000):
+        sent = run(app, s)
+        assert [m.get("status") for m in sent] == [429, None]
+        assert sent[1] == {"type": "http.response.body", "body": BODY_429}
+    assert sent[0]["headers"] == [
+        (b"X-RateLimit-Limit", b"600"),
+        (b"X-RateLimit-Remaining", b"600"),
+        (b"X-RateLimit-Reset", str(NOW).encode()),
+        (b"Content-Type", b"application/json"),
+        (b"Content-Length", str(len(BODY_429)).encode()),
+    ]
+    assert inner.scopes == []
+    assert lim.peek("ip:203.0.113.7").remaining == 600

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import logging
+import re
 import socket
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,7 +15,7 @@ from typing import ClassVar
 
 import pytest
 
-from limiter import ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters.httpserver import rate_limited, request_info
 from limiter.keys import header_key
 
@@ -45,6 +48,13 @@ class Hello(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     request_queue_size = 64  # the default 5 drops concurrent SYNs: 1 s retransmits
+    errors: ClassVar[list] = []
+
+    def handle_error(self, request, client_address):
+        # socketserver's error path for an exception out of a handler: record
+        # it, then print the traceback as the default does.
+        Server.errors.append(sys.exc_info()[1])
+        super().handle_error(request, client_address)
 
 
 @contextlib.contextmanager
@@ -164,14 +174,18 @@ def test_exempt_key_func_and_trusted_proxy():
         exempt=lambda r: r.path == "/health",
         key_func=header_key("X-API-Key"),
         trusted_proxies="127.0.0.1",
+        proxy_header="x-forwarded-for",
     )(Hello)
     with serve(handler) as port:
         health = [request(port, path="/health?full=1")[0] for _ in range(3)]
         keyed = [request(port, headers={"X-API-Key": "a"})[0] for _ in range(2)]
-        proxied = request(port, headers={"X-Forwarded-For": "6.6.6.6, 198.51.100.4"})[0]
+        # The client adds a Forwarded that disagrees with the proxy's header:
+        # proxy_header pins the one the proxy appends, so it changes nothing.
+        spoofing = {"X-Forwarded-For": "6.6.6.6, 198.51.100.4", "Forwarded": "for=1.1.1.1"}
+        proxied = [request(port, headers=spoofing)[0] for _ in range(2)]
     assert health == [200, 200, 200]
     assert keyed == [200, 429]
-    assert proxied == 200
+    assert proxied == [200, 429]
     assert lim.peek("ip:198.51.100.4").remaining == 0
     assert lim.peek("ip:127.0.0.1").remaining == 1
 
@@ -231,7 +245,103 @@ def test_request_info_from_a_handler_over_ipv6():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="BaseHTTPRequestHandler"):
+    with pytest.raises(TypeError, match="BaseHTTPRequestHandler subclasses, got <class 'object'>"):
         rate_limited(limiter())(object)
     with pytest.raises(ValueError, match="'z'"):
         rate_limited(limiter(), header_style="z")
+    with pytest.raises(TypeError, match=re.escape("on_error must be 'allow' or 'deny', got None")):
+        rate_limited(limiter(), on_error=None)
+    with pytest.raises(TypeError, match=re.escape("limiter must be a limiter.RateLimiter, got 5")):
+        rate_limited(5)
+
+
+def test_a_misspelled_option_names_the_decorator():
+    with pytest.raises(TypeError) as info:
+        rate_limited(limiter(), key_fnc=header_key("X-API-Key"))
+    assert str(info.value) == (
+        "rate_limited() got an unexpected keyword argument 'key_fnc' (did you mean 'key_func'?)"
+    )
+
+
+# -- errors: only StoreError takes the on_error path ------------------------
+
+
+class AppBug(Exception):
+    pass
+
+
+def fail(*args):
+    raise AppBug("bug in the app's callable")
+
+
+class BuggyStore(MemoryStore):
+    def apply(self, key, limit, cost, now):
+        raise RuntimeError("bug in the store")
+
+
+def no_response(port):
+    # An exception out of a handler takes socketserver's error path:
+    # server.handle_error, then the connection is closed without a response.
+    with pytest.raises(http.client.RemoteDisconnected):
+        request(port)
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+def test_only_store_error_takes_the_on_error_path(on_error):
+    Hello.seen = []
+    Server.errors = []
+    for option in ("key_func", "cost", "exempt", "on_limited"):
+        handler = rate_limited(limiter("1/second"), on_error=on_error, **{option: fail})(Hello)
+        with serve(handler) as port:
+            if option == "on_limited":
+                assert request(port)[0] == 200  # on_limited runs for a limited request only
+            no_response(port)
+    assert [type(e) for e in Server.errors] == [AppBug] * 4
+    assert len(Hello.seen) == 1  # the request before on_limited's
+    # Any exception of the limiter call that is not a StoreError propagates.
+    with serve(rate_limited(limiter(store=BuggyStore()), on_error=on_error)(Hello)) as port:
+        no_response(port)
+    assert isinstance(Server.errors[-1], RuntimeError)
+    assert str(Server.errors[-1]) == "bug in the store"
+    # A StoreError is the store being down: on_error decides, as before.
+    with serve(rate_limited(limiter(store=BrokenStore()), on_error=on_error)(Hello)) as port:
+        assert request(port)[0] == (200 if on_error == "allow" else 503)
+    assert len(Server.errors) == 5
+
+
+def test_the_failure_log_names_the_limiter_that_failed(caplog):
+    clock = ManualClock(NOW)
+    default = RateLimiter("10/second", clock=clock, name="default")
+    login = RateLimiter("1/second", store=BrokenStore(), clock=clock, name="login")
+    handler = rate_limited(default, rules=[Rule("/login", login)])(Hello)
+    with caplog.at_level(logging.WARNING, logger="limiter.adapters"), serve(handler) as port:
+        status, headers, body = request(port, path="/login")
+    assert (status, body, named(headers, *RL)) == (200, b"hello", [])
+    assert [r.getMessage() for r in caplog.records] == [
+        "rate limiter 'login' failed; allowing requests (logged once per 60s)"
+    ]
+
+
+def test_a_client_chosen_huge_cost_is_denied_never_admitted():
+    Hello.seen = []
+    lim = limiter("600/minute")
+    cost = lambda r: int(r.headers.get("X-Items", "1"))  # noqa: E731
+    with serve(rate_limited(lim, cost=cost)(Hello)) as port:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            for _ in range(1000):  # keep-alive: the 429 leaves the connection usable
+                status, headers, body = request(
+                    port, "POST", headers={"X-Items": "9" * 400}, conn=conn
+                )
+                assert (status, body) == (429, BODY_429)
+        finally:
+            conn.close()
+    assert named(headers, *RL, "Content-Type", "Content-Length") == [
+        ("X-RateLimit-Limit", "600"),
+        ("X-RateLimit-Remaining", "600"),
+        ("X-RateLimit-Reset", str(NOW)),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(BODY_429))),
+    ]
+    assert Hello.seen == []
+    assert lim.peek("ip:127.0.0.1").remaining == 600

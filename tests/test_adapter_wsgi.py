@@ -5,14 +5,17 @@ from __future__ import annotations
 import gc
 import io
 import logging
+import re
 import sys
 import tracemalloc
+from decimal import Decimal
+from fractions import Fraction
 from wsgiref.util import setup_testing_defaults
 from wsgiref.validate import validator
 
 import pytest
 
-from limiter import ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, Response
 from limiter.adapters.wsgi import RateLimitMiddleware, request_info
 from limiter.keys import header_key
@@ -227,11 +230,34 @@ def test_no_remote_addr_uses_the_fallback_key():
 
 def test_trusted_proxy_headers():
     lim = limiter("1/second")
-    app = RateLimitMiddleware(hello, lim, trusted_proxies=["10.0.0.0/8"])
+    app = RateLimitMiddleware(
+        hello, lim, trusted_proxies=["10.0.0.0/8"], proxy_header="x-forwarded-for"
+    )
     env = environ(peer="10.0.0.1", HTTP_X_FORWARDED_FOR="6.6.6.6, 198.51.100.4")
     assert call(app, env)[0] == "200 OK"
     assert lim.peek("ip:198.51.100.4").remaining == 0
     assert lim.peek("ip:10.0.0.1").remaining == 1
+
+
+def test_proxy_header_pins_the_header_the_proxy_appends():
+    # The proxy appends X-Forwarded-For; the client adds a Forwarded of its own
+    # that disagrees.  The key is still the address the proxy saw.
+    lim = limiter("1/second")
+    app = RateLimitMiddleware(
+        hello, lim, trusted_proxies=["10.0.0.0/8"], proxy_header="x-forwarded-for"
+    )
+    env = environ(
+        peer="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.4", HTTP_FORWARDED="for=1.1.1.1"
+    )
+    assert call(app, env)[0] == "200 OK"
+    assert call(app, env)[0] == "429 Too Many Requests"
+    assert lim.peek("ip:198.51.100.4").remaining == 0
+    assert lim.peek("ip:10.0.0.1").remaining == 1  # not the proxy's bucket
+    assert lim.peek("ip:1.1.1.1").remaining == 1
+    # With trusted proxies the header is required: which one the proxy appends
+    # is not something the middleware may guess.
+    with pytest.raises(ValueError, match="proxy_header="):
+        RateLimitMiddleware(hello, limiter(), trusted_proxies=["10.0.0.0/8"])
 
 
 def test_a_1mb_api_key_costs_a_short_stored_key():
@@ -258,8 +284,9 @@ def test_a_1mb_api_key_costs_a_short_stored_key():
 
 def test_limiters_sharing_a_store_do_not_collide():
     store = MemoryStore()
-    a = RateLimitMiddleware(hello, RateLimiter("1/second", store=store, name="a"))
-    b = RateLimitMiddleware(hello, RateLimiter("1/second", store=store, name="b"))
+    clock = ManualClock(NOW)  # a real clock would refill a token after a 1 s stall
+    a = RateLimitMiddleware(hello, RateLimiter("1/second", store=store, name="a", clock=clock))
+    b = RateLimitMiddleware(hello, RateLimiter("1/second", store=store, name="b", clock=clock))
     assert [call(a)[0][:3], call(b)[0][:3], call(a)[0][:3]] == ["200", "200", "429"]
 
 
@@ -340,16 +367,162 @@ def test_request_info_from_environ():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "needle"),
+    ("kwargs", "message"),
     [
-        ({"header_style": "y"}, "'y'"),
-        ({"on_error": "ignore"}, "ignore"),
-        ({"ipv6_prefix": 200}, "200"),
-        ({"trusted_proxies": ["nope"]}, "nope"),
-        ({"cost": -1}, "-1"),
-        ({"exempt": "yes"}, "yes"),
+        ({"header_style": "y"}, "must be one of 'x', 'draft', 'both', got 'y'"),
+        ({"on_error": "ignore"}, "on_error must be 'allow' or 'deny', got 'ignore'"),
+        ({"ipv6_prefix": 200}, "ipv6_prefix must be"),
+        ({"trusted_proxies": ["nope"]}, "'nope'"),
+        ({"cost": -1}, "cost must be a number of tokens >= 0, got -1"),
+        ({"cost": float("nan")}, "cost must be a number of tokens >= 0, got nan"),
     ],
 )
-def test_bad_options_are_value_errors(kwargs, needle):
-    with pytest.raises(ValueError, match=needle):
+def test_bad_option_values_are_value_errors(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         RateLimitMiddleware(hello, limiter(), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"on_error": 1}, "on_error must be 'allow' or 'deny', got 1"),
+        ({"header_style": 5}, "header_style must be one of 'x', 'draft', 'both', got 5"),
+        ({"rules": "x"}, "rules must be a list of limiter.Rule, got 'x'"),
+        ({"rules": 5}, "rules must be a list of limiter.Rule, got 5"),
+        ({"key_func": 5}, "key_func must be callable or None, got 5"),
+        ({"exempt": "yes"}, "exempt must be callable or None, got 'yes'"),
+        ({"on_limited": 3}, "on_limited must be callable or None, got 3"),
+        ({"cost": "2"}, "cost must be a number of tokens, got '2'"),
+        ({"cost": True}, "cost must be a number of tokens, got True"),
+    ],
+)
+def test_bad_option_types_are_type_errors(kwargs, message):
+    with pytest.raises(TypeError, match=re.escape(message)):
+        RateLimitMiddleware(hello, limiter(), **kwargs)
+
+
+def test_wrong_limiter_or_app_types_are_type_errors():
+    with pytest.raises(
+        TypeError, match=re.escape("limiter must be a limiter.RateLimiter, got '10/s'")
+    ):
+        RateLimitMiddleware(hello, "10/s")
+    with pytest.raises(TypeError, match=re.escape("app must be a WSGI callable, got None")):
+        RateLimitMiddleware(None, limiter())
+
+
+def test_a_misspelled_option_names_the_middleware():
+    with pytest.raises(TypeError) as info:
+        RateLimitMiddleware(hello, limiter(), key_fnc=header_key("X-API-Key"))
+    assert str(info.value) == (
+        "RateLimitMiddleware() got an unexpected keyword argument 'key_fnc'"
+        " (did you mean 'key_func'?)"
+    )
+    with pytest.raises(TypeError) as info:
+        RateLimitMiddleware(hello, limiter(), zzz=1)
+    assert str(info.value) == "RateLimitMiddleware() got an unexpected keyword argument 'zzz'"
+
+
+# -- errors: only StoreError takes the on_error path ------------------------
+
+
+class AppBug(Exception):
+    pass
+
+
+def fail(*args):
+    raise AppBug("bug in the app's callable")
+
+
+class BuggyStore(MemoryStore):
+    """A store with a bug (not a backend outage): its error is not a StoreError."""
+
+    def apply(self, key, limit, cost, now):
+        raise RuntimeError("bug in the store")
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+def test_only_store_error_takes_the_on_error_path(on_error):
+    # The app's own callables fail: the exception leaves the middleware call,
+    # as one from the app would (the server answers 500), never a fail-open 200.
+    for option in ("key_func", "cost", "exempt", "on_limited"):
+        hello.calls = 0
+        lim = limiter("1/second")
+        app = RateLimitMiddleware(hello, lim, on_error=on_error, **{option: fail})
+        if option == "on_limited":
+            assert call(app)[0] == "200 OK"  # on_limited runs for a limited request only
+        with pytest.raises(AppBug):
+            call(app)
+        assert hello.calls == (1 if option == "on_limited" else 0)
+    # A cost callable returning a non-number or NaN is a bug too.
+    for bad, error in (("3", TypeError), (float("nan"), ValueError), (-1, ValueError)):
+        app = RateLimitMiddleware(hello, limiter(), on_error=on_error, cost=lambda r, b=bad: b)
+        with pytest.raises(error, match="cost must be a number of tokens"):
+            call(app)
+    # Any exception of the limiter call that is not a StoreError propagates.
+    app = RateLimitMiddleware(hello, limiter(store=BuggyStore()), on_error=on_error)
+    with pytest.raises(RuntimeError, match="bug in the store"):
+        call(app)
+    # A StoreError is the store being down: on_error decides, as before.
+    app = RateLimitMiddleware(hello, limiter(store=BrokenStore()), on_error=on_error)
+    expected = "200 OK" if on_error == "allow" else "503 Service Unavailable"
+    assert call(app)[0] == expected
+
+
+def test_the_failure_log_names_the_limiter_that_failed(caplog):
+    clock = ManualClock(NOW)
+    default = RateLimiter("10/second", clock=clock, name="default")
+    login = RateLimiter("1/second", store=BrokenStore(), clock=clock, name="login")
+    app = RateLimitMiddleware(hello, default, rules=[Rule("/login", login)])
+    with caplog.at_level(logging.WARNING, logger="limiter.adapters"):
+        status, headers, _ = call(app, environ(path="/login"))
+        assert call(app, environ(path="/other"))[0] == "200 OK"
+    assert (status, headers) == ("200 OK", [("Content-Type", "text/plain"), ("X-App", "1")])
+    assert [r.getMessage() for r in caplog.records] == [
+        "rate limiter 'login' failed; allowing requests (logged once per 60s)"
+    ]
+    assert caplog.records[0].exc_info[0] is StoreError
+
+
+def test_a_client_chosen_huge_cost_is_denied_never_admitted():
+    # The old docs example: the client chooses the cost.  400 digits used to
+    # overflow in the bucket, which the middleware took for a store failure
+    # and, with on_error="allow", admitted: 1000 of 1000.
+    hello.calls = 0
+    lim = limiter("600/minute")
+    app = RateLimitMiddleware(hello, lim, cost=lambda r: int(r.headers.get("X-Items", "1")))
+    huge = "9" * 400
+    for _ in range(1000):
+        status, headers, body = call(app, environ(method="POST", HTTP_X_ITEMS=huge))
+        assert (status, body) == ("429 Too Many Requests", BODY_429)
+    assert headers == [  # can never pass: no Retry-After
+        ("X-RateLimit-Limit", "600"),
+        ("X-RateLimit-Remaining", "600"),
+        ("X-RateLimit-Reset", str(NOW)),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(BODY_429))),
+    ]
+    assert hello.calls == 0
+    assert lim.peek("ip:203.0.113.7").remaining == 600  # nothing taken
+
+
+def test_a_cost_callable_may_return_any_real_number():
+    # int of any size, float, Fraction, Decimal: a cost above the burst is
+    # denied (429, no Retry-After, nothing taken), never an error, never admitted.
+    costs = [
+        (Fraction(3, 2), "8"),
+        (Decimal("2.5"), "7"),
+        (10**400, None),
+        (float("inf"), None),
+        (Decimal("1e400"), None),
+        (Fraction(10**400, 3), None),
+    ]
+    for cost, remaining in costs:
+        app = RateLimitMiddleware(hello, limiter("10/second"), cost=lambda r, c=cost: c)
+        status, headers, body = call(app)
+        if remaining is None:
+            assert (status, body) == ("429 Too Many Requests", BODY_429), cost
+            assert dict(headers)["X-RateLimit-Remaining"] == "10"
+            assert "Retry-After" not in dict(headers)
+        else:
+            assert (status, body) == ("200 OK", b"hello"), cost
+            assert dict(headers)["X-RateLimit-Remaining"] == remaining

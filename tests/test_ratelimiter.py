@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import threading
 from typing import List
 
@@ -39,8 +40,6 @@ class TestArguments:
             ("10/fortnight", None),
             ("-5/second", None),
             (10, 0),
-            (10, 1.5),
-            (10, "3"),
         ],
     )
     def test_bad_values_name_themselves(self, rate: object, burst: object) -> None:
@@ -55,10 +54,47 @@ class TestArguments:
         with pytest.raises(TypeError, match="clock"):
             RateLimiter(1, clock=object())  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize(
+        "rate, burst, message",
+        [
+            ("10/s", "x", "burst must be an integer, got 'x'"),
+            (10, 1.5, "burst must be an integer, got 1.5"),
+            (10, "3", "burst must be an integer, got '3'"),
+            (10, True, "burst must be an integer, got True"),
+            # The type first, before "ambiguous with several limits".
+            ("10/s;100/m", "x", "burst must be an integer, got 'x'"),
+            ([Limit(1, 1)], "x", "burst must be an integer, got 'x'"),
+            (
+                [Limit(1, 1), 5],
+                None,
+                "each limit must be a Limit or a string like '10/second', got 5",
+            ),
+        ],
+    )
+    def test_wrong_types_are_type_errors(self, rate: object, burst: object, message: str) -> None:
+        with pytest.raises(TypeError) as info:
+            RateLimiter(rate, burst)  # type: ignore[arg-type]
+        assert str(info.value) == message
+
+    def test_name_must_be_a_string(self) -> None:
+        with pytest.raises(TypeError) as info:
+            RateLimiter(1, name=5)  # type: ignore[arg-type]
+        assert str(info.value) == "name must be a str, got 5"
+
     @pytest.mark.parametrize("key", [None, 12, b"bytes"])
     def test_key_must_be_a_string(self, key: object) -> None:
-        with pytest.raises(ValueError, match="key must be a str"):
-            RateLimiter(1).check(key)  # type: ignore[arg-type]
+        limiter = RateLimiter(1)
+        message = f"key must be a str, got {key!r}"
+        calls = [limiter.check, limiter.allow, limiter.peek, limiter.reset, limiter.storage_key]
+        for method in calls:
+            with pytest.raises(TypeError) as info:
+                method(key)  # type: ignore[arg-type]
+            assert str(info.value) == message
+        with pytest.raises(TypeError, match=re.escape(message)):
+            asyncio.run(limiter.acheck(key))  # type: ignore[arg-type]
+        several = RateLimiter("1/s;10/m")
+        with pytest.raises(TypeError, match=re.escape(message)):
+            several.check(key)  # type: ignore[arg-type]
 
 
 class TestDecisions:
@@ -258,12 +294,24 @@ class TestCleanup:
         assert threading.active_count() == before
         assert len(store) == 0
 
-    @pytest.mark.parametrize("interval", [0, -1, math.nan, math.inf, "5"])
+    @pytest.mark.parametrize("interval", [0, -1, math.nan, math.inf])
     def test_start_cleanup_validates(self, interval: object) -> None:
         with pytest.raises(ValueError, match="interval"):
             RateLimiter(1).start_cleanup(None, interval)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="max_age"):
             RateLimiter(1).start_cleanup(-1, 1)
+
+    def test_start_cleanup_wrong_types_are_type_errors(self) -> None:
+        limiter = RateLimiter(1)
+        with pytest.raises(TypeError) as info:
+            limiter.start_cleanup(None, "5")  # type: ignore[arg-type]
+        assert str(info.value) == "interval must be a finite number of seconds > 0, got '5'"
+        with pytest.raises(TypeError) as info:
+            limiter.start_cleanup("60", 1)  # type: ignore[arg-type]
+        assert str(info.value) == "max_age must be None or a number of seconds >= 0, got '60'"
+        with pytest.raises(ValueError) as value:
+            limiter.start_cleanup(math.nan, 1)
+        assert str(value.value) == "max_age must be None or a number of seconds >= 0, got nan"
 
     def test_start_cleanup_needs_a_sweepable_store(self) -> None:
         class NoSweep:

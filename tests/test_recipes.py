@@ -78,6 +78,16 @@ def test_django(tmp_path, monkeypatch):
         headers={"X-Forwarded-For": "198.51.100.7"},
     )
     assert proxied.status_code == 429
+    # A Forwarded header added by the client does not move it to another
+    # bucket (nor onto the proxy's): the recipe pins X-Forwarded-For.
+    spoofed = client.get(
+        "/",
+        environ_base={"REMOTE_ADDR": "10.1.2.3"},
+        headers={"X-Forwarded-For": "198.51.100.7", "Forwarded": "for=192.0.2.99"},
+    )
+    assert spoofed.status_code == 429
+    assert spoofed.get_data() == BODY_429
+    assert ns["limiter"].peek("ip:10.1.2.3").remaining == 10
 
 
 def test_starlette(tmp_path, monkeypatch):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import re
+from decimal import Decimal
+from fractions import Fraction
+
 import pytest
 
 from limiter import MemoryStore, RateLimiter
@@ -41,24 +46,51 @@ def test_methods() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, message",
     [
-        (dict(path="login"), "must start with '/'"),
+        (dict(path="login"), "path must start with '/' or be '*', got 'login'"),
         (dict(path="/a*b"), "may only end"),
         (dict(path="/users/{id"), "parameters look like"),
-        (dict(methods="POST"), "list of names"),
-        (dict(cost=-1), "cost must be"),
-        (dict(cost="2"), "cost must be"),
-        (dict(key_func="ip"), "key_func must be callable"),
-        (dict(limiter="5/minute"), "must be a RateLimiter"),
+        (dict(cost=-1), "cost must be a number of tokens >= 0, got -1"),
+        (dict(cost=math.nan), "cost must be a number of tokens >= 0, got nan"),
     ],
 )
-def test_validation(kwargs: dict, match: str) -> None:
+def test_wrong_values_are_value_errors(kwargs: dict, message: str) -> None:
     args = dict(path="/x", limiter=LIM)
     args.update(kwargs)
     path, limiter = args.pop("path"), args.pop("limiter")
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=re.escape(message)):
         Rule(path, limiter, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(path=5), "path must be a str starting with '/' or '*', got 5"),
+        (dict(methods="POST"), "methods must be None or a list of names like ['POST'], got 'POST'"),
+        (dict(methods=[1]), "methods must be None or a list of names like ['POST'], got [1]"),
+        (dict(methods=5), "methods must be None or a list of names like ['POST'], got 5"),
+        (dict(cost="2"), "cost must be a number of tokens, got '2'"),
+        (dict(cost=True), "cost must be a number of tokens, got True"),
+        (dict(key_func="ip"), "key_func must be callable or None, got 'ip'"),
+        (dict(limiter="5/minute"), "limiter must be a limiter.RateLimiter, got '5/minute'"),
+    ],
+)
+def test_wrong_types_are_type_errors(kwargs: dict, message: str) -> None:
+    args = dict(path="/x", limiter=LIM)
+    args.update(kwargs)
+    path, limiter = args.pop("path"), args.pop("limiter")
+    with pytest.raises(TypeError, match=re.escape(message)):
+        Rule(path, limiter, **args)  # type: ignore[arg-type]
+
+
+def test_a_cost_may_be_any_real_number_and_is_kept_as_a_float() -> None:
+    # One cost check for every type and size (limiter.bucket.validate_cost):
+    # a cost above any burst is inf, denied by the bucket, never an error.
+    assert Rule("/x", LIM, cost=Decimal("2.5")).cost == 2.5
+    assert Rule("/x", LIM, cost=Fraction(1, 4)).cost == 0.25
+    assert Rule("/x", LIM, cost=10**400).cost == math.inf
+    assert type(Rule("/x", LIM, cost=3).cost) is float
 
 
 def test_limiters_that_would_collide_in_a_shared_store_are_refused() -> None:

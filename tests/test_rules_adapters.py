@@ -103,7 +103,9 @@ def httpserver_caller() -> Iterator[Callable[[ManualClock], Call]]:
 
         # The peer is always 127.0.0.1 here, so trust it as a proxy and let
         # X-Forwarded-For stand for the client address under test.
-        @rate_limited(default, rules=rules, trusted_proxies=["127.0.0.1"])
+        @rate_limited(
+            default, rules=rules, trusted_proxies=["127.0.0.1"], proxy_header="x-forwarded-for"
+        )
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 self.send_response(200)
@@ -234,5 +236,7 @@ def test_rules_refuse_limiters_that_would_share_keys() -> None:
 
     with pytest.raises(ValueError, match="share the store"):
         wsgi.RateLimitMiddleware(app, a, rules=[Rule("/login", b)])
-    with pytest.raises(ValueError, match=r"list of limiter\.Rule"):
+    with pytest.raises(TypeError, match=r"rules must be a list of limiter\.Rule, got \[\("):
         wsgi.RateLimitMiddleware(app, a, rules=[("/login", b)])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"rules must be a list of limiter\.Rule, got Rule\("):
+        wsgi.RateLimitMiddleware(app, a, rules=Rule("/login", b))  # type: ignore[arg-type]

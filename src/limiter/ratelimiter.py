@@ -42,6 +42,9 @@ class RateLimitExceeded(Exception):
 
 
 def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
+    if burst is not None and (isinstance(burst, bool) or not hasattr(type(burst), "__index__")):
+        # The type first: burst="x" is no integer, whatever the rate says.
+        raise TypeError(f"burst must be an integer, got {burst!r:.100}")
     if isinstance(rate, str):
         parsed = Limit.parse_many(rate)
         if burst is None:
@@ -61,7 +64,7 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
             elif isinstance(item, str):
                 limits.extend(Limit.parse_many(item))
             else:
-                raise ValueError(
+                raise TypeError(
                     f"each limit must be a Limit or a string like '10/second', got {item!r}"
                 )
         return tuple(limits)
@@ -117,13 +120,15 @@ class RateLimiter:
         if name is None:
             name = "+".join(f"{lim.rate:g}/s:{lim.burst}" for lim in self.limits)
         elif not isinstance(name, str):
-            raise ValueError(f"name must be a str, got {name!r}")
+            raise TypeError(f"name must be a str, got {name!r}")
         self.name = name
         # A store of its own needs no namespace: that saves a concatenation per
         # check and some 20 bytes per tracked key.
         self._prefix = "" if store is None else name + ":"
         self._limit = self.limits[0]
         self._many = len(self.limits) > 1
+        # acquire's give-up test allows the buckets' own slack (see Limit.slack).
+        self._slack = min(lim.slack for lim in self.limits)
         # Several limits: one bucket per limit, all in the key's hash slot.
         self._suffixes = tuple(f"|{lim.name}" for lim in self.limits) if self._many else ()
         self.clock: Clock = SystemClock() if clock is None else clock
@@ -157,7 +162,7 @@ class RateLimiter:
         (braces: one Redis Cluster hash tag for all of them).
         """
         if not isinstance(key, str):
-            raise ValueError(f"key must be a str, got {key!r:.100}")
+            raise TypeError(f"key must be a str, got {key!r:.100}")
         if len(key) > MAX_KEY_LENGTH:
             digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
             key = "sha256:" + digest
@@ -268,8 +273,10 @@ class RateLimiter:
 
         Waits on ``clock.sleep`` (a ``ManualClock`` advances instead of
         sleeping).  Raises ``RateLimitExceeded`` at once when the wait would end
-        more than ``timeout`` seconds after the call, or when the request can
-        never pass (cost above burst).  ``timeout=None`` waits as long as needed.
+        more than ``timeout`` seconds after the call (give or take the bucket's
+        microsecond of slack, ``Limit.slack``: a wait of exactly ``timeout``
+        is waited), or when the request can never pass (cost above burst).
+        ``timeout=None`` waits as long as needed.
         """
         _check_timeout(timeout)
         clock = self.clock
@@ -278,7 +285,7 @@ class RateLimiter:
             result = self.check(key, cost)
             if result.allowed:
                 return result
-            _give_up_if_late(result, clock.now() - start, timeout)
+            _give_up_if_late(result, clock.now() - start, timeout, self._slack)
             clock.sleep(result.retry_after)
 
     async def aacquire(
@@ -292,7 +299,7 @@ class RateLimiter:
             result = await self.acheck(key, cost)
             if result.allowed:
                 return result
-            _give_up_if_late(result, clock.now() - start, timeout)
+            _give_up_if_late(result, clock.now() - start, timeout, self._slack)
             await clock.asleep(result.retry_after)
 
     def limit(
@@ -315,6 +322,8 @@ class RateLimiter:
             def fetch(url): ...
         """
         _check_timeout(timeout)
+        if not (isinstance(key, str) or callable(key)):
+            raise TypeError(f"key must be a str or a callable returning one, got {key!r:.100}")
         key_of: Callable[..., str] = key if callable(key) else (lambda *a, **k: key)
 
         def decorate(func: F) -> F:
@@ -363,13 +372,18 @@ class RateLimiter:
         if not callable(sweep):
             raise TypeError(f"{self.store!r} has no sweep(); it does not need a cleanup thread")
         if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            raise ValueError(f"interval must be a number of seconds > 0, got {interval!r}")
+            raise TypeError(f"interval must be a finite number of seconds > 0, got {interval!r}")
         if not (interval > 0 and math.isfinite(interval)):
             raise ValueError(f"interval must be a finite number of seconds > 0, got {interval!r}")
-        if max_age is not None and not (
-            isinstance(max_age, (int, float)) and not isinstance(max_age, bool) and max_age >= 0
-        ):
-            raise ValueError(f"max_age must be None or a number of seconds >= 0, got {max_age!r}")
+        if max_age is not None:
+            if isinstance(max_age, bool) or not isinstance(max_age, (int, float)):
+                raise TypeError(
+                    f"max_age must be None or a number of seconds >= 0, got {max_age!r}"
+                )
+            if not max_age >= 0:  # also NaN
+                raise ValueError(
+                    f"max_age must be None or a number of seconds >= 0, got {max_age!r}"
+                )
         stopping = threading.Event()
         clock = self.clock
 
@@ -394,13 +408,20 @@ class RateLimiter:
 
 
 def _check_timeout(timeout: Optional[float]) -> None:
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
-    ):
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    if not timeout >= 0:  # also NaN
         raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
 
 
-def _give_up_if_late(result: RateLimitResult, waited: float, timeout: Optional[float]) -> None:
+def _give_up_if_late(
+    result: RateLimitResult, waited: float, timeout: Optional[float], slack: float
+) -> None:
+    # ``slack``: retry_after carries float rounding (0.1 s is 0.10000000000000003
+    # after a burst at 10/s); the bucket admits a client that waits it exactly,
+    # so a wait of exactly ``timeout`` must not be refused either.
     never = not math.isfinite(result.retry_after)
-    if never or (timeout is not None and waited + result.retry_after > timeout):
+    if never or (timeout is not None and waited + result.retry_after > timeout + slack):
         raise RateLimitExceeded(result)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Sequence, Tuple, Union
 
+from .bucket import validate_cost
 from .ratelimiter import RateLimiter
 
 __all__ = ["Cost", "Rule", "check_distinct_names"]
@@ -22,8 +23,10 @@ _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _compile(path: str) -> re.Pattern[str]:
-    if not isinstance(path, str) or not (path == "*" or path.startswith("/")):
-        raise ValueError(f"rule path must start with '/' or be '*', got {path!r}")
+    if not isinstance(path, str):
+        raise TypeError(f"path must be a str starting with '/' or '*', got {path!r}")
+    if not (path == "*" or path.startswith("/")):
+        raise ValueError(f"path must start with '/' or be '*', got {path!r}")
     if path == "*":
         return re.compile(r".*", re.DOTALL)
     prefix = path.endswith("/*")
@@ -42,10 +45,6 @@ def _compile(path: str) -> re.Pattern[str]:
     return re.compile(pattern + (r"(?:/.*)?" if prefix else ""), re.DOTALL)
 
 
-def _is_cost(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-
-
 class Rule:
     """Limit requests to ``path`` (and ``methods``) with ``limiter``.
 
@@ -56,7 +55,10 @@ class Rule:
     ``key_func``: how to key this route (``request -> str | None``); ``None``
     uses the middleware's ``key_func`` (by default the client IP).
     ``cost``: tokens per request, a number or ``request -> number``; ``None``
-    uses the middleware's cost (1).
+    uses the middleware's cost (1).  A number is checked by
+    ``limiter.bucket.validate_cost`` (and kept as the ``float`` it returns).
+
+    Arguments of a wrong type raise ``TypeError``, wrong values ``ValueError``.
     """
 
     __slots__ = ("_pattern", "cost", "key_func", "limiter", "methods", "path")
@@ -72,16 +74,12 @@ class Rule:
     ) -> None:
         self._pattern = _compile(path)
         if not isinstance(limiter, RateLimiter):
-            raise ValueError(f"rule limiter must be a RateLimiter, got {limiter!r}")
-        if isinstance(methods, str):
-            raise ValueError(f"methods must be a list of names like ['POST'], got {methods!r}")
-        self.methods: Optional[FrozenSet[str]] = (
-            None if methods is None else frozenset(m.upper() for m in methods)
-        )
+            raise TypeError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
+        self.methods: Optional[FrozenSet[str]] = None if methods is None else _methods(methods)
         if key_func is not None and not callable(key_func):
-            raise ValueError(f"key_func must be callable, got {key_func!r}")
-        if not (cost is None or callable(cost) or _is_cost(cost)):
-            raise ValueError(f"cost must be a number >= 0 or a callable, got {cost!r}")
+            raise TypeError(f"key_func must be callable or None, got {key_func!r}")
+        if not (cost is None or callable(cost)):
+            cost = validate_cost(cost)
         self.path = path
         self.limiter = limiter
         self.key_func = key_func
@@ -96,6 +94,14 @@ class Rule:
     def __repr__(self) -> str:
         methods = "" if self.methods is None else f", methods={sorted(self.methods)}"
         return f"Rule({self.path!r}, {self.limiter!r}{methods})"
+
+
+def _methods(methods: object) -> FrozenSet[str]:
+    if isinstance(methods, Iterable) and not isinstance(methods, (str, bytes)):
+        names = list(methods)
+        if all(isinstance(name, str) for name in names):
+            return frozenset(name.upper() for name in names)
+    raise TypeError(f"methods must be None or a list of names like ['POST'], got {methods!r}")
 
 
 def check_distinct_names(limiters: Sequence[RateLimiter]) -> None:

@@ -26,7 +26,8 @@ from typing import (
 from typing_extensions import Unpack
 
 from ..ratelimiter import RateLimiter
-from .common import Guard, GuardOptions, HeaderView, RequestInfo
+from ..store import StoreError
+from .common import Guard, GuardOptions, HeaderView, RequestInfo, check_options
 
 __all__ = ["RateLimitMiddleware", "request_info"]
 
@@ -103,8 +104,11 @@ class RateLimitMiddleware:
     ``lifespan`` and unknown scope types pass through untouched.  The scope
     is never mutated.
 
-    Options are those of the WSGI middleware (``limiter.adapters.wsgi``); bad
-    values raise ``ValueError``.
+    Options are those of the WSGI middleware (``limiter.adapters.wsgi``):
+    wrong types raise ``TypeError``, bad values ``ValueError``.  Only a
+    ``StoreError`` goes to ``on_error``; any other exception (the app's
+    ``key_func``, ``exempt``, ``cost`` or ``on_limited`` failing) propagates
+    from the middleware call to the server, like one from the app.
     """
 
     def __init__(
@@ -114,7 +118,8 @@ class RateLimitMiddleware:
         **options: Unpack[GuardOptions],
     ) -> None:
         if not callable(app):
-            raise ValueError(f"app must be an ASGI callable, got {app!r}")
+            raise TypeError(f"app must be an ASGI callable, got {app!r}")
+        check_options("RateLimitMiddleware", options)
         self.app = app
         self.guard = Guard(limiter, **options)
         self._adecide = self.guard.adecide
@@ -150,8 +155,8 @@ class RateLimitMiddleware:
                 result = limiter.check(key, cost)
             else:
                 result = await limiter.acheck(key, cost)
-        except Exception:  # any store failure goes to on_error, never a 500
-            outcome = self.guard.failed()
+        except StoreError:  # only a store failure goes to on_error; the rest propagates
+            outcome = self.guard.failed(limiter)
         else:
             outcome = self._outcome(request, result, limiter)
         if isinstance(outcome, list):

@@ -8,6 +8,7 @@ failures) happens here, once.
 
 from __future__ import annotations
 
+import difflib
 import http
 import logging
 import math
@@ -28,11 +29,12 @@ from typing import (
 
 from typing_extensions import TypedDict
 
-from ..bucket import RateLimitResult
+from ..bucket import RateLimitResult, validate_cost
 from ..headers import build_headers, validate_style
 from ..keys import ClientIP, KeyFunc
 from ..ratelimiter import RateLimiter
 from ..rules import Rule, check_distinct_names
+from ..store import StoreError
 
 __all__ = [
     "DENIED_BODY",
@@ -194,19 +196,12 @@ Outcome = Union[HeaderList, Response]
 _NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
 
 
-def _check_cost(cost: object) -> float:
-    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
-        raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r}")
-    if not cost >= 0:  # also catches NaN
-        raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r}")
-    return cost
-
-
 class GuardOptions(TypedDict, total=False):
     """The keyword options every adapter takes and hands to ``Guard`` (see there)."""
 
     key_func: Optional[KeyFunc]
     trusted_proxies: Union[str, Iterable[str]]
+    proxy_header: Optional[str]
     ipv6_prefix: int
     header_style: str
     exempt: Optional[Callable[[RequestInfo], bool]]
@@ -214,6 +209,30 @@ class GuardOptions(TypedDict, total=False):
     cost: Cost
     on_limited: Optional[OnLimited]
     rules: Sequence[Rule]
+
+
+_OPTION_NAMES = frozenset(GuardOptions.__annotations__)
+
+
+def _rules(rules: object) -> Tuple[Rule, ...]:
+    if isinstance(rules, Iterable) and not isinstance(rules, (str, bytes, Rule)):
+        table = tuple(rules)
+        if all(isinstance(rule, Rule) for rule in table):
+            return table
+    raise TypeError(f"rules must be a list of limiter.Rule, got {rules!r:.200}")
+
+
+def check_options(owner: str, options: Mapping[str, object]) -> None:
+    """``TypeError`` naming ``owner`` (``"RateLimitMiddleware"``) for an unknown option.
+
+    Adapters call it before building their ``Guard``, so a misspelled keyword
+    names what the user called, not the internal ``Guard``.
+    """
+    for name in options:
+        if name not in _OPTION_NAMES:
+            close = difflib.get_close_matches(name, sorted(_OPTION_NAMES), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}{hint}")
 
 
 class Guard:
@@ -226,15 +245,21 @@ class Guard:
     whose path and method match, with its own limiter and, where it sets
     them, its ``key_func`` and ``cost``; unmatched requests use ``limiter``.
 
-    Errors: ``key_func``, ``exempt``, ``cost`` and ``on_limited`` are the
-    application's code and their exceptions propagate (a bug should be seen,
-    not silently exempt or block traffic); a ``key_func`` returning neither
-    ``str`` nor ``None`` is a ``TypeError``.  Any exception raised by the
-    limiter call itself (``StoreError`` from a store that is down, or anything
-    else a store raises) is handled by ``on_error``: ``"allow"`` lets the
-    request through without rate-limit headers and logs to the
-    ``limiter.adapters`` logger at most once per ``ERROR_LOG_INTERVAL``;
-    ``"deny"`` answers ``503`` with ``UNAVAILABLE_BODY``.
+    Errors: only ``StoreError`` (a store that cannot answer) is handled, by
+    ``on_error``: ``"allow"`` lets the request through without rate-limit
+    headers and logs the failing limiter's name to the ``limiter.adapters``
+    logger at most once per ``ERROR_LOG_INTERVAL``; ``"deny"`` answers ``503``
+    with ``UNAVAILABLE_BODY``.  Every other exception propagates, as any
+    application error does: those of ``key_func``, ``exempt``, ``cost`` and
+    ``on_limited`` (the application's code: a bug must be seen, never turned
+    into an open door), a ``key_func`` returning neither ``str`` nor ``None``
+    or a ``cost`` returning a non-number (``TypeError``), a NaN or negative
+    cost (``ValueError``), and any non-``StoreError`` exception of the limiter
+    call.  A cost of any size is valid (``limiter.bucket.validate_cost``): one
+    above the burst is denied, never admitted.
+
+    Options of a wrong type raise ``TypeError``, of a wrong value
+    ``ValueError``, both naming the option and the value.
     """
 
     __slots__ = (
@@ -257,6 +282,7 @@ class Guard:
         *,
         key_func: Optional[KeyFunc] = None,
         trusted_proxies: Union[str, Iterable[str]] = (),
+        proxy_header: Optional[str] = None,
         ipv6_prefix: int = 64,
         header_style: str = "x",
         exempt: Optional[Callable[[RequestInfo], bool]] = None,
@@ -266,20 +292,23 @@ class Guard:
         rules: Sequence[Rule] = (),
     ) -> None:
         if not isinstance(limiter, RateLimiter):
-            raise ValueError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
-        if isinstance(rules, Rule) or not all(isinstance(rule, Rule) for rule in rules):
-            raise ValueError(f"rules must be a list of limiter.Rule, got {rules!r}")
-        self.rules: Tuple[Rule, ...] = tuple(rules)
+            raise TypeError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
+        self.rules: Tuple[Rule, ...] = _rules(rules)
         check_distinct_names([limiter, *(rule.limiter for rule in self.rules)])
         for name, func in (("key_func", key_func), ("exempt", exempt), ("on_limited", on_limited)):
             if func is not None and not callable(func):
-                raise ValueError(f"{name} must be callable or None, got {func!r}")
+                raise TypeError(f"{name} must be callable or None, got {func!r}")
         if on_error not in ("allow", "deny"):
-            raise ValueError(f"on_error must be 'allow' or 'deny', got {on_error!r}")
+            error = ValueError if isinstance(on_error, str) else TypeError
+            raise error(f"on_error must be 'allow' or 'deny', got {on_error!r}")
+        if not isinstance(header_style, str):
+            raise TypeError(
+                f"header_style must be one of 'x', 'draft', 'both', got {header_style!r}"
+            )
         self.limiter = limiter
         self.key_func = key_func
         self.exempt = exempt
-        self.client_ip = ClientIP(trusted_proxies, ipv6_prefix)
+        self.client_ip = ClientIP(trusted_proxies, ipv6_prefix, header=proxy_header)
         self.header_style = validate_style(header_style)
         self.on_error = on_error
         self.on_limited: OnLimited = default_on_limited if on_limited is None else on_limited
@@ -288,7 +317,7 @@ class Guard:
             self._cost: float = 1
         else:
             self._cost_func = None
-            self._cost = _check_cost(cost)
+            self._cost = validate_cost(cost)
         self._next_log = -math.inf
 
     def limiters(self) -> List[RateLimiter]:
@@ -331,7 +360,7 @@ class Guard:
         if key is None:
             key = self.client_ip(request)
         if cost_func is not None:
-            cost = _check_cost(cost_func(request))
+            cost = validate_cost(cost_func(request))
         return limiter, key, cost
 
     def decide(self, request: RequestInfo) -> Outcome:
@@ -342,8 +371,8 @@ class Guard:
         limiter, key, cost = chosen
         try:
             result = limiter.check(key, cost)
-        except Exception:  # any store failure goes to on_error, never a 500
-            return self.failed()
+        except StoreError:  # only a store failure goes to on_error; the rest propagates
+            return self.failed(limiter)
         return self.outcome(request, result, limiter)
 
     async def adecide(self, request: RequestInfo) -> Outcome:
@@ -358,8 +387,8 @@ class Guard:
                 result = limiter.check(key, cost)
             else:
                 result = await limiter.acheck(key, cost)
-        except Exception:  # any store failure goes to on_error, never a 500
-            return self.failed()
+        except StoreError:  # only a store failure goes to on_error; the rest propagates
+            return self.failed(limiter)
         return self.outcome(request, result, limiter)
 
     def outcome(
@@ -373,15 +402,19 @@ class Guard:
             return headers
         return self.on_limited(request, result, headers)
 
-    def failed(self) -> Outcome:
-        """Apply ``on_error`` to the store exception being handled (call in ``except``)."""
+    def failed(self, limiter: Optional[RateLimiter] = None) -> Outcome:
+        """Apply ``on_error`` to the ``StoreError`` being handled (call in ``except``).
+
+        ``limiter`` is the one whose store failed (default: the guard's own),
+        named in the log record.
+        """
         now = time.monotonic()
         if now >= self._next_log:
             self._next_log = now + ERROR_LOG_INTERVAL
             action = "allowing" if self.on_error == "allow" else "denying (503)"
             _log.warning(
                 "rate limiter %r failed; %s requests (logged once per %gs)",
-                self.limiter.name,
+                (self.limiter if limiter is None else limiter).name,
                 action,
                 ERROR_LOG_INTERVAL,
                 exc_info=True,

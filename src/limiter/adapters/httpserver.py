@@ -19,7 +19,7 @@ from urllib.parse import unquote
 from typing_extensions import Unpack
 
 from ..ratelimiter import RateLimiter
-from .common import Guard, GuardOptions, HeaderList, HeaderView, RequestInfo
+from .common import Guard, GuardOptions, HeaderList, HeaderView, RequestInfo, check_options
 
 __all__ = ["rate_limited", "request_info"]
 
@@ -71,15 +71,20 @@ def rate_limited(
     request with a body is answered with ``Connection: close``, since its
     unread body cannot be left on a kept-alive connection.  Thread-safe under
     ``ThreadingHTTPServer``.  Options are those of the WSGI middleware; the
-    store must be synchronous.
+    store must be synchronous.  Only a ``StoreError`` goes to ``on_error``;
+    any other exception (the app's ``key_func``, ``exempt``, ``cost`` or
+    ``on_limited`` failing) propagates out of the handler, like one from a
+    ``do_<METHOD>``: ``socketserver`` reports it with ``server.handle_error``
+    and closes the connection without a response.
     """
+    check_options("rate_limited", options)
     guard = Guard(limiter, **options)
     guard.require_sync("http.server")
     decide = guard.decide
 
     def decorate(cls: H) -> H:
         if not (isinstance(cls, type) and issubclass(cls, BaseHTTPRequestHandler)):
-            raise ValueError(
+            raise TypeError(
                 f"rate_limited decorates BaseHTTPRequestHandler subclasses, got {cls!r}"
             )
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 from typing_extensions import Unpack
 
 from ..ratelimiter import RateLimiter
-from .common import Guard, GuardOptions, HeaderView, RequestInfo, status_line
+from .common import Guard, GuardOptions, HeaderView, RequestInfo, check_options, status_line
 
 __all__ = ["RateLimitMiddleware", "request_info"]
 
@@ -76,11 +76,14 @@ class RateLimitMiddleware:
     The keyword options (``GuardOptions``) are those of
     ``limiter.adapters.common.Guard``: ``key_func(request) -> str | None``
     (default: the client IP, see ``limiter.keys.ClientIP`` for
-    ``trusted_proxies`` and ``ipv6_prefix``), ``header_style``,
-    ``exempt(request) -> bool``, ``on_error`` (``"allow"`` or ``"deny"``),
-    ``cost`` (tokens, a number or ``callable(request)``), ``on_limited`` and
-    ``rules``.  The limiters' stores must be synchronous.  Bad values raise
-    ``ValueError``, unknown options ``TypeError``.
+    ``trusted_proxies``, ``proxy_header`` and ``ipv6_prefix``),
+    ``header_style``, ``exempt(request) -> bool``, ``on_error`` (``"allow"``
+    or ``"deny"``), ``cost`` (tokens, a number or ``callable(request)``),
+    ``on_limited`` and ``rules``.  The limiters' stores must be synchronous.
+    Wrong types and unknown options raise ``TypeError``, bad values
+    ``ValueError``.  Only a ``StoreError`` goes to ``on_error``; any other
+    exception (the app's ``key_func``, ``exempt``, ``cost`` or ``on_limited``
+    failing) propagates from the middleware call, like one from the app.
     """
 
     def __init__(
@@ -90,7 +93,8 @@ class RateLimitMiddleware:
         **options: Unpack[GuardOptions],
     ) -> None:
         if not callable(app):
-            raise ValueError(f"app must be a WSGI callable, got {app!r}")
+            raise TypeError(f"app must be a WSGI callable, got {app!r}")
+        check_options("RateLimitMiddleware", options)
         self.app = app
         self.guard = Guard(limiter, **options)
         self.guard.require_sync("WSGI")
