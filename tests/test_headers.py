@@ -1,20 +1,92 @@
-"""Header building: exact names and values for each style."""
+"""Header building: exact names and values for each style, and every draft field
+checked by a real Structured Field parser (http-sfv, RFC 9651)."""
 
 from __future__ import annotations
 
 import math
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
 
+import http_sfv
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from limiter import ManualClock, RateLimiter, RateLimitResult, rate_limit_headers
+import limiter.headers as headers_module
+from limiter import Limit, ManualClock, RateLimiter, RateLimitResult, rate_limit_headers
+from limiter.bucket import step
+from limiter.headers import SF_INT_MAX, build_headers
 
 NOW = 1_700_000_000.25
+STYLES = ("x", "draft", "both")
+Headers = List[Tuple[str, str]]
 
 
 def result(**kw: object) -> RateLimitResult:
     fields = dict(allowed=True, limit=20, remaining=7, reset_after=1.3, retry_after=0.0, window=2.0)
     fields.update(kw)
     return RateLimitResult(**fields)  # type: ignore[arg-type]
+
+
+def sf_items(value: str) -> List[Tuple[str, Dict[str, int]]]:
+    """Parse a draft field as an RFC 9651 List: each item a String with Integer parameters."""
+    parsed = http_sfv.List()
+    parsed.parse(value.encode("ascii"))  # raises on anything a parser must reject
+    items = []
+    for item in parsed:
+        assert type(item.value) is str, value  # a String, not a Token
+        params = dict(item.params)
+        assert all(type(v) is int and 0 <= v <= SF_INT_MAX for v in params.values()), value
+        items.append((item.value, params))
+    return items
+
+
+def draft(result: RateLimitResult, **kw: object) -> Dict[str, object]:
+    fields = dict(rate_limit_headers(result, now=NOW, style="draft", **kw))  # type: ignore[arg-type]
+    return {
+        "policy": sf_items(fields["RateLimit-Policy"]),
+        "limit": sf_items(fields["RateLimit"]),
+        "retry": fields.get("Retry-After"),
+    }
+
+
+def check_conformance(result: RateLimitResult, headers: Headers, now: float) -> None:
+    """What draft-10 and RFC 9110 require of every field, whatever the result."""
+    fields = dict(headers)
+    assert len(fields) == len(headers)
+    for name, value in headers:
+        if name not in ("RateLimit", "RateLimit-Policy"):
+            assert re.fullmatch(r"0|[1-9][0-9]*", value), (name, value)  # exact, >= 0
+    if "X-RateLimit-Reset" in fields:
+        assert int(fields["X-RateLimit-Reset"]) >= math.floor(now)
+        assert fields["X-RateLimit-Limit"] == str(result.limit)
+        assert fields["X-RateLimit-Remaining"] == str(result.remaining)
+    retry: Optional[int] = None
+    if "Retry-After" in fields:
+        retry = int(fields["Retry-After"])
+        assert retry >= 1 and retry >= result.retry_after - 1e-6
+    assert (retry is not None) == (not result.allowed and math.isfinite(result.retry_after))
+    if "RateLimit" not in fields:
+        return
+    policies = sf_items(fields["RateLimit-Policy"])
+    limits = sf_items(fields["RateLimit"])
+    parts = result.results or (result,)
+    assert len(policies) == len(limits) == len(parts)
+    for (name, policy), (same, limit), part in zip(policies, limits, parts):
+        assert name == same
+        assert set(policy) == {"q", "w"} and policy["w"] >= 1
+        assert policy["q"] >= min(part.limit, SF_INT_MAX)
+        assert set(limit) in ({"r", "t"}, {"r"}) and limit["r"] == min(part.remaining, SF_INT_MAX)
+        assert limit["r"] <= policy["q"]
+        if retry is None:
+            assert "t" in limit
+        else:  # draft-10 section 6: Retry-After SHOULD NOT point earlier than t
+            assert limit.get("t", 0) <= retry
+        if part.remaining >= part.limit:
+            assert limit["t"] == 0
+
+
+# -- the "x" style ------------------------------------------------------------------
 
 
 def test_x_style_allowed() -> None:
@@ -34,29 +106,53 @@ def test_x_style_denied_adds_retry_after_rounded_up() -> None:
     assert rate_limit_headers(denied, now=NOW)[-1] == ("Retry-After", "3")
 
 
-def test_draft_style() -> None:
-    assert rate_limit_headers(result(), now=NOW, style="draft") == [
-        ("RateLimit-Policy", '"default";q=20;w=2'),
-        ("RateLimit", '"default";r=7;t=2'),
-    ]
-    denied = result(allowed=False, remaining=0, retry_after=0.4, window=100 / 3)
-    assert rate_limit_headers(denied, now=NOW, style="draft", policy="api") == [
-        ("RateLimit-Policy", '"api";q=20;w=34'),
-        ("RateLimit", '"api";r=0;t=2'),
-        ("Retry-After", "1"),
-    ]
+@pytest.mark.parametrize(
+    ("retry_after", "expected"),
+    [
+        (1e-9, "1"),
+        (0.0, "1"),
+        (1.0, "1"),
+        (1.0000001, "1"),  # float noise, below the microsecond of slack
+        (1.000002, "2"),  # beyond it
+        (1.5, "2"),
+        (59.01, "60"),
+    ],
+)
+@pytest.mark.parametrize("style", STYLES)
+def test_retry_after_is_whole_seconds_rounded_up_at_least_one(
+    retry_after: float, expected: str, style: str
+) -> None:
+    denied = result(allowed=False, remaining=0, retry_after=retry_after)
+    assert dict(rate_limit_headers(denied, now=NOW, style=style))["Retry-After"] == expected
 
 
-def test_both_styles() -> None:
-    names = [name for name, _ in rate_limit_headers(result(allowed=False), now=NOW, style="both")]
-    assert names == [
-        "X-RateLimit-Limit",
-        "X-RateLimit-Remaining",
-        "X-RateLimit-Reset",
-        "RateLimit-Policy",
-        "RateLimit",
-        "Retry-After",
+@pytest.mark.parametrize(
+    ("now", "reset_after", "expected"),
+    [
+        (1000.0, 0.0, "1000"),  # a full bucket is full now
+        (1000.0, 1e-7, "1000"),  # float noise below the slack is not a second more
+        (1000.0, 0.5, "1001"),
+        (1000.0, 2.0, "1002"),
+        (1000.5, 0.5, "1001"),
+        (2000.25, 1.3, "2002"),  # from ``now``, not from any clock of its own
+    ],
+)
+def test_x_reset_is_now_plus_reset_after_rounded_up(
+    now: float, reset_after: float, expected: str
+) -> None:
+    headers = dict(rate_limit_headers(result(reset_after=reset_after), now=now))
+    assert headers["X-RateLimit-Reset"] == expected
+
+
+@pytest.mark.parametrize("retry_after", [math.inf, math.nan])
+def test_x_style_never_pass_has_no_retry_after(retry_after: float) -> None:
+    never = result(allowed=False, retry_after=retry_after)
+    assert rate_limit_headers(never, now=NOW) == [
+        ("X-RateLimit-Limit", "20"),
+        ("X-RateLimit-Remaining", "7"),
+        ("X-RateLimit-Reset", "1700000002"),
     ]
+    assert build_headers(never, NOW, "x") == rate_limit_headers(never, now=NOW)
 
 
 def test_impossible_cost_never_prints_inf() -> None:
@@ -64,6 +160,7 @@ def test_impossible_cost_never_prints_inf() -> None:
     headers = dict(rate_limit_headers(never, now=NOW, style="both"))
     assert "Retry-After" not in headers
     assert all(v.replace('"', "").isprintable() and "inf" not in v for v in headers.values())
+    assert headers["RateLimit"] == '"default";r=7;t=1'  # no Retry-After: t is kept
 
 
 def test_full_bucket_reset_is_now() -> None:
@@ -74,6 +171,25 @@ def test_full_bucket_reset_is_now() -> None:
 def test_unknown_style_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="'X'"):
         rate_limit_headers(result(), now=NOW, style="X")
+    with pytest.raises(TypeError, match="header style must be one of 'x', 'draft', 'both', got 5"):
+        rate_limit_headers(result(), now=NOW, style=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("now", [math.nan, math.inf, -math.inf])
+def test_now_must_be_finite(now: float) -> None:
+    with pytest.raises(ValueError, match=r"now must be a finite number of seconds, got"):
+        rate_limit_headers(result(), now=now)
+
+
+@pytest.mark.parametrize("now", ["1700000000", None, True])
+def test_now_must_be_a_number(now: object) -> None:
+    with pytest.raises(TypeError, match=r"now must be a number of seconds, got"):
+        rate_limit_headers(result(), now=now)  # type: ignore[arg-type]
+
+
+def test_result_must_be_a_result() -> None:
+    with pytest.raises(TypeError, match=r"result must be a RateLimitResult, got \(True"):
+        rate_limit_headers((True, 20, 7, 1.3, 0.0, 2.0), now=NOW)  # type: ignore[arg-type]
 
 
 def test_from_a_real_limiter() -> None:
@@ -95,8 +211,354 @@ def test_float_noise_is_not_a_second_more() -> None:
     for _ in range(20):  # what twenty requests of 0.1 s each add up to
         debt += 0.1
     assert debt == 2.0000000000000004
-    noisy = result(reset_after=debt, remaining=0, allowed=False, retry_after=1.0000001)
+    noisy = result(reset_after=debt, remaining=0, allowed=False, retry_after=debt, limit=1)
     headers = dict(rate_limit_headers(noisy, now=NOW - 0.25, style="both"))
     assert headers["RateLimit"] == '"default";r=0;t=2'
     assert headers["X-RateLimit-Reset"] == "1700000002"
-    assert headers["Retry-After"] == "1"
+    assert headers["Retry-After"] == "2"
+
+
+# -- the draft style ------------------------------------------------------------------
+
+
+def test_draft_style() -> None:
+    # 20 tokens refilled in 2 s: one every 0.1 s; 7 whole ones left, full in 1.3 s,
+    # so the 8th is complete in 1.3 - 12 * 0.1 = 0.1 s.
+    assert rate_limit_headers(result(), now=NOW, style="draft") == [
+        ("RateLimit-Policy", '"default";q=20;w=2'),
+        ("RateLimit", '"default";r=7;t=1'),
+    ]
+    denied = result(
+        allowed=False, remaining=0, reset_after=100 / 3, retry_after=5 / 3, window=100 / 3
+    )
+    assert rate_limit_headers(denied, now=NOW, style="draft", policy="api") == [
+        ("RateLimit-Policy", '"api";q=20;w=34'),
+        ("RateLimit", '"api";r=0;t=2'),
+        ("Retry-After", "2"),
+    ]
+
+
+def test_both_styles() -> None:
+    names = [name for name, _ in rate_limit_headers(result(allowed=False), now=NOW, style="both")]
+    assert names == [
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+        "RateLimit-Policy",
+        "RateLimit",
+        "Retry-After",
+    ]
+
+
+# Item 10: "w" is a non-zero integer, whatever the window.
+
+
+def test_w_is_never_zero() -> None:
+    peek = RateLimiter(1_000_000, 1).check("k", 0)
+    assert rate_limit_headers(peek, now=NOW, style="draft")[0] == (
+        "RateLimit-Policy",
+        '"default";q=1000000;w=1',
+    )
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "policy"),
+    [
+        (1_000_000, 1, "q=1000000;w=1"),  # a window of 1 us is advertised per second
+        (3, 1, "q=3;w=1"),
+        (7, 1, "q=7;w=1"),
+        (93, 1, "q=93;w=1"),  # 1 / (1 / 93) is 92.99999999999999: not a token less
+        (25, 7, "q=25;w=1"),
+        (10, 9, "q=10;w=1"),
+        (1.5, 1, "q=1;w=1"),  # whole tokens per second, rounded down
+        (1000.5, 1000, "q=1000;w=1"),
+        (10, 10, "q=10;w=1"),
+        (10, 20, "q=20;w=2"),
+        (10, 11, "q=11;w=2"),  # 1.1 s, rounded up
+        (3, 100, "q=100;w=34"),
+        (1 / 3600, 1, "q=1;w=3600"),
+    ],
+)
+def test_q_and_w(rate: float, burst: int, policy: str) -> None:
+    peek = RateLimiter(Limit(rate, burst), clock=ManualClock(1.0)).check("k", 0)
+    assert draft(peek)["policy"] == sf_items(f'"default";{policy}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=st.floats(1e-4, 1e12), burst=st.integers(1, 10**9))
+def test_advertised_rate_is_never_above_and_at_least_half_the_real_one(
+    rate: float, burst: int
+) -> None:
+    limit = Limit(rate, burst)
+    _, peek = step(None, 1000.0, limit, 0)
+    ((_, policy),) = draft(peek)["policy"]  # type: ignore[misc]
+    assert policy["w"] >= 1
+    assert policy["q"] >= burst
+    advertised = policy["q"] / policy["w"]
+    assert advertised <= limit.rate * (1 + 2e-6)
+    assert advertised >= limit.rate / 2
+
+
+def test_integers_beyond_structured_fields_are_capped() -> None:
+    huge = RateLimitResult(False, 2**53, 2**53 - 1, 2e15, 1e16, 2.0**60, (), "big")
+    headers = rate_limit_headers(huge, now=NOW, style="both")
+    assert dict(headers)["RateLimit-Policy"] == '"big";q=999999999999999;w=999999999999999'
+    assert dict(headers)["RateLimit"] == '"big";r=999999999999999;t=999999999999999'
+    assert dict(headers)["Retry-After"] == "10000000000000000"  # delay-seconds has no bound
+    check_conformance(huge, headers, NOW)
+    tiny = RateLimitResult(True, 1, 1, 0.0, 0.0, 1e-300, (), "fast")
+    assert dict(rate_limit_headers(tiny, now=NOW, style="draft"))["RateLimit-Policy"] == (
+        '"fast";q=999999999999999;w=1'
+    )
+
+
+# Item 11: every name is a valid sf-string, the rule of Limit.name.
+
+BAD_NAMES = ['a"b', "a\\b", "a\tb", "a\nb", "caf\u00e9", "\u2028", "\x7f", "\x00", ""]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+@pytest.mark.parametrize("style", STYLES)
+def test_bad_policy_is_a_value_error(name: str, style: str) -> None:
+    message = (
+        f"policy must be non-empty printable ASCII without quotes or backslashes, got {name!r}"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rate_limit_headers(result(), now=NOW, style=style, policy=name)
+    with pytest.raises(ValueError):
+        Limit(1, 1, name)  # the same rule as the limit's own name
+
+
+@pytest.mark.parametrize("name", [5, b"api", ["api"]])
+def test_policy_of_a_wrong_type_is_a_type_error(name: object) -> None:
+    with pytest.raises(TypeError, match=re.escape(f"policy must be a str, got {name!r}")):
+        rate_limit_headers(result(), now=NOW, style="draft", policy=name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_name_in_a_result_is_a_value_error(name: str) -> None:
+    with pytest.raises(ValueError, match=r"^result\.policy must be"):
+        rate_limit_headers(result(policy=name), now=NOW, style="draft")
+    with pytest.raises(ValueError, match=r"^policy must be"):
+        build_headers(result(), NOW, "both", name)
+
+
+PRINTABLE_ASCII = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=PRINTABLE_ASCII | st.text(max_size=8))
+def test_a_name_is_accepted_iff_limit_accepts_it_and_parses_back(name: str) -> None:
+    try:
+        Limit(1, 1, name)
+    except ValueError:
+        with pytest.raises(ValueError):
+            rate_limit_headers(result(), now=NOW, style="draft", policy=name)
+        with pytest.raises(ValueError):
+            rate_limit_headers(result(policy=name), now=NOW, style="draft")
+        return
+    for fields in (draft(result(), policy=name), draft(result(policy=name))):
+        assert fields["policy"] == [(name, {"q": 20, "w": 2})]
+        assert fields["limit"] == [(name, {"r": 7, "t": 1})]
+
+
+def test_policy_override_with_several_limits_keeps_each_limits_name() -> None:
+    clock = ManualClock(1_000.0)
+    limiter = RateLimiter("10/second; 100 per minute", clock=clock)
+    allowed = limiter.check("k")
+    expected = [
+        ("RateLimit-Policy", '"10/second";q=10;w=1, "100 per minute";q=100;w=60'),
+        ("RateLimit", '"10/second";r=9;t=1, "100 per minute";r=99;t=1'),
+    ]
+    assert rate_limit_headers(allowed, now=clock.now(), style="draft", policy="api") == expected
+    assert rate_limit_headers(allowed, now=clock.now(), style="draft") == expected
+    with pytest.raises(ValueError, match="policy"):  # validated even where it is not used
+        rate_limit_headers(allowed, now=clock.now(), style="draft", policy='a"b')
+    single = RateLimiter(10, clock=clock).check("k")
+    assert draft(single, policy="api")["policy"] == [("api", {"q": 10, "w": 1})]
+
+
+def test_policy_cache_stays_small() -> None:
+    for i in range(1000):
+        rate_limit_headers(result(), now=NOW, style="draft", policy=f"p{i}")
+        assert 0 < len(headers_module._POLICIES) <= headers_module._POLICIES_MAX
+    assert draft(result(), policy="p999")["policy"] == [("p999", {"q": 20, "w": 2})]
+
+
+# Item 12: t is the seconds until more quota is available; Retry-After is never earlier.
+
+
+def test_denied_t_and_retry_after_agree() -> None:
+    clock = ManualClock(1_000.0)
+    limiter = RateLimiter(10, 20, clock=clock)
+    for _ in range(20):
+        limiter.check("ip")
+    denied = limiter.check("ip")
+    assert rate_limit_headers(denied, now=clock.now(), style="draft") == [
+        ("RateLimit-Policy", '"default";q=20;w=2'),
+        ("RateLimit", '"default";r=0;t=1'),  # the next token, 0.1 s away
+        ("Retry-After", "1"),
+    ]
+
+
+def test_t_is_seconds_until_one_more_whole_token() -> None:
+    clock = ManualClock(1_000.0)
+    limiter = RateLimiter(0.5, 4, clock=clock)  # a token every 2 s
+    for _ in range(4):
+        limiter.check("k")
+    seen = [draft(limiter.check("k", 0))["limit"]]
+    for wait in (1.0, 1.0, 5.5, 0.5):
+        clock.advance(wait)
+        seen.append(draft(limiter.check("k", 0))["limit"])
+    assert seen == [
+        [("default", {"r": 0, "t": 2})],
+        [("default", {"r": 0, "t": 1})],
+        [("default", {"r": 1, "t": 2})],
+        [("default", {"r": 3, "t": 1})],  # 3.75 tokens: the 4th in 0.5 s
+        [("default", {"r": 4, "t": 0})],  # full
+    ]
+
+
+def test_t_is_never_negative() -> None:
+    # No limiter gives such a result (empty, yet full now); t is 0, not below.
+    assert draft(result(remaining=0, reset_after=0.0))["limit"] == [("default", {"r": 0, "t": 0})]
+    odd = result(remaining=0, reset_after=1.0, window=1e300)
+    assert draft(odd)["limit"] == [("default", {"r": 0, "t": 0})]
+
+
+def test_t_is_zero_on_a_full_bucket() -> None:
+    fresh = RateLimiter(10, 20).check("k", 0)
+    assert rate_limit_headers(fresh, now=NOW, style="draft")[1] == (
+        "RateLimit",
+        '"default";r=20;t=0',
+    )
+    full = result(remaining=20, reset_after=0.0)
+    assert draft(full)["limit"] == [("default", {"r": 20, "t": 0})]
+    nearly = result(remaining=20, reset_after=1e-9)  # within the slack: counted full
+    assert draft(nearly)["limit"] == [("default", {"r": 20, "t": 0})]
+
+
+def test_denied_larger_cost_retry_after_is_after_t() -> None:
+    clock = ManualClock(1_000.0)
+    limiter = RateLimiter(1, 10, clock=clock)
+    for _ in range(8):
+        limiter.check("k")
+    denied = limiter.check("k", 5)
+    assert rate_limit_headers(denied, now=clock.now(), style="draft") == [
+        ("RateLimit-Policy", '"default";q=10;w=10'),
+        ("RateLimit", '"default";r=2;t=1'),
+        ("Retry-After", "3"),
+    ]
+
+
+def test_several_limits_denied_leaves_out_a_t_later_than_retry_after() -> None:
+    clock = ManualClock(1_000.0)
+    limiter = RateLimiter("10/second;1000/day", clock=clock)
+    for _ in range(10):
+        limiter.check("k")
+    denied = limiter.check("k")
+    assert rate_limit_headers(denied, now=clock.now(), style="draft") == [
+        ("RateLimit-Policy", '"10/second";q=10;w=1, "1000/day";q=1000;w=86400'),
+        # the daily limit's next token is 87 s away: no t rather than one after Retry-After
+        ("RateLimit", '"10/second";r=0;t=1, "1000/day";r=990'),
+        ("Retry-After", "1"),
+    ]
+    allowed = limiter.check("k", 0)
+    assert dict(rate_limit_headers(allowed, now=clock.now(), style="draft"))["RateLimit"] == (
+        '"10/second";r=0;t=1, "1000/day";r=990;t=87'
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.floats(0.01, 1000),
+    burst=st.integers(1, 1000),
+    ops=st.lists(st.tuples(st.floats(0, 50), st.integers(0, 1001)), max_size=25),
+)
+def test_t_is_when_r_grows(rate: float, burst: int, ops: Sequence[Tuple[float, int]]) -> None:
+    """At ``now + t`` the bucket holds one more whole token; a second earlier it did not."""
+    limit = Limit(rate, burst)
+    state = None
+    now = 1000.0
+    for wait, cost in ops:
+        now += wait
+        state, res = step(state, now, limit, min(cost, burst + 1))
+        headers = rate_limit_headers(res, now=now, style="draft")
+        check_conformance(res, headers, now)
+        ((_, item),) = sf_items(dict(headers)["RateLimit"])
+        if "t" not in item:
+            continue
+        r, t = item["r"], item["t"]
+        if r == burst:
+            assert t == 0
+            continue
+        assert step(state, now + t + 2e-6, limit, 0)[1].remaining > r
+        assert step(state, now + max(0.0, t - 1 - 2e-6), limit, 0)[1].remaining == r
+
+
+NAMES = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=12)
+NAMES = NAMES.filter(lambda n: '"' not in n and "\\" not in n)
+LIMITS = st.builds(
+    Limit,
+    rate=st.floats(1e-3, 1e7),
+    burst=st.integers(1, 10**6),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    limits=st.lists(LIMITS, min_size=1, max_size=3),
+    names=st.lists(NAMES, min_size=3, max_size=3, unique=True),
+    ops=st.lists(
+        st.tuples(st.floats(0, 100), st.integers(0, 20) | st.sampled_from([0.5, 1.5, 10**7])),
+        min_size=1,
+        max_size=15,
+    ),
+    policy=st.none() | NAMES,
+)
+def test_every_emitted_field_parses_and_conforms(
+    limits: List[Limit], names: List[str], ops: Sequence[Tuple[float, float]], policy: Optional[str]
+) -> None:
+    named = [Limit(lim.rate, lim.burst, name) for lim, name in zip(limits, names)]
+    clock = ManualClock(1_700_000_000.0)
+    limiter = RateLimiter(named, clock=clock)
+    for wait, cost in ops:
+        clock.advance(wait)
+        res = limiter.check("k", cost)
+        for style in STYLES:
+            headers = rate_limit_headers(res, now=clock.now(), style=style, policy=policy)
+            assert headers == build_headers(res, clock.now(), style, policy)
+            check_conformance(res, headers, clock.now())
+            if style != "x":
+                items = sf_items(dict(headers)["RateLimit"])
+                expected = (
+                    [policy] if policy is not None and len(named) == 1 else names[: len(named)]
+                )
+                assert [name for name, _ in items] == expected
+
+
+@st.composite
+def any_result(draw: st.DrawFn) -> RateLimitResult:
+    """A result as its contract allows it, up to extreme values."""
+    burst = draw(st.integers(1, 2**53))
+    window = draw(st.floats(1e-300, 1e300))
+    allowed = draw(st.booleans())
+    return RateLimitResult(
+        allowed,
+        burst,
+        draw(st.integers(0, burst)),
+        draw(st.floats(0, min(window, 1e30))),
+        0.0 if allowed else draw(st.floats(0, 1e30) | st.just(math.inf)),
+        window,
+        (),
+        draw(NAMES),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(any_result(), min_size=1, max_size=3), now=st.floats(0, 4e9))
+def test_any_result_gives_valid_fields(parts: List[RateLimitResult], now: float) -> None:
+    res = parts[0]._replace(results=tuple(parts) if len(parts) > 1 else ())
+    for style in STYLES:
+        headers = rate_limit_headers(res, now=now, style=style)
+        check_conformance(res, headers, now)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+import re
+from typing import Dict, List, Optional, Tuple
 
 from typing_extensions import Literal
 
@@ -14,11 +15,26 @@ __all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style
 HeaderStyle = Literal["x", "draft", "both"]
 _STYLES = ("x", "draft", "both")
 
+#: The largest Structured Field Integer (RFC 9651, section 3.3.1: at most 15 digits).
+SF_INT_MAX = 999_999_999_999_999
+_INF = math.inf
+# A policy name: printable ASCII without '"' or '\', the rule of ``Limit.name``.
+# Every such text is a valid sf-string once quoted, with nothing to escape.
+_NAME_RE = re.compile(r"[ !#-\[\]-~]+")
+# (name, burst, window) -> (RateLimit-Policy item, quoted name).  A limiter has a
+# handful of policies; the bound only stops a caller's ever-new names from growing it.
+_POLICIES: Dict[Tuple[str, int, float], Tuple[str, str]] = {}
+_POLICIES_MAX = 256
+
 
 def validate_style(style: str) -> HeaderStyle:
-    """Return ``style`` if it is ``"x"``, ``"draft"`` or ``"both"``; else ``ValueError``."""
+    """Return ``style`` if it is ``"x"``, ``"draft"`` or ``"both"``.
+
+    Any other ``str`` is a ``ValueError``, anything else a ``TypeError``.
+    """
     if style not in _STYLES:
-        raise ValueError(f"header style must be one of 'x', 'draft', 'both', got {style!r}")
+        error = ValueError if isinstance(style, str) else TypeError
+        raise error(f"header style must be one of 'x', 'draft', 'both', got {style!r}")
     return style  # type: ignore[return-value]
 
 
@@ -26,6 +42,59 @@ def _up(seconds: float) -> int:
     # Whole seconds, rounded up, never negative.  Float noise below the bucket's
     # slack (2.0000000000000004 after twenty steps of 0.1) is not a second more.
     return max(0, math.ceil(seconds - TIME_EPSILON))
+
+
+def _quoted_name(name: object, param: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"{param} must be a str, got {name!r}")
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"{param} must be non-empty printable ASCII without quotes or backslashes, got {name!r}"
+        )
+    return f'"{name}"'
+
+
+def _policy(name: str, limit: int, window: float, param: str) -> Tuple[str, str]:
+    """``('"<name>";q=<q>;w=<w>', '"<name>"')`` for one limit (cached: a policy is constant)."""
+    key = (name, limit, window)
+    try:
+        return _POLICIES[key]
+    except (KeyError, TypeError):  # TypeError: an unhashable name, refused just below
+        pass
+    quoted = _quoted_name(name, param)
+    if window >= 1.0:
+        quota, seconds = limit, _up(window)
+    elif window > 0.0:
+        # "w" must be a non-zero integer: a window under a second is advertised as
+        # one second and the quota as the whole tokens refilled in it (the rate
+        # rounded down, >= the burst as the window is < 1), so q/w does not
+        # understate the rate.  The nudge keeps 1 / (1 / 93) = 92.99999999999999
+        # from losing a token.
+        per_second = limit / window * (1.0 + 1e-12)
+        quota = math.floor(per_second) if per_second < SF_INT_MAX else SF_INT_MAX
+        seconds = 1
+    else:  # no result from a Limit has such a window (or NaN); never divide by it
+        quota, seconds = limit, 1
+    item = f"{quoted};q={min(max(quota, 0), SF_INT_MAX)};w={min(seconds, SF_INT_MAX)}"
+    if len(_POLICIES) >= _POLICIES_MAX:
+        _POLICIES.clear()
+    _POLICIES[key] = (item, quoted)
+    return item, quoted
+
+
+def _until_more(result: RateLimitResult) -> int:
+    """The draft's ``t``: whole seconds until the bucket holds one more whole token.
+
+    A token bucket makes quota available continuously; ``r`` (whole tokens) grows
+    when the next token is complete, ``interval`` seconds apart, the last one at
+    ``reset_after`` (full).  A full bucket gets no more: 0.
+    """
+    limit = result[1]
+    missing = limit - result[2]
+    if missing <= 0:
+        return 0
+    seconds = result[3] - (missing - 1) * (result[5] / limit)
+    return _up(seconds) if seconds > 0.0 else 0
 
 
 def rate_limit_headers(
@@ -44,16 +113,39 @@ def rate_limit_headers(
       bucket is full again).  With several limits: the most restrictive one.
     * ``"draft"``: draft-ietf-httpapi-ratelimit-headers-10,
       ``RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill from empty>``
-      and ``RateLimit: "<name>";r=<remaining>;t=<seconds until full>``; with
-      several limits, one list item per limit.  The name is the limit's
-      (``"default"``) unless ``policy`` overrides it for a single limit.
+      and ``RateLimit: "<name>";r=<remaining>;t=<seconds until one more token>``
+      (``t=0`` when full); with several limits, one list item per limit.  ``w``
+      is rounded up and at least 1: a window under a second is sent as ``w=1``
+      with ``q`` the whole tokens refilled per second.  Integers above the
+      Structured Field maximum (15 digits) are capped at ``999999999999999``.
+      The name is the limit's (``"default"``) unless ``policy`` overrides it
+      for a single limit (with several, each keeps its limit's name).
     * ``"both"``: all of the above.
 
     Every style adds ``Retry-After`` (whole seconds, rounded up, at least 1) to a
     denied result, except when the request can never pass (cost above burst,
     ``retry_after`` infinite): then it is left out rather than print ``inf``.
+    With ``Retry-After``, an item whose ``t`` would point later than it is sent
+    without ``t`` (the draft: Retry-After SHOULD NOT point earlier than ``t``).
+
+    ``policy`` (and every limit name) must be non-empty printable ASCII without
+    ``"`` or ``\\``, as ``Limit.name`` is: a ``ValueError`` otherwise, and a
+    ``TypeError`` if it is not a ``str``; ``now`` must be a finite number.
     """
-    return build_headers(result, now, validate_style(style), policy)
+    if result.__class__ is not RateLimitResult and not isinstance(result, RateLimitResult):
+        raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
+    try:
+        if now - now != 0.0 or now.__class__ is bool:  # NaN or infinite, or a bool
+            if now.__class__ is not bool:
+                raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+            raise TypeError
+    except TypeError:
+        raise TypeError(f"now must be a number of seconds, got {now!r:.100}") from None
+    if policy is not None:
+        _quoted_name(policy, "policy")
+    if style not in _STYLES:  # (inline: the call would cost what the checks above do)
+        validate_style(style)
+    return build_headers(result, now, style, policy)
 
 
 def build_headers(
@@ -66,33 +158,34 @@ def build_headers(
             ("X-RateLimit-Remaining", str(result[2])),
             ("X-RateLimit-Reset", str(_up(now + result[3]))),
         ]
-        if not result[0] and result[4] != math.inf:
+        if not result[0] and result[4] < _INF:  # neither inf nor NaN
             headers.append(("Retry-After", str(max(1, _up(result[4])))))
         return headers
     headers = []
     if style != "draft":
-        headers.append(("X-RateLimit-Limit", str(result.limit)))
-        headers.append(("X-RateLimit-Remaining", str(result.remaining)))
-        headers.append(("X-RateLimit-Reset", str(_up(now + result.reset_after))))
+        headers.append(("X-RateLimit-Limit", str(result[1])))
+        headers.append(("X-RateLimit-Remaining", str(result[2])))
+        headers.append(("X-RateLimit-Reset", str(_up(now + result[3]))))
+    retry = max(1, _up(result[4])) if not result[0] and result[4] < _INF else None
     if style != "x":
-        parts = result.results or (result,)
-        names = (
-            [policy or r.policy for r in parts] if len(parts) == 1 else [r.policy for r in parts]
-        )
-        headers.append(
-            (
-                "RateLimit-Policy",
-                ", ".join(f'"{n}";q={r.limit};w={_up(r.window)}' for n, r in zip(names, parts)),
-            )
-        )
-        headers.append(
-            (
-                "RateLimit",
-                ", ".join(
-                    f'"{n}";r={r.remaining};t={_up(r.reset_after)}' for n, r in zip(names, parts)
-                ),
-            )
-        )
-    if not result.allowed and math.isfinite(result.retry_after):
-        headers.append(("Retry-After", str(max(1, _up(result.retry_after)))))
+        parts = result[6] or (result,)
+        one = len(parts) == 1
+        policies = []
+        limits = []
+        for part in parts:
+            if one and policy is not None:
+                item, name = _policy(policy, part[1], part[5], "policy")
+            else:
+                item, name = _policy(part[7], part[1], part[5], "result.policy")
+            policies.append(item)
+            remaining = min(max(part[2], 0), SF_INT_MAX)
+            until = _until_more(part)
+            if retry is not None and until > retry:
+                limits.append(f"{name};r={remaining}")
+            else:
+                limits.append(f"{name};r={remaining};t={min(until, SF_INT_MAX)}")
+        headers.append(("RateLimit-Policy", ", ".join(policies)))
+        headers.append(("RateLimit", ", ".join(limits)))
+    if retry is not None:
+        headers.append(("Retry-After", str(retry)))
     return headers
