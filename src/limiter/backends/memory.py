@@ -22,8 +22,19 @@ housekeeping may hold the lock long enough to stall requests.
   yielding the lock between slices, and deletes full (or idle) buckets in
   place: deleting never resizes a dict, where moving keys would (a resize of
   a million-key dict holds the lock for tens of milliseconds).
+* ``reset`` deletes a key but cannot find its order-list entries, and a key
+  reset then seen again is listed twice.  So reset, the generation swap and
+  sweep rebuild an order list from its dict (``list(dict)``: C speed, the
+  dict's insertion order is the arrival order, each key once) when the lists
+  hold more than ``2 * len(store) + _ORDER_SLACK`` entries.  A rebuild copies
+  at most the live keys after at least as many resets, so it is amortized
+  O(1) (a million-key store copies its keys in about 10 ms, at most once per
+  million resets), and outside a running sweep the order lists never hold
+  more than ``3 * len(store) + _ORDER_SLACK`` entries: memory stays
+  proportional to the live keys under any mix of checks, resets, evictions
+  and sweeps.
 
-Every operation on a request's path is O(1).
+Every operation on a request's path is O(1) (amortized for ``reset``).
 """
 
 from __future__ import annotations
@@ -40,6 +51,8 @@ __all__ = ["MemoryStore"]
 _EVICTION_PROBES = 8
 #: Keys examined per lock hold while sweeping; keeps each hold near a millisecond.
 _SWEEP_SLICE = 2048
+#: Order-list entries tolerated beyond twice the live keys before a rebuild.
+_ORDER_SLACK = 64
 
 
 class MemoryStore:
@@ -49,8 +62,9 @@ class MemoryStore:
     tracked keys.  When a new key arrives at the cap, an old key is dropped,
     full buckets first, then the least recently used; a dropped key that was
     not full starts over with a full bucket.  ``len(store)`` is the number of
-    tracked keys.  Safe to share between threads and between limiters (give
-    them distinct ``RateLimiter(name=...)``).
+    tracked keys, and memory stays proportional to it whatever the mix of
+    checks, resets, evictions and sweeps.  Safe to share between threads and
+    between limiters (give them distinct ``RateLimiter(name=...)``).
     """
 
     #: ``apply`` never waits on I/O, so asyncio callers may call it directly.
@@ -139,10 +153,16 @@ class MemoryStore:
         with self._lock:
             states = [self._lookup(key) for key in keys]
             new_states, result = step_all(states, now, limits, cost)
+            inserted = False
             for key, old, new in zip(keys, states, new_states):
                 if new is not old and new is not None:
-                    if old is None:
+                    # After an insert, look again: its eviction or generation swap
+                    # may have moved or dropped a key of this call (and a key may
+                    # come twice).  Writing it back blindly would exceed the cap
+                    # and leave a key that no eviction or sweep can find.
+                    if (self._lookup(key) is None) if inserted else (old is None):
                         self._insert(key, new, now)
+                        inserted = True
                     else:
                         self._young[key] = new
             return result
@@ -175,6 +195,22 @@ class MemoryStore:
         self._old, self._young = self._young, {}
         self._old_order, self._young_order = self._young_order, []
         self._old_pos = 0
+        self._compact_if_stale()  # stale entries of the young list would live on
+
+    def _compact_if_stale(self) -> None:
+        # Caller holds the lock.  Every key of a generation is in its order list
+        # (at or after ``_old_pos`` for the old one); the rest of the entries are
+        # stale (reset, swept, moved, evicted, or a duplicate of a key reset and
+        # seen again) and keep their key strings alive.  Past the threshold,
+        # rebuild each list from its dict, whose insertion order is the arrival
+        # order, each key once.
+        young, old = self._young, self._old
+        live = len(young) + len(old)
+        if len(self._young_order) + len(self._old_order) > 2 * live + _ORDER_SLACK:
+            if len(self._young_order) != len(young):
+                self._young_order = list(young)
+            if len(self._old_order) != len(old):
+                self._old_order, self._old_pos = list(old), 0
 
     def _evict(self, now: float) -> None:
         # Caller holds the lock, and the store is at its cap (so not empty).
@@ -206,8 +242,10 @@ class MemoryStore:
     def reset(self, key: str) -> None:
         """Forget ``key``."""
         with self._lock:
-            self._young.pop(key, None)
-            self._old.pop(key, None)
+            # A key is never in both generations.
+            if self._young.pop(key, None) is None and self._old.pop(key, None) is None:
+                return
+            self._compact_if_stale()  # its order-list entry is stale now
 
     def clear(self) -> None:
         """Forget every key."""
@@ -280,4 +318,7 @@ class MemoryStore:
             if self._young is young and self._young_order is young_order:
                 kept_young.extend(young_order[young_end:])  # arrived meanwhile: few
                 self._young_order = kept_young
+            # A key reset and seen again is kept once per entry; a rotation or a
+            # rebuild meanwhile left the lists as they were: bound them here.
+            self._compact_if_stale()
         return deleted
