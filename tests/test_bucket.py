@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+from decimal import Decimal
 from fractions import Fraction
 from typing import List, Optional, Tuple
 
@@ -69,10 +71,45 @@ class TestRules:
         assert result.retry_after == math.inf
         assert (result.remaining, result.reset_after) == (10, 0.0)
 
-    @pytest.mark.parametrize("cost", [-1, -0.5, float("nan"), "1", None])
-    def test_bad_cost_is_a_value_error_naming_it(self, cost: object) -> None:
-        with pytest.raises(ValueError, match="cost must be a number >= 0, got"):
+    @pytest.mark.parametrize(
+        "cost",
+        [
+            *(-1, -0.5, float("nan"), -math.inf),
+            *(Fraction(-1, 3), Decimal("-2"), Decimal("NaN"), Decimal("sNaN")),
+        ],
+        ids=repr,
+    )
+    def test_negative_or_nan_cost_is_a_value_error_naming_it(self, cost: object) -> None:
+        with pytest.raises(ValueError) as info:
             step(None, T0, Limit(1, 1), cost)  # type: ignore[arg-type]
+        assert str(info.value) == f"cost must be a number of tokens >= 0, got {cost!r}"
+
+    @pytest.mark.parametrize("digits", [400, 5000])
+    def test_a_huge_negative_cost_is_a_short_value_error(self, digits: int) -> None:
+        # 5000 digits is beyond repr() on Python >= 3.11: the message still says it.
+        with pytest.raises(ValueError) as info:
+            step(None, T0, Limit(1, 1), -(10**digits))
+        message = str(info.value)
+        assert message.startswith("cost must be a number of tokens >= 0, got ")
+        assert len(message) < 150
+
+    @pytest.mark.parametrize("cost", ["1", None, True, False, b"1", 1j, [1]], ids=repr)
+    def test_cost_of_a_wrong_type_is_a_type_error_naming_it(self, cost: object) -> None:
+        for detail in (True, False):
+            with pytest.raises(TypeError) as info:
+                step(None, T0, Limit(1, 1), cost, detail)  # type: ignore[call-overload]
+            assert str(info.value) == f"cost must be a number of tokens, got {cost!r}"
+        with pytest.raises(TypeError, match="cost must be a number of tokens, got"):
+            step_all([None, None], T0, [Limit(1, 1), Limit(2, 2)], cost)  # type: ignore[arg-type]
+
+    def test_default_cost_is_one_token(self) -> None:
+        limit = Limit(10, 20)
+        assert step(None, T0, limit) == step(None, T0, limit, 1)
+        state, result = step(None, T0, limit)
+        assert state == complex(0.1, T0) and result.remaining == 19
+        states, result = step_all([None, None], T0, [limit, Limit(1, 3)])
+        assert states == [complex(0.1, T0), complex(1.0, T0)]
+        assert [r.remaining for r in result.results] == [19, 2]
 
     @pytest.mark.parametrize("now", [float("nan"), float("inf"), -float("inf")])
     def test_non_finite_now_is_a_value_error(self, now: float) -> None:
@@ -166,17 +203,34 @@ class TestLimit:
             Limit.parse(text)
         assert repr(text) in str(info.value)
 
-    @pytest.mark.parametrize("rate", [0, -1, float("nan"), float("inf"), "x", None, True])
+    @pytest.mark.parametrize("rate", [0, -1, float("nan"), float("inf"), Decimal("NaN")])
     def test_bad_rate(self, rate: object) -> None:
-        with pytest.raises(ValueError, match="rate must be a positive") as info:
+        with pytest.raises(ValueError) as info:
             Limit(rate, 1)  # type: ignore[arg-type]
-        assert repr(rate) in str(info.value)
+        assert str(info.value) == (
+            "rate must be a number of tokens per second from 2.2250738585072014e-308 to "
+            f"4.49423283715579e+304, got {rate!r}"
+        )
 
-    @pytest.mark.parametrize("burst", [0, -3, 2.5, 2.0, "3", None, True])
-    def test_bad_burst(self, burst: object) -> None:
-        with pytest.raises(ValueError, match="burst must be an integer >= 1") as info:
+    @pytest.mark.parametrize("rate", ["x", None, True, False, 1j, [1]], ids=repr)
+    def test_rate_of_a_wrong_type_is_a_type_error(self, rate: object) -> None:
+        with pytest.raises(TypeError) as info:
+            Limit(rate, 1)  # type: ignore[arg-type]
+        assert str(info.value) == f"rate must be a number of tokens per second, got {rate!r}"
+
+    @pytest.mark.parametrize("burst", [0, -3, 2**53 + 1, 10**20])
+    def test_bad_burst(self, burst: int) -> None:
+        with pytest.raises(ValueError) as info:
+            Limit(1, burst)
+        assert str(info.value) == (
+            f"burst must be an integer from 1 to 2**53 (9007199254740992), got {burst!r}"
+        )
+
+    @pytest.mark.parametrize("burst", [2.5, 2.0, "3", None, True, Decimal(2)], ids=repr)
+    def test_burst_of_a_wrong_type_is_a_type_error(self, burst: object) -> None:
+        with pytest.raises(TypeError) as info:
             Limit(1, burst)  # type: ignore[arg-type]
-        assert repr(burst) in str(info.value)
+        assert str(info.value) == f"burst must be an integer, got {burst!r}"
 
     def test_coerce(self) -> None:
         assert Limit.coerce(2.5) == Limit(2.5, 3)
@@ -272,3 +326,361 @@ def test_step_all_validates_lengths() -> None:
         step_all([None], T0, [Limit(1, 1), Limit(2, 2)])
     with pytest.raises(ValueError, match="at least one limit"):
         step_all([], T0, [])
+
+
+# -- costs of any type and size (issue 9, item 1) ----------------------------------
+
+HUGE_COSTS = [
+    10**400,  # float(10**400) is an OverflowError
+    10**5000,  # beyond repr() on Python >= 3.11
+    1e308,
+    math.inf,
+    Fraction(10**400, 3),
+    Decimal("1e999"),
+    Decimal("Infinity"),
+    2**53 + 1,
+]
+HUGE_IDS = ["10**400", "10**5000", "1e308", "inf", "F(10**400,3)", "D1e999", "DInf", "2**53+1"]
+
+
+class TestCosts:
+    @pytest.mark.parametrize("cost", HUGE_COSTS, ids=HUGE_IDS)
+    def test_a_cost_too_large_for_a_float_is_denied_like_any_cost_above_burst(
+        self, cost: object
+    ) -> None:
+        limit = Limit(10, 20)
+        used, _ = step(None, T0, limit, 5)
+        for state in (None, used):
+            new_state, result = step(state, T0 + 0.1, limit, cost)  # type: ignore[arg-type]
+            assert new_state is state  # nothing taken, nothing stored
+            assert result == step(state, T0 + 0.1, limit, 21)[1]
+            assert (result.allowed, result.retry_after) == (False, math.inf)
+            assert step(state, T0 + 0.1, limit, cost, False) == (state, False)  # type: ignore
+        states, result = step_all([None, used], T0, [Limit(1, 5), limit], cost)  # type: ignore
+        assert states == [None, used]
+        assert [(r.allowed, r.retry_after) for r in result.results] == [(False, math.inf)] * 2
+
+    @pytest.mark.parametrize(
+        "cost",
+        [
+            *(20.000001, 20 + 1e-9, Fraction(201, 10), Decimal("20.0000001"), 21),
+            # As floats these round down to 20.0: still above the burst.
+            *(Fraction(2 * 10**20 + 1, 10**19), Decimal("20.000000000000000000001")),
+        ],
+        ids=repr,
+    )
+    def test_a_cost_above_burst_is_denied_however_close(self, cost: object) -> None:
+        # Within the bucket's slack of burst, yet more than the bucket can hold.
+        state, result = step(None, T0, Limit(10, 20), cost)  # type: ignore[arg-type]
+        assert state is None
+        assert (result.allowed, result.remaining, result.retry_after) == (False, 20, math.inf)
+
+    def test_a_cost_one_above_a_burst_of_2_53_is_denied(self) -> None:
+        # float(2**53 + 1) == 2**53: the cost must not pass for the burst.
+        limit = Limit(1, 2**53)
+        used, _ = step(None, T0, limit, 1)
+        for state in (None, used):
+            new_state, result = step(state, T0, limit, 2**53 + 1)
+            assert new_state is state
+            assert (result.allowed, result.retry_after) == (False, math.inf)
+        assert step(None, T0, limit, 2**53)[1].allowed
+
+    def test_remaining_never_exceeds_the_burst(self) -> None:
+        # Near 2**53 tokens, window * rate rounds up: a denial showed burst + 1.
+        for rate in (1e-200, 3.0, 1e9):
+            limit = Limit(rate, 2**53 - 1)
+            _, result = step(None, T0, limit, 2**53)
+            assert (result.allowed, result.remaining) == (False, 2**53 - 1)
+
+    @pytest.mark.parametrize(
+        "cost, same_as",
+        [
+            (Fraction(1, 3), 1 / 3),
+            (Decimal("2.5"), 2.5),
+            (Decimal(20), 20),
+            (Fraction(20), 20),
+            (Decimal("1e-400"), 5e-324),  # too small for a float: a charge, not a peek
+            (Fraction(1, 10**400), 5e-324),
+        ],
+        ids=repr,
+    )
+    def test_fractions_and_decimals_count_as_their_float(
+        self, cost: object, same_as: float
+    ) -> None:
+        limit = Limit(10, 20)
+        used, _ = step(None, T0, limit, 7)
+        for state in (None, used):
+            assert step(state, T0 + 0.05, limit, cost) == step(  # type: ignore[call-overload]
+                state, T0 + 0.05, limit, same_as
+            )
+        new_state, result = step(None, T0, limit, cost)  # type: ignore[call-overload]
+        assert new_state is not None and result.allowed  # stored: it took tokens
+
+    def test_the_memory_store_and_a_limiter_take_any_cost(self) -> None:
+        from limiter import MemoryStore, RateLimiter
+
+        store = MemoryStore()
+        limit = Limit(10, 20)
+        for cost in HUGE_COSTS:
+            assert not store.apply("k", limit, cost, T0).allowed  # type: ignore[arg-type]
+            assert not store.allow("k", limit, cost, T0)  # type: ignore[arg-type]
+            assert not store.apply_many(["k", "j"], [limit, limit], cost, T0).allowed  # type: ignore
+        assert len(store) == 0
+        assert store.allow("k", limit, Decimal(20), T0)  # type: ignore[arg-type]
+        limiter = RateLimiter(10, 20)
+        assert limiter.check("k", 10**400).retry_after == math.inf
+        assert not limiter.allow("k", Decimal("1e999"))  # type: ignore[arg-type]
+        assert limiter.allow("k", Fraction(20))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="cost must be a number of tokens, got '1'"):
+            limiter.allow("k", "1")  # type: ignore[arg-type]
+
+
+# -- the accepted range of a limit (issue 9, item 3) -------------------------------
+
+TINY = sys.float_info.min  # the smallest normal float
+MAX_RATE = 4.49423283715579e304  # the largest rate whose slack, 1e-3 / rate, is normal
+
+
+class TestLimitRange:
+    @pytest.mark.parametrize(
+        "rate, burst, beyond",
+        [
+            (TINY, 1, (math.nextafter(TINY, 0), 1)),
+            (MAX_RATE, 1, (math.nextafter(MAX_RATE, math.inf), 1)),
+            (MAX_RATE, 2**53, (MAX_RATE, 2**53 + 1)),
+            (1.0, 2**53, (1.0, 2**53 + 1)),
+            # burst / rate = 2**1022 seconds exactly:
+            (2**53 / 2.0**1022, 2**53, (math.nextafter(2**53 / 2.0**1022, 0), 2**53)),
+        ],
+    )
+    def test_the_extremes_are_accepted_and_exact_and_beyond_them_rejected(
+        self, rate: float, burst: int, beyond: Tuple[float, int]
+    ) -> None:
+        with pytest.raises(ValueError, match="must be"):
+            Limit(*beyond)
+        limit = Limit(rate, burst)
+        assert (limit.rate, limit.burst) == (rate, burst)
+        for value in (limit.interval, limit.window, limit.slack):
+            assert math.isfinite(value) and value >= TINY
+        # The whole bucket spent, then refilled: every field finite and exact.
+        state, result = step(None, T0, limit, burst)
+        assert (result.allowed, result.remaining, result.reset_after) == (True, 0, limit.window)
+        # (Near 2**53 tokens a float second holds two tokens: one more may round
+        # away, see the module docstring.)
+        state, result = step(state, T0, limit, 1 if burst < 2**52 else 4)
+        assert not result.allowed and 0 < result.retry_after < math.inf
+        assert result.remaining == 0
+        _, result = step(state, T0 + max(2 * limit.window, 1.0), limit, 0)
+        assert (result.remaining, result.reset_after) == (burst, 0.0)
+
+    @pytest.mark.parametrize(
+        "rate",
+        [
+            *(1e-320, 5e-324, math.nextafter(TINY, 0), 1e305, math.nextafter(MAX_RATE, math.inf)),
+            *(1e308, 10**400, Fraction(1, 10**400), Decimal("1e-400")),
+        ],
+        ids=repr,
+    )
+    def test_a_rate_whose_derived_values_are_not_normal_floats_is_rejected(
+        self, rate: object
+    ) -> None:
+        with pytest.raises(ValueError) as info:
+            Limit(rate, 1)  # type: ignore[arg-type]
+        assert str(info.value).startswith(
+            "rate must be a number of tokens per second from 2.2250738585072014e-308 to "
+            "4.49423283715579e+304, got "
+        )
+        assert repr(rate)[:50] in str(info.value)
+
+    def test_a_window_beyond_2_1022_seconds_is_rejected(self) -> None:
+        # 1e-300 tokens/s is fine for a burst of 1, not for 2**53 tokens.
+        assert Limit(1e-300, 1).window == 1 / 1e-300
+        with pytest.raises(ValueError) as info:
+            Limit(1e-300, 2**53)
+        assert str(info.value) == (
+            "rate must be at least burst / 2**1022 = 2.004168360008973e-292 tokens per "
+            "second for burst 9007199254740992, got 1e-300"
+        )
+        with pytest.raises(ValueError, match="rate must be at least burst / 2\\*\\*1022"):
+            Limit(TINY, 2)
+
+    def test_burst_above_2_53_is_rejected(self) -> None:
+        # Issue 9: with burst 1e20, cost 1 and then cost 1e20 were both admitted.
+        with pytest.raises(ValueError, match=r"burst must be an integer from 1 to 2\*\*53"):
+            Limit(1, 10**20)
+        state, first = step(None, T0, Limit(1, 2**50), 1)
+        _, second = step(state, T0, Limit(1, 2**50), 2**50)
+        assert (first.allowed, first.remaining, second.allowed) == (True, 2**50 - 1, False)
+
+    @pytest.mark.parametrize(
+        "text, message",
+        [
+            ("1/" + "9" * 400 + "s", "rate must be a number of tokens per second from"),
+            ("9" * 400 + "/s", "rate must be a number of tokens per second from"),
+            ("9" * 5000 + "/s", "rate must be a number of tokens per second from"),
+            ("100000000000000000000/s", "burst must be an integer from 1 to 2**53"),
+            ("1 per 1" + "0" * 310 + " days", "rate must be a number of tokens per second from"),
+        ],
+        ids=lambda v: v[:30],
+    )
+    def test_a_rate_string_out_of_range_is_a_value_error(self, text: str, message: str) -> None:
+        with pytest.raises(ValueError) as info:
+            Limit.parse(text)
+        assert str(info.value).startswith(message)
+        assert len(str(info.value)) < 400
+
+    def test_a_number_whose_default_burst_is_too_large_is_a_value_error(self) -> None:
+        assert Limit.coerce(2.0**53).burst == 2**53
+        with pytest.raises(ValueError, match=r"burst must be an integer from 1 to 2\*\*53"):
+            Limit.coerce(1e20)
+
+
+# -- wrong types are TypeErrors (issue 9, item 5) ----------------------------------
+
+
+class TestTypes:
+    @pytest.mark.parametrize(
+        "call, message",
+        [
+            (lambda: Limit("x", 1), "rate must be a number of tokens per second, got 'x'"),
+            (lambda: Limit(10, "x"), "burst must be an integer, got 'x'"),
+            (lambda: Limit(True, 1), "rate must be a number of tokens per second, got True"),
+            (lambda: Limit(1, True), "burst must be an integer, got True"),
+            (lambda: Limit(1, 1, 3), "limit name must be a str, got 3"),
+            (lambda: Limit.parse(5), "rate must be a str like '10/second', got 5"),
+            (lambda: Limit.parse_many(None), "rate must be a str like '10/second', got None"),
+            (lambda: Limit.parse("10/s", burst="x"), "burst must be an integer, got 'x'"),
+            (lambda: Limit.parse("10/s;1/m", burst=2.0), "burst must be an integer, got 2.0"),
+            (lambda: Limit.coerce(None), "rate must be a number of tokens per second, got None"),
+            (lambda: Limit.coerce(False), "rate must be a number of tokens per second, got False"),
+            (lambda: Limit.coerce(2, "3"), "burst must be an integer, got '3'"),
+            (lambda: Limit.coerce(Limit(1, 2), 2.5), "burst must be an integer, got 2.5"),
+        ],
+    )
+    def test_a_wrong_type_is_a_type_error_naming_the_value(self, call, message: str) -> None:  # type: ignore[no-untyped-def]
+        with pytest.raises(TypeError) as info:
+            call()
+        assert str(info.value) == message
+
+    def test_a_rate_limiter_builds_its_limits_through_limit(self) -> None:
+        from limiter import RateLimiter
+
+        for rate in ("10/s", 10, Limit(10, 10)):
+            with pytest.raises(TypeError, match="burst must be an integer"):
+                RateLimiter(rate, burst="x")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="rate must be a number of tokens per second"):
+            RateLimiter(True)  # type: ignore[arg-type]
+
+    def test_other_real_numbers_are_rates(self) -> None:
+        assert Limit(Fraction(1, 4), 2) == Limit(0.25, 2)
+        assert Limit(Decimal("0.5"), 2) == Limit(0.5, 2)  # type: ignore[arg-type]
+        assert Limit(10**6, 2**53).rate == 1e6
+
+
+# -- rate strings (issue 9, item 4) ------------------------------------------------
+
+#: Every accepted spelling and its length in seconds, written out independently
+#: of limiter.bucket's table.
+SECONDS = {
+    **dict.fromkeys(["ms", "msec", "msecs", "millisecond", "milliseconds"], Fraction(1, 1000)),
+    **dict.fromkeys(["s", "sec", "secs", "second", "seconds"], Fraction(1)),
+    **dict.fromkeys(["m", "min", "mins", "minute", "minutes"], Fraction(60)),
+    **dict.fromkeys(["h", "hr", "hrs", "hour", "hours"], Fraction(3600)),
+    **dict.fromkeys(["d", "day", "days"], Fraction(86400)),
+}
+
+
+def recase(text: str, flips: List[bool]) -> str:
+    return "".join(c.upper() if flip else c for c, flip in zip(text, flips + [False] * len(text)))
+
+
+class TestRateStrings:
+    @settings(max_examples=400, deadline=None)
+    @given(
+        n=st.integers(1, 10**6),
+        span=st.one_of(st.none(), st.integers(1, 10**4)),
+        unit=st.sampled_from(sorted(SECONDS)),
+        per=st.sampled_from(["/", " / ", " per ", "  PER\t", "/ "]),
+        gap=st.sampled_from(["", " ", "  "]),
+        flips=st.lists(st.booleans(), max_size=12),
+    )
+    def test_every_accepted_spelling_has_its_rate(
+        self, n: int, span: Optional[int], unit: str, per: str, gap: str, flips: List[bool]
+    ) -> None:
+        if per.strip() != "/" and not per.startswith(" "):
+            per = " " + per
+        count_text = f" {n}" + per + ("" if span is None else f"{span}{gap or ' '}")
+        text = count_text + recase(unit, flips) + gap
+        limit = Limit.parse(text)
+        # Exactly n / (span * seconds(unit)), correctly rounded.
+        assert limit.rate == float(Fraction(n) / ((span or 1) * SECONDS[unit]))
+        assert (limit.burst, limit.name) == (n, "default")
+
+    @pytest.mark.parametrize(
+        "text, rate",
+        [
+            *(("1/ms", 1000.0), ("3 per 10 msec", 300.0), ("1/mins", 1 / 60), ("1/hrs", 1 / 3600)),
+            *(("1/secs", 1.0), ("1/seconds", 1.0), ("2/d", 2 / 86400), ("1/days", 1 / 86400)),
+            *(("7/Milliseconds", 7000.0), ("1/MS", 1000.0)),
+        ],
+    )
+    def test_units_audited_by_hand(self, text: str, rate: float) -> None:
+        assert Limit.parse(text).rate == rate
+
+    @pytest.mark.parametrize(
+        "unit",
+        [
+            *("ss", "hs", "ds", "mss", "secss", "minss", "hourss", "dayss", "msecss", "sec s"),
+            *("millis", "us", "ns", "w", "week", "weeks", "mo", "month", "y", "year", "hh", "mn"),
+        ],
+    )
+    def test_other_spellings_are_rejected(self, unit: str) -> None:
+        for text in (f"1/{unit}", f"10 per 5 {unit}"):
+            with pytest.raises(ValueError) as info:
+                Limit.parse(text)
+            assert str(info.value).startswith("rate must be a str like '10/second'")
+            assert str(info.value).endswith(f"got {text!r}")
+
+    @settings(max_examples=300, deadline=None)
+    @given(unit=st.text(alphabet="abcdefhilmnorstuwyMSHD", min_size=1, max_size=14))
+    def test_a_spelling_not_in_the_list_is_a_value_error(self, unit: str) -> None:
+        if unit.lower() in SECONDS:
+            assert Limit.parse(f"4/{unit}").rate == float(4 / SECONDS[unit.lower()])
+        else:
+            with pytest.raises(ValueError, match="rate must be a str like '10/second'"):
+                Limit.parse(f"4/{unit}")
+
+
+# -- names and coercion (issue 9, item 14: what mutants got away with) -------------
+
+
+class TestNames:
+    def test_several_limits_are_named_after_their_normalized_text(self) -> None:
+        limits = Limit.parse_many("10 per second; 100 per minute")
+        assert limits == (Limit(10, 10), Limit(100 / 60, 100))
+        assert [lim.name for lim in limits] == ["10 per second", "100 per minute"]
+        limits = Limit.parse_many("  10\t per   second ,1/ms;5 PER 2 Hours ")
+        assert [lim.name for lim in limits] == ["10 per second", "1/ms", "5 PER 2 Hours"]
+        assert [lim.rate for lim in limits] == [10.0, 1000.0, 5 / 7200]
+
+    def test_a_single_limit_keeps_the_default_name(self) -> None:
+        assert Limit.parse_many(" 10 per second ")[0].name == "default"
+        assert Limit.parse("10 per second").name == "default"
+
+    @pytest.mark.parametrize("text", ["10/s;", ";10/s", "10/s;;1/m", "10/s, ,1/m"])
+    def test_an_empty_limit_between_separators_is_a_value_error(self, text: str) -> None:
+        with pytest.raises(ValueError) as info:
+            Limit.parse_many(text)
+        assert str(info.value) == (
+            f"rate must not have an empty limit between separators, got {text!r}"
+        )
+
+    def test_coerce_keeps_a_limit_and_its_name(self) -> None:
+        named = Limit(2, 4, "api")
+        assert Limit.coerce(named) is named
+        assert Limit.coerce(named, 4) is named
+        other = Limit.coerce(named, 9)
+        assert (other.rate, other.burst, other.name) == (2.0, 9, "api")
+        assert Limit.coerce("10/ms", 3) == Limit(10_000, 3)
+        assert Limit.coerce(2.5).name == "default"
+        assert Limit.coerce(Fraction(5, 2)) == Limit(2.5, 3)

@@ -31,7 +31,6 @@ def test_list_of_limits_gets_distinct_policy_names() -> None:
         ("10/second;1/hour", 5, "ambiguous"),
         ([Limit(1, 1)], 5, "ambiguous"),
         ([], None, "at least one limit"),
-        ([3], None, "got 3"),
     ],
 )
 def test_bad_specs(rate: object, burst: object, match: str) -> None:
@@ -39,10 +38,20 @@ def test_bad_specs(rate: object, burst: object, match: str) -> None:
         RateLimiter(rate, burst)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ['say "hi"', "back\\slash", "", "naïve", 3])
+def test_a_limit_of_the_wrong_type_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"each limit must be a Limit or a string .*, got 3"):
+        RateLimiter([3])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("name", ['say "hi"', "back\\slash", "", "naïve"])
 def test_policy_names_must_be_header_safe(name: object) -> None:
     with pytest.raises(ValueError, match="limit name must be printable ASCII"):
         Limit(1, 1, name)  # type: ignore[arg-type]
+
+
+def test_a_policy_name_of_the_wrong_type_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="limit name must be a str, got 3"):
+        Limit(1, 1, 3)  # type: ignore[arg-type]
 
 
 def test_every_limit_must_allow_and_a_refusal_takes_nothing() -> None:

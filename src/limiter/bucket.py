@@ -8,9 +8,24 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
 * A request of cost ``c`` is admitted when ``c`` tokens are in the bucket; it
   takes them.  Otherwise it is denied and takes nothing (all or nothing).
 * ``c == 0`` is a peek: always "allowed", takes nothing, stores nothing.
-* ``c > burst`` can never be admitted: it is denied with ``retry_after = inf``
-  (header builders leave ``Retry-After`` out rather than print ``inf``).
-* Negative or NaN ``c`` is a ``ValueError``.
+* ``c > burst`` is never admitted, however close to ``burst``: it is denied
+  with ``retry_after = inf`` (header builders leave ``Retry-After`` out rather
+  than print ``inf``), and its result does not depend on how large it is.
+* ``c`` is any real number, of any type and size (``validate_cost``): ``int``
+  of any length, ``float``, ``Fraction``, ``Decimal``.  One too large for a
+  float counts as ``inf`` (denied as above, never an ``OverflowError``); a
+  positive one too small for a float counts as the smallest float (a charge,
+  never a peek).  Negative or NaN ``c`` is a ``ValueError``; ``bool`` or
+  anything that is not a number is a ``TypeError``.
+* A limit is accepted only where every float derived from it is exact or
+  finite and normal: ``burst`` is an integer from 1 to 2**53 (so token counts
+  are exact floats), ``rate`` lies between the smallest normal float
+  (2.2e-308) and 4.49e304 tokens/s (``1 / rate`` and the slack are normal),
+  and ``burst / rate`` is at most 2**1022 seconds (a bucket's largest deficit
+  plus a charge stays finite).  Anything else is a ``ValueError`` at
+  construction; a ``bool``, a non-number or a non-integer ``burst`` is a
+  ``TypeError``.  In that range memory, SQLite and Redis compute the very same
+  doubles, so they agree on every result.
 * State written under another limit is read under this one, never below zero
   tokens (a limit that shrinks does not lock keys out for longer than its
   own window).
@@ -33,6 +48,12 @@ The bucket is full again at ``updated_at + debt``: stores can tell a full
 bucket without knowing its limit, which is what lets them expire or sweep
 keys (an absent key *is* a full bucket).
 
+Being a float, ``debt`` resolves about 2**-52 of a window, so a request's
+arithmetic may round by about ``burst * 2**-53`` tokens.  That is nothing for
+any realistic burst, but from about 2**50 tokens (10**15) to the 2**53 bound
+a request can be admitted or refused as if the bucket held a token or two
+more or less than exact arithmetic says (about 10**-16 of the burst).
+
 Comparisons carry a slack of ``TIME_EPSILON`` seconds (less at rates above
 1000 tokens/s, see ``Limit.slack``): elapsed times between two readings near
 today's Unix time are only precise to about 0.24 microseconds, and a client
@@ -51,7 +72,7 @@ import operator
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union, overload
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 from typing_extensions import Literal
 
@@ -71,23 +92,39 @@ TIME_EPSILON = 1e-6
 #: ``complex(debt, updated_at)``, both in seconds (see the module docstring).
 State = complex
 
+_ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
+
+#: Milliseconds per unit, for every accepted spelling (any case).  Each is
+#: listed: a generic "strip a trailing s" once read "ms" as minutes and let
+#: "ss" and "hs" through.  Integers, so ``Limit.parse`` divides exactly.
 _UNITS = {
-    "s": 1.0,
-    "sec": 1.0,
-    "second": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "minute": 60.0,
-    "h": 3600.0,
-    "hr": 3600.0,
-    "hour": 3600.0,
-    "d": 86400.0,
-    "day": 86400.0,
+    **dict.fromkeys(("ms", "msec", "msecs", "millisecond", "milliseconds"), 1),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1000),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60_000),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3_600_000),
+    **dict.fromkeys(("d", "day", "days"), 86_400_000),
 }
 _RATE_RE = re.compile(
-    r"^\s*(?P<count>\d+)\s*(?:/|\s+per\s+)\s*(?P<span>\d+)?\s*(?P<unit>[a-z]+?)s?\s*$",
+    r"^\s*(?P<count>[0-9]+)\s*(?:/|\s+per\s+)\s*(?P<span>[0-9]+)?\s*(?P<unit>[a-z]+)\s*$",
     re.IGNORECASE,
 )
+
+#: The accepted range of a limit (see the module docstring): every rate from
+#: the smallest normal float to the largest whose slack (``1e-3 / rate``) is
+#: still normal, every burst up to 2**53, and windows up to 2**1022 seconds.
+_MIN_RATE = sys.float_info.min
+_MAX_RATE = 1e-3 / sys.float_info.min
+_MAX_BURST = 2**53
+_MAX_WINDOW = 2.0**1022
+
+
+def _show(value: object) -> str:
+    """``repr(value)`` cut to 100 characters, even for an int too long for ``repr``."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond sys.get_int_max_str_digits()
+        return f"<int of {value.bit_length()} bits>"  # type: ignore[attr-defined]
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def validate_cost(cost: object) -> float:
@@ -98,61 +135,78 @@ def validate_cost(cost: object) -> float:
     too large for a float becomes ``inf`` (``step`` denies any cost above the
     burst with ``retry_after = inf``, so a client-chosen huge cost is simply
     refused, never an ``OverflowError``); a positive value too small for a
-    float becomes the smallest positive float, never a free peek.  ``bool``
-    and anything that is not a number is a ``TypeError``; NaN and negative
-    values are a ``ValueError``.
+    float becomes the smallest positive float, never a free peek; a value
+    that a float would round down onto a whole number (``2**53 + 1``, or
+    ``Fraction(10**20 + 1, 10**19)``) becomes the next float up, so that it
+    still exceeds a burst of that whole number (``cost > burst`` exactly when
+    the float is).  ``bool`` and anything that is not a number is a
+    ``TypeError``; NaN and negative values are a ``ValueError``.
     """
+    value: Any
     cls = cost.__class__
     if cls is float or cls is int:
         value = cost
     elif isinstance(cost, bool):
         raise TypeError(f"cost must be a number of tokens, got {cost!r}")
     else:
-        value = _real_cost(cost)
+        value = _real(cost, "cost", "a number of tokens", ">= 0")
     if not value >= 0:  # also NaN
-        raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r:.100}")
+        raise ValueError(f"cost must be a number of tokens >= 0, got {_show(cost)}")
     try:
-        result = float(value)  # type: ignore[arg-type]
+        result = float(value)
     except OverflowError:  # an int or Fraction beyond 1.8e308: more than any burst
         return math.inf
     if result == 0.0 and value != 0:
         return 5e-324
+    if cls is not float and value != result and result.is_integer() and value > result:
+        return math.nextafter(result, math.inf)  # rounded down onto a whole number
     return result
 
 
-def _real_cost(cost: object) -> object:
-    # Decimal is no numbers.Real, and comparing a Decimal NaN raises: test it
-    # first.  A Decimal can exist only if its module is imported already.
+def _real(value: object, name: str, kind: str, bounds: str) -> Any:
+    """``value`` if it is a real number other than a bool, else ``TypeError``.
+
+    NaN is a ``ValueError`` for a ``Decimal`` (comparing a Decimal NaN raises).
+    """
+    # Decimal is no numbers.Real: test it first.  A Decimal can exist only if
+    # its module is imported already.
     decimal = sys.modules.get("decimal")
-    if decimal is not None and isinstance(cost, decimal.Decimal):
-        if cost.is_nan():
-            raise ValueError(f"cost must be a number of tokens >= 0, got {cost!r}")
-        return cost
+    if decimal is not None and isinstance(value, decimal.Decimal):
+        if value.is_nan():
+            raise ValueError(f"{name} must be {kind} {bounds}, got {value!r}")
+        return value
     import numbers
 
-    if not isinstance(cost, numbers.Real):
-        raise TypeError(f"cost must be a number of tokens, got {cost!r:.100}")
-    return cost
-
-
-def _positive_rate(rate: object) -> float:
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
-        raise ValueError(f"rate must be a positive number of tokens per second, got {rate!r}")
-    value = float(rate)
-    if not (value > 0.0 and math.isfinite(value)):
-        raise ValueError(f"rate must be a positive, finite number of tokens/second, got {rate!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {kind}, got {_show(value)}")
     return value
 
 
-def _positive_burst(burst: object) -> int:
-    if isinstance(burst, bool):
-        raise ValueError(f"burst must be an integer >= 1, got {burst!r}")
+def _rate_value(rate: object) -> float:
+    """``rate`` as a float in the accepted range (see the module docstring)."""
+    kind = "a number of tokens per second"
+    bounds = f"from {_MIN_RATE!r} to {_MAX_RATE!r}"
+    if rate.__class__ is not float and rate.__class__ is not int:
+        rate = _real(rate, "rate", kind, bounds)
     try:
-        value = operator.index(burst)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"burst must be an integer >= 1, got {burst!r}") from None
-    if value < 1:
-        raise ValueError(f"burst must be an integer >= 1, got {burst!r}")
+        value = float(rate)  # type: ignore[arg-type]
+    except OverflowError:  # an int or Fraction beyond 1.8e308
+        value = math.inf
+    # 1 / rate (the interval) and 1e-3 / rate (the slack) must be normal floats.
+    if not _MIN_RATE <= value <= _MAX_RATE:  # also NaN
+        raise ValueError(f"rate must be {kind} {bounds}, got {_show(rate)}")
+    return value
+
+
+def _burst_value(burst: object) -> int:
+    """``burst`` as an int from 1 to 2**53."""
+    if isinstance(burst, bool) or not hasattr(burst.__class__, "__index__"):
+        raise TypeError(f"burst must be an integer, got {_show(burst)}")
+    value = operator.index(burst)  # type: ignore[arg-type]
+    if not 1 <= value <= _MAX_BURST:
+        raise ValueError(
+            f"burst must be an integer from 1 to 2**53 ({_MAX_BURST}), got {_show(burst)}"
+        )
     return int(value)
 
 
@@ -162,10 +216,12 @@ class Limit:
 
     ``burst`` is the most a client can spend at once after being idle; ``rate``
     is the sustained pace.  ``Limit(10, 20)`` admits 20 requests at once, then
-    10 per second.  Both are validated: ``rate`` must be finite and > 0,
-    ``burst`` an integer >= 1; anything else is a ``ValueError`` naming it.
-    ``name`` labels the policy in the IETF draft headers (``"default"``); it
-    does not take part in equality.
+    10 per second.  Both are validated (see the module docstring): ``rate``
+    is a number from about 2.2e-308 to 4.49e304 tokens per second, ``burst``
+    an integer from 1 to 2**53, and ``burst / rate`` at most 2**1022 seconds;
+    a wrong type is a ``TypeError`` and a wrong value a ``ValueError``, each
+    naming the value.  ``name`` labels the policy in the IETF draft headers
+    (``"default"``); it does not take part in equality.
     """
 
     rate: float
@@ -180,45 +236,73 @@ class Limit:
     slack: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        rate = _positive_rate(self.rate)
-        burst = _positive_burst(self.burst)
-        if (
-            not isinstance(self.name, str)
-            or not self.name
-            or not all(" " <= c <= "~" and c not in '"\\' for c in self.name)
-        ):
+        if not isinstance(self.name, str):
+            raise TypeError(f"limit name must be a str, got {_show(self.name)}")
+        rate = _rate_value(self.rate)
+        burst = _burst_value(self.burst)
+        if not self.name or not all(" " <= c <= "~" and c not in '"\\' for c in self.name):
             raise ValueError(
                 f"limit name must be printable ASCII without quotes or backslashes, "
                 f"got {self.name!r}"
             )
+        window = burst / rate  # exact division of two floats (burst <= 2**53)
+        if not window <= _MAX_WINDOW:
+            # A deficit of a whole window plus a charge of burst must stay finite.
+            raise ValueError(
+                f"rate must be at least burst / 2**1022 = {burst / _MAX_WINDOW!r} tokens per "
+                f"second for burst {burst}, got {_show(self.rate)}"
+            )
         object.__setattr__(self, "rate", rate)
         object.__setattr__(self, "burst", burst)
         object.__setattr__(self, "interval", 1.0 / rate)
-        object.__setattr__(self, "window", burst / rate)
+        object.__setattr__(self, "window", window)
         object.__setattr__(self, "slack", min(TIME_EPSILON, 1e-3 / rate))
 
     @classmethod
     def parse(cls, text: str, burst: Optional[int] = None) -> Limit:
-        """Parse ``"N/unit"``, ``"N per unit"`` or ``"N per M units"``.
+        """Parse ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``.
 
-        Units: second, minute, hour, day and the short forms s, sec, m, min, h,
-        hr, d (plural ``s`` accepted).  ``"100/minute"`` is a rate of 100/60
-        tokens per second with a burst of 100 unless ``burst`` is given.
+        ``N`` and ``M`` are whole numbers >= 1.  Units, in any case, and no
+        other spelling: ``ms``, ``msec``, ``msecs``, ``millisecond``,
+        ``milliseconds``; ``s``, ``sec``, ``secs``, ``second``, ``seconds``;
+        ``m``, ``min``, ``mins``, ``minute``, ``minutes``; ``h``, ``hr``,
+        ``hrs``, ``hour``, ``hours``; ``d``, ``day``, ``days``.
+        ``"100/minute"`` is a rate of 100/60 tokens per second with a burst of
+        100 unless ``burst`` is given; ``"10 per 5 minutes"`` is 10/300 per
+        second.  A text that does not parse is a ``ValueError``, a ``text``
+        that is not a ``str`` a ``TypeError``.
         """
         if not isinstance(text, str):
-            raise ValueError(f"rate string must be a str like '10/second', got {text!r}")
+            raise TypeError(f"rate must be a str like '10/second', got {_show(text)}")
+        if burst is not None:
+            _burst_value(burst)  # its own error first, not one about the text
         match = _RATE_RE.match(text)
         unit = match and _UNITS.get(match.group("unit").lower())
         if not match or unit is None:
             raise ValueError(
-                f"cannot parse rate {text!r}: expected 'N/unit' or 'N per unit' "
-                "with unit second, minute, hour or day"
+                f"rate must be a str like '10/second' or '10 per 5 minutes' (units: ms, s, "
+                f"m, h, d, or msec, sec, min, hr, day, or millisecond, second, minute, hour "
+                f"and their plurals), got {_show(text)}"
             )
-        count = int(match.group("count"))
-        span = int(match.group("span") or 1)
+        try:
+            count = int(match.group("count"))
+            span = int(match.group("span") or 1)
+        except ValueError:  # beyond sys.get_int_max_str_digits(), so beyond a float
+            raise ValueError(
+                f"rate must be a number of tokens per second from {_MIN_RATE!r} to "
+                f"{_MAX_RATE!r}, got {_show(text)}"
+            ) from None
         if count < 1 or span < 1:
-            raise ValueError(f"rate {text!r} must allow at least 1 request per span >= 1")
-        return cls(count / (span * unit), count if burst is None else burst)
+            raise ValueError(f"rate must allow at least 1 request per span >= 1, got {_show(text)}")
+        try:
+            # int / int: the correctly rounded rate, even for 1/ms or huge spans.
+            rate = count * 1000 / (span * unit)
+        except OverflowError:  # beyond a float: out of range like inf
+            rate = math.inf
+        try:
+            return cls(rate, count if burst is None else burst)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (parsed from {_show(text)})") from None
 
     @classmethod
     def coerce(cls, rate: Union[Limit, str, float], burst: Optional[int] = None) -> Limit:
@@ -232,23 +316,26 @@ class Limit:
             return rate
         if isinstance(rate, str):
             return cls.parse(rate, burst)
-        value = _positive_rate(rate)
+        value = _rate_value(rate)
         return cls(value, max(1, math.ceil(value)) if burst is None else burst)
 
     @classmethod
     def parse_many(cls, text: str) -> Tuple[Limit, ...]:
         """Parse ``"10/second;1000/hour"`` (``;`` or ``,`` between limits).
 
-        Each limit is named after its own text (``"10/second"``) when there are
-        several, so the draft headers can tell them apart.
+        Each limit is named after its own text, whitespace runs made one
+        space (``"10 per second"``), when there are several, so the draft
+        headers can tell them apart; a single one keeps ``"default"``.
         """
         if not isinstance(text, str):
-            raise ValueError(f"rate string must be a str like '10/second', got {text!r}")
+            raise TypeError(f"rate must be a str like '10/second', got {_show(text)}")
         parts = [part.strip() for part in re.split(r"[;,]", text)]
         if len(parts) == 1:
             return (cls.parse(text),)
         if not all(parts):
-            raise ValueError(f"cannot parse rate {text!r}: empty limit between separators")
+            raise ValueError(
+                f"rate must not have an empty limit between separators, got {_show(text)}"
+            )
         return tuple(
             dataclasses.replace(cls.parse(part), name=" ".join(part.split())) for part in parts
         )
@@ -283,6 +370,17 @@ class RateLimitResult(NamedTuple):
     policy: str = "default"
 
 
+def _cost_or_inf(cost: object, burst: int) -> float:
+    """``validate_cost(cost)``, or ``inf`` when it is above ``burst``.
+
+    A cost above the burst is denied whatever its value, even within the
+    slack of ``burst`` (as ``inf``, ``after`` is ``inf`` and is never admitted).
+    ``validate_cost``'s float exceeds ``burst`` exactly when ``cost`` does.
+    """
+    value = validate_cost(cost)
+    return value if value <= burst else math.inf
+
+
 # Results are built with ``tuple.__new__``: it skips NamedTuple's Python-level
 # ``__new__``, about 150 ns of a 450 ns step.
 
@@ -312,11 +410,13 @@ def step(
     is just the decision, a ``bool``: the same algorithm, without building a
     ``RateLimitResult`` (``RateLimiter.allow``'s fast path).
     """
-    try:
-        if not cost >= 0:  # also catches NaN
-            raise ValueError(f"cost must be a number >= 0, got {cost!r}")
-    except TypeError:
-        raise ValueError(f"cost must be a number >= 0, got {cost!r:.100}") from None
+    if cost is _ONE:
+        pass  # the default and usual cost (a cached int): valid under any limit
+    elif (cls := cost.__class__) is float:
+        if not 0.0 <= cost <= limit.burst:  # also NaN
+            cost = _cost_or_inf(cost, limit.burst)
+    elif cls is not int or not 0 <= cost <= limit.burst:
+        cost = _cost_or_inf(cost, limit.burst)
     if now - now != 0.0:  # NaN or infinite, without a global lookup
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if state is None:
@@ -355,7 +455,9 @@ def step(
     if not detail:
         return state, False
     remaining = int((window - debt + limit.slack) * limit.rate)
-    retry = after - window if cost <= limit.burst else math.inf
+    if remaining > limit.burst:  # near 2**53 tokens, window * rate may round up
+        remaining = limit.burst
+    retry = after - window  # inf for a cost above burst (made inf above)
     return state, tuple.__new__(
         RateLimitResult, (False, limit.burst, remaining, debt, retry, window, (), limit.name)
     )
