@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import time
 import uuid
-from typing import Iterator
+from typing import Iterator, List
 
 import pytest
 import redis.sentinel
 import valkey
 import valkey.asyncio
+import valkey.backoff
+import valkey.retry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore
@@ -37,7 +42,7 @@ class TestValkeyClient(StoreConformance):
         self.port = server.port
 
     def make_store(self) -> RedisStore:
-        client = valkey.Valkey(host="127.0.0.1", port=self.port, socket_timeout=2)
+        client = valkey.Valkey(host="127.0.0.1", port=self.port, socket_timeout=10)
         return RedisStore(client, prefix=unique_prefix())
 
     def close_store(self, store: RedisStore) -> None:
@@ -46,7 +51,7 @@ class TestValkeyClient(StoreConformance):
 
 def test_valkey_asyncio_client(server: RedisServer) -> None:
     async def go() -> list:
-        client = valkey.asyncio.Valkey(host="127.0.0.1", port=server.port, socket_timeout=2)
+        client = valkey.asyncio.Valkey(host="127.0.0.1", port=server.port, socket_timeout=10)
         try:
             limiter = RateLimiter(
                 "3/second",
@@ -79,7 +84,7 @@ def sentinel(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> I
     )
     try:
         probe = redis.sentinel.Sentinel([("127.0.0.1", port)], socket_timeout=0.5)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60  # generous: a busy machine
         while True:
             try:
                 if probe.discover_master("primary"):
@@ -96,12 +101,70 @@ def sentinel(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def test_sentinel_master_client(server: RedisServer, sentinel: int) -> None:
-    master = redis.sentinel.Sentinel([("127.0.0.1", sentinel)], socket_timeout=2).master_for(
-        "primary", socket_timeout=2
+    fast = {"socket_timeout": 2, "socket_connect_timeout": 2, "retry": Retry(NoBackoff(), 0)}
+    master = redis.sentinel.Sentinel([("127.0.0.1", sentinel)], sentinel_kwargs=fast).master_for(
+        "primary", **fast
     )
     store = RedisStore(master, prefix=unique_prefix())
+    store.ping()
     limiter = RateLimiter("2/second;5/minute", store=store, clock=ManualClock(T0))
     assert [limiter.allow("203.0.113.9") for _ in range(3)] == [True, True, False]
     result = store.apply("single", Limit(1, 1), 1, T0)
     assert result.allowed and not store.apply("single", Limit(1, 1), 1, T0).allowed
     assert master.connection_pool.get_master_address() == ("127.0.0.1", server.port)
+
+
+def store_log(caplog: pytest.LogCaptureFixture) -> List[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "limiter.stores"]
+
+
+def test_documented_sentinel_set_up_is_quiet_and_the_default_is_reported(
+    server: RedisServer, sentinel: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/stores.md: give the Sentinel connections the master's settings (sentinel_kwargs)."""
+    fast = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5, "retry": Retry(NoBackoff(), 0)}
+    sentinels = [("127.0.0.1", sentinel)]
+    with caplog.at_level(logging.WARNING, logger="limiter.stores"):
+        quiet = RedisStore(
+            redis.sentinel.Sentinel(sentinels, sentinel_kwargs=fast).master_for("primary", **fast),
+            prefix=unique_prefix(),
+        )
+        assert store_log(caplog) == []
+        quiet.ping()
+        # Without sentinel_kwargs the Sentinel connections get the socket settings
+        # only, and redis-py's default retries with backoff.
+        RedisStore(
+            redis.sentinel.Sentinel(sentinels, socket_timeout=0.5).master_for("primary", **fast)
+        )
+    [warning] = store_log(caplog)
+    assert "each Sentinel client (sentinel_kwargs) retries" in warning.getMessage()
+
+
+def test_valkey_clients_fail_fast_and_are_checked(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    no_retry = valkey.retry.Retry(valkey.backoff.NoBackoff(), 0)
+    with caplog.at_level(logging.WARNING, logger="limiter.stores"):
+        client = valkey.Valkey(
+            host="127.0.0.1",
+            port=server.port,
+            socket_timeout=0.5,
+            socket_connect_timeout=0.5,
+            retry=no_retry,
+        )
+        RedisStore(client, prefix=unique_prefix()).ping()
+        assert store_log(caplog) == []
+        RedisStore(valkey.Valkey(host="127.0.0.1", port=server.port))  # no timeouts at all
+    [warning] = store_log(caplog)
+    assert "no socket_timeout" in warning.getMessage()
+
+    async def go() -> None:
+        aclient = valkey.asyncio.Valkey(
+            host="127.0.0.1", port=server.port, socket_timeout=0.5, socket_connect_timeout=0.5
+        )
+        try:
+            await AsyncRedisStore(aclient, prefix=unique_prefix()).aping()
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(go())

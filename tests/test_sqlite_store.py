@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import sqlite3
 import threading
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -121,10 +124,10 @@ def test_fallback_while_locked(tmp_path: Path) -> None:
     store.close()
 
 
-def test_unwritable_path_is_a_store_error(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "no" / "such" / "dir" / "limits.db")
-    with pytest.raises(StoreError):
-        store.apply("k", Limit(1, 1), 1, T0)
+def test_a_missing_directory_fails_at_construction(tmp_path: Path) -> None:
+    # Loud at start-up (issue 9): it used to construct, then fail open per request.
+    with pytest.raises(FileNotFoundError, match=r"no/such/dir/limits\.db"):
+        SQLiteStore(tmp_path / "no" / "such" / "dir" / "limits.db")
 
 
 def test_validation(tmp_path: Path) -> None:
@@ -198,3 +201,28 @@ def test_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
 
 def _child_peek(store: SQLiteStore, limit: Limit) -> None:
     os._exit(store.apply("k", limit, 0, T0).remaining)
+
+
+def test_any_cost_is_checked_before_the_transaction(tmp_path: Path) -> None:
+    # Issue 9: a 400-digit cost raised OverflowError out of the store (and the
+    # middleware then let the request in).  Now: denied, nothing written; a
+    # wrong type or value raises before any lock is taken.
+    store = SQLiteStore(tmp_path / "x.db", timeout=0.05)
+    limit = Limit(1, 2)
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    store.apply("warm", limit, 0, T0)  # creates the schema
+    blocker.execute("BEGIN IMMEDIATE")  # the write lock is taken elsewhere
+    try:
+        with pytest.raises(TypeError, match="cost must be a number of tokens, got '1'"):
+            store.apply("k", limit, "1", T0)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="cost must be a number of tokens >= 0, got -1"):
+            store.apply_many(["a", "b"], [limit, limit], -1, T0)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    for cost in (10**400, Decimal("1e999"), Fraction(10**400, 3), float("inf")):
+        result = store.apply("k", limit, cost, T0)  # type: ignore[arg-type]
+        assert (result.allowed, result.remaining, result.retry_after) == (False, 2, math.inf)
+    assert store.apply("k", limit, Decimal("1.5"), T0).remaining == 0  # type: ignore[arg-type]
+    assert len(store) == 1
+    store.close()

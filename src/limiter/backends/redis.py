@@ -25,16 +25,20 @@ before any I/O; a single server takes any keys.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
+import logging
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..bucket import TIME_EPSILON, Limit, RateLimitResult
+from ..bucket import TIME_EPSILON, Limit, RateLimitResult, validate_cost
 from ..store import StoreError
-from ._fallback import Breaker, aguarded, guarded
+from ._fallback import Breaker, Health, aguarded, guarded
 
 __all__ = ["SCRIPT", "AsyncRedisStore", "RedisStore", "hash_tag", "redis_key"]
+
+_log = logging.getLogger("limiter.stores")
 
 #: The Lua script run by EVALSHA for every check.
 SCRIPT = r"""
@@ -46,11 +50,13 @@ SCRIPT = r"""
 --   store that even on denial.  Otherwise debt = max(0, debt - (now - updated_at)).
 -- * debt above window + slack (state from a larger limit) becomes window,
 --   re-anchored at now and stored even on denial: never below 0 tokens.
--- * after = debt + cost * interval; admitted when after <= window + slack, then
+-- * after = debt + cost * interval, or inf when cost > burst (never admitted,
+--   however close); admitted when after <= window + slack, then
 --   state = (after, now) and remaining = trunc((window - after + slack) * rate)
 --   clamped to burst.
 -- * Denied, or cost 0: state unchanged (but for the re-anchoring above);
---   retry_after = after - window, or inf when cost > burst.
+--   remaining = trunc((window - debt + slack) * rate) clamped to burst, and
+--   retry_after = after - window (so inf when cost > burst).
 -- * Several keys: all admit or none is charged; on denial the ones that would
 --   have admitted are recomputed as peeks (cost 0).
 -- * Every write sets PX to the time until the bucket is full again, so an
@@ -58,7 +64,9 @@ SCRIPT = r"""
 --   is always anchored at now.
 -- KEYS: one per limit.  ARGV[1]: "now cost rate burst [rate burst ...]", one
 -- rate and burst per key, Python reprs; now is empty to read the server's
--- TIME.  (One argument: each one costs clients more to send than the match
+-- TIME.  cost is at most 2^54: a larger one (even inf, which tonumber may not
+-- read) is sent as 2^54, above every burst (<= 2^53), so its result is the
+-- same.  (One argument: each one costs clients more to send than the match
 -- below costs here.)  interval = 1 / rate, window = burst / rate and slack =
 -- min(limiter.bucket's epsilon, 1e-3 / rate) are derived here as limiter.Limit
 -- derives them: IEEE division is exact, so they are the very same doubles.
@@ -142,7 +150,8 @@ local function step(d, u, rate, burst, cost)
     debt = window
     write = window
   end
-  local after = debt + cost * (1 / rate)
+  local after = math.huge
+  if cost <= burst then after = debt + cost * (1 / rate) end
   local remaining
   if after <= window + slack then
     remaining = trunc((window - after + slack) * rate)
@@ -151,9 +160,8 @@ local function step(d, u, rate, burst, cost)
     return after, 1, remaining, after, 0
   end
   remaining = trunc((window - debt + slack) * rate)
-  local retry = math.huge
-  if cost <= burst then retry = after - window end
-  return write, 0, remaining, debt, retry
+  if remaining > burst then remaining = burst end
+  return write, 0, remaining, debt, after - window
 end
 
 -- Stores what step returned and formats the reply: reset_after is the stored
@@ -254,16 +262,21 @@ def redis_key(key: str, prefix: str = "limiter:") -> str:
 
 
 def _cost_arg(cost: float) -> str:
-    # Validated here so a bad cost never costs a round trip nor touches state;
-    # the messages match limiter.bucket.step's.
+    # Validated here (limiter.bucket.validate_cost, as step does) so a bad cost
+    # never costs a round trip nor touches state.  The script reads the exact
+    # double step uses; above 2**53, more than any burst, every cost is denied
+    # alike (retry_after = inf), so 2**54 stands for all of them: the script
+    # never has to read a huge number or "inf".
     if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
         return "1.0"
-    try:
-        if not cost >= 0:  # also NaN
-            raise ValueError(f"cost must be a number >= 0, got {cost!r}")
-        return repr(float(cost))
-    except (TypeError, OverflowError):
-        raise ValueError(f"cost must be a number >= 0, got {cost!r:.100}") from None
+    value = validate_cost(cost)
+    if value > _MAX_COST:
+        return _MAX_COST_ARG
+    return repr(value)
+
+
+_MAX_COST = float(2**53)  # the largest burst a Limit accepts
+_MAX_COST_ARG = repr(float(2**54))
 
 
 def _numkeys(rkeys: List[bytes]) -> Any:
@@ -281,6 +294,148 @@ def _is_cluster(client: Any) -> bool:
     return callable(getattr(client, "keyslot", None)) and callable(
         getattr(client, "get_nodes", None)
     )
+
+
+# ping(): a peek at a key no caller uses (a peek writes nothing to a missing key).
+_PING_KEY = "\x00limiter.ping\x00"
+_PING_LIMIT = Limit(1, 1)
+
+
+# -- client configuration: how long can a check wait? -------------------------
+
+_MISSING: Any = object()
+_ADVICE = (
+    "give the client socket_timeout and socket_connect_timeout (e.g. 0.1 s) and no retries "
+    "with backoff (redis-py and valkey-py: retry=Retry(NoBackoff(), 0)); see docs/stores.md"
+)
+
+
+def _config_problems(client: Any) -> List[str]:
+    """What lets a check through ``client`` wait longer than the client's own timeouts.
+
+    Reads what redis-py and valkey-py expose without any I/O: the connection
+    pool's keyword arguments (the client's own, its Sentinels' and, on a
+    cluster, those of every node it knows), a blocking pool's wait, and a
+    cluster client's retry policy.  What it cannot read is not reported.
+    """
+    problems: List[str] = []
+
+    def add(found: List[str]) -> None:
+        problems.extend(problem for problem in found if problem not in problems)
+
+    if _is_cluster(client):
+        what = "the cluster client"
+        add(_retry_problems(getattr(client, "retry", None), what))
+        manager = getattr(client, "nodes_manager", None)
+        for kwargs in (
+            getattr(client, "connection_kwargs", None),
+            getattr(manager, "connection_kwargs", None),
+        ):
+            add(_kwargs_problems(kwargs, None, what))
+        for node in client.get_nodes():
+            pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+            if pool is not None:  # redis-py's sync cluster: one client per node
+                add(_pool_problems(pool, what))
+            else:  # the asyncio cluster: the node holds the connection arguments
+                kwargs = getattr(node, "connection_kwargs", None)
+                add(_kwargs_problems(kwargs, getattr(node, "connection_class", None), what))
+    else:
+        pool = getattr(client, "connection_pool", None)
+        add(_pool_problems(pool, "the client"))
+        manager = getattr(pool, "sentinel_manager", None)  # a Sentinel master's pool
+        for sentinel in getattr(manager, "sentinels", None) or ():
+            pool = getattr(sentinel, "connection_pool", None)
+            add(_pool_problems(pool, "each Sentinel client (sentinel_kwargs)"))
+    return problems
+
+
+def _pool_problems(pool: Any, what: str) -> List[str]:
+    if pool is None:
+        return []
+    found = _kwargs_problems(
+        getattr(pool, "connection_kwargs", None), getattr(pool, "connection_class", None), what
+    )
+    blocking = any(cls.__name__ == "BlockingConnectionPool" for cls in type(pool).__mro__)
+    if blocking and getattr(pool, "timeout", 0) is None:
+        found.append(f"{what}'s BlockingConnectionPool waits for ever for a free connection")
+    return found
+
+
+def _kwargs_problems(kwargs: Any, connection_class: Any, what: str) -> List[str]:
+    """Problems in one set of connection keyword arguments (redis-py's and valkey-py's rules)."""
+    if not isinstance(kwargs, dict):
+        return []
+    found: List[str] = []
+    timeout = kwargs.get("socket_timeout", _MISSING)
+    if timeout is _MISSING:
+        timeout = _default(connection_class, "socket_timeout")
+    connect = kwargs.get("socket_connect_timeout", _MISSING)
+    if connect is _MISSING:
+        connect = _default(connection_class, "socket_connect_timeout")
+    if connect is None:  # both libraries connect with socket_timeout then
+        connect = timeout
+    if timeout is None:
+        found.append(
+            f"{what} has no socket_timeout (a server that accepts and never answers "
+            "blocks a check for ever)"
+        )
+    if connect is None:
+        found.append(
+            f"{what} has no socket_connect_timeout (an unreachable host blocks a check "
+            "for as long as the system tries to connect)"
+        )
+    # A retry object is used as given; without one (or with only retry_on_timeout
+    # or retry_on_error) the client retries at most once, without backoff.
+    found.extend(_retry_problems(kwargs.get("retry"), what))
+    return found
+
+
+def _default(connection_class: Any, name: str) -> Any:
+    """The default of ``name`` in the connection class's ``__init__`` (or a base's)."""
+    for cls in getattr(connection_class, "__mro__", ()):
+        init = vars(cls).get("__init__")
+        if init is None:
+            continue
+        try:
+            parameter = inspect.signature(init).parameters.get(name)
+        except (TypeError, ValueError):
+            continue
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default
+    return _MISSING
+
+
+def _retry_problems(retry: Any, what: str) -> List[str]:
+    if retry is None:
+        return []
+    get_retries = getattr(retry, "get_retries", None)
+    retries = get_retries() if callable(get_retries) else getattr(retry, "_retries", None)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries == 0:
+        return []
+    if retries < 0:
+        return [f"{what} retries for ever"]
+    if _backs_off(getattr(retry, "_backoff", None)):
+        return [
+            f"{what} retries {retries} times with backoff (redis-py >= 6 does by default: "
+            "seconds per check while Redis is down)"
+        ]
+    if retries > 1:
+        return [f"{what} retries {retries} times (each retry waits for the timeouts again)"]
+    return []
+
+
+def _backs_off(backoff: Any) -> bool:
+    """Whether a redis-py/valkey-py backoff ever sleeps (computed on a copy: some keep state)."""
+    if not callable(getattr(backoff, "compute", None)):
+        return False
+    try:
+        probe = copy.deepcopy(backoff)
+        reset = getattr(probe, "reset", None)
+        if callable(reset):
+            reset()
+        return any(probe.compute(failures) > 0 for failures in range(1, 6))
+    except Exception:  # an exotic backoff: say nothing rather than guess
+        return False
 
 
 # Fields after ``results`` (such as ``policy``) are taken from the limit, so
@@ -333,9 +488,9 @@ class _RedisBase:
         probe_clock: Optional[Any] = None,
     ) -> None:
         if not callable(getattr(client, "evalsha", None)):
-            raise TypeError(f"client must be a redis-py or valkey-py client, got {client!r}")
+            raise TypeError(f"client must be a redis-py or valkey-py client, got {client!r:.100}")
         if not isinstance(prefix, str):
-            raise ValueError(f"prefix must be a str, got {prefix!r}")
+            raise TypeError(f"prefix must be a str, got {prefix!r:.100}")
         self.client = client
         self.prefix = prefix
         self.server_time = bool(server_time)
@@ -345,6 +500,20 @@ class _RedisBase:
         self._breaker: Optional[Breaker] = None
         if fallback is not None:
             self._breaker = Breaker(self._kind, probe_after, max_probe_after, probe_clock)
+        # Without a fallback, outages are only logged (with one, the breaker does it).
+        self._health = Health(self._kind)
+        try:
+            problems = _config_problems(client)
+        except Exception:  # a client we cannot read: say nothing rather than fail
+            problems = []
+        if problems:
+            _log.warning(
+                "%s: a check may wait much longer than the client's timeouts while Redis is "
+                "down or hangs: %s; %s",
+                self._kind,
+                "; ".join(problems),
+                _ADVICE,
+            )
 
     def __repr__(self) -> str:
         return (
@@ -457,10 +626,19 @@ class RedisStore(_RedisBase):
     """Bucket state in Redis or Valkey, for many processes and hosts.  Implements ``Store``.
 
     ``client``: a ``redis.Redis``, ``redis.cluster.RedisCluster``, Sentinel
-    master client (``sentinel.master_for(...)``) or valkey-py equivalent.  Give
-    it short socket timeouts (e.g. ``socket_timeout=0.1,
-    socket_connect_timeout=0.1``): a check waits at most that long when the
-    server is unreachable.
+    master client (``sentinel.master_for(...)``) or valkey-py equivalent.  A
+    check waits as long as the client lets it, so make it fail fast:
+    ``socket_timeout`` and ``socket_connect_timeout`` (e.g. 0.1 s) and no
+    retries (``retry=Retry(NoBackoff(), 0)``: redis-py >= 6 retries with
+    backoff by default, for seconds per check).  With those, a check raises
+    ``StoreError`` within about ``socket_connect_timeout`` (per address the
+    host name resolves to) when the server cannot be reached, and about
+    ``socket_timeout`` when it stops answering; each retry repeats that wait.
+    A client without a socket timeout, with retries that back off or more
+    than one retry, or with a blocking pool that waits for ever, is reported
+    once at construction (a WARNING on the ``limiter.stores`` logger, saying
+    what to set); what the client does not expose (a cluster's topology
+    refresh, Sentinel discovery, DNS) is not checked: see docs/stores.md.
     ``prefix``: prepended to every Redis key (default ``"limiter:"``).
     ``server_time``: when the caller passes ``now=None``, read the server's
     ``TIME`` (True, the default: app servers with skewed clocks agree) or
@@ -473,8 +651,22 @@ class RedisStore(_RedisBase):
 
     Each check is exactly one round trip (EVALSHA); after ``SCRIPT FLUSH``, a
     restart or a failover the script is sent again with EVAL, transparently.
-    Every failure is a ``StoreError`` wrapping the client's exception.
+    Every failure is a ``StoreError`` wrapping the client's exception.  The
+    first failure after start, and the first after each recovery, is logged
+    at ERROR on the ``limiter.stores`` logger with its cause; ``ping()``
+    checks the server at start-up.
     """
+
+    def ping(self) -> None:
+        """Check that the server answers and runs the check script, or raise ``StoreError``.
+
+        One script call, a peek (cost 0) at a reserved key that writes
+        nothing: it needs what every check needs (a connection, permission to
+        run EVALSHA/EVAL, the server's ``TIME``).  It never answers from the
+        fallback.  Call it at start-up to stop on a Redis that cannot work.
+        """
+        reply = self._run([self._key(_PING_KEY)], self._args((_PING_LIMIT,), 0, None))
+        self._result(reply, _PING_LIMIT)
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
@@ -517,7 +709,7 @@ class RedisStore(_RedisBase):
             except Exception as exc:
                 raise self._error(exc) from exc
 
-        guarded(self._breaker, delete, _nothing)
+        guarded(self._breaker or self._health, delete, _nothing)
 
     def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
@@ -532,13 +724,19 @@ class RedisStore(_RedisBase):
                 # Flushed, restarted or failed over: EVAL runs and caches it again.
                 reply = client.eval(SCRIPT, numkeys, *rkeys, *args)
         except Exception as exc:
-            raise self._error(exc) from exc
+            error = self._error(exc)
+            if breaker is None:  # with a breaker, the caller records it (_failed)
+                error.__cause__ = exc
+                self._health.failed(error)
+            raise error from exc
         except BaseException:
             if breaker is not None:
                 breaker.abandoned()
             raise
         if breaker is not None:
             breaker.succeeded()
+        elif self._health.failing:
+            self._health.succeeded()
         return reply
 
     def _failed(
@@ -580,10 +778,18 @@ class AsyncRedisStore(_RedisBase):
 
     Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
     or async (its ``aapply`` is used when it has one).  A client is bound to
-    the event loop it first runs in.
+    the event loop it first runs in.  ``aping()`` is ``RedisStore.ping()``.
     """
 
     _kind = "AsyncRedisStore"
+
+    async def aping(self) -> None:
+        """Check that the server answers and runs the script, or raise ``StoreError``.
+
+        See ``RedisStore.ping``.
+        """
+        reply = await self._run([self._key(_PING_KEY)], self._args((_PING_LIMIT,), 0, None))
+        self._result(reply, _PING_LIMIT)
 
     async def aapply(
         self, key: str, limit: Limit, cost: float, now: Optional[float]
@@ -631,7 +837,7 @@ class AsyncRedisStore(_RedisBase):
             except Exception as exc:
                 raise self._error(exc) from exc
 
-        await aguarded(self._breaker, delete, _anothing)
+        await aguarded(self._breaker or self._health, delete, _anothing)
 
     async def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         client = self.client
@@ -645,13 +851,19 @@ class AsyncRedisStore(_RedisBase):
                     raise
                 reply = await client.eval(SCRIPT, numkeys, *rkeys, *args)
         except Exception as exc:
-            raise self._error(exc) from exc
+            error = self._error(exc)
+            if breaker is None:  # with a breaker, the caller records it
+                error.__cause__ = exc
+                self._health.failed(error)
+            raise error from exc
         except BaseException:  # cancelled: let another caller probe
             if breaker is not None:
                 breaker.abandoned()
             raise
         if breaker is not None:
             breaker.succeeded()
+        elif self._health.failing:
+            self._health.succeeded()
         return reply
 
     async def _fallback_apply(

@@ -11,15 +11,17 @@ forget the last few checks, which for rate limiting is harmless).
 from __future__ import annotations
 
 import asyncio
+import errno
+import math
 import os
 import sqlite3
 import threading
 import time
 from typing import Any, List, Optional, Sequence, Union
 
-from ..bucket import Limit, RateLimitResult, step, step_all
+from ..bucket import Limit, RateLimitResult, step, step_all, validate_cost
 from ..store import StoreError
-from ._fallback import Breaker, guarded
+from ._fallback import Breaker, Health, guarded
 
 __all__ = ["SQLiteStore"]
 
@@ -34,15 +36,50 @@ _SCHEMA = (
 _SELECT = "SELECT debt, updated_at FROM limiter_buckets WHERE key = ?"
 _UPSERT = "INSERT OR REPLACE INTO limiter_buckets (key, debt, updated_at, full_at) VALUES (?,?,?,?)"
 _PURGE = "DELETE FROM limiter_buckets WHERE full_at <= ?"
+# The construction check writes and deletes this key: 0xFF is never in UTF-8,
+# so it is no store key's blob.
+_PROBE_KEY = b"\xff"
+_PROBE_WRITE = (
+    "INSERT OR REPLACE INTO limiter_buckets (key, debt, updated_at, full_at) VALUES (?,0,0,0)"
+)
+_PROBE_DELETE = "DELETE FROM limiter_buckets WHERE key = ?"
 
 
-def _check_cost(cost: float) -> None:
-    # Before BEGIN, so a bad cost costs no lock; step() would raise the same.
-    try:
-        if not cost >= 0:
-            raise ValueError(f"cost must be a number >= 0, got {cost!r}")
-    except TypeError:
-        raise ValueError(f"cost must be a number >= 0, got {cost!r:.100}") from None
+def _unusable(path: str, directory: str, exc: sqlite3.Error) -> Optional[OSError]:
+    """The ``OSError`` for a database that cannot work, or ``None`` when it is only busy."""
+    reason = str(exc)
+    text = reason.lower()
+    if "locked" in text or "busy" in text:
+        return None
+    if "readonly" in text or "read-only" in text:
+        return PermissionError(
+            errno.EACCES,
+            f"SQLiteStore: the database is read-only for this process ({reason}); the file "
+            "and its directory must be writable (WAL mode keeps -wal and -shm files beside it)",
+            path,
+        )
+    if "not a database" in text or "malformed" in text:
+        return OSError(f"SQLiteStore: {path!r} is not a usable SQLite database ({reason})")
+    if "unable to open" in text:
+        if os.path.exists(path):
+            if not os.access(path, os.R_OK | os.W_OK):
+                return PermissionError(
+                    errno.EACCES, f"SQLiteStore: no read and write permission ({reason})", path
+                )
+        elif not os.access(directory, os.W_OK | os.X_OK):
+            return PermissionError(
+                errno.EACCES,
+                f"SQLiteStore: cannot create the database: no write permission on {directory!r}"
+                f" ({reason})",
+                path,
+            )
+    return OSError(f"SQLiteStore: cannot use the database {path!r} ({reason})")
+
+
+def _check_cost(cost: float) -> float:
+    # Before BEGIN, so a bad cost costs no lock: the float step() would use
+    # (any real number; huge -> inf, denied), or its TypeError / ValueError.
+    return validate_cost(cost)
 
 
 class SQLiteStore:
@@ -59,6 +96,14 @@ class SQLiteStore:
     ``now=None`` reads ``time.time()``.  One connection per process, shared by
     its threads under a lock; a forked child opens its own.  The async
     methods run the transaction in a worker thread.
+
+    The constructor opens the database and writes to it once: a path that can
+    never work raises ``OSError`` naming it (``FileNotFoundError`` for a
+    missing directory, ``PermissionError`` for no permission or a read-only
+    file or directory, ``IsADirectoryError``/``NotADirectoryError``, a plain
+    ``OSError`` for a file that is not a database), not a ``StoreError`` on
+    every check.  Later failures are ``StoreError``; the first one after start
+    and after each recovery is logged at ERROR on ``limiter.stores``.
     """
 
     def __init__(
@@ -72,21 +117,32 @@ class SQLiteStore:
         max_probe_after: float = 30.0,
         probe_clock: Optional[Any] = None,
     ) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        if isinstance(purge_every, bool) or not isinstance(purge_every, int) or purge_every < 1:
-            raise ValueError(f"purge_every must be an integer >= 1, got {purge_every!r}")
-        self.path = os.fspath(path)
+        if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+            raise TypeError(f"path must be a str or an os.PathLike of str, got {path!r:.100}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, got {timeout!r:.100}")
+        if not 0 <= timeout < math.inf:
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        if isinstance(purge_every, bool) or not isinstance(purge_every, int):
+            raise TypeError(f"purge_every must be an int, got {purge_every!r:.100}")
+        if purge_every < 1:
+            raise ValueError(f"purge_every must be an int >= 1, got {purge_every!r}")
+        self.path: str = os.fspath(path)
         self.timeout = float(timeout)
         self.purge_every = purge_every
         self.fallback = fallback
-        self._breaker: Optional[Breaker] = None
-        if fallback is not None:
-            self._breaker = Breaker("SQLiteStore", probe_after, max_probe_after, probe_clock)
+        # A Breaker serves the fallback while the database fails; without a
+        # fallback, Health only logs the outages (see _fallback).
+        self._breaker: Union[Breaker, Health] = (
+            Health("SQLiteStore")
+            if fallback is None
+            else Breaker("SQLiteStore", probe_after, max_probe_after, probe_clock)
+        )
         self._lock = threading.Lock()
         self._conn: Optional[sqlite3.Connection] = None
         self._pid = os.getpid()
         self._writes = 0
+        self._check_database()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, timeout={self.timeout!r}, fallback={self.fallback!r})"
@@ -94,7 +150,8 @@ class SQLiteStore:
     @property
     def using_fallback(self) -> bool:
         """True while the database fails and the fallback answers."""
-        return self._breaker is not None and self._breaker.down
+        breaker = self._breaker
+        return isinstance(breaker, Breaker) and breaker.down
 
     # -- Store -------------------------------------------------------------
 
@@ -204,19 +261,65 @@ class SQLiteStore:
         # Caller holds the lock (see _locked).
         conn = self._conn
         if conn is None:
-            conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
+            conn = self._conn = self._open()
         return conn
+
+    def _open(self) -> sqlite3.Connection:
+        """A new connection, in WAL mode, with the table created."""
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _check_database(self) -> None:
+        """Open the database and write to it once, at construction.
+
+        A store that can never work (missing directory, no permission, a file
+        that is not a database, a read-only file or directory) raises
+        ``OSError`` here, naming the path, instead of failing every check.  A
+        database that is only busy passes.  The connection is closed again:
+        each process opens its own at its first check (so a store made before
+        a fork carries no connection into the children).
+        """
+        path = self.path
+        if path in ("", ":memory:"):  # private to this connection: nothing to check
+            return
+        if os.path.isdir(path):
+            raise IsADirectoryError(
+                errno.EISDIR, "SQLiteStore: the database path is a directory", path
+            )
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            if os.path.exists(directory):
+                raise NotADirectoryError(
+                    errno.ENOTDIR, f"SQLiteStore: {directory!r} is not a directory", path
+                )
+            raise FileNotFoundError(
+                errno.ENOENT, f"SQLiteStore: the directory {directory!r} does not exist", path
+            )
+        try:
+            conn = self._open()
+            try:
+                # A real write: a read-only file in WAL mode opens and even
+                # begins a write transaction, and only fails when it commits.
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(_PROBE_WRITE, (_PROBE_KEY,))
+                conn.execute(_PROBE_DELETE, (_PROBE_KEY,))
+                conn.execute("COMMIT")
+            finally:
+                conn.close()  # rolls back what is not committed
+        except sqlite3.Error as exc:
+            error = _unusable(path, directory, exc)
+            if error is not None:
+                raise error from exc
 
     def _guarded(
         self,
@@ -227,7 +330,7 @@ class SQLiteStore:
         *,
         single: bool,
     ) -> RateLimitResult:
-        _check_cost(cost)
+        cost = _check_cost(cost)
         blobs = [self._blob(key) for key in keys]
 
         def fallback() -> RateLimitResult:
