@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 from urllib.parse import quote
 
@@ -1006,3 +1007,15 @@ def test_cluster_against_a_real_cluster(
             await store.aapply_many(["a", "b"], [LIMIT, LIMIT], 1, T0)
 
     with_store(url, asyncio_, asynchronous if asyncio_ else sync)
+
+
+def test_a_rate_limiter_takes_a_store_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    limiter = RateLimiter("2/minute", store="sqlite:///limits.db", clock=ManualClock(1e9))
+    assert type(limiter.store).__name__ == "SQLiteStore"
+    assert [limiter.allow("k") for _ in range(3)] == [True, True, False]
+    # A URL names a shared store: keys are namespaced like any given store's.
+    assert limiter.storage_key("k") == limiter.name + ":k"
+    limiter.store.close()  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="nosuch"):
+        RateLimiter("2/minute", store="nosuch://x")

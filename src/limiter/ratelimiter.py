@@ -91,7 +91,9 @@ class RateLimiter:
     nothing from any of them.
     ``burst``: bucket capacity in tokens for a single limit; defaults to N for
     ``"N/unit"`` and to ``ceil(rate)`` (at least 1) for a number.
-    ``store``: where state lives (default: a new ``MemoryStore()``).
+    ``store``: where state lives (default: a new ``MemoryStore()``), or a URL
+    for ``limiter.store_from_url`` (``"redis://cache:6379/0"``).  A URL gives
+    a sync store; an asyncio app passes ``store_from_url(url, asyncio=True)``.
     ``clock``: where time comes from.  Default ``SystemClock``; when no clock is
     given, the store may use its own time (Redis reads ``TIME``).
     ``name``: namespace for this limiter's keys in a store it is given, so
@@ -105,12 +107,19 @@ class RateLimiter:
         rate: RateSpec,
         burst: Optional[int] = None,
         *,
-        store: Optional[Union[Store, AsyncStore]] = None,
+        store: Optional[Union[Store, AsyncStore, str]] = None,
         clock: Optional[Clock] = None,
         name: Optional[str] = None,
     ) -> None:
         self.limits: Tuple[Limit, ...] = _distinct_names(_limits_from(rate, burst))
-        self.store: Union[Store, AsyncStore] = MemoryStore() if store is None else store
+        self.store: Union[Store, AsyncStore]
+        if isinstance(store, str):
+            # Imported here: urls imports backends lazily, and most limiters need none.
+            from .urls import store_from_url
+
+            self.store = store_from_url(store)
+        else:
+            self.store = MemoryStore() if store is None else store
         apply = getattr(self.store, "apply", None)
         aapply = getattr(self.store, "aapply", None)
         if not callable(apply) and not callable(aapply):
