@@ -1,9 +1,11 @@
 """Throwaway redis-server processes for the tests: single servers and a 3-master cluster.
 
 Every server binds 127.0.0.1 only, on a free port, with no persistence, in a
-temporary directory, and is killed at teardown.  Without a ``redis-server``
-binary the tests that need one skip with the reason, except under ``CI=true``
-where they fail: CI must run them (``.ci/run`` installs Redis).
+temporary directory, and is killed at teardown: no test uses a Redis that
+happens to run on this machine (6379 or any other).  Without a ``redis-server``
+binary on PATH the tests that need one skip with a reason that says how to
+enable them, except under ``CI=true`` where they fail: CI must run them
+(``.ci/run`` installs Redis).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ def require_redis(cli: bool = False) -> None:
     if not missing:
         return
     reason = (
-        f"{' and '.join(missing)} not found on PATH: these tests start their own Redis "
-        "servers (install Redis >= 6, e.g. `apt-get install redis-server`)"
+        f"{' and '.join(missing)} not found on PATH: the Redis tests start their own "
+        "throwaway redis-server on a free loopback port; to run them, install Redis >= 6 "
+        "so that redis-server and redis-cli are on PATH (e.g. `apt-get install redis-server`)"
     )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason}; CI=true, so they must run", pytrace=False)
@@ -65,18 +68,41 @@ def free_port(cluster: bool = False) -> int:
     raise RuntimeError("no free loopback port")
 
 
+class _ExitedEarly(RuntimeError):
+    """redis-server exited before answering (its port was taken, say)."""
+
+
 class RedisServer:
     """One redis-server process on ``port``; ``start``/``stop`` may repeat (same port)."""
 
     def __init__(self, port: Optional[int] = None, *extra: str, cluster: bool = False) -> None:
         require_redis(cli=cluster)
+        # A port picked here may be taken by another process before redis-server
+        # binds it (other test runs share the machine): the first start then
+        # retries on a new port.  A port given by the caller is kept.
+        self._may_move = port is None
         self.port = port or free_port(cluster)
         self.cluster = cluster
         self.extra = list(extra)
         self.dir = tempfile.mkdtemp(prefix="limiter-redis-")
         self.proc: Optional[subprocess.Popen[bytes]] = None
 
-    def start(self, timeout: float = 10.0) -> RedisServer:
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 30.0) -> RedisServer:
+        """Start the server and wait (up to ``timeout`` s: a busy machine) until it answers."""
+        for attempt in range(5):
+            try:
+                return self._start(timeout)
+            except _ExitedEarly:
+                if not self._may_move or attempt == 4:
+                    raise
+                self.port = free_port(self.cluster)
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> RedisServer:
         assert REDIS_SERVER is not None
         args = [
             REDIS_SERVER,
@@ -102,14 +128,18 @@ class RedisServer:
         try:
             while True:
                 try:
-                    if probe.ping():
+                    # Ours, not another test run's server that took the port first.
+                    if probe.info("server").get("process_id") == self.proc.pid:
+                        self._may_move = False  # restarts keep the port clients know
                         return self
                 except redis.RedisError:
                     pass
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                exited = self.proc.poll() is not None
+                if exited or time.monotonic() > deadline:
                     log = self.log()
                     self.stop()
-                    raise RuntimeError(f"redis-server on port {self.port} did not start:\n{log}")
+                    error = _ExitedEarly if exited else RuntimeError
+                    raise error(f"redis-server on port {self.port} did not start:\n{log}")
                 time.sleep(0.01)
         finally:
             probe.close()
@@ -129,8 +159,10 @@ class RedisServer:
         self.proc = None
 
     def client(self, **kwargs: Any) -> redis.Redis:
-        kwargs.setdefault("socket_timeout", 1.0)
-        kwargs.setdefault("socket_connect_timeout", 1.0)
+        # Generous timeouts: this server is up, and a busy machine must not turn
+        # a slow answer into a failure.  Tests of failures pass short ones.
+        kwargs.setdefault("socket_timeout", 5.0)
+        kwargs.setdefault("socket_connect_timeout", 5.0)
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def remove(self) -> None:

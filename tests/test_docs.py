@@ -1,28 +1,73 @@
-"""Every ```python block in README.md and docs/*.md runs, so the docs cannot rot."""
+"""Every ```python block in README.md and docs/*.md runs, so the docs cannot rot.
+
+A block whose first line is ``# needs: redis`` needs a Redis server: for a doc
+with such a block, the test starts a throwaway redis-server on a free loopback
+port (``redis_servers.py``) and the doc's blocks find it in ``REDIS_URL``
+(``"redis://127.0.0.1:<port>/0"``, also set in the environment), ``REDIS_HOST``
+and ``REDIS_PORT``.  Without a ``redis-server`` binary the whole doc is skipped
+with the reason (its blocks share one namespace), except under ``CI=true``.
+No block may count on a server at 6379.
+"""
 
 from __future__ import annotations
 
 import re
 import sys
 from pathlib import Path
-from typing import List
+from typing import Any, Iterator, List, Set
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+# "# needs: redis" or "# needs: redis, other", optionally followed by a comment
+# in parentheses or after " -- ".
+NEEDS = re.compile(r"\A#\s*needs:\s*([a-z][a-z0-9-]*(?:\s*,\s*[a-z][a-z0-9-]*)*)")
+KNOWN_NEEDS = {"redis"}
 
 
 def python_blocks(path: Path) -> List[str]:
     return BLOCK.findall(path.read_text(encoding="utf-8"))
 
 
+def block_needs(block: str) -> Set[str]:
+    """What a block declares it needs on its first line (``# needs: redis``)."""
+    match = NEEDS.match(block)
+    if match is None:
+        return set()
+    return {need.strip() for need in match.group(1).split(",")}
+
+
+def doc_needs(path: Path) -> Set[str]:
+    return set().union(*(block_needs(block) for block in python_blocks(path)))
+
+
+@pytest.fixture(scope="module")
+def docs_redis() -> Iterator[Any]:
+    """One throwaway redis-server for the docs; skips without the binary (fails if CI=true)."""
+    pytest.importorskip("redis", reason="redis-py is not installed: pip install -e '.[dev]'")
+    from redis_servers import redis_server
+
+    yield from redis_server()
+
+
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_code_blocks_run(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     """Blocks of one file run in order, in one namespace, in a scratch directory."""
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": f"docs_{path.stem}"}
+    needs = doc_needs(path)
+    assert needs <= KNOWN_NEEDS, f"unknown '# needs:' in {path.name}: {needs - KNOWN_NEEDS}"
+    if "redis" in needs:
+        server = request.getfixturevalue("docs_redis")  # skips the doc without redis-server
+        client = server.client()
+        client.flushall()  # each doc starts from an empty server
+        client.close()
+        namespace.update(REDIS_URL=server.url, REDIS_HOST="127.0.0.1", REDIS_PORT=server.port)
+        monkeypatch.setenv("REDIS_URL", server.url)
     sys.modules.setdefault(namespace["__name__"], type(sys)(namespace["__name__"]))
     for number, block in enumerate(python_blocks(path), 1):
         code = compile(block, f"{path.name}[block {number}]", "exec")
@@ -53,6 +98,30 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one() -> None:
     # .ci/run takes the command from README.md (the first line that starts so).
     assert """grep -m1 -E '^pip install -e "\\.\\[dev\\]" && python -m pytest' README.md""" in ci
     assert 'eval "$test_cmd"' in ci
+    # README says what the full suite needs; CI also runs it where Redis is absent.
+    assert "redis-server" in readme and "apt-get install redis-server" in readme
+    assert "unshare -n -m" in ci and 'eval "$pytest_cmd"' in ci
+
+
+def test_no_doc_counts_on_a_redis_at_6379() -> None:
+    """Docs blocks reach Redis through REDIS_URL / REDIS_PORT (see the module docstring)."""
+    offending = [
+        f"{path.relative_to(ROOT)} block {number}"
+        for path in DOCS
+        for number, block in enumerate(python_blocks(path), 1)
+        if re.search(r"(?<!\d)6379(?!\d)", block)  # (not 26379, Sentinel's port)
+    ]
+    assert offending == [], (
+        "these blocks use a server at 6379: start them with `# needs: redis` and use "
+        "REDIS_URL (or REDIS_HOST/REDIS_PORT), which the tests point at a throwaway server"
+    )
+
+
+def test_needs_marker_parsing() -> None:
+    assert block_needs("# needs: redis\nimport redis\n") == {"redis"}
+    assert block_needs("# needs: redis (the tests start one)\n") == {"redis"}
+    assert block_needs("# needs: redis, sqlite -- why\n") == {"redis", "sqlite"}
+    assert block_needs("import redis\n# needs: redis\n") == set()  # first line only
 
 
 def test_every_doc_has_runnable_code() -> None:

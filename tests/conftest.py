@@ -1,0 +1,47 @@
+"""Suite-wide settings: nothing here may depend on how fast this machine is today.
+
+* Hypothesis: no per-example deadline and no "too slow" health check by default
+  (the defaults fail a test when one example takes over 200 ms, which a busy
+  machine does now and then).  A test's own ``@settings`` still wins for the
+  fields it sets.
+* The report header says whether the Redis tests will run (they start their own
+  throwaway ``redis-server``; see ``redis_servers.py``).
+* ``LIMITER_STORAGE_URL`` from the developer's shell is dropped: no test (nor a
+  process a test starts, such as the demo) may use a real store by accident.
+  Tests of the variable set it themselves (``monkeypatch.setenv``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import List
+
+import pytest
+
+os.environ.pop("LIMITER_STORAGE_URL", None)
+
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # pragma: no cover - hypothesis is in the dev extra
+    pass
+else:
+    settings.register_profile(
+        "limiter", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.load_profile("limiter")
+
+
+def pytest_report_header(config: pytest.Config) -> List[str]:
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server and cli:
+        return [f"redis: {server} (the Redis tests start their own servers on loopback)"]
+    missing = " and ".join(
+        name for name, path in (("redis-server", server), ("redis-cli", cli)) if path is None
+    )
+    if os.environ.get("CI", "").lower() == "true":
+        return [f"redis: {missing} not found on PATH: the Redis tests fail (CI=true)"]
+    return [
+        f"redis: {missing} not found on PATH: the Redis tests are skipped "
+        "(install Redis >= 6 to run them, e.g. `apt-get install redis-server`)"
+    ]
