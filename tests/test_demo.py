@@ -1,14 +1,22 @@
-"""``python -m limiter demo``: a real process on a free loopback port."""
+"""``python -m limiter demo``: a real process on a free loopback port.
+
+Nothing here depends on how fast this machine is: the limits refill one token
+every 12 s (the default ``5/minute``) or every hour, and where the refill
+could matter the assertion is bounded by the measured elapsed time.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
 
 import httpx
 import pytest
@@ -16,81 +24,272 @@ import pytest
 from limiter.__main__ import main
 
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
+LOOP = re.compile(
+    r"watch the 429s: for i in \$\(seq (\d+)\); "
+    r"do curl -s -o /dev/null -w '%\{http_code\} ' (http://\S+); done; echo\n"
+)
+TIMEOUT = 60  # seconds; generous: a busy machine
 
 
-@pytest.fixture(scope="module")
-def demo():
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "limiter",
-            "demo",
-            "--port",
-            "0",
-            "--rate",
-            "1/hour",
-            "--burst",
-            "3",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+class Demo:
+    """A demo process started by the test, and the four lines it printed at start-up."""
+
+    def __init__(self, args: List[str], out: Path, env: Optional[Dict[str, str]] = None) -> None:
+        environ = dict(os.environ)
+        environ.pop("LIMITER_STORAGE_URL", None)
+        environ.update(env or {})
+        self.err_path = out.with_suffix(".err")
+        with open(self.err_path, "wb") as err:  # a file: the request log never fills a pipe
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "limiter", "demo", "--port", "0", *args],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=environ,
+            )
+        assert self.process.stdout is not None
+        self.lines = [self.process.stdout.readline() for _ in range(4)]
+        if not self.lines[-1]:
+            self.kill()
+            pytest.fail(f"the demo did not start: {self.lines} {self.stderr()}")
+        self.url = self.lines[0].split()[3]
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=TIMEOUT)
+
+    def stop(self) -> str:
+        """Ctrl-C: the demo stops cleanly; returns what it printed after the start-up lines."""
+        self.process.send_signal(signal.SIGINT)
+        out, _ = self.process.communicate(timeout=TIMEOUT)
+        assert self.process.returncode == 0, self.stderr()
+        return out
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(TIMEOUT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator:
+    demos: List[Demo] = []
+
+    def start(*args: str, env: Optional[Dict[str, str]] = None) -> Demo:
+        demo = Demo(list(args), tmp_path / f"demo{len(demos)}", env)
+        demos.append(demo)
+        return demo
+
+    yield start
+    for demo in demos:
+        demo.kill()
+
+
+def test_the_printed_loop_shows_the_burst_then_429s(start) -> None:
+    """Default options: the loop the demo prints gives exactly what it (and the docs) promise."""
+    demo = start()
+    first, second, third, fourth = demo.lines
+    assert re.fullmatch(
+        r"limiter demo: serving http://127\.0\.0\.1:\d+/ at 5/minute burst 5 \(Ctrl-C to stop\)\n",
+        first,
     )
-    try:
-        first = process.stdout.readline()
-        second = process.stdout.readline()
-        yield process, first, second
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
+    assert second == "limiter demo: store memory:// (this process only); X-RateLimit-* headers\n"
+    loop = LOOP.fullmatch(third)
+    assert loop is not None, third
+    assert loop.group(2) == demo.url
+    count = int(loop.group(1))
+    assert count == 8  # burst + 3
+    expected = "200 200 200 200 200 429 429 429"
+    assert fourth == f"expect: {expected} (one token back every 12 s)\n"
 
-
-def test_prints_the_url_and_a_command_and_serves_the_limited_api(demo):
-    process, first, second = demo
-    assert first.startswith("limiter demo: serving http://127.0.0.1:")
-    url = first.split()[3]
-    assert url.endswith("/")
-    loop = re.match(r"watch the 429s: for i in \$\(seq (\d+)\); do curl ", second)
-    assert loop is not None, second
-    assert int(loop.group(1)) > 3  # more requests than the burst: the 429s show
-    assert url in second
-    with httpx.Client(base_url=url, timeout=60) as client:  # generous: a busy machine
-        for _ in range(5):
-            assert client.get("/health").json() == {"status": "ok"}
-        started = time.monotonic()
-        responses = [client.get("/") for _ in range(4)]
+    with demo.client() as client:
+        for _ in range(3):  # exempt: takes no token, gets no headers
+            health = client.get("/health")
+            assert health.json() == {"status": "ok"}
+            assert "X-RateLimit-Limit" not in health.headers
+        # The printed loop's requests, as curl sends them (one connection each).
+        started_wall, started = time.time(), time.monotonic()
+        responses = []
+        for _ in range(count):
+            with demo.client() as once:
+                responses.append(once.get("/"))
         elapsed = time.monotonic() - started
-        assert [r.status_code for r in responses] == [200, 200, 200, 429]
-        assert responses[0].json()["hello"] == "world"
-        assert responses[0].headers["X-RateLimit-Limit"] == "3"
-        assert responses[3].content == BODY_429
-        # One token per hour: the wait is an hour less the time the requests
-        # took, rounded up (exactly 3600 unless this machine is very busy).
-        retry_after = int(responses[3].headers["Retry-After"])
-        assert 3600 - math.ceil(elapsed) <= retry_after <= 3600
-        assert client.get("/time").status_code == 429
+        codes = [r.status_code for r in responses]
+        # One token comes back every 12 s: none can unless the loop took that long.
+        assert codes[:5] == [200] * 5
+        assert codes[5:].count(200) <= math.floor(elapsed / 12)
+        if elapsed < 12:  # (always, but on a machine stalled for 12 s)
+            assert " ".join(map(str, codes)) == expected
+            remaining = [r.headers["X-RateLimit-Remaining"] for r in responses]
+            assert remaining == ["4", "3", "2", "1", "0", "0", "0", "0"]
 
-    process.send_signal(signal.SIGINT)
-    out, _ = process.communicate(timeout=60)
-    assert process.returncode == 0
-    assert out == "limiter demo: stopped\n"
+        ok = responses[0]
+        assert ok.json() == {
+            "hello": "world",
+            "limit": "5/minute burst 5",
+            "endpoints": ["/", "/time", "/health"],
+        }
+        assert ok.headers["X-RateLimit-Limit"] == "5"
+
+        limited = responses[-1]
+        assert limited.content == BODY_429
+        assert limited.headers["Content-Type"] == "application/json"
+        assert limited.headers["Content-Length"] == "66"
+        assert limited.headers["X-RateLimit-Limit"] == "5"
+        assert limited.headers["X-RateLimit-Remaining"] == "0"
+        assert "RateLimit" not in limited.headers  # the draft fields: --headers draft
+        # The next token is 12 s after the first request, less the time since.
+        retry_after = int(limited.headers["Retry-After"])
+        assert max(1, 12 - math.ceil(elapsed)) <= retry_after <= 12
+        # Full again 5 tokens (60 s) after the first request: an epoch second.
+        reset = int(limited.headers["X-RateLimit-Reset"])
+        assert started_wall - 1 <= reset <= time.time() + 61
+
+        assert client.get("/time").status_code == 429  # limited too, same bucket
+        assert client.head("/").status_code == 429
+        assert client.get("/health").status_code == 200
+
+    assert demo.stop() == "limiter demo: stopped\n"
 
 
-def test_no_command_prints_help_and_returns_2(capsys):
+def test_headers_draft(start) -> None:
+    demo = start("--headers", "draft", "--rate", "1/hour", "--burst", "3")
+    assert demo.lines[1].endswith("; RateLimit and RateLimit-Policy headers\n")
+    assert demo.lines[3] == "expect: 200 200 200 429 429 429 (one token back every 60 min)\n"
+    with demo.client() as client:
+        responses = [client.get("/") for _ in range(4)]
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    for response in responses:
+        assert response.headers["RateLimit-Policy"] == '"default";q=3;w=10800'  # 3 tokens per 3 h
+        assert not any(name.lower().startswith("x-ratelimit") for name in response.headers)
+    assert re.fullmatch(r'"default";r=2;t=\d+', responses[0].headers["RateLimit"])
+    assert re.fullmatch(r'"default";r=0;t=\d+', responses[3].headers["RateLimit"])
+    assert int(responses[3].headers["Retry-After"]) > 3000
+    assert responses[3].content == BODY_429
+
+
+def test_two_demos_on_one_sqlite_file_share_the_bucket(start, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"  # an absolute path: sqlite:////...
+    limit = ("--rate", "1/hour", "--burst", "3")
+    # --store wins over the environment (which is not even read: it is invalid here)...
+    one = start("--store", url, "--headers", "both", *limit, env={"LIMITER_STORAGE_URL": "bogus"})
+    # ...and the environment is the default store.
+    two = start(*limit, env={"LIMITER_STORAGE_URL": url})
+    assert one.lines[1] == (
+        f"limiter demo: store {url}; X-RateLimit-*, RateLimit and RateLimit-Policy headers\n"
+    )
+    assert two.lines[1] == (
+        f"limiter demo: store {url} (from LIMITER_STORAGE_URL); X-RateLimit-* headers\n"
+    )
+    with one.client() as a, two.client() as b:
+        first = [a.get("/") for _ in range(2)]
+        second = [b.get("/") for _ in range(2)]
+        third = a.get("/")
+    assert [r.status_code for r in first] == [200, 200]
+    assert first[1].headers["X-RateLimit-Remaining"] == "1"
+    assert first[1].headers["RateLimit"].startswith('"default";r=1;')
+    assert [r.status_code for r in second] == [200, 429]
+    assert second[0].headers["X-RateLimit-Remaining"] == "0"
+    assert third.status_code == 429
+    assert one.stop() == "limiter demo: stopped\n"
+    assert two.stop() == "limiter demo: stopped\n"
+
+
+def test_bad_store_scheme_is_a_usage_error_without_traceback() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "limiter", "demo", "--store", "ftp://u:secret@files.example/"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: limiter demo ")
+    assert "limiter demo: error: --store: unknown store URL scheme 'ftp://'" in done.stderr
+    assert "'ftp://u:***@files.example/'" in done.stderr
+    assert "supported schemes: memory://, sqlite://, redis://" in done.stderr
+    assert "secret" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_storage_url_in_the_environment_is_a_usage_error(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LIMITER_STORAGE_URL", "mysql://root:secret@db/")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "LIMITER_STORAGE_URL: unknown store URL scheme 'mysql://'" in err
+    assert "secret" not in err
+
+
+def test_sqlite_store_in_a_missing_directory_returns_1(capsys, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'missing' / 'x.db'}"
+    assert main(["demo", "--store", url, "--port", "0"]) == 1
+    assert f"cannot open the store {url}: " in capsys.readouterr().err
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port where connections are refused (bound, never listening)."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield bound.getsockname()[1]
+
+
+def test_unreachable_redis_returns_1_and_never_shows_the_password(capsys, closed_port) -> None:
+    pytest.importorskip("redis", reason="redis-py is not installed: pip install -e '.[dev]'")
+    url = f"redis://u:secret@127.0.0.1:{closed_port}/0"
+    assert main(["demo", "--store", url, "--port", "0"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(
+        f"limiter demo: the store redis://u:***@127.0.0.1:{closed_port}/0 does not answer: "
+    )
+    assert "Traceback" not in err
+    assert "secret" not in out + err
+
+
+def test_unreachable_redis_with_a_fallback_serves_and_never_shows_the_password(
+    start, closed_port
+) -> None:
+    pytest.importorskip("redis", reason="redis-py is not installed: pip install -e '.[dev]'")
+    url = f"redis://u:secret@127.0.0.1:{closed_port}/0?fallback=memory"
+    demo = start("--store", url, "--rate", "1/hour", "--burst", "3")
+    assert demo.lines[1].startswith(f"limiter demo: store redis://u:***@127.0.0.1:{closed_port}/")
+    with demo.client() as client:  # the fallback (memory) limits meanwhile
+        codes = [client.get("/").status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    out = "".join(demo.lines) + demo.stop()
+    err = demo.stderr()
+    assert "does not answer" in err and "its fallback answers" in err
+    assert "secret" not in out + err
+    assert "Traceback" not in err
+
+
+def test_no_command_prints_help_and_returns_2(capsys) -> None:
     assert main([]) == 2
     assert "demo" in capsys.readouterr().out
 
 
-def test_bad_rate_is_a_usage_error(capsys):
+def test_bad_rate_is_a_usage_error(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--rate", "fast"])
     assert exit_info.value.code == 2
     assert "fast" in capsys.readouterr().err
 
 
-def test_port_in_use_returns_1(capsys):
+def test_bad_headers_style_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--headers", "ietf"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'ietf'" in capsys.readouterr().err
+
+
+def test_port_in_use_returns_1(capsys) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
