@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .common import ratios, summary
+from .importcost import rows as import_cost_rows
 
 REPRODUCE = 'pip install -e ".[bench]" && python -m bench'
 
@@ -678,6 +679,7 @@ def render(results: Dict[str, Any], docs: Path) -> List[Path]:
             ["Redis server", m.get("redis_server", "")],
             ["wrk", m.get("wrk", "")],
             ["packages", ", ".join(f"{k} {v}" for k, v in pk.items())],
+            *import_cost_rows(m.get("import_cost")),
         ],
     )
     for part in (md_core, md_memory, md_middleware, md_servers, md_redis, md_sqlite):

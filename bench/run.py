@@ -51,7 +51,12 @@ DISTS = [
 ]
 
 
-def machine() -> Dict[str, Any]:
+def machine(import_cost_runs: int = 0) -> Dict[str, Any]:
+    """The setup: hardware, versions and what having tokenlimiter installed costs.
+
+    ``import_cost_runs`` > 0 measures ``import limiter`` and the pytest plugin
+    (``bench.importcost``, best of that many subprocess runs).
+    """
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -83,7 +88,19 @@ def machine() -> Dict[str, Any]:
         "packages": {dist: version(dist) for dist in DISTS},
         "redis_server": redis_version,
         "wrk": _which("wrk"),
+        "import_cost": _import_cost(import_cost_runs),
     }
+
+
+def _import_cost(runs: int) -> Dict[str, Any]:
+    if runs <= 0:
+        return {}
+    from .importcost import measure
+
+    try:
+        return measure(runs)
+    except Exception as exc:  # a setup figure must not lose the run
+        return {"error": repr(exc)}
 
 
 def _which(cmd: str) -> str:
@@ -163,7 +180,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "settings": {"rounds": settings.rounds, "quick": settings.quick},
-        "machine": machine(),
+        "machine": machine(import_cost_runs=3 if settings.quick else 5),
         "seconds": round(time.perf_counter() - started, 1),
         "sections": sections,
     }

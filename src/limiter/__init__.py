@@ -8,17 +8,17 @@
 
 from typing import TYPE_CHECKING
 
-from .backends.memory import MemoryStore
-from .bucket import Limit, RateLimitResult, step
-from .clock import Clock, ManualClock, SystemClock
-from .headers import rate_limit_headers
-from .ratelimiter import RateLimiter, RateLimitExceeded
-from .rules import Rule
-from .store import AsyncStore, Store, StoreError
-
 if TYPE_CHECKING:
+    from .backends.memory import MemoryStore
     from .backends.redis import AsyncRedisStore, RedisStore
     from .backends.sqlite import SQLiteStore
+    from .bucket import Limit, RateLimitResult, step
+    from .clock import Clock, ManualClock, SystemClock
+    from .headers import rate_limit_headers
+    from .ratelimiter import RateLimiter, RateLimitExceeded
+    from .rules import Rule
+    from .store import AsyncStore, Store, StoreError
+    from .urls import store_from_env, store_from_url
 
 __all__ = [
     "AsyncRedisStore",
@@ -38,16 +38,36 @@ __all__ = [
     "SystemClock",
     "rate_limit_headers",
     "step",
+    "store_from_env",
+    "store_from_url",
 ]
 
 __version__ = "0.1.0"
 
-# The shared stores load on first use: ``import limiter`` must not need redis-py
+# The shared stores and store_from_url load on first use: ``import limiter`` must not need redis-py
 # or open anything, and most processes use the in-memory store only.
 _LAZY = {
+    # Every name loads on first use, the core too: the pytest plugin (limiter.testing) imports
+    # this package in every pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
+    "Limit": "limiter.bucket",
+    "RateLimitResult": "limiter.bucket",
+    "step": "limiter.bucket",
+    "Clock": "limiter.clock",
+    "ManualClock": "limiter.clock",
+    "SystemClock": "limiter.clock",
+    "rate_limit_headers": "limiter.headers",
+    "RateLimiter": "limiter.ratelimiter",
+    "RateLimitExceeded": "limiter.ratelimiter",
+    "Rule": "limiter.rules",
+    "AsyncStore": "limiter.store",
+    "Store": "limiter.store",
+    "StoreError": "limiter.store",
+    "MemoryStore": "limiter.backends.memory",
     "RedisStore": "limiter.backends.redis",
     "AsyncRedisStore": "limiter.backends.redis",
     "SQLiteStore": "limiter.backends.sqlite",
+    "store_from_url": "limiter.urls",
+    "store_from_env": "limiter.urls",
 }
 
 

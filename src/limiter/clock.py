@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 import time
-
-from typing_extensions import Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 __all__ = ["Clock", "ManualClock", "SystemClock"]
 
@@ -54,6 +52,8 @@ class SystemClock:
 
     async def asleep(self, seconds: float) -> None:
         """``await asyncio.sleep(seconds)``."""
+        import asyncio  # here, not at the top: ``import limiter`` must not pay for asyncio
+
         await asyncio.sleep(seconds)
 
     def __repr__(self) -> str:
@@ -102,6 +102,8 @@ class ManualClock:
     async def asleep(self, seconds: float) -> None:
         """Advance by ``seconds``, then yield to the event loop once."""
         self.advance(seconds)
+        import asyncio
+
         await asyncio.sleep(0)
 
     def set(self, t: float) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, List, Optional, Tuple
-
-from typing_extensions import Literal
+from typing import Dict, List, Literal, Optional, Tuple
 
 from .bucket import TIME_EPSILON, RateLimitResult
 

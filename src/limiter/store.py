@@ -8,9 +8,7 @@ key (or ``step_all`` to the keys of several limits) atomically: under a lock
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
-
-from typing_extensions import Protocol, runtime_checkable
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
 from .bucket import Limit, RateLimitResult
 

@@ -12,6 +12,7 @@ With Starlette or FastAPI: ``app.add_middleware(RateLimitMiddleware, limiter=lim
 from __future__ import annotations
 
 from typing import (
+    TYPE_CHECKING,
     Any,
     Awaitable,
     Callable,
@@ -23,11 +24,12 @@ from typing import (
     Tuple,
 )
 
-from typing_extensions import Unpack
-
 from ..ratelimiter import RateLimiter
 from ..store import StoreError
 from .common import Guard, GuardOptions, HeaderView, RequestInfo, check_options
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 __all__ = ["RateLimitMiddleware", "request_info"]
 

@@ -24,10 +24,9 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TypedDict,
     Union,
 )
-
-from typing_extensions import TypedDict
 
 from ..bucket import RateLimitResult, validate_cost
 from ..headers import build_headers, validate_style

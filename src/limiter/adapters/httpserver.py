@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable, List, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Type, TypeVar
 from urllib.parse import unquote
-
-from typing_extensions import Unpack
 
 from ..ratelimiter import RateLimiter
 from .common import Guard, GuardOptions, HeaderList, HeaderView, RequestInfo, check_options
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 __all__ = ["rate_limited", "request_info"]
 

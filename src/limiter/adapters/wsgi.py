@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, Iterable, List, Tuple
-
-from typing_extensions import Unpack
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Tuple
 
 from ..ratelimiter import RateLimiter
 from .common import Guard, GuardOptions, HeaderView, RequestInfo, check_options, status_line
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 __all__ = ["RateLimitMiddleware", "request_info"]
 
