@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter.bucket import Limit, step, step_all
+from limiter.bucket import CLOCK_TOLERANCE, Limit, step, step_all
 
 T0 = 1_700_000_000.0
 
@@ -163,6 +163,86 @@ class TestRules:
             assert not math.isnan(r.reset_after)
 
 
+class TestLateReadings:
+    """A ``now`` up to ``CLOCK_TOLERANCE`` behind the last update: read before the lock."""
+
+    def test_a_reading_just_behind_the_last_update_is_applied_at_it(self) -> None:
+        limit = Limit(1000, 10)  # a token a millisecond
+        u = T0 + 0.5
+        drained, _ = step(None, T0, limit, 10)
+        state, r = step(drained, u, limit, 5)  # full again at u, 5 taken
+        assert r.remaining == 5 and state.imag == u
+        # Read 1 ms before u, applied after it: exactly what a request at u gets,
+        # for every cost (peeks, admissions, denials), state bit for bit.
+        for cost in (0, 0.5, 1, 3, 5, 6, 10, 11):
+            assert step(state, u - 0.001, limit, cost) == step(state, u, limit, cost)
+        late, r = step(state, u - 0.001, limit, 5)
+        assert r.allowed and r.remaining == 0
+        assert late.imag == u  # stored at u: not re-anchored at the earlier reading
+        # A millisecond after u refills one token, not two: no double refill.
+        _, r = step(late, u + 0.001, limit, 2)
+        assert (r.allowed, r.remaining) == (False, 1)
+        # Denied or peeking, a late reading stores nothing at all.
+        for cost in (0, 1):
+            same, r = step(late, u - 0.001, limit, cost)
+            assert same is late and r == step(late, u, limit, cost)[1]
+            same, allowed = step(late, u - 0.001, limit, cost, False)
+            assert same is late and allowed == (cost == 0)
+
+    def test_the_tolerance_separates_late_readings_from_a_clock_stepped_back(self) -> None:
+        limit = Limit(1, 3)
+        state, _ = step(None, T0, limit, 3)  # empty at T0
+        edge = T0 - CLOCK_TOLERANCE
+        # Exactly the tolerance behind: still a late reading, applied at T0.
+        same, r = step(state, edge, limit, 1)
+        assert same is state and not r.allowed and r.retry_after == pytest.approx(1.0)
+        # Any further: a clock stepped back, re-anchored (and stored) at the reading.
+        for back in (math.nextafter(edge, -math.inf), edge - 0.001, T0 - 3600, T0 - 86400):
+            moved, r = step(state, back, limit, 1)
+            assert moved == complex(3.0, back) and not r.allowed
+            assert step(moved, back + 1, limit, 1)[1].allowed  # nobody locked out
+
+    def test_a_shrunk_limit_cuts_the_debt_at_the_last_update_not_before(self) -> None:
+        state, _ = step(None, T0, Limit(1, 10), 10)  # 10 s of debt at T0
+        cut, r = step(state, T0 - 0.5, Limit(1, 2), 1)
+        assert not r.allowed and cut == complex(2.0, T0)  # as at T0 itself
+        assert cut == step(state, T0, Limit(1, 2), 1)[0]
+
+    def test_step_all_applies_each_late_reading_at_its_own_last_update(self) -> None:
+        limits = [Limit(10, 5), Limit(1, 5)]
+        a, _ = step(None, T0, limits[0], 5)  # drained at T0
+        b, _ = step(None, T0 - 5, limits[1], 5)  # drained 5 s earlier: full again at T0
+        now = T0 - 0.2  # behind a, 5 s after b
+        states, result = step_all([a, b], now, limits, 1)
+        assert not result.allowed and states[0] is a and states[1] is b
+        assert result.results[0] == step(a, T0, limits[0], 1)[1]
+        assert result.results[1] == step(b, now, limits[1], 0)[1]  # a peek: nothing taken
+        states, result = step_all([a, b], T0 + 0.1, limits, 1)
+        assert result.allowed and states[0].imag == T0 + 0.1
+
+    def test_two_threads_whose_readings_apply_out_of_order_get_exactly_the_rate(self) -> None:
+        # Each round thread A reads the clock, then thread B does (lag_ms later);
+        # B takes the store's lock first, then A.  Each sends 4 requests: more
+        # than the 2 to 8 tokens a round refills, so the bucket is always drained.
+        limit = Limit(1000, 10)  # a token a millisecond
+        state = None
+        admitted = 0
+        applied = []  # readings in the order they took effect
+        for k in range(400):
+            t1_ms = 5 * k
+            t2_ms = t1_ms + 1 + k % 4  # B read 1 to 4 ms after A
+            for ms in (t2_ms, t1_ms):
+                applied.append(ms)
+                for _ in range(4):
+                    state, allowed = step(state, T0 + ms / 1000, limit, 1, False)
+                    admitted += allowed
+        # Exactly the burst plus a token a millisecond from the first reading
+        # applied to the last (late readings take effect at the update they lag).
+        assert admitted == 10 + (max(applied) - applied[0])
+        # Before CLOCK_TOLERANCE, each of A's readings re-anchored the bucket 1 to
+        # 4 ms back and that time refilled twice: about 1,000 tokens too many.
+
+
 class TestLimit:
     def test_values_and_derived_fields(self) -> None:
         limit = Limit(10, 20)
@@ -252,6 +332,8 @@ class Reference:
         if self.tokens is None:  # never charged: a full bucket at any time
             available, backwards = Fraction(self.burst), False
         else:
+            if self.last - Fraction(CLOCK_TOLERANCE) <= now < self.last:
+                now = self.last  # read before the last update took effect: applied at it
             backwards = now < self.last
             elapsed = Fraction(0) if backwards else now - self.last
             available = min(Fraction(self.burst), self.tokens + elapsed * self.rate)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from limiter import Limit, MemoryStore, RateLimitResult
 from limiter.backends.sqlite import SQLiteStore
+from limiter.bucket import CLOCK_TOLERANCE
 from limiter.testing import T0
 
 TINY = sys.float_info.min  # the smallest accepted rate
@@ -268,3 +269,76 @@ def test_burst_near_2_53_keeps_remaining_in_range_on_every_store(
     limit = Limit(1e-200, 2**53 - 1)
     result = stores.apply_many([f"odd:{stores.uid}"], [limit], 2**53, T0)
     assert (result.allowed, result.remaining) == (False, 2**53 - 1)
+
+
+# -- late readings: CLOCK_TOLERANCE on every store ----------------------------------
+
+#: Seconds a reading lags the one before it: late by up to ``CLOCK_TOLERANCE``
+#: (applied at the last update), exactly that late, or later still (a clock
+#: stepped back: re-anchored).
+LATE = st.sampled_from(
+    [
+        *(0.0, 0.0, -1e-9, -0.001, -0.5, -CLOCK_TOLERANCE),
+        *(-math.nextafter(CLOCK_TOLERANCE, 2), -CLOCK_TOLERANCE - 0.001, -2.0, -3600.0),
+    ]
+)
+LATE_OPS = st.lists(
+    st.tuples(MOVES, LATE, st.sampled_from(COST_KINDS), st.floats(0, 2)), min_size=1, max_size=25
+)
+
+
+def run_late_ops(
+    stores: Stores, limits: List[Limit], ops: List[Tuple[float, float, str, float]]
+) -> None:
+    keys = [f"{{{stores.uid}}}:{i}" for i in range(len(limits))]
+    window = max(limit.window for limit in limits)
+    burst = min(limit.burst for limit in limits)
+    where = 0.0
+    for move, late, kind, x in ops:
+        where = min(3.0, max(-3.0, where + move))
+        base = T0 + where * window  # a late of -CLOCK_TOLERANCE after 0.0 is exactly at it
+        stores.apply_many(keys, limits, cost_of(kind, x, burst), base + late)
+
+
+@SETTINGS
+@given(limits=st.lists(st.tuples(RATES, BURSTS), min_size=1, max_size=3), ops=LATE_OPS)
+def test_memory_sqlite_and_redis_agree_on_late_readings(
+    sqlite_store: SQLiteStore, redis_client: Any, limits: Any, ops: Any
+) -> None:
+    run_late_ops(Stores(sqlite_store, redis_client), [make_limit(r, b) for r, b in limits], ops)
+
+
+def interleaved_readings(stores: Stores) -> None:
+    """Two threads read the clock in turn and take the store's lock in reverse order.
+
+    Each round thread A reads the clock, then thread B (100 to 400 ms later,
+    well within ``CLOCK_TOLERANCE``); B's requests take effect first, then A's.
+    Each sends 4 requests: more than a round refills, so the bucket is always
+    drained and every store must admit exactly the burst plus the rate times
+    the time from the first reading applied to the last.  Before the tolerance,
+    A's readings re-anchored the bucket and that time refilled twice.
+    """
+    limit = Limit(10, 10)  # a token every 100 ms; drained, a key lives about 1 s in Redis
+    key = f"{{{stores.uid}}}:interleaved"
+    admitted = 0
+    applied = []  # readings (in tenths of a second) in the order they took effect
+    for k in range(60):
+        a = 5 * k
+        b = a + 1 + k % 4
+        for tenths in (b, a):
+            applied.append(tenths)
+            for _ in range(4):
+                admitted += stores.apply_many([key], [limit], 1, T0 + tenths / 10).allowed
+    assert admitted == 10 + (max(applied) - applied[0])
+
+
+def test_interleaved_readings_admit_exactly_the_rate_in_memory_and_sqlite(
+    sqlite_store: SQLiteStore,
+) -> None:
+    interleaved_readings(Stores(sqlite_store, None))
+
+
+def test_interleaved_readings_admit_exactly_the_rate_on_every_store(
+    sqlite_store: SQLiteStore, redis_client: Any
+) -> None:
+    interleaved_readings(Stores(sqlite_store, redis_client))

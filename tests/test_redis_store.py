@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import SCRIPT_SHA, AsyncRedisStore, RedisStore, hash_tag, redis_key
-from limiter.bucket import step, step_all
+from limiter.bucket import CLOCK_TOLERANCE, step, step_all
 from limiter.testing import T0, StoreConformance
 from redis_servers import RedisServer, redis_server
 
@@ -135,18 +135,39 @@ COSTS = st.one_of(
     # Above burst by less than the slack: denied however close (bursts are 1..30).
     st.integers(1, 30).map(lambda n: n + 1e-7),
 )
+#: How far behind the latest stored updated_at a late reading goes: within
+#: ``CLOCK_TOLERANCE`` (applied at updated_at), exactly at it, and just beyond
+#: it or well beyond (a clock stepped back: re-anchored).
+BEHIND = st.one_of(
+    st.sampled_from(
+        [
+            *(1e-9, 0.001, 0.25, 0.999, CLOCK_TOLERANCE, math.nextafter(CLOCK_TOLERANCE, 2)),
+            *(CLOCK_TOLERANCE + 1e-6, CLOCK_TOLERANCE + 0.001, 2.0, 3600.0),
+        ]
+    ),
+    st.floats(0, 2 * CLOCK_TOLERANCE, exclude_min=True),
+).map(lambda seconds: ("behind", seconds))
 OPS = st.lists(
     st.tuples(
         st.one_of(
             st.integers(-3000, 8000).map(lambda ms: ms / 1000),
             st.floats(-1e4, 1e4, allow_nan=False),
             st.just(0.0),
+            BEHIND,
         ),
         COSTS,
     ),
     min_size=1,
     max_size=40,
 )
+
+
+def move(now: float, dt: Any, states: List[Optional[complex]]) -> float:
+    """``now + dt``, or for ``("behind", s)`` s seconds before the latest stored update."""
+    if not isinstance(dt, tuple):
+        return now + dt
+    anchors = [state.imag for state in states if state is not None]
+    return max(anchors) - dt[1] if anchors else now
 
 
 def check_stored(
@@ -206,7 +227,7 @@ def test_script_matches_step(client: redis.Redis, rate: float, burst: int, ops: 
     state = None
     now = T0
     for dt, cost in ops:
-        now += dt
+        now = move(now, dt, [state])
         state, expected = step(state, now, limit, cost)
         since = time.monotonic()
         got = store.apply("k", limit, cost, now)
@@ -232,7 +253,7 @@ def test_script_matches_step_all(client: redis.Redis, limits: Any, ops: Any) -> 
     states: List[Optional[complex]] = [None] * len(lims)
     now = T0
     for dt, cost in ops:
-        now += dt
+        now = move(now, dt, states)
         states, expected = step_all(states, now, lims, cost)
         since = time.monotonic()
         got = store.apply_many(keys, lims, cost, now)
@@ -262,6 +283,55 @@ def test_script_matches_step_up_to_2_53_tokens(client: redis.Redis) -> None:
             assert 0 <= got.remaining <= limit.burst
             state = check_stored(client, redis_key(key, store.prefix), state, since)
         client.delete(redis_key(key, store.prefix))
+
+
+def test_script_applies_a_late_reading_at_the_stored_update(client: redis.Redis) -> None:
+    # Every branch of the script with a now behind updated_at, against step, bit for
+    # bit: results and the stored state (None: nothing written since the last check).
+    store = RedisStore(client, prefix=unique_prefix())
+    rkey = redis_key("k", store.prefix)
+    big, small = Limit(1, 10), Limit(1, 2)
+    state = None
+    for now, limit, cost, stored_at in (
+        (T0, big, 10, T0),  # 10 s of debt at T0
+        (T0 - 0.5, small, 1, T0),  # late, under a shrunk limit: cut at T0, denied
+        (T0 - CLOCK_TOLERANCE, small, 0, T0),  # exactly the tolerance behind: a peek
+        (T0 + 1, small, 1, T0 + 1),  # admitted
+        (T0 + 0.999, small, 0.5, T0 + 1),  # late: admitted at T0 + 1, not before
+        (T0 + 0.999, small, 1, T0 + 1),  # late and denied: nothing written
+        (T0 + 1 - CLOCK_TOLERANCE - 1e-6, small, 1, T0 - 1e-6),  # stepped back: re-anchored
+        (T0 - 3600, small, 1, T0 - 3600),  # an hour back: re-anchored
+        (T0 - 3599, small, 1, T0 - 3599),  # refilling from there
+    ):
+        state, expected = step(state, now, limit, cost)
+        since = time.monotonic()
+        assert store.apply("k", limit, cost, now) == expected  # every field, bit for bit
+        state = check_stored(client, rkey, state, since)
+        assert state is not None and state.imag == stored_at
+    client.delete(rkey)
+
+    # Several keys: each late reading is applied at its own key's last update.
+    keys = ["{u}:a", "{u}:b"]
+    limits = [Limit(10, 5), Limit(1, 5)]
+    states: List[Optional[complex]] = [None, None]
+    for now, keys_of, cost in (
+        (T0, [0], 5),
+        (T0 - 5, [1], 5),
+        (T0 - 0.2, [0, 1], 1),  # behind a (denied there), 5 s after b (a peek)
+        (T0 + 0.1, [0, 1], 1),
+        (T0 + 0.3, [0, 1], 1),
+        (T0 + 0.25, [0, 1], 1),  # late for both: admitted at T0 + 0.3
+    ):
+        ks = [keys[i] for i in keys_of]
+        ls = [limits[i] for i in keys_of]
+        new, expected = step_all([states[i] for i in keys_of], now, ls, cost)
+        since = time.monotonic()
+        assert store.apply_many(ks, ls, cost, now) == expected
+        for i, s in zip(keys_of, new):
+            states[i] = check_stored(client, redis_key(keys[i], store.prefix), s, since)
+    assert [s.imag for s in states if s is not None] == [T0 + 0.3, T0 + 0.3]
+    assert [round(s.real, 6) for s in states if s is not None] == [0.5, 2.8]
+    client.delete(*(redis_key(k, store.prefix) for k in keys))
 
 
 # -- keys --------------------------------------------------------------------------

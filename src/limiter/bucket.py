@@ -29,10 +29,21 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
 * State written under another limit is read under this one, never below zero
   tokens (a limit that shrinks does not lock keys out for longer than its
   own window).
-* A ``now`` earlier than the key's last update (a clock stepped backwards)
-  grants nothing and locks no one out: the bucket holds what it held at its
-  last update, and refilling resumes from the new, earlier reading (the state
-  is re-anchored, and stored, even when the request is denied).
+* A ``now`` earlier than the key's last update grants nothing and locks no
+  one out.  Up to ``CLOCK_TOLERANCE`` (1 second) earlier, it is a reading
+  taken before the store's lock while a request that read the clock later
+  went first (threads, processes on one SQLite file, Redis with client
+  clocks): the request is applied at the last update's time, as a store that
+  read the clock under its lock would have: no refill, no re-anchoring (a
+  state it stores keeps that time), and ``reset_after`` and ``retry_after``
+  count from that time.  More than ``CLOCK_TOLERANCE`` earlier, it is a
+  clock stepped backwards: the bucket holds what it held at its last update,
+  and refilling resumes from the new, earlier reading (the state is
+  re-anchored at ``now``, and stored, even when the request is denied).  A
+  clock stepped back by less than the tolerance is taken for the former: the
+  key gets no refill until the clock is back at its last update, at most
+  ``CLOCK_TOLERANCE`` seconds.  Exactly ``CLOCK_TOLERANCE`` behind is still
+  within it.
 
 State
 -----
@@ -72,11 +83,10 @@ import operator
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
-
-from typing_extensions import Literal
+from typing import Any, List, Literal, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 __all__ = [
+    "CLOCK_TOLERANCE",
     "TIME_EPSILON",
     "Limit",
     "RateLimitResult",
@@ -88,6 +98,18 @@ __all__ = [
 
 #: Seconds of slack in every comparison (see the module docstring).
 TIME_EPSILON = 1e-6
+
+#: Seconds a ``now`` may lag a key's last update and still be taken for that
+#: update's time rather than for a clock stepped backwards (see the module
+#: docstring).  A store reads the clock before it takes its lock, so a request
+#: can be applied after one that read the clock later; the lag is a scheduling
+#: delay, a GIL switch (5 ms), a lock or SQLite busy wait or a Redis round
+#: trip: milliseconds, far below a second.  Re-anchoring such a reading would
+#: refill the lag twice.  Real backward steps are larger (ntpd steps only
+#: beyond 128 ms, and slews below; VM restores and manual resets are seconds
+#: to hours); one under the tolerance costs a key at most that long without
+#: refill.  ``backends/redis.py`` uses the same value.
+CLOCK_TOLERANCE = 1.0
 
 #: ``complex(debt, updated_at)``, both in seconds (see the module docstring).
 State = complex
@@ -405,8 +427,10 @@ def step(
     Returns ``(new_state, result)``.  ``state`` is ``None`` for a key never seen.
     When the request takes nothing (denied, or ``cost == 0``) the very same
     ``state`` object is returned, so a store can skip the write; the
-    exceptions are a backwards clock and a deficit beyond this limit's window,
-    whose re-anchored state must be stored.  With ``detail=False`` the result
+    exceptions are a clock stepped back by more than ``CLOCK_TOLERANCE`` and a
+    deficit beyond this limit's window, whose re-anchored state must be
+    stored.  A ``now`` at most ``CLOCK_TOLERANCE`` behind the state's
+    ``updated_at`` is taken as ``updated_at``.  With ``detail=False`` the result
     is just the decision, a ``bool``: the same algorithm, without building a
     ``RateLimitResult`` (``RateLimiter.allow``'s fast path).
     """
@@ -425,10 +449,16 @@ def step(
         debt = state.real
         updated_at = state.imag
         if now < updated_at:
-            # Backwards clock: keep the deficit as it was, re-anchored at ``now``.
-            # The re-anchored state is returned even on denial (same tokens, new
-            # frame); were it not stored, the key would wait for the old reading.
-            state = complex(debt, now)
+            if now < updated_at - CLOCK_TOLERANCE:
+                # Backwards clock: keep the deficit as it was, re-anchored at
+                # ``now``.  The re-anchored state is returned even on denial (same
+                # tokens, new frame); were it not stored, the key would wait for
+                # the old reading.
+                state = complex(debt, now)
+            else:
+                # Read before a later reading was applied: apply at that time (no
+                # refill; re-anchoring here would refill the lag twice).
+                now = updated_at
         else:
             debt -= now - updated_at
             if debt < 0.0:

@@ -32,7 +32,7 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..bucket import TIME_EPSILON, Limit, RateLimitResult, validate_cost
+from ..bucket import CLOCK_TOLERANCE, TIME_EPSILON, Limit, RateLimitResult, validate_cost
 from ..store import StoreError
 from ._fallback import Breaker, Health, aguarded, guarded
 
@@ -46,14 +46,18 @@ SCRIPT = r"""
 -- (tests/test_redis_store.py feeds both the same random sequences):
 -- * State: "debt updated_at" (seconds, exact: %.17g, or the caller's repr of
 --   now); a missing key is a full bucket.  It is full again at updated_at + debt.
--- * now < updated_at (clock stepped back): keep the debt, re-anchor at now, and
---   store that even on denial.  Otherwise debt = max(0, debt - (now - updated_at)).
+-- * now < updated_at - tolerance (limiter.bucket's clock tolerance, 1 s; a
+--   clock stepped back): keep the debt, re-anchor at now, and store that even
+--   on denial.  now < updated_at within the tolerance (read before a later
+--   reading was applied): keep the debt and apply the request at updated_at
+--   (the anchor below; a write keeps updated_at's stored text).  Otherwise
+--   debt = max(0, debt - (now - updated_at)) and the anchor is now.
 -- * debt above window + slack (state from a larger limit) becomes window,
---   re-anchored at now and stored even on denial: never below 0 tokens.
+--   re-anchored at the anchor and stored even on denial: never below 0 tokens.
 -- * after = debt + cost * interval, or inf when cost > burst (never admitted,
 --   however close); admitted when after <= window + slack, then
---   state = (after, now) and remaining = trunc((window - after + slack) * rate)
---   clamped to burst.
+--   state = (after, anchor) and remaining = trunc((window - after + slack) *
+--   rate) clamped to burst.
 -- * Denied, or cost 0: state unchanged (but for the re-anchoring above);
 --   remaining = trunc((window - debt + slack) * rate) clamped to burst, and
 --   retry_after = after - window (so inf when cost > burst).
@@ -61,7 +65,7 @@ SCRIPT = r"""
 --   have admitted are recomputed as peeks (cost 0).
 -- * Every write sets PX to the time until the bucket is full again, so an
 --   expired key is a full bucket and nothing needs sweeping.  A written state
---   is always anchored at now.
+--   is anchored at now, or at updated_at for a now just behind it.
 -- KEYS: one per limit.  ARGV[1]: "now cost rate burst [rate burst ...]", one
 -- rate and burst per key, Python reprs; now is empty to read the server's
 -- TIME.  cost is at most 2^54: a larger one (even inf, which tonumber may not
@@ -98,27 +102,29 @@ else
 end
 cost = tonumber(cost)
 
--- The stored debt and updated_at (nil for a new key); false and an error reply
--- for a corrupt state.
+-- The stored debt, updated_at and updated_at's text (nil for a new key); false
+-- and an error reply for a corrupt state.
 local function load(key)
   local raw = redis.call('GET', key)
   if raw then
-    local d, u = match(raw, '^(%S+) (%S+)$')
-    d, u = tonumber(d), tonumber(u)
+    local d, us = match(raw, '^(%S+) (%S+)$')
+    local u
+    d, u = tonumber(d), tonumber(us)
     if d == nil or u == nil then
       return false, redis.error_reply('limiter: corrupt bucket state in key ' .. key)
     end
-    return d, u
+    return d, u, us
   end
 end
 
--- Writes debt d anchored at now (full again in d seconds); returns d formatted.
-local function store(key, d)
+-- Writes debt d anchored at the text at, or at now when at is nil (full again
+-- in d seconds); returns d formatted.
+local function store(key, d, at)
   local ms = math.ceil(d * 1000)
   if ms < 1 then ms = 1 end
   if ms > 1e15 then ms = 1e15 end
   local ds = format('%.17g', d)
-  redis.call('SET', key, ds .. ' ' .. (nows or format('%.17g', now)), 'PX', format('%d', ms))
+  redis.call('SET', key, ds .. ' ' .. (at or nows or format('%.17g', now)), 'PX', format('%d', ms))
   return ds
 end
 
@@ -127,21 +133,25 @@ local function trunc(x)
   return math.ceil(x)
 end
 
--- d, u: the stored debt and updated_at (nil for a new key).  Returns the debt
--- to store (nil: nothing to store) and allowed, remaining, reset_after,
--- retry_after.
-local function step(d, u, rate, burst, cost)
+-- d, u, us: the stored debt, updated_at and its text (nil for a new key).
+-- Returns the debt to store (nil: nothing to store), its anchor (nil: now, or
+-- us), and allowed, remaining, reset_after, retry_after.
+local function step(d, u, us, rate, burst, cost)
   rate, burst = tonumber(rate), tonumber(burst)
   local window = burst / rate
   local slack = 1e-3 / rate
   if slack > EPSILON then slack = EPSILON end
-  local write = nil
+  local write, at = nil, nil
   local debt
   if d == nil then
     debt = 0.0
   elseif now < u then
     debt = d
-    write = d
+    if now < u - TOLERANCE then
+      write = d  -- a clock stepped back: re-anchored at now
+    else
+      at = us  -- read before a later reading was applied: applied at u
+    end
   else
     debt = d - (now - u)
     if debt < 0.0 then debt = 0.0 end
@@ -156,19 +166,19 @@ local function step(d, u, rate, burst, cost)
   if after <= window + slack then
     remaining = trunc((window - after + slack) * rate)
     if remaining > burst then remaining = burst end
-    if cost == 0 then return write, 1, remaining, debt, 0 end
-    return after, 1, remaining, after, 0
+    if cost == 0 then return write, at, 1, remaining, debt, 0 end
+    return after, at, 1, remaining, after, 0
   end
   remaining = trunc((window - debt + slack) * rate)
   if remaining > burst then remaining = burst end
-  return write, 0, remaining, debt, after - window
+  return write, at, 0, remaining, debt, after - window
 end
 
 -- Stores what step returned and formats the reply: reset_after is the stored
 -- debt when charged, so its text is reused.
-local function finish(key, write, ok, rem, reset, retry)
+local function finish(key, write, at, ok, rem, reset, retry)
   local ds
-  if write then ds = store(key, write) end
+  if write then ds = store(key, write, at) end
   if rem >= 2^53 or rem <= -2^53 then  -- beyond %d's exact range
     return format('%d %.17g %.17g %.17g', ok, rem, reset, retry)
   end
@@ -179,16 +189,16 @@ end
 
 if n == 1 then
   local key = KEYS[1]
-  local d, u = load(key)
+  local d, u, us = load(key)
   if d == false then return u end
-  return finish(key, step(d, u, rate1, burst1, cost))
+  return finish(key, step(d, u, us, rate1, burst1, cost))
 end
 
-local debts, stamps, limits = {}, {}, {}
+local debts, stamps, texts, limits = {}, {}, {}, {}
 for i = 1, n do
-  local d, u = load(KEYS[i])
+  local d, u, us = load(KEYS[i])
   if d == false then return u end
-  debts[i], stamps[i] = d, u
+  debts[i], stamps[i], texts[i] = d, u, us
 end
 local i = 0
 for rate, burst in string.gmatch(rest, '(%S+) (%S+)') do
@@ -198,19 +208,19 @@ end
 local out = {}
 local all = true
 for i = 1, n do
-  out[i] = {step(debts[i], stamps[i], limits[i][1], limits[i][2], cost)}
-  if out[i][2] == 0 then all = false end
+  out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], cost)}
+  if out[i][3] == 0 then all = false end
 end
 local parts = {}
 for i = 1, n do
   local o = out[i]
-  if not all and o[2] == 1 then
-    o = {step(debts[i], stamps[i], limits[i][1], limits[i][2], 0)}
+  if not all and o[3] == 1 then
+    o = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], 0)}
   end
-  parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5])
+  parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5], o[6])
 end
 return table.concat(parts, ' ')
-""".replace("EPSILON", repr(TIME_EPSILON))
+""".replace("EPSILON", repr(TIME_EPSILON)).replace("TOLERANCE", repr(CLOCK_TOLERANCE))
 
 #: SHA-1 of ``SCRIPT``, the name EVALSHA calls it by.
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
