@@ -13,9 +13,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-from typing import List
+from typing import Iterator, List
 
 import pytest
 
@@ -45,3 +46,20 @@ def pytest_report_header(config: pytest.Config) -> List[str]:
         f"redis: {missing} not found on PATH: the Redis tests are skipped "
         "(install Redis >= 6 to run them, e.g. `apt-get install redis-server`)"
     ]
+
+
+@pytest.fixture
+def current_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A fresh event loop, set as current for the test.
+
+    On Python 3.9, asyncio clients built outside a running loop (redis.asyncio
+    pools and locks) ask for the current loop, and there is none once any
+    earlier test ran ``asyncio.run()``.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield loop
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -382,6 +382,7 @@ def test_a_fast_client_is_not_reported(
     assert warnings_for(caplog, lambda: RedisStore(made)) == []
 
 
+@pytest.mark.usefixtures("current_loop")
 def test_async_clients_are_checked_too(caplog: pytest.LogCaptureFixture) -> None:
     bad = redis.asyncio.Redis(port=PORT)
     [message] = warnings_for(caplog, lambda: AsyncRedisStore(bad))
@@ -394,6 +395,7 @@ def test_async_clients_are_checked_too(caplog: pytest.LogCaptureFixture) -> None
     assert warnings_for(caplog, lambda: AsyncRedisStore(good)) == []
 
 
+@pytest.mark.usefixtures("current_loop")
 def test_cluster_clients_are_checked_without_connecting(caplog: pytest.LogCaptureFixture) -> None:
     # The asyncio cluster client connects at its first command only, so this
     # needs no cluster; the sync one is checked the same way (its nodes' pools).

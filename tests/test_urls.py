@@ -451,6 +451,7 @@ def test_redis_clients_fail_fast_by_default_and_options_override() -> None:
     )
 
 
+@pytest.mark.usefixtures("current_loop")
 def test_tls_and_cluster_client_arguments() -> None:
     needs("redis")
     import redis.asyncio.cluster
