@@ -30,6 +30,34 @@ PREFIX = f"bench:{os.getpid()}:"
 TASKS = 64
 
 
+class _Timer:
+    """The one stopwatch of this module: ``with _Timer() as t: ...``, then ``t.seconds``.
+
+    A ``with`` block, so that it times an ``await`` as well as a loop of calls.
+    """
+
+    seconds = 0.0
+
+    def __enter__(self) -> _Timer:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._start
+
+
+def _us_per_call(op: Callable[[], Any], n: int) -> Callable[[], float]:
+    """A case for ``interleave``: ``n`` sequential calls of ``op``, microseconds per call."""
+
+    def case() -> float:
+        with _Timer() as timer:
+            for _ in range(n):
+                op()
+        return timer.seconds / n * 1e6
+
+    return case
+
+
 def _counting_client() -> Any:
     import redis
 
@@ -171,12 +199,11 @@ async def _async_case(name: str, n: int) -> float:
             await op()
 
     await op()  # warm-up: scripts loaded, connection open
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(TASKS)))
-    seconds = time.perf_counter() - start
+    with _Timer() as timer:
+        await asyncio.gather(*(worker() for _ in range(TASKS)))
     for c in closers:
         await c.aclose()
-    return per_task * TASKS / seconds
+    return per_task * TASKS / timer.seconds
 
 
 def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
@@ -201,16 +228,9 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
         op()  # script load, connection
         trips[name] = _round_trips(op, counters[name])
 
-    def case(op: Callable[[], Any]) -> Callable[[], float]:
-        def go() -> float:
-            start = time.perf_counter()
-            for _ in range(n):
-                op()
-            return (time.perf_counter() - start) / n * 1e6
-
-        return go
-
-    samples = interleave({k: case(v) for k, v in ops.items()}, rounds, progress, "redis sync")
+    samples = interleave(
+        {k: _us_per_call(v, n) for k, v in ops.items()}, rounds, progress, "redis sync"
+    )
     for name, values in samples.items():
         section["measures"].append(
             Measure(
@@ -299,16 +319,9 @@ def _breakdown(n: int, rounds: int, progress: Progress) -> Dict[str, float]:
     for op in ops.values():
         op()
 
-    def case(op: Callable[[], Any]) -> Callable[[], float]:
-        def go() -> float:
-            start = time.perf_counter()
-            for _ in range(n):
-                op()
-            return (time.perf_counter() - start) / n * 1e6
-
-        return go
-
-    samples = interleave({k: case(v) for k, v in ops.items()}, rounds, progress, "redis profile")
+    samples = interleave(
+        {k: _us_per_call(v, n) for k, v in ops.items()}, rounds, progress, "redis profile"
+    )
     return {k: sorted(v)[len(v) // 2] for k, v in samples.items() if v}
 
 

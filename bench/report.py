@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .common import ratios, summary
 from .importcost import rows as import_cost_rows
 
 REPRODUCE = 'pip install -e ".[bench]" && python -m bench'
+
+#: The key counts of the core section: measure id part -> column heading.
+CORE_GROUPS = (("1", "hot key"), ("10000", "10,000 keys"), ("1000000", "1,000,000 keys"))
 
 
 # -- helpers ---------------------------------------------------------------------
@@ -20,8 +24,10 @@ def _measures(results: Dict[str, Any], section: str) -> Dict[str, Dict[str, Any]
     return {m["id"]: m for m in sec.get("measures", [])}
 
 
-def _ok(results: Dict[str, Any], section: str) -> bool:
-    return (results["sections"].get(section) or {}).get("status") == "ok"
+def _data(results: Dict[str, Any], section: str) -> Dict[str, Any]:
+    """The section's ``data`` ({} when the section did not run)."""
+    data: Dict[str, Any] = (results["sections"].get(section) or {}).get("data", {})
+    return data
 
 
 def _num(x: float, digits: int = 3) -> str:
@@ -40,6 +46,11 @@ def _rng(m: Dict[str, Any]) -> str:
     return f"{_num(m['median'])} ({_num(m['min'])}-{_num(m['max'])})"
 
 
+def _span(s: Dict[str, float], unit: str = "") -> str:
+    """``median<unit> (min-max)``, two decimals."""
+    return f"{s['median']:.2f}{unit} ({s['min']:.2f}-{s['max']:.2f})"
+
+
 def _ratio_of(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> Dict[str, float]:
     if not a or not b:
         return summary([])
@@ -49,7 +60,7 @@ def _ratio_of(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> Dict[
 def _fmt_ratio(r: Dict[str, float], unit: str = "x") -> str:
     if math.isnan(r["median"]):
         return "n/a"
-    return f"{r['median']:.2f}{unit} ({r['min']:.2f}-{r['max']:.2f})"
+    return _span(r, unit)
 
 
 # -- targets ---------------------------------------------------------------------
@@ -64,34 +75,25 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
         out.append({"target": name, "status": label, "figure": figure, "key": key})
 
     core = _measures(results, "core")
-    for k, group in (("1", "hot key"), ("10000", "10,000 keys"), ("1000000", "1,000,000 keys")):
-        r = _ratio_of(core.get(f"core/{k}/ours.check"), core.get(f"core/{k}/limits.fixed"))
-        if k == "1" or not math.isnan(r["median"]):
-            add(
-                f"check() >= 3x limits fixed-window hit() ({group})",
-                None if math.isnan(r["median"]) else r["median"] >= 3.0,
-                _fmt_ratio(r),
-                "check",
-            )
-    for k, group in (("1", "hot key"), ("10000", "10,000 keys"), ("1000000", "1,000,000 keys")):
-        r = _ratio_of(core.get(f"core/{k}/ours.allow"), core.get(f"core/{k}/token_bucket"))
-        if k == "1" or not math.isnan(r["median"]):
-            add(
-                f"allow() >= token-bucket consume() ({group})",
-                None if math.isnan(r["median"]) else r["median"] >= 1.0,
-                _fmt_ratio(r),
-                "allow",
-            )
-    mw = (results["sections"].get("middleware") or {}).get("data", {}).get("overhead_us", {})
+    for call, peer, claim, floor in (
+        ("check", "limits.fixed", "check() >= 3x limits fixed-window hit()", 3.0),
+        ("allow", "token_bucket", "allow() >= token-bucket consume()", 1.0),
+    ):
+        for k, group in CORE_GROUPS:
+            r = _ratio_of(core.get(f"core/{k}/ours.{call}"), core.get(f"core/{k}/{peer}"))
+            if k == "1" or not math.isnan(r["median"]):
+                status = None if math.isnan(r["median"]) else r["median"] >= floor
+                add(f"{claim} ({group})", status, _fmt_ratio(r), call)
+    mw = _data(results, "middleware").get("overhead_us", {})
     for name in ("asgi.raw+limiter", "wsgi.raw+limiter", "http.server+limiter"):
         o = mw.get(name)
         add(
             f"middleware overhead <= 5 us/request ({name.split('+')[0]} adapter)",
             None if not o else o["median"] <= 5.0,
-            "n/a" if not o else f"{o['median']:.2f} us ({o['min']:.2f}-{o['max']:.2f})",
+            "n/a" if not o else _span(o, " us"),
             "middleware",
         )
-    rd = (results["sections"].get("redis") or {}).get("data", {})
+    rd = _data(results, "redis")
     vp = rd.get("vs_ping", {}).get("limiter check()")
     add(
         "Redis check <= 1.15x a PING",
@@ -107,7 +109,7 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
         "n/a" if not many else ", ".join(f"{k}: {v:g}" for k, v in trips.items() if "limiter" in k),
         "redis",
     )
-    mem = (results["sections"].get("memory") or {}).get("data", {})
+    mem = _data(results, "memory")
     bpk = mem.get("bytes_per_key", {})
     for key in ("ours.check", "ours.check@1M"):
         if key in bpk:
@@ -251,6 +253,18 @@ def chart_keys(results: Dict[str, Any], path: Path) -> Optional[Path]:
 
 
 # -- markdown --------------------------------------------------------------------
+#
+# The page is a list of lines joined by newlines.  Every block ends with its own
+# blank line: a paragraph (``_para``), a table (``_table``), a code block
+# (``_code``).  Every results section has the same frame (``_section``): its
+# heading, then either why it has no figures or the body built from its results.
+
+Section = Dict[str, Any]
+
+
+def _para(*texts: str) -> List[str]:
+    """Each text as a paragraph: the text, then a blank line."""
+    return [line for text in texts for line in (text, "")]
 
 
 def _table(header: List[str], rows: List[List[str]]) -> List[str]:
@@ -259,31 +273,56 @@ def _table(header: List[str], rows: List[List[str]]) -> List[str]:
     return [*out, ""]
 
 
-def _section_status(results: Dict[str, Any], name: str) -> List[str]:
-    sec = results["sections"].get(name)
-    if sec is None:
-        return ["Not run in this run (`--only`).", ""]
-    if sec["status"] == "unavailable":
-        return [f"**Not available in this tree:** {sec.get('reason', '')}", ""]
-    if sec["status"] == "error":
-        return [f"**Failed:** `{sec.get('reason', '')}`", ""]
-    return []
+def _code(text: str) -> List[str]:
+    return ["```", text, "```", ""]
 
 
-def md_core(results: Dict[str, Any]) -> List[str]:
-    lines = ["## 1. In-memory operations per second", ""]
-    status = _section_status(results, "core")
-    if status:
-        return lines + status
-    sec = results["sections"]["core"]
+def _notes(sec: Section) -> List[str]:
+    """The section's notes as a list (no blank line after it)."""
+    return [f"- {n}" for n in sec.get("notes", [])]
+
+
+def _name(m: Dict[str, Any]) -> str:
+    """A measure's label, in bold when it is ours."""
+    return f"**{m['label']}**" if m["library"] == "tokenlimiter" else m["label"]
+
+
+def _section(
+    name: str, title: str
+) -> Callable[[Callable[[Section], List[str]]], Callable[[Dict[str, Any]], List[str]]]:
+    """Make ``body(section) -> lines`` into ``md(results) -> lines`` under ``## title``.
+
+    When the section was not run, is unavailable or failed, its heading is
+    followed by the reason instead of the body.
+    """
+
+    def wrap(body: Callable[[Section], List[str]]) -> Callable[[Dict[str, Any]], List[str]]:
+        @functools.wraps(body)
+        def md(results: Dict[str, Any]) -> List[str]:
+            heading = [f"## {title}", ""]
+            sec = results["sections"].get(name)
+            if sec is None:
+                return heading + _para("Not run in this run (`--only`).")
+            if sec["status"] == "unavailable":
+                return heading + _para(f"**Not available in this tree:** {sec.get('reason', '')}")
+            if sec["status"] == "error":
+                return heading + _para(f"**Failed:** `{sec.get('reason', '')}`")
+            return heading + body(sec)
+
+        return md
+
+    return wrap
+
+
+@_section("core", "1. In-memory operations per second")
+def md_core(sec: Section) -> List[str]:
     ms = sec["measures"]
-    lines += [
+    lines = _para(
         f"Limit: {sec['data'].get('limit')}, so every request is admitted (same work for "
         "everyone). Each round builds a fresh limiter, touches every key once (untimed), then "
         "times a pass over a shuffled sequence of the same keys. Figures: operations per "
-        "second, median of the rounds (min-max).",
-        "",
-    ]
+        "second, median of the rounds (min-max)."
+    )
     groups: List[str] = []
     for m in ms:
         if m["group"] not in groups:
@@ -303,65 +342,45 @@ def md_core(results: Dict[str, Any]) -> List[str]:
             row.append(_rng(m) if m and m["samples"] else "not measured")
         rows.append(row)
     lines += _table(["library / call", *groups], rows)
-    for n in sec.get("notes", []):
-        lines.append(f"- {n}")
-    lines += [
-        "",
+    lines += _notes(sec)
+    lines += [""]
+    lines += _para(
         "pyrate-limiter and limits' moving window stop at 100,000 keys: one bucket object "
         "(or one list of entries) per key makes a million of them cost gigabytes and minutes.",
-        "",
         "![Throughput by library](bench-throughput.png)",
-        "",
         "![Cost against number of keys](bench-keys.png)",
-        "",
-    ]
+    )
     curve = sec["data"].get("ns_per_op_by_keys", {}).get("ours.check", {})
     if curve:
         xs = sorted(int(k) for k in curve)
         growth = curve[str(xs[-1])] / curve[str(xs[1] if len(xs) > 1 else xs[0])]
-        lines += [
+        lines += _para(
             f"Growth of `check()` cost from {xs[1] if len(xs) > 1 else xs[0]:,} to "
             f"{xs[-1]:,} keys: {growth:.2f}x (ns/op: "
             + ", ".join(f"{x:,} keys {curve[str(x)]:.0f}" for x in xs)
-            + "). Past the CPU caches every dict lookup is a cache miss, for every library.",
-            "",
-        ]
+            + "). Past the CPU caches every dict lookup is a cache miss, for every library."
+        )
     return lines
 
 
-def md_memory(results: Dict[str, Any]) -> List[str]:
-    lines = ["## 2. Memory", ""]
-    status = _section_status(results, "memory")
-    if status:
-        return lines + status
-    data = results["sections"]["memory"]["data"]
-    lines += [
+@_section("memory", "2. Memory")
+def md_memory(sec: Section) -> List[str]:
+    data = sec["data"]
+    lines = _para(
         "Bytes each library keeps per tracked key (tracemalloc, after touching N new keys "
-        "in a fresh process; the caller's own key strings are not counted, stored copies are):",
-        "",
-    ]
-    rows = [
-        [v["label"], f"{v['keys']:,}", f"{v['bytes_per_key']:.0f}"]
-        for v in data.get("bytes_per_key", {}).values()
-    ]
-    lines += _table(["library", "keys", "bytes per key"], rows)
-    rows = []
-    for f in data.get("flood", []):
-        rows.append(
-            [
-                f"{f['max_keys']:,}" if f["max_keys"] else "None (unbounded)",
-                f"{f['keys']:,}",
-                f"{f['len_store']:,}",
-                f"{f['max_len_store']:,}",
-                f"{f['rss_growth_mib']:.0f} MiB",
-                f"{f['ops_per_s'] / 1e3:.0f}k",
-            ]
-        )
-    lines += [
+        "in a fresh process; the caller's own key strings are not counted, stored copies are):"
+    )
+    lines += _table(
+        ["library", "keys", "bytes per key"],
+        [
+            [v["label"], f"{v['keys']:,}", f"{v['bytes_per_key']:.0f}"]
+            for v in data.get("bytes_per_key", {}).values()
+        ],
+    )
+    lines += _para(
         "Flood of distinct keys (10/s, burst 10: no bucket is full again during the flood, so "
-        "eviction must drop live keys), `MemoryStore(max_keys=...)`, fresh process:",
-        "",
-    ]
+        "eviction must drop live keys), `MemoryStore(max_keys=...)`, fresh process:"
+    )
     lines += _table(
         [
             "max_keys",
@@ -371,88 +390,76 @@ def md_memory(results: Dict[str, Any]) -> List[str]:
             "RSS growth",
             "checks/s",
         ],
-        rows,
+        [
+            [
+                f"{f['max_keys']:,}" if f["max_keys"] else "None (unbounded)",
+                f"{f['keys']:,}",
+                f"{f['len_store']:,}",
+                f"{f['max_len_store']:,}",
+                f"{f['rss_growth_mib']:.0f} MiB",
+                f"{f['ops_per_s'] / 1e3:.0f}k",
+            ]
+            for f in data.get("flood", [])
+        ],
     )
     sweeps = data.get("sweep", {})
-    rows = []
-    for kind, what in (
-        ("full", "every bucket full: deletes all"),
-        ("scan", "no bucket full: deletes none"),
-    ):
-        for r in sweeps.get(kind, []):
-            rows.append(
-                [
-                    what,
-                    f"{r['keys']:,}",
-                    f"{r['sweep_seconds'] * 1e3:.0f} ms",
-                    f"{r['checks_during_sweep']:,}",
-                    f"{r['p50_ms'] * 1e3:.1f} us",
-                    f"{r['p99_ms']:.3f} ms",
-                    f"**{r['max_ms']:.1f} ms**",
-                ]
-            )
-    lines += [
+    lines += _para(
         "Worst `check()` latency on one thread while another runs `MemoryStore.sweep()` "
-        "(issue 2: must stay near 10 ms or less); one row per round:",
-        "",
-    ]
+        "(issue 2: must stay near 10 ms or less); one row per round:"
+    )
     lines += _table(
-        ["sweep", "keys", "sweep time", "checks during sweep", "p50", "p99", "worst"], rows
+        ["sweep", "keys", "sweep time", "checks during sweep", "p50", "p99", "worst"],
+        [
+            [
+                what,
+                f"{r['keys']:,}",
+                f"{r['sweep_seconds'] * 1e3:.0f} ms",
+                f"{r['checks_during_sweep']:,}",
+                f"{r['p50_ms'] * 1e3:.1f} us",
+                f"{r['p99_ms']:.3f} ms",
+                f"**{r['max_ms']:.1f} ms**",
+            ]
+            for kind, what in (
+                ("full", "every bucket full: deletes all"),
+                ("scan", "no bucket full: deletes none"),
+            )
+            for r in sweeps.get(kind, [])
+        ],
     )
     return lines
 
 
-def md_middleware(results: Dict[str, Any]) -> List[str]:
-    lines = ["## 3. Middleware overhead per request", ""]
-    status = _section_status(results, "middleware")
-    if status:
-        return lines + status
-    sec = results["sections"]["middleware"]
+@_section("middleware", "3. Middleware overhead per request")
+def md_middleware(sec: Section) -> List[str]:
     data = sec["data"]
-    lines += [
+    lines = _para(
         f"In-process, no sockets: {data.get('requests_per_batch', 0):,} requests per batch, "
         "each app interleaved with its bare twin; overhead per round = time with the "
         "middleware - time of the bare app. Every limiter keys on the client address and "
         "never denies. limiter adds `X-RateLimit-*` headers to every response; slowapi and "
-        "flask-limiter run with their defaults (no headers).",
-        "",
-    ]
+        "flask-limiter run with their defaults (no headers)."
+    )
     ov = data.get("overhead_us", {})
     rows = []
     for m in sec["measures"]:
-        name = m["label"]
-        o = ov.get(name)
-        rows.append(
-            [
-                m["group"],
-                f"**{name}**" if m["library"] == "tokenlimiter" else name,
-                _rng(m),
-                "—" if not o else f"{o['median']:.2f} ({o['min']:.2f}-{o['max']:.2f})",
-            ]
-        )
+        o = ov.get(m["label"])
+        rows.append([m["group"], _name(m), _rng(m), "—" if not o else _span(o)])
     lines += _table(["stack", "app", "us per request", "overhead, us"], rows)
-    lines += ["![Middleware overhead](bench-overhead.png)", ""]
-    for n in sec.get("notes", []):
-        lines.append(f"- {n}")
-    return [*lines, ""]
+    lines += _para("![Middleware overhead](bench-overhead.png)")
+    return [*lines, *_notes(sec), ""]
 
 
-def md_servers(results: Dict[str, Any]) -> List[str]:
-    lines = ["## 4. Real servers on loopback", ""]
-    status = _section_status(results, "servers")
-    if status:
-        return lines + status
-    sec = results["sections"]["servers"]
+@_section("servers", "4. Real servers on loopback")
+def md_servers(sec: Section) -> List[str]:
     data = sec["data"]
     gen = data.get("generator")
-    lines += [
+    lines = _para(
         f"One worker per server; load generator: **{gen}** ({data.get('connections')} "
         f"keep-alive connections, {data.get('seconds_per_run')} s per run); servers run in "
-        "turn each round. The load generator and the server share the machine's cores.",
-        "",
-    ]
+        "turn each round. The load generator and the server share the machine's cores."
+    )
     if gen != "wrk":
-        lines += ["The Python client is slower than the servers: compare rows, not absolutes.", ""]
+        lines += _para("The Python client is slower than the servers: compare rows, not absolutes.")
     lat = data.get("latency_ms", {})
     by = {m["label"]: m for m in sec["measures"]}
     rows = []
@@ -462,7 +469,7 @@ def md_servers(results: Dict[str, Any]) -> List[str]:
         rel = _ratio_of(m, bare) if bare and bare is not m else None
         rows.append(
             [
-                f"**{name}**" if m["library"] == "tokenlimiter" else name,
+                _name(m),
                 _rng(m),
                 "—" if rel is None else _fmt_ratio(rel),
                 f"{lat.get(name, {}).get('p50', float('nan')):.2f}",
@@ -470,90 +477,78 @@ def md_servers(results: Dict[str, Any]) -> List[str]:
             ]
         )
     lines += _table(["server + app", "requests/s", "vs bare", "p50 ms", "p99 ms"], rows)
-    for n in sec.get("notes", []):
-        lines.append(f"- {n}")
-    return [*lines, ""]
+    return [*lines, *_notes(sec), ""]
 
 
-def md_redis(results: Dict[str, Any]) -> List[str]:
-    lines = ["## 5. Redis", ""]
-    status = _section_status(results, "redis")
-    if status:
-        return lines + status
-    sec = results["sections"]["redis"]
+@_section("redis", "5. Redis")
+def md_redis(sec: Section) -> List[str]:
     data = sec["data"]
-    lines += [
+    lines = _para(
         f"Server: {data.get('url')}. Round trips are counted at the socket. Sequential: one "
-        "connection, hot key; async: 64 tasks on one event loop.",
-        "",
-    ]
-    rows = []
-    for m in sec["measures"]:
-        if not m["id"].startswith("redis/sync/"):
-            continue
-        vp = data.get("vs_ping", {}).get(m["label"])
-        rows.append(
+        "connection, hot key; async: 64 tasks on one event loop."
+    )
+
+    def vs_ping(m: Dict[str, Any], key: str) -> str:
+        vp = data.get(key, {}).get(m["label"])
+        return "1" if m["label"] == "PING" else (_fmt_ratio(vp) if vp else "n/a")
+
+    trips = data.get("round_trips", {})
+    lines += _table(
+        ["operation (sequential)", "us per op", "round trips", "vs PING"],
+        [
+            [_name(m), _rng(m), f"{trips.get(m['label'], float('nan')):g}", vs_ping(m, "vs_ping")]
+            for m in sec["measures"]
+            if m["id"].startswith("redis/sync/")
+        ],
+    )
+    lines += _table(
+        ["operation (asyncio, 64 tasks)", "ops per s", "vs PING"],
+        [
             [
-                f"**{m['label']}**" if m["library"] == "tokenlimiter" else m["label"],
-                _rng(m),
-                f"{data.get('round_trips', {}).get(m['label'], float('nan')):g}",
-                "1" if m["label"] == "PING" else (_fmt_ratio(vp) if vp else "n/a"),
-            ]
-        )
-    lines += _table(["operation (sequential)", "us per op", "round trips", "vs PING"], rows)
-    rows = []
-    for m in sec["measures"]:
-        if not m["id"].startswith("redis/async/"):
-            continue
-        vp = data.get("async_vs_ping", {}).get(m["label"])
-        rows.append(
-            [
-                f"**{m['label']}**" if m["library"] == "tokenlimiter" else m["label"],
+                _name(m),
                 _rng(m) if m["samples"] else f"failed: {m['note']}",
-                "1" if m["label"] == "PING" else (_fmt_ratio(vp) if vp else "n/a"),
+                vs_ping(m, "async_vs_ping"),
             ]
-        )
-    lines += _table(["operation (asyncio, 64 tasks)", "ops per s", "vs PING"], rows)
+            for m in sec["measures"]
+            if m["id"].startswith("redis/async/")
+        ],
+    )
     bd = data.get("breakdown")
     if bd:
-        lines += ["Where a sequential check's time goes (us per call, median):", ""]
+        lines += _para("Where a sequential check's time goes (us per call, median):")
         lines += _table(["step", "us"], [[k, f"{v:.1f}"] for k, v in bd.items()])
     return lines
 
 
-def md_sqlite(results: Dict[str, Any]) -> List[str]:
-    lines = ["## 6. SQLite", ""]
-    status = _section_status(results, "sqlite")
-    if status:
-        return lines + status
-    sec = results["sections"]["sqlite"]
-    rows = [[m["label"], _rng(m)] for m in sec["measures"]]
-    lines += [
+@_section("sqlite", "6. SQLite")
+def md_sqlite(sec: Section) -> List[str]:
+    lines = _para(
         f"One database file, 1,000 keys, {sec['data'].get('seconds_per_run')} s per run, "
         f"{sec['data'].get('cores')} cores. The 4-process figure is the sum of four concurrent "
         "processes (with 2 cores: write-lock contention, not scaling). No peer ships a "
-        "per-client SQLite token bucket to compare with.",
-        "",
-    ]
-    return lines + _table(["setup", "checks per second"], rows)
+        "per-client SQLite token bucket to compare with."
+    )
+    return lines + _table(
+        ["setup", "checks per second"], [[m["label"], _rng(m)] for m in sec["measures"]]
+    )
 
 
 def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
+    """Why each missed target was missed, with the profile measured for it."""
     if not missed:
         return []
     lines = ["## Why targets were missed", ""]
-    core = (results["sections"].get("core") or {}).get("data", {})
+    core = _data(results, "core")
     if ("check" in missed or "allow" in missed) and core.get("breakdown"):
-        bd = core["breakdown"]
-        lines += [
-            "### In-memory `check()` / `allow()`",
-            "",
+        lines += ["### In-memory `check()` / `allow()`", ""]
+        lines += _para(
             "Each piece of the hot path timed alone (ns per call, hot key, median of rounds; "
-            "the loop itself is in every row):",
-            "",
-        ]
-        lines += _table(["piece", "ns per call"], [[k, f"{v:.0f}"] for k, v in bd.items()])
-        lines += [
+            "the loop itself is in every row):"
+        )
+        lines += _table(
+            ["piece", "ns per call"], [[k, f"{v:.0f}"] for k, v in core["breakdown"].items()]
+        )
+        lines += _para(
             "token-bucket's `consume()` is a dict lookup, a `time.monotonic()` and a few float "
             "operations on a two-element list, with no lock and no result object; its own "
             "source notes that concurrent threads can race between its replenish and consume "
@@ -561,23 +556,14 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
             "validation, an 8-field result tuple) and two more Python-level calls (`check` → "
             "`MemoryStore.apply` → `step`); `allow()` builds no result (`step(..., "
             "detail=False)` through `MemoryStore.allow`) but keeps the lock, the validation "
-            "and the calls. Past 100,000 keys, cache misses dominate and limiter leads.",
-            "",
-        ]
+            "and the calls. Past 100,000 keys, cache misses dominate and limiter leads."
+        )
         if core.get("profile"):
-            lines += [
-                "cProfile of `check()` over 10,000 keys:",
-                "",
-                "```",
-                core["profile"],
-                "```",
-                "",
-            ]
-    mw = results["sections"].get("middleware") or {}
-    if "middleware" in missed and mw.get("data", {}).get("profile"):
-        lines += [
-            "### Middleware",
-            "",
+            lines += _para("cProfile of `check()` over 10,000 keys:") + _code(core["profile"])
+    mw = _data(results, "middleware")
+    if "middleware" in missed and mw.get("profile"):
+        lines += ["### Middleware", ""]
+        lines += _para(
             "The `http.server` adapter's own work, the request view and the decision, costs "
             "about 3.8 us when timed alone (0.5 us for `request_info`, 3.3 us for "
             "`Guard.decide`). The rest is what hooking `BaseHTTPRequestHandler` costs: the "
@@ -585,38 +571,27 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
             "machine even a plain subclass that only calls `super()` in those two methods adds "
             "about 2.5 us per request to the standard library's 40 us. The stdlib server "
             "itself is slow (40-50 us per request), so the adapter stays a small share of it.",
-            "",
             "cProfile of the ASGI adapter around a raw ASGI app:",
-            "",
-            "```",
-            mw["data"]["profile"],
-            "```",
-            "",
-        ]
-    rd = results["sections"].get("redis") or {}
-    if "redis" in missed and rd.get("data", {}).get("breakdown"):
-        lines += [
-            "### Redis",
-            "",
+        )
+        lines += _code(mw["profile"])
+    if "redis" in missed and _data(results, "redis").get("breakdown"):
+        lines += ["### Redis", ""]
+        lines += _para(
             "A check is one round trip, like a PING; the difference is the Lua script's run "
             "time on the server plus the client-side work (building ARGV, parsing the reply). "
-            "See the breakdown table in section 5.",
-            "",
-        ]
-    mem = (results["sections"].get("memory") or {}).get("data", {})
-    if "sweep" in missed and mem.get("sweep"):
-        lines += [
-            "### Sweeping",
-            "",
+            "See the breakdown table in section 5."
+        )
+    if "sweep" in missed and _data(results, "memory").get("sweep"):
+        lines += ["### Sweeping", ""]
+        lines += _para(
             "`MemoryStore.sweep` walks each generation's order list in slices of 2,048 keys, "
             "deletes full buckets in place (no copy of the key set, no dict resize under the "
             "lock: each lock hold is about 1.5 ms) and yields with `time.sleep(0)` between "
             "slices, since `threading.Lock` is not fair. What remains of the worst case is "
             "CPython's thread scheduling: while the sweeper runs Python code, a thread that "
             "wants the GIL waits up to the switch interval (5 ms), and a check can be "
-            "preempted more than once; the p99 stays in microseconds.",
-            "",
-        ]
+            "preempted more than once; the p99 stays in microseconds."
+        )
     return lines
 
 
@@ -638,31 +613,23 @@ def render(results: Dict[str, Any], docs: Path) -> List[Path]:
     tg = targets(results)
     missed = sorted({t["key"] for t in tg if t["status"] == "MISSED"})
     m = results["machine"]
-    lines = [
-        "# Benchmarks",
-        "",
+    only = ", ".join(
+        f"`{s}`" for s in ("core", "memory", "middleware", "servers", "redis", "sqlite")
+    )
+    lines = ["# Benchmarks", ""]
+    lines += _para(
         "<!-- Generated by `python -m bench` from bench/results/latest.json. -->",
-        "",
         "*This page is generated by the benchmark suite (`bench/`); edits are overwritten.*",
-        "",
         f"Reproduce: `{REPRODUCE}` (about 10 minutes; `python -m bench --quick` for a one-minute "
-        "smoke run, `--only SECTION` for one section: "
-        + ", ".join(
-            f"`{s}`" for s in ("core", "memory", "middleware", "servers", "redis", "sqlite")
-        )
-        + ").",
-        "",
+        f"smoke run, `--only SECTION` for one section: {only}).",
         f"Run: {results['generated']}, `{results['command'].strip()}`, "
         f"{results['settings']['rounds']} rounds, {results['seconds']:.0f} s.",
-        "",
         "Peers and limiter run in the same process run, interleaved (A B C, B C A, ...), and "
         "every figure is the median of the rounds with the min-max range. **Ratios are the "
         "headline; absolute figures depend on the machine** (this one was shared with other "
         "jobs while it ran).",
-        "",
-        "## Targets",
-        "",
-    ]
+    )
+    lines += ["## Targets", ""]
     lines += _table(
         ["target", "result", "figure (median, min-max)"],
         [[t["target"], f"**{t['status']}**", t["figure"]] for t in tg],

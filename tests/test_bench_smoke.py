@@ -56,3 +56,8 @@ def test_report_renders_targets_from_partial_results(tmp_path: Path) -> None:
     assert targets and all(t["status"] in ("MET", "MISSED", "NOT MEASURED") for t in targets)
     text = report.md_core(results)
     assert any("limiter check()" in line for line in text)
+    # The whole page renders too (charts are optional: matplotlib is in the bench extra).
+    assert tmp_path / "benchmarks.md" in report.render(results, tmp_path)
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert "## 1. In-memory operations per second\n\nLimit: " in md
+    assert "## 5. Redis\n\nNot run in this run (`--only`).\n" in md
