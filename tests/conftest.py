@@ -9,6 +9,17 @@
 * ``LIMITER_STORAGE_URL`` from the developer's shell is dropped: no test (nor a
   process a test starts, such as the demo) may use a real store by accident.
   Tests of the variable set it themselves (``monkeypatch.setenv``).
+
+Shared Redis scaffolding (``redis_servers`` is imported inside the fixtures, so
+a run without redis-py never loads it):
+
+* ``server``: one throwaway redis-server per test module.  A module whose tests
+  stop or kill their server asks for ``own_server`` instead (a fresh one per test).
+* ``unique_prefix()``: a plain function, not a fixture (``make_store`` and tests
+  call it once per store): ``from redis_servers import unique_prefix``.
+* ``class_event_loop``: one event loop per test class, current while it runs,
+  plus ``cls.port = redis_port``.  ``redis_port`` is ``server.port`` unless the
+  module overrides it (the cluster tests hand a node's port).
 """
 
 from __future__ import annotations
@@ -16,9 +27,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from typing import Iterator, List
+from typing import TYPE_CHECKING, Iterator, List
 
 import pytest
+
+if TYPE_CHECKING:
+    from redis_servers import RedisServer
 
 os.environ.pop("LIMITER_STORAGE_URL", None)
 
@@ -63,3 +77,51 @@ def current_loop() -> Iterator[asyncio.AbstractEventLoop]:
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+
+
+# -- Redis scaffolding shared by test_redis_*.py ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    """One throwaway redis-server for the whole module (skips without the binary)."""
+    from redis_servers import redis_server
+
+    yield from redis_server()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which it may stop, kill and restart."""
+    from redis_servers import RedisServer
+
+    s = RedisServer()
+    s.start()
+    try:
+        yield s
+    finally:
+        s.remove()
+
+
+@pytest.fixture(scope="module")
+def redis_port(server: RedisServer) -> int:
+    """The port ``class_event_loop`` hands the test class; a module may override it."""
+    return server.port
+
+
+@pytest.fixture(scope="class")
+def class_event_loop(request: pytest.FixtureRequest, redis_port: int) -> Iterator[None]:
+    """One event loop per test class, current while it runs; also sets ``cls.port``.
+
+    redis.asyncio clients are bound to the loop they first ran in, and on
+    Python 3.9 asyncio locks bind to the current loop when created.
+    """
+    cls = request.cls
+    cls.loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(cls.loop)
+    cls.port = redis_port
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        cls.loop.close()

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from typing import Any, Iterator, List, Optional
 
 import pytest
@@ -233,3 +234,8 @@ class RedisClusterNodes:
     def remove(self) -> None:
         for node in self.nodes:
             node.remove()
+
+
+def unique_prefix() -> str:
+    """A fresh key prefix: tests sharing one server never see each other's keys."""
+    return f"test:{uuid.uuid4().hex}:"

@@ -1,4 +1,8 @@
-"""The ASGI middleware, called in-process with scope / receive / send."""
+"""The ASGI middleware, called in-process with scope / receive / send.
+
+What every adapter must do is in test_adapter_conformance.py (AdapterConformance);
+this file keeps what is particular to this adapter.
+"""
 
 from __future__ import annotations
 
@@ -136,14 +140,6 @@ def test_the_scope_is_never_mutated():
     assert inner.scopes[0] is s
 
 
-def test_head_429_has_no_body():
-    app = RateLimitMiddleware(App(), limiter("1/second"))
-    run(app, scope(method="HEAD"))
-    sent = run(app, scope(method="HEAD"))
-    assert status_of(sent) == 429
-    assert sent[1] == {"type": "http.response.body", "body": b""}
-
-
 def test_repeated_request_headers_are_all_seen():
     lim = limiter("1/second")
     app = RateLimitMiddleware(
@@ -253,23 +249,6 @@ def test_websocket_client_gone_before_connect_sends_nothing():
     assert run(app, ws_scope(), [{"type": "websocket.disconnect", "code": 1006}]) == []
 
 
-def test_exempt_key_func_and_cost():
-    app = RateLimitMiddleware(
-        App(),
-        limiter("10/second"),
-        exempt=lambda r: r.path.startswith("/health"),
-        key_func=header_key("X-API-Key"),
-        cost=lambda r: 10 if r.method == "POST" else 1,
-    )
-    for _ in range(3):
-        sent = run(app, scope(path="/health"))
-        assert sent[0]["headers"] == [(b"x-app", b"1")]
-    key = [(b"x-api-key", b"k")]
-    assert status_of(run(app, scope(method="POST", headers=key))) == 200
-    assert status_of(run(app, scope(headers=key))) == 429
-    assert status_of(run(app, scope())) == 200  # another bucket: the client IP
-
-
 class BrokenStore(MemoryStore):
     nonblocking = False  # a network store, awaited like Redis
 
@@ -323,18 +302,6 @@ def test_a_misspelled_option_names_the_middleware():
     with pytest.raises(TypeError) as info:
         RateLimitMiddleware(app=App(), limiter=limiter(), key_fnc=header_key("X-API-Key"))
     assert str(info.value) == message
-
-
-def test_proxy_header_pins_the_header_the_proxy_appends():
-    lim = limiter("1/second")
-    app = RateLimitMiddleware(
-        App(), lim, trusted_proxies=["10.0.0.0/8"], proxy_header="x-forwarded-for"
-    )
-    headers = [(b"forwarded", b"for=1.1.1.1"), (b"x-forwarded-for", b"198.51.100.4")]
-    assert status_of(run(app, scope(peer=("10.0.0.1", 1), headers=headers))) == 200
-    assert status_of(run(app, scope(peer=("10.0.0.1", 1), headers=headers))) == 429
-    assert lim.peek("ip:198.51.100.4").remaining == 0
-    assert lim.peek("ip:10.0.0.1").remaining == 1  # not the proxy's bucket
 
 
 # -- errors: only StoreError takes the on_error path ------------------------

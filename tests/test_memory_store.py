@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from limiter import Limit, MemoryStore
+from limiter import Limit, ManualClock, MemoryStore, RateLimiter
 from limiter.backends import memory
 from limiter.bucket import step, step_all
 from limiter.testing import StoreConformance
@@ -279,3 +279,96 @@ def test_apply_many_at_the_cap_keeps_every_key_findable() -> None:
         assert len(store) == 1
     assert store.sweep(T0 + 100) == 1
     assert len(store) == 0
+
+
+# --- Eviction at max_keys and sweep(), through RateLimiter ------------------------------
+
+
+class TestMemoryBounds:
+    def test_a_flood_of_distinct_keys_stays_under_max_keys(self) -> None:
+        store = MemoryStore(max_keys=1000)
+        limiter = RateLimiter(1, 5, store=store, clock=ManualClock())
+        for i in range(50_000):
+            limiter.allow(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+            assert len(store) <= 1000
+        assert len(store) == 1000
+
+    def test_eviction_prefers_full_buckets_so_an_abuser_stays_limited(self) -> None:
+        store = MemoryStore(max_keys=100)
+        clock = ManualClock(1_700_000_000.0)
+        slow = RateLimiter(1 / 3600, 1, store=store, clock=clock, name="slow")
+        fast = RateLimiter(1000, 1, store=store, clock=clock, name="fast")
+        assert slow.allow("abuser") and not slow.allow("abuser")
+        for i in range(10_000):  # each flood key is full again 1 ms later
+            fast.allow(f"flood-{i}")
+            clock.advance(0.001)
+        assert len(store) <= 100
+        assert not slow.allow("abuser"), "the flood evicted a non-full bucket"
+
+    def test_without_full_buckets_the_least_recent_go_first(self) -> None:
+        store = MemoryStore(max_keys=10)
+        limiter = RateLimiter(1 / 3600, 1, store=store, clock=ManualClock())
+        limiter.allow("keep")
+        for i in range(100):
+            limiter.allow(f"k{i}")
+            limiter.allow("keep")  # seen again: stays young
+        assert len(store) == 10
+        assert not limiter.allow("keep")
+
+    def test_max_keys_validation(self) -> None:
+        for bad in (0, -1, 1.5, "10", True):
+            with pytest.raises(ValueError, match="max_keys"):
+                MemoryStore(max_keys=bad)  # type: ignore[arg-type]
+        assert MemoryStore(max_keys=None).max_keys is None
+
+
+class TestSweep:
+    def test_sweep_deletes_only_what_changes_no_decision(self) -> None:
+        store = MemoryStore()
+        clock = ManualClock(1_700_000_000.0)
+        limiter = RateLimiter(1, 2, store=store, clock=clock)
+        limiter.allow("full-soon")
+        limiter.check("empty", cost=2)
+        clock.advance(1)
+        assert store.sweep(clock.now()) == 1  # "full-soon" is full again
+        assert len(store) == 1
+        assert limiter.peek("empty").remaining == 1  # kept: half refilled
+        assert store.sweep(clock.now(), max_age=0.5) == 1  # idle for 1 s > 0.5 s
+        assert len(store) == 0
+
+    def test_sweep_in_slices_covers_every_key(self) -> None:
+        store = MemoryStore(max_keys=None)
+        limiter = RateLimiter(1, 1, store=store, clock=ManualClock())
+        for i in range(10_000):
+            limiter.allow(str(i))
+        assert store.sweep(0.5) == 0
+        assert store.sweep(1.0) == 10_000
+
+    def test_repeated_sweeps_with_churn_keep_bookkeeping_bounded(self) -> None:
+        store = MemoryStore(max_keys=None)
+        clock = ManualClock(1_700_000_000.0)
+        limiter = RateLimiter(10, 1, store=store, clock=clock)
+        slow = RateLimiter(0.01, 100, store=store, clock=clock, name="slow")
+        for cycle in range(30):
+            for i in range(1000):
+                limiter.allow(f"c{cycle % 3}-{i}")  # the same keys come back
+            slow.allow("kept")  # never full again within the test: always kept
+            clock.advance(0.2)  # every bucket but "slow" is full again
+            store.sweep(clock.now())
+            assert len(store) == 1
+            # Internal order lists (8 bytes a key) must not grow with churn.
+            assert len(store._young_order) + len(store._old_order) <= 2 * len(store) + 8
+
+    def test_sweeps_and_evictions_interleave(self) -> None:
+        store = MemoryStore(max_keys=100)
+        clock = ManualClock(1_700_000_000.0)
+        slow = RateLimiter(1 / 3600, 1, store=store, clock=clock, name="slow")
+        fast = RateLimiter(1000, 1, store=store, clock=clock, name="fast")
+        assert slow.allow("abuser")
+        for i in range(5_000):
+            fast.allow(f"flood-{i}")
+            clock.advance(0.0005)
+            if i % 250 == 0:
+                store.sweep(clock.now())
+            assert len(store) <= 100
+        assert not slow.allow("abuser")

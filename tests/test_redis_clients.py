@@ -7,7 +7,6 @@ import logging
 import os
 import subprocess
 import time
-import uuid
 from typing import Iterator, List
 
 import pytest
@@ -22,16 +21,7 @@ from redis.retry import Retry
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore
 from limiter.testing import T0, StoreConformance
-from redis_servers import REDIS_SERVER, RedisServer, free_port, redis_server
-
-
-def unique_prefix() -> str:
-    return f"test-clients-{uuid.uuid4().hex}:"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    yield from redis_server()
+from redis_servers import REDIS_SERVER, RedisServer, free_port, unique_prefix
 
 
 class TestValkeyClient(StoreConformance):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any, Iterator
 
 import pytest
@@ -13,7 +12,7 @@ import redis.cluster
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
 from limiter.testing import T0, StoreConformance
-from redis_servers import RedisClusterNodes
+from redis_servers import RedisClusterNodes, unique_prefix
 
 pytestmark = pytest.mark.redis
 
@@ -33,10 +32,6 @@ def cluster(nodes: RedisClusterNodes) -> Iterator[redis.cluster.RedisCluster]:
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=nodes.ports[0], socket_timeout=10)
     yield client
     client.close()
-
-
-def unique_prefix() -> str:
-    return f"test:{uuid.uuid4().hex}:"
 
 
 def tagged(keys: list[str]) -> list[str]:
@@ -63,20 +58,10 @@ class TestRedisClusterStore(StoreConformance):
         return super().apply(store, key, limit, cost, now)
 
 
-@pytest.fixture(scope="class")
-def class_event_loop(request: pytest.FixtureRequest, nodes: RedisClusterNodes) -> Iterator[None]:
-    """One event loop per test class, current while it runs.
-
-    redis.asyncio clients are bound to the loop they first ran in, and on
-    Python 3.9 asyncio locks bind to the current loop when created.
-    """
-    cls = request.cls
-    cls.loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(cls.loop)
-    cls.port = nodes.ports[0]
-    yield
-    asyncio.set_event_loop(None)
-    cls.loop.close()
+@pytest.fixture(scope="module")
+def redis_port(nodes: RedisClusterNodes) -> int:
+    """conftest's ``class_event_loop`` hands the async class a cluster node, not ``server``."""
+    return nodes.ports[0]
 
 
 @pytest.mark.usefixtures("class_event_loop")

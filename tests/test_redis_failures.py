@@ -37,11 +37,9 @@ LIMIT = Limit(0.001, 5)  # with a frozen clock, exactly 5 requests per key pass
 
 
 @pytest.fixture
-def server() -> Iterator[RedisServer]:
-    s = RedisServer()
-    s.start()
-    yield s
-    s.remove()
+def server(own_server: RedisServer) -> RedisServer:
+    """Not conftest's module-wide server: each test here kills its own."""
+    return own_server
 
 
 def short_timeouts(server: RedisServer) -> redis.Redis:

@@ -11,7 +11,6 @@ import asyncio
 import math
 import multiprocessing
 import time
-import uuid
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Iterator, List, Optional
@@ -26,14 +25,9 @@ from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import SCRIPT_SHA, AsyncRedisStore, RedisStore, hash_tag, redis_key
 from limiter.bucket import CLOCK_TOLERANCE, step, step_all
 from limiter.testing import T0, StoreConformance
-from redis_servers import RedisServer, redis_server
+from redis_servers import RedisServer, unique_prefix
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    yield from redis_server()
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +35,6 @@ def client(server: RedisServer) -> Iterator[redis.Redis]:
     c = server.client()
     yield c
     c.close()
-
-
-def unique_prefix() -> str:
-    return f"test:{uuid.uuid4().hex}:"
 
 
 class TestRedisStore(StoreConformance):
@@ -78,22 +68,6 @@ class TestRedisStoreDecodedResponses(StoreConformance):
 
     def make_store(self) -> RedisStore:
         return RedisStore(self.client, prefix=unique_prefix())
-
-
-@pytest.fixture(scope="class")
-def class_event_loop(request: pytest.FixtureRequest, server: RedisServer) -> Iterator[None]:
-    """One event loop per test class, current while it runs.
-
-    redis.asyncio clients are bound to the loop they first ran in, and on
-    Python 3.9 asyncio locks bind to the current loop when created.
-    """
-    cls = request.cls
-    cls.loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(cls.loop)
-    cls.port = server.port
-    yield
-    asyncio.set_event_loop(None)
-    cls.loop.close()
 
 
 @pytest.mark.usefixtures("class_event_loop")

@@ -1,9 +1,9 @@
-"""The store conformance suite behind ``limiter.testing.StoreConformance``.
+"""The conformance suites behind ``limiter.testing``: ``StoreConformance``, ``AdapterConformance``.
 
-Private: import it from ``limiter.testing``.  It lives apart so that the pytest
-plugin (``limiter.testing``, loaded by every pytest run wherever tokenlimiter
-is installed) stays tiny; this module, pytest's helpers and hypothesis load
-only when a test suite subclasses ``StoreConformance``.
+Private: import them from ``limiter.testing``.  They live apart so that the
+pytest plugin (``limiter.testing``, loaded by every pytest run wherever
+tokenlimiter is installed) stays tiny; this module, pytest's helpers and
+hypothesis load only when a test suite uses one of the suites.
 """
 
 from __future__ import annotations
@@ -12,14 +12,34 @@ import asyncio
 import itertools
 import math
 import threading
-from typing import Any, Coroutine, Iterator, List, Optional, TypeVar
+from typing import (
+    Any,
+    Coroutine,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    NamedTuple,
+    NoReturn,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 import pytest
 
+from .adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
 from .bucket import Limit, RateLimitResult, step
+from .clock import ManualClock
+from .keys import header_key
+from .ratelimiter import RateLimiter
+from .rules import Rule
+from .store import StoreError
 from .testing import T0
 
-__all__ = ["StoreConformance"]
+__all__ = ["AdapterConformance", "StoreConformance"]
 
 T = TypeVar("T")
 
@@ -308,3 +328,391 @@ class StoreConformance:
         for t in threads:
             t.join()
         assert sum(admitted) == 50
+
+
+# -- adapters ------------------------------------------------------------------
+
+
+class AdapterReply(NamedTuple):
+    """What ``AdapterConformance.request`` returns (a plain 3-tuple does too)."""
+
+    status: int
+    headers: List[Tuple[str, str]]  # as received, in order, repeats kept
+    body: bytes
+
+
+class AdapterBug(Exception):
+    """Raised by the suite's own callables: it must leave the adapter, never be swallowed."""
+
+
+def _fail(*args: object) -> NoReturn:
+    raise AdapterBug("bug in a callable the app gave the adapter")
+
+
+class _DownStore:
+    """A store whose backend is down: every call, sync or async, raises ``StoreError``."""
+
+    def _down(self) -> NoReturn:
+        raise StoreError("connection refused (AdapterConformance's store is down)")
+
+    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> NoReturn:
+        self._down()
+
+    def apply_many(
+        self, keys: List[str], limits: List[Limit], cost: float, now: Optional[float]
+    ) -> NoReturn:
+        self._down()
+
+    def reset(self, key: str) -> NoReturn:
+        self._down()
+
+    async def aapply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> NoReturn:
+        self._down()
+
+    async def aapply_many(
+        self, keys: List[str], limits: List[Limit], cost: float, now: Optional[float]
+    ) -> NoReturn:
+        self._down()
+
+    async def areset(self, key: str) -> NoReturn:
+        self._down()
+
+
+class _BuggyStore(_DownStore):
+    """A store with a bug (not an outage): its error is not a ``StoreError``."""
+
+    def _down(self) -> NoReturn:
+        raise AdapterBug("bug in the store")
+
+
+#: The headers the adapters add, in the order they add them.
+RATE_LIMIT_HEADERS = (
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "Retry-After",
+    "RateLimit-Policy",
+    "RateLimit",
+)
+_JSON = ("Content-Type", "application/json")
+
+
+class AdapterConformance:
+    """Behaviour every web adapter must show.  Subclass; define ``make_app`` and ``request``.
+
+    The suite builds limiters on ``self.clock``, a ``ManualClock`` at
+    ``limiter.testing.T0`` (so header values are exact), wraps the app with
+    ``make_app(limiter, **options)`` (the options of ``limiter.adapters``:
+    ``key_func``, ``trusted_proxies``, ``proxy_header``, ``header_style``,
+    ``exempt``, ``on_error``, ``cost``, ``on_limited``, ``rules``) and sends
+    requests with ``request``.  Each app is closed (``close_app``) after its test.
+
+    ``client_peer`` is the address requests come from; ``proxy_peer`` is the
+    trusted reverse proxy of the ``proxy_header`` test.  A driver whose client
+    cannot choose its address (a real socket on loopback) sets both to that
+    address.  Set ``fold_header_case`` if the client lowercases header names.
+    """
+
+    client_peer = "203.0.113.7"
+    proxy_peer = "10.0.0.1"
+    fold_header_case = False
+
+    clock: ManualClock
+
+    # -- hooks -------------------------------------------------------------
+
+    def make_app(self, limiter: RateLimiter, **options: Any) -> Any:
+        """The adapter under test with ``options``, around an app that answers
+        every request ``200`` with the header ``X-App: 1`` and the body
+        ``b"hello"`` (no body for ``HEAD``)."""
+        raise NotImplementedError("define make_app(limiter, **options) in your test class")
+
+    def request(
+        self,
+        app: Any,
+        method: str = "GET",
+        path: str = "/",
+        headers: Optional[Dict[str, str]] = None,
+        peer: Optional[str] = None,
+    ) -> Tuple[int, Sequence[Tuple[str, str]], bytes]:
+        """Send one request through ``app`` from ``peer`` (``None``: ``client_peer``).
+
+        Return ``(status, headers, body)``: the status code as an ``int``, the
+        response headers as ``(name, value)`` pairs in the order received.
+        """
+        raise NotImplementedError("define request(app, method, path, headers, peer)")
+
+    def close_app(self, app: Any) -> None:
+        """Release what ``make_app`` acquired (a server, its thread)."""
+
+    def expect_error(self, app: Any, error: Type[BaseException]) -> None:
+        """Send a request whose handling raises ``error`` inside the adapter.
+
+        The exception must leave the adapter as one from the app would: no
+        rate-limit answer, no fail-open ``200``.  By default ``request`` must
+        raise it; a driver on a real server (which answers 500 or drops the
+        connection) overrides this to check what its server did.
+        """
+        with pytest.raises(error):
+            self.request(app)
+
+    # -- plumbing ----------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _adapter_conformance_apps(self) -> Iterator[None]:
+        self.clock = ManualClock(T0)
+        self._apps: List[Any] = []
+        try:
+            yield
+        finally:
+            for app in self._apps:
+                self.close_app(app)
+
+    def limiter(self, rate: str = "3/second", **kwargs: Any) -> RateLimiter:
+        """A ``RateLimiter`` on ``self.clock``."""
+        return RateLimiter(rate, clock=self.clock, **kwargs)
+
+    def app(self, limiter: RateLimiter, **options: Any) -> Any:
+        """``make_app``, closed after the test."""
+        app = self.make_app(limiter, **options)
+        self._apps.append(app)
+        return app
+
+    def send(
+        self,
+        app: Any,
+        method: str = "GET",
+        path: str = "/",
+        headers: Optional[Dict[str, str]] = None,
+        peer: Optional[str] = None,
+    ) -> AdapterReply:
+        status, got, body = self.request(app, method, path, headers, peer)
+        return AdapterReply(status, list(got), body)
+
+    def named(self, headers: Iterable[Tuple[str, str]], *names: str) -> List[Tuple[str, str]]:
+        """The pairs of ``headers`` called one of ``names`` (default: the rate-limit ones)."""
+        wanted = names or RATE_LIMIT_HEADERS
+        if self.fold_header_case:
+            folded = {n.lower() for n in wanted}
+            return [(k.lower(), v) for k, v in headers if k.lower() in folded]
+        return [(k, v) for k, v in headers if k in wanted]
+
+    def expected(self, *pairs: Tuple[str, str]) -> List[Tuple[str, str]]:
+        if self.fold_header_case:
+            return [(k.lower(), v) for k, v in pairs]
+        return list(pairs)
+
+    def x_headers(self, limit: int, remaining: int, reset_in: int) -> List[Tuple[str, str]]:
+        """The ``X-RateLimit-*`` headers; the bucket is full again ``reset_in`` s after T0."""
+        return self.expected(
+            ("X-RateLimit-Limit", str(limit)),
+            ("X-RateLimit-Remaining", str(remaining)),
+            ("X-RateLimit-Reset", str(int(T0) + reset_in)),
+        )
+
+    # -- the contract ------------------------------------------------------
+
+    def test_admits_exactly_burst_then_429_with_the_exact_response(self) -> None:
+        app = self.app(self.limiter("3/second"))
+        for remaining in (2, 1, 0):
+            status, headers, body = self.send(app)
+            assert (status, body) == (200, b"hello")
+            assert self.named(headers) == self.x_headers(3, remaining, 1)
+        status, headers, body = self.send(app)
+        assert (status, body) == (429, DENIED_BODY)
+        assert self.named(headers, *RATE_LIMIT_HEADERS, *_JSON[:1], "Content-Length") == [
+            *self.x_headers(3, 0, 1),
+            *self.expected(("Retry-After", "1"), _JSON, ("Content-Length", str(len(DENIED_BODY)))),
+        ]
+        assert self.named(headers, "X-App") == []  # the app never saw it
+
+    def test_headers_on_success_keep_the_apps_own(self) -> None:
+        status, headers, body = self.send(self.app(self.limiter("3/second")))
+        assert (status, body) == (200, b"hello")
+        assert self.named(headers, "X-App") == self.expected(("X-App", "1"))
+        assert self.named(headers) == self.x_headers(3, 2, 1)
+
+    def test_head_429_has_the_headers_and_no_body(self) -> None:
+        app = self.app(self.limiter("1/second"))
+        assert self.send(app, "HEAD")[0] == 200
+        status, headers, body = self.send(app, "HEAD")
+        assert (status, body) == (429, b"")
+        assert self.named(headers) == [
+            *self.x_headers(1, 0, 1),
+            *self.expected(("Retry-After", "1")),
+        ]
+
+    def test_time_refills_the_bucket(self) -> None:
+        app = self.app(self.limiter("2/second"))
+        assert [self.send(app).status for _ in range(3)] == [200, 200, 429]
+        self.clock.advance(0.5)  # one token
+        assert [self.send(app).status for _ in range(2)] == [200, 429]
+
+    def test_draft_headers(self) -> None:
+        app = self.app(self.limiter("2/second"), header_style="draft")
+        assert self.named(self.send(app).headers) == self.expected(
+            ("RateLimit-Policy", '"default";q=2;w=1'), ("RateLimit", '"default";r=1;t=1')
+        )
+        self.send(app)
+        status, headers, _ = self.send(app)
+        assert status == 429
+        assert self.named(headers) == self.expected(
+            ("RateLimit-Policy", '"default";q=2;w=1'),
+            ("RateLimit", '"default";r=0;t=1'),
+            ("Retry-After", "1"),
+        )
+
+    def test_both_header_styles(self) -> None:
+        app = self.app(self.limiter("2/second"), header_style="both")
+        assert self.named(self.send(app).headers) == [
+            *self.x_headers(2, 1, 1),
+            *self.expected(
+                ("RateLimit-Policy", '"default";q=2;w=1'), ("RateLimit", '"default";r=1;t=1')
+            ),
+        ]
+
+    def test_exempt_requests_pass_without_headers_and_are_not_counted(self) -> None:
+        app = self.app(self.limiter("1/second"), exempt=lambda r: r.path == "/health")
+        for _ in range(3):
+            status, headers, body = self.send(app, path="/health")
+            assert (status, body, self.named(headers)) == (200, b"hello", [])
+        assert self.send(app).status == 200  # the bucket is still full
+        assert self.send(app, path="/health").status == 200
+        assert self.send(app).status == 429
+
+    def test_fixed_cost(self) -> None:
+        app = self.app(self.limiter("10/second"), cost=4)
+        replies = [self.send(app) for _ in range(3)]
+        assert [r.status for r in replies] == [200, 200, 429]
+        assert self.named(replies[1].headers, "X-RateLimit-Remaining") == self.expected(
+            ("X-RateLimit-Remaining", "2")
+        )
+
+    def test_cost_callable_sees_the_request(self) -> None:
+        app = self.app(self.limiter("10/second"), cost=lambda r: 10 if r.method == "POST" else 1)
+        assert self.send(app, "POST").status == 200
+        assert self.send(app).status == 429
+
+    def test_a_cost_above_the_burst_is_denied_without_retry_after_and_takes_nothing(
+        self,
+    ) -> None:
+        app = self.app(self.limiter("10/second"), cost=lambda r: int(r.headers.get("X-Items") or 1))
+        status, headers, body = self.send(app, "POST", headers={"X-Items": "9" * 400})
+        assert (status, body) == (429, DENIED_BODY)
+        assert self.named(headers) == self.x_headers(10, 10, 0)  # can never pass
+        status, headers, _ = self.send(app)
+        assert (status, self.named(headers)) == (200, self.x_headers(10, 9, 1))
+
+    def test_key_func_with_the_client_address_as_fallback(self) -> None:
+        app = self.app(self.limiter("1/second"), key_func=header_key("X-API-Key"))
+        assert [self.send(app, headers={"X-API-Key": "a"}).status for _ in range(2)] == [200, 429]
+        assert self.send(app, headers={"X-API-Key": "b"}).status == 200
+        assert [self.send(app).status for _ in range(2)] == [200, 429]  # no key: the address
+
+    def test_rules_use_their_own_limiter_and_key(self) -> None:
+        clock = self.clock
+        default = RateLimiter("10/second", clock=clock, name="default")
+        login = RateLimiter("2/second", clock=clock, name="login")
+        api = RateLimiter("1/second", clock=clock, name="api")
+        rules = [
+            Rule("/login", login, methods=["POST"]),
+            Rule("/api/*", api, key_func=header_key("X-API-Key")),
+        ]
+        app = self.app(default, rules=rules)
+        replies = [self.send(app, "POST", "/login") for _ in range(3)]
+        assert [r.status for r in replies] == [200, 200, 429]
+        assert self.named(replies[2].headers, "X-RateLimit-Limit") == self.expected(
+            ("X-RateLimit-Limit", "2")
+        )
+        # GET is not the rule's method: the default limiter, untouched so far.
+        assert self.named(self.send(app, "GET", "/login").headers) == self.x_headers(10, 9, 1)
+        key1, key2 = {"X-API-Key": "k1"}, {"X-API-Key": "k2"}
+        assert [self.send(app, path="/api/items", headers=key1).status for _ in range(2)] == [
+            200,
+            429,
+        ]
+        assert self.send(app, path="/api", headers=key2).status == 200  # another key
+        assert self.named(self.send(app, path="/apiary").headers) == self.x_headers(10, 8, 1)
+
+    def test_rule_cost(self) -> None:
+        default = self.limiter("10/second", name="default")
+        export = self.limiter("10/second", name="export")
+        app = self.app(default, rules=[Rule("/export", export, cost=4)])
+        remaining = [
+            self.named(self.send(app, path="/export").headers, "X-RateLimit-Remaining")
+            for _ in range(2)
+        ]
+        assert remaining == [
+            self.expected(("X-RateLimit-Remaining", "6")),
+            self.expected(("X-RateLimit-Remaining", "2")),
+        ]
+        assert self.send(app, path="/export").status == 429
+        assert self.send(app, path="/other").status == 200
+
+    def test_on_limited_builds_the_response(self) -> None:
+        def on_limited(
+            request: RequestInfo, result: RateLimitResult, headers: List[Tuple[str, str]]
+        ) -> Response:
+            body = b"slow down " + request.path.encode()
+            extra = [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))]
+            return Response(429, [*headers, *extra], body)
+
+        app = self.app(self.limiter("1/second"), on_limited=on_limited)
+        self.send(app)
+        status, headers, body = self.send(app, path="/x")
+        assert (status, body) == (429, b"slow down /x")
+        assert self.named(headers, *RATE_LIMIT_HEADERS, "Content-Type") == [
+            *self.x_headers(1, 0, 1),
+            *self.expected(("Retry-After", "1"), ("Content-Type", "text/plain")),
+        ]
+
+    def test_store_down_with_on_error_allow_lets_the_app_answer_without_headers(
+        self,
+    ) -> None:
+        app = self.app(self.limiter("1/second", store=_DownStore()), on_error="allow")
+        for _ in range(3):
+            status, headers, body = self.send(app)
+            assert (status, body) == (200, b"hello")
+            assert self.named(headers) == []
+            assert self.named(headers, "X-App") == self.expected(("X-App", "1"))
+
+    def test_store_down_with_on_error_deny_is_a_503(self) -> None:
+        app = self.app(self.limiter("1/second", store=_DownStore()), on_error="deny")
+        status, headers, body = self.send(app)
+        assert (status, body) == (503, UNAVAILABLE_BODY)
+        assert self.named(headers, *RATE_LIMIT_HEADERS, "Content-Type", "X-App") == (
+            self.expected(_JSON)
+        )
+
+    @pytest.mark.parametrize("option", ["key_func", "cost", "exempt"])
+    @pytest.mark.parametrize("on_error", ["allow", "deny"])
+    def test_an_error_in_the_apps_callable_propagates(self, option: str, on_error: str) -> None:
+        app = self.app(self.limiter("1/second"), on_error=on_error, **{option: _fail})
+        self.expect_error(app, AdapterBug)
+
+    @pytest.mark.parametrize("on_error", ["allow", "deny"])
+    def test_an_error_in_on_limited_propagates(self, on_error: str) -> None:
+        app = self.app(self.limiter("1/second"), on_error=on_error, on_limited=_fail)
+        assert self.send(app).status == 200  # on_limited runs for limited requests only
+        self.expect_error(app, AdapterBug)
+
+    @pytest.mark.parametrize("on_error", ["allow", "deny"])
+    def test_a_store_bug_that_is_no_store_error_propagates(self, on_error: str) -> None:
+        app = self.app(self.limiter(store=_BuggyStore()), on_error=on_error)
+        self.expect_error(app, AdapterBug)
+
+    def test_proxy_header_keys_each_forwarded_client(self) -> None:
+        limiter = self.limiter("1/second")
+        app = self.app(limiter, trusted_proxies=[self.proxy_peer], proxy_header="x-forwarded-for")
+        proxy = self.proxy_peer
+        # The proxy appends X-Forwarded-For; the client adds a Forwarded of its
+        # own, and a fake X-Forwarded-For entry: neither changes the key.
+        spoofed = {"X-Forwarded-For": "6.6.6.6, 198.51.100.4", "Forwarded": "for=1.1.1.1"}
+        assert self.send(app, headers=spoofed, peer=proxy).status == 200
+        plain = {"X-Forwarded-For": "198.51.100.4"}
+        assert self.send(app, headers=plain, peer=proxy).status == 429
+        other = {"X-Forwarded-For": "198.51.100.5"}
+        assert self.send(app, headers=other, peer=proxy).status == 200  # its own bucket
+        assert limiter.peek("ip:198.51.100.4").remaining == 0
+        for untouched in (proxy, "1.1.1.1", "6.6.6.6"):
+            assert limiter.peek(f"ip:{untouched}").remaining == 1, untouched

@@ -1,4 +1,4 @@
-"""Test helpers: the ``limiter_clock`` pytest fixture and the store conformance suite.
+"""Test helpers: the ``limiter_clock`` pytest fixture and the conformance suites.
 
 Installed as a pytest plugin (entry point ``pytest11``), so any project that
 installs ``tokenlimiter`` gets the fixture::
@@ -18,16 +18,28 @@ test class and say how to build the store::
 Async-only stores set ``mode = "async"`` and may override ``run`` to keep one
 event loop for the whole test (clients bound to a loop need that).
 
+``AdapterConformance`` is the behaviour every web adapter must show (429 body
+and headers, exempt, cost, rules, on_error, proxies).  Say how to wrap an app
+and how to send it one request::
+
+    class TestMyAdapter(AdapterConformance):
+        def make_app(self, limiter, **options):
+            return MyMiddleware(hello_app, limiter, **options)
+
+        def request(self, app, method, path, headers, peer):
+            ...  # -> (status, headers, body)
+
 This module is the plugin, so pytest imports it in every run of every project
 that has tokenlimiter installed: it must stay tiny.  It imports nothing from
 limiter at load time; the fixture imports ``ManualClock`` when a test asks for
-it, and ``StoreConformance`` (with hypothesis) loads on first access.  Without
-pytest installed, ``T0`` still works, and ``StoreConformance`` and
-``limiter_clock`` raise an ``ImportError`` that says pytest is needed.
+it, and the suites (with hypothesis) load on first access.  Without pytest
+installed, ``T0`` still works, and the suites and ``limiter_clock`` raise an
+``ImportError`` that says pytest is needed.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 try:
@@ -38,10 +50,10 @@ else:
     _PYTEST_MISSING = False
 
 if TYPE_CHECKING:
-    from ._conformance import StoreConformance
+    from ._conformance import AdapterConformance, StoreConformance
     from .clock import ManualClock
 
-__all__ = ["T0", "StoreConformance", "limiter_clock"]
+__all__ = ["T0", "AdapterConformance", "StoreConformance", "limiter_clock"]
 
 #: A realistic Unix time, so float precision at today's epoch is exercised.
 T0 = 1_700_000_000.0
@@ -59,8 +71,8 @@ if not _PYTEST_MISSING:
 def __getattr__(name: str) -> object:
     # PEP 562: called only for names not defined above.  No ``__dir__`` on
     # purpose: pytest scans a plugin's ``dir()`` for fixtures and hooks, and
-    # listing StoreConformance there would load the suite in every run.
-    if name not in ("StoreConformance", "limiter_clock"):
+    # listing the suites there would load them in every run.
+    if name not in ("AdapterConformance", "StoreConformance", "limiter_clock"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if _PYTEST_MISSING:
         raise ImportError(
@@ -68,7 +80,11 @@ def __getattr__(name: str) -> object:
             "(pip install pytest); limiter.ManualClock and limiter.testing.T0 work without it",
             name=__name__,
         )
-    # limiter_clock is defined above whenever pytest is there: only the suite is left.
-    from ._conformance import StoreConformance
+    # limiter_clock is defined above whenever pytest is there: only the suites are left.
+    # Plain asserts in the suites explain their failures, as in the user's own tests.
+    if "limiter._conformance" not in sys.modules:
+        pytest.register_assert_rewrite("limiter._conformance")
+    from . import _conformance
 
-    return StoreConformance
+    suite: object = getattr(_conformance, name)
+    return suite
