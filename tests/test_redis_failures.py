@@ -566,3 +566,60 @@ def test_noeviction_keeps_every_bucket_and_fails_writes_loudly(
             store.apply("newcomer", HOURLY, 1, None)  # an admission must write: refused
     finally:
         server.remove()
+
+
+# -- a malformed script reply ------------------------------------------------------------
+
+
+class _Garbled:
+    """A client whose script replies are not the script's (a proxy in between, say)."""
+
+    def evalsha(self, *args: Any) -> bytes:
+        return b"not a reply"
+
+    def eval(self, *args: Any) -> bytes:
+        return b"not a reply"
+
+    def delete(self, *args: Any) -> int:
+        return 1
+
+
+class _AsyncGarbled(_Garbled):
+    async def evalsha(self, *args: Any) -> bytes:  # type: ignore[override]
+        return b"not a reply"
+
+
+class _SyncOnly:
+    """A fallback with sync methods only: AsyncRedisStore adapts it once."""
+
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+        self.apply = self.store.apply
+        self.apply_many = self.store.apply_many
+        self.reset = self.store.reset
+
+
+def test_a_malformed_reply_is_a_failure_like_any_other() -> None:
+    with pytest.raises(StoreError, match="unexpected script reply"):
+        RedisStore(_Garbled()).apply("k", LIMIT, 1, T0)
+    store = RedisStore(_Garbled(), fallback=MemoryStore(), probe_clock=ManualClock())
+    assert [store.apply("k", LIMIT, 1, T0).allowed for _ in range(6)] == [1] * 5 + [0]
+    assert store.using_fallback
+    assert store.apply_many(["a", "b"], [LIMIT, LIMIT], 1, T0).allowed
+    with pytest.raises(StoreError, match="unexpected script reply"):
+        store.ping()  # never the fallback's answer
+
+
+def test_async_malformed_reply_and_a_sync_only_fallback() -> None:
+    async def scenario() -> None:
+        with pytest.raises(StoreError, match="unexpected script reply"):
+            await AsyncRedisStore(_AsyncGarbled()).aapply("k", LIMIT, 1, T0)
+        fallback = _SyncOnly()
+        store = AsyncRedisStore(_AsyncGarbled(), fallback=fallback, probe_clock=ManualClock())
+        assert [(await store.aapply("k", LIMIT, 1, T0)).allowed for _ in range(6)] == [1] * 5 + [0]
+        assert store.using_fallback
+        assert (await store.aapply_many(["a", "b"], [LIMIT, LIMIT], 1, T0)).allowed
+        await store.areset("k")
+        assert len(fallback.store) == 2
+
+    asyncio.run(scenario())

@@ -226,3 +226,24 @@ def test_any_cost_is_checked_before_the_transaction(tmp_path: Path) -> None:
     assert store.apply("k", limit, Decimal("1.5"), T0).remaining == 0  # type: ignore[arg-type]
     assert len(store) == 1
     store.close()
+
+
+def test_store_time_is_read_inside_the_transaction(tmp_path: Path) -> None:
+    """``now=None`` is read after BEGIN: a long wait for the lock is no backward clock."""
+    import time
+
+    store = SQLiteStore(tmp_path / "limits.db", timeout=5)
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    results: list = []
+    waiter = threading.Thread(target=lambda: results.append(store.apply("k", Limit(1, 3), 1, None)))
+    waiter.start()
+    time.sleep(0.3)
+    released = time.time()
+    blocker.execute("ROLLBACK")
+    waiter.join()
+    blocker.close()
+    with sqlite3.connect(store.path) as conn:
+        [(updated_at,)] = conn.execute("SELECT updated_at FROM limiter_buckets").fetchall()
+    assert results[0].allowed and updated_at >= released
+    store.close()

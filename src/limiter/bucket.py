@@ -55,7 +55,7 @@ two floats takes 104 bytes and more time to pack and unpack (memory per
 tracked key is a headline figure).  The deficit is kept as a small duration,
 not as an absolute "full at" time, because floats near today's Unix time
 resolve only 0.24 microseconds and rounding would pile up with every request.
-The bucket is full again at ``updated_at + debt``: stores can tell a full
+The bucket is full again at ``updated_at + debt`` (``full_at``): stores can tell a full
 bucket without knowing its limit, which is what lets them expire or sweep
 keys (an absent key *is* a full bucket).
 
@@ -71,8 +71,10 @@ today's Unix time are only precise to about 0.24 microseconds, and a client
 that waits exactly ``retry_after`` must get in.
 
 This module does no I/O and reads no clock; stores call ``step`` under their
-own atomicity (a lock, a transaction) and ``backends/redis.py`` mirrors it in
-Lua, checked against this file by a property test.
+own atomicity (a lock, a transaction); ``backends/bucket.lua`` mirrors
+``step`` and ``step_all`` for Redis, checked against this file by a property
+test.  ``validate_cost``, ``full_at`` and ``combine`` are the pieces stores
+reuse rather than rewrite.
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ __all__ = [
     "Limit",
     "RateLimitResult",
     "State",
+    "combine",
+    "full_at",
     "step",
     "step_all",
     "validate_cost",
@@ -403,6 +407,34 @@ def _cost_or_inf(cost: object, burst: int) -> float:
     return value if value <= burst else math.inf
 
 
+def full_at(state: State) -> float:
+    """When the bucket of ``state`` is full again: ``updated_at + debt`` (seconds).
+
+    From then on the state changes no decision: a store may forget it (an
+    absent key *is* a full bucket), expire it then (Redis's ``PX``) or index
+    it for a purge (SQLite's ``full_at`` column).
+    """
+    return state.real + state.imag
+
+
+def combine(results: Sequence[RateLimitResult]) -> RateLimitResult:
+    """The result that reports several limits' ``results`` (one per limit, in order).
+
+    It is the most restrictive one: when any denies, the denial with the
+    longest ``retry_after`` (then the fewest tokens left); when all admit, the
+    one with the fewest tokens left (then the longest ``reset_after``).  Its
+    ``results`` field holds all of them.  ``step_all`` reports with it, and so
+    does the Redis store, whose script returns one result per limit.
+    """
+    if all(r.allowed for r in results):
+        worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
+    else:
+        worst = max(
+            (r for r in results if not r.allowed), key=lambda r: (r.retry_after, -r.remaining)
+        )
+    return worst._replace(results=tuple(results))
+
+
 # Results are built with ``tuple.__new__``: it skips NamedTuple's Python-level
 # ``__new__``, about 150 ns of a 450 ns step.
 
@@ -500,8 +532,8 @@ def step_all(
 
     ``states[i]`` is the state of the bucket under ``limits[i]``.  Returns the
     new states (same objects where nothing changed) and a result that reports
-    the most restrictive limit: on denial, the one with the longest
-    ``retry_after``; when allowed, the one with the fewest tokens left.  Its
+    the most restrictive limit (``combine``): on denial, the one with the
+    longest ``retry_after``; when allowed, the one with the fewest tokens left.  Its
     ``results`` holds one result per limit, in order; on denial those of the
     limits that would have admitted the request are peeks (nothing was taken).
     """
@@ -510,18 +542,13 @@ def step_all(
     stepped = [step(state, now, limit, cost) for state, limit in zip(states, limits)]
     results = [result for _, result in stepped]
     if all(result.allowed for result in results):
-        new_states = [new for new, _ in stepped]
-        worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
-    else:
-        new_states = []
-        for i, (state, limit) in enumerate(zip(states, limits)):
-            if results[i].allowed:
-                # Recompute as a peek: it takes nothing but keeps any re-anchoring.
-                peeked, results[i] = step(state, now, limit, 0)
-                new_states.append(peeked)
-            else:
-                new_states.append(stepped[i][0])
-        worst = max(
-            (r for r in results if not r.allowed), key=lambda r: (r.retry_after, -r.remaining)
-        )
-    return new_states, worst._replace(results=tuple(results))
+        return [new for new, _ in stepped], combine(results)
+    new_states = []
+    for i, (state, limit) in enumerate(zip(states, limits)):
+        if results[i].allowed:
+            # Recompute as a peek: it takes nothing but keeps any re-anchoring.
+            peeked, results[i] = step(state, now, limit, 0)
+            new_states.append(peeked)
+        else:
+            new_states.append(stepped[i][0])
+    return new_states, combine(results)

@@ -10,7 +10,8 @@ Outages are logged on the ``limiter.stores`` logger, once each: the first
 failure after start, and the first after each recovery, at ERROR with its cause
 (traceback included; at most one ERROR a minute per store); the recovery at
 WARNING.  ``Breaker`` does it for a store with a fallback, ``Health`` for one
-without.
+without; ``Failover`` is the one path every operation of a shared store
+takes through them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
 
 from ..store import StoreError
 
-__all__ = ["ERROR_LOG_INTERVAL", "Breaker", "Health", "aguarded", "guarded"]
+__all__ = ["ERROR_LOG_INTERVAL", "AsyncView", "Breaker", "Failover", "Health"]
 
 T = TypeVar("T")
 
@@ -58,8 +59,9 @@ class Health:
     ``ERROR_LOG_INTERVAL`` seconds per store); ``succeeded`` logs the recovery
     from a logged failure at WARNING.  Failures in between are not logged
     again: each still reaches its caller as ``StoreError``.  Thread-safe; a
-    healthy ``succeeded`` reads one attribute.  ``guarded`` takes it in place
-    of a ``Breaker``: it never skips the primary and has no fallback to serve.
+    healthy ``succeeded`` reads one attribute.  ``Failover`` uses it in place
+    of a ``Breaker`` for a store without a fallback: it never skips the
+    primary and has no fallback to serve.
     """
 
     serves_fallback = False
@@ -125,7 +127,7 @@ class Breaker(Health):
     probe doubles it, up to ``max_probe_after``.  ``clock`` has ``now()`` in
     seconds (default: ``time.monotonic``); tests pass a ``ManualClock``.
     Thread-safe; the lock is held for a few attribute updates only.  Outages
-    are logged as by ``Health``.
+    are logged as by ``Health``; ``failing`` is true exactly while ``down``.
     """
 
     serves_fallback = True
@@ -187,6 +189,7 @@ class Breaker(Health):
                 return  # a request that was already in flight when the primary went down
             self._probing = False
             self._probe_at = now + self._wait
+            self.failing = True
             wait = self._wait
         if log:
             _log.error(
@@ -209,60 +212,113 @@ class Breaker(Health):
         with self._lock:
             log = self._probe_at is not None and self._outage_ends()
             self._probe_at = None
+            self.failing = False
             self._probing = False
             self._wait = self._first
         if log:
             _log.warning("%s answers again; leaving the fallback store", self._name)
 
 
-def guarded(
-    breaker: Union[Breaker, Health, None], primary: Callable[[], T], fallback: Callable[[], T]
-) -> T:
-    """``primary()``, with its outcome recorded on ``breaker``; ``fallback()`` while it is down.
+class Failover:
+    """The one failure path of a shared store: each operation goes to the primary or the fallback.
 
-    Without a breaker this is just ``primary()``.  With a ``Health`` (no
-    fallback store) the outcome is only recorded (and logged): a
-    ``StoreError`` reaches the caller.  With a ``Breaker``, a ``StoreError``
-    marks the primary down and ``fallback()`` answers; any other exception (a
-    cancelled call, a bad argument) lets another caller probe, and propagates.
+    ``fallback`` is a store (or ``None``).  With one, a ``Breaker`` decides:
+    while the primary is down, calls go straight to the fallback, but for the
+    probe; without one, a ``Health`` only records and logs the outages, and
+    every failure reaches the caller.  ``run(primary, fallback)`` (and
+    ``arun`` for coroutines) is the only place that decides: ``primary()``,
+    its outcome recorded; a ``StoreError`` from it marks the primary down and
+    ``fallback()`` answers (``fallback=None``: the error is raised, for calls
+    such as ``ping`` that must never answer from the fallback); any other
+    exception (a cancelled call, a bad argument) lets another caller probe
+    and propagates.  With ``asyncio=True``, ``afallback`` is the fallback seen
+    from asyncio, adapted once here: its own ``aapply``, ``aapply_many``,
+    ``areset`` where it has them, else its sync methods.
     """
-    if breaker is None:
-        return primary()
-    if breaker.skip_primary():
-        return fallback()
-    try:
-        result = primary()
-    except StoreError as exc:
-        breaker.failed(exc)
-        if not breaker.serves_fallback:
+
+    def __init__(
+        self,
+        name: str,
+        fallback: Optional[Any],
+        probe_after: float = 0.5,
+        max_probe_after: float = 30.0,
+        clock: Optional[Any] = None,
+        *,
+        asyncio: bool = False,
+    ) -> None:
+        self.fallback = fallback
+        self.health: Union[Breaker, Health] = (
+            Health(name) if fallback is None else Breaker(name, probe_after, max_probe_after, clock)
+        )
+        self.afallback: Any = None  # an AsyncView, with asyncio and a fallback
+        if asyncio and fallback is not None:
+            self.afallback = AsyncView(fallback)
+
+    @property
+    def using_fallback(self) -> bool:
+        """True while the primary is considered down and the fallback answers."""
+        return self.health.failing and self.health.serves_fallback
+
+    def run(self, primary: Callable[[], T], fallback: Optional[Callable[[], T]] = None) -> T:
+        """``primary()``, or ``fallback()`` while the primary is down or when it fails."""
+        health = self.health
+        # Healthy, this reads ``failing`` twice and calls nothing else.
+        if health.failing and fallback is not None and health.skip_primary():
+            return fallback()
+        try:
+            result = primary()
+        except StoreError as exc:
+            health.failed(exc)
+            if fallback is None or not health.serves_fallback:
+                raise
+            return fallback()
+        except BaseException:
+            health.abandoned()
             raise
-        return fallback()
-    except BaseException:
-        breaker.abandoned()
-        raise
-    breaker.succeeded()
-    return result
+        if health.failing:
+            health.succeeded()
+        return result
+
+    async def arun(
+        self,
+        primary: Callable[[], Awaitable[T]],
+        fallback: Optional[Callable[[], Awaitable[T]]] = None,
+    ) -> T:
+        """``run`` for coroutine functions."""
+        health = self.health
+        if health.failing and fallback is not None and health.skip_primary():
+            return await fallback()
+        try:
+            result = await primary()
+        except StoreError as exc:
+            health.failed(exc)
+            if fallback is None or not health.serves_fallback:
+                raise
+            return await fallback()
+        except BaseException:  # cancelled: let another caller probe
+            health.abandoned()
+            raise
+        if health.failing:
+            health.succeeded()
+        return result
 
 
-async def aguarded(
-    breaker: Union[Breaker, Health, None],
-    primary: Callable[[], Awaitable[T]],
-    fallback: Callable[[], Awaitable[T]],
-) -> T:
-    """``guarded`` for coroutines."""
-    if breaker is None:
-        return await primary()
-    if breaker.skip_primary():
-        return await fallback()
-    try:
-        result = await primary()
-    except StoreError as exc:
-        breaker.failed(exc)
-        if not breaker.serves_fallback:
-            raise
-        return await fallback()
-    except BaseException:  # cancelled: let another caller probe
-        breaker.abandoned()
-        raise
-    breaker.succeeded()
-    return result
+class AsyncView:
+    """A store's asyncio methods, bound once: its own where it has them, else its sync ones."""
+
+    def __init__(self, store: Any) -> None:
+        self.aapply: Callable[..., Awaitable[Any]] = _async_method(store, "apply")
+        self.aapply_many: Callable[..., Awaitable[Any]] = _async_method(store, "apply_many")
+        self.areset: Callable[..., Awaitable[Any]] = _async_method(store, "reset")
+
+
+def _async_method(store: Any, name: str) -> Callable[..., Awaitable[Any]]:
+    method: Optional[Callable[..., Awaitable[Any]]] = getattr(store, "a" + name, None)
+    if method is not None:
+        return method
+    sync: Callable[..., Any] = getattr(store, name)
+
+    async def call(*args: Any) -> Any:
+        return sync(*args)
+
+    return call

@@ -32,195 +32,42 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..bucket import CLOCK_TOLERANCE, TIME_EPSILON, Limit, RateLimitResult, validate_cost
+from ..bucket import (
+    CLOCK_TOLERANCE,
+    TIME_EPSILON,
+    Limit,
+    RateLimitResult,
+    combine,
+    validate_cost,
+)
 from ..store import StoreError
-from ._fallback import Breaker, Health, aguarded, guarded
+from ._fallback import Failover
 
 __all__ = ["SCRIPT", "AsyncRedisStore", "RedisStore", "hash_tag", "redis_key"]
 
 _log = logging.getLogger("limiter.stores")
 
-#: The Lua script run by EVALSHA for every check.
-SCRIPT = r"""
--- limiter token bucket.  Mirrors limiter.bucket.step and step_all exactly
--- (tests/test_redis_store.py feeds both the same random sequences):
--- * State: "debt updated_at" (seconds, exact: %.17g, or the caller's repr of
---   now); a missing key is a full bucket.  It is full again at updated_at + debt.
--- * now < updated_at - tolerance (limiter.bucket's clock tolerance, 1 s; a
---   clock stepped back): keep the debt, re-anchor at now, and store that even
---   on denial.  now < updated_at within the tolerance (read before a later
---   reading was applied): keep the debt and apply the request at updated_at
---   (the anchor below; a write keeps updated_at's stored text).  Otherwise
---   debt = max(0, debt - (now - updated_at)) and the anchor is now.
--- * debt above window + slack (state from a larger limit) becomes window,
---   re-anchored at the anchor and stored even on denial: never below 0 tokens.
--- * after = debt + cost * interval, or inf when cost > burst (never admitted,
---   however close); admitted when after <= window + slack, then
---   state = (after, anchor) and remaining = trunc((window - after + slack) *
---   rate) clamped to burst.
--- * Denied, or cost 0: state unchanged (but for the re-anchoring above);
---   remaining = trunc((window - debt + slack) * rate) clamped to burst, and
---   retry_after = after - window (so inf when cost > burst).
--- * Several keys: all admit or none is charged; on denial the ones that would
---   have admitted are recomputed as peeks (cost 0).
--- * Every write sets PX to the time until the bucket is full again, so an
---   expired key is a full bucket and nothing needs sweeping.  A written state
---   is anchored at now, or at updated_at for a now just behind it.
--- KEYS: one per limit.  ARGV[1]: "now cost rate burst [rate burst ...]", one
--- rate and burst per key, Python reprs; now is empty to read the server's
--- TIME.  cost is at most 2^54: a larger one (even inf, which tonumber may not
--- read) is sent as 2^54, above every burst (<= 2^53), so its result is the
--- same.  (One argument: each one costs clients more to send than the match
--- below costs here.)  interval = 1 / rate, window = burst / rate and slack =
--- min(limiter.bucket's epsilon, 1e-3 / rate) are derived here as limiter.Limit
--- derives them: IEEE division is exact, so they are the very same doubles.
--- Returns one string (cheaper for clients to read than an array): per key
--- "allowed remaining reset_after retry_after", space-separated, floats as
--- %.17g since Redis would truncate Lua numbers to integers.  Formatting a
--- double is the costliest thing done here: no value is formatted twice.
-local tonumber, format, match = tonumber, string.format, string.match
-local n = #KEYS
-local nows, cost, rate1, burst1, rest
-if n == 1 then
-  nows, cost, rate1, burst1 = match(ARGV[1], '^(%S*) (%S+) (%S+) (%S+)$')
-else
-  nows, cost, rest = match(ARGV[1], '^(%S*) (%S+) (.*)$')
-end
-local now
-if nows == '' then
-  -- Redis < 5 needs effects replication before writing after TIME (the default
-  -- since 5; REDIS_VERSION_NUM exists since 7).
-  if not redis.REDIS_VERSION_NUM and redis.replicate_commands then
-    pcall(redis.replicate_commands)
-  end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-  nows = nil
-else
-  -- A Python repr: tonumber reads back the very double, so it is stored as is.
-  now = tonumber(nows)
-end
-cost = tonumber(cost)
 
--- The stored debt, updated_at and updated_at's text (nil for a new key); false
--- and an error reply for a corrupt state.
-local function load(key)
-  local raw = redis.call('GET', key)
-  if raw then
-    local d, us = match(raw, '^(%S+) (%S+)$')
-    local u
-    d, u = tonumber(d), tonumber(us)
-    if d == nil or u == nil then
-      return false, redis.error_reply('limiter: corrupt bucket state in key ' .. key)
-    end
-    return d, u, us
-  end
-end
+def _load_script() -> str:
+    """``bucket.lua`` (beside this file), with ``limiter.bucket``'s constants in place.
 
--- Writes debt d anchored at the text at, or at now when at is nil (full again
--- in d seconds); returns d formatted.
-local function store(key, d, at)
-  local ms = math.ceil(d * 1000)
-  if ms < 1 then ms = 1 end
-  if ms > 1e15 then ms = 1e15 end
-  local ds = format('%.17g', d)
-  redis.call('SET', key, ds .. ' ' .. (at or nows or format('%.17g', now)), 'PX', format('%d', ms))
-  return ds
-end
+    Its placeholders ``EPSILON`` and ``TOLERANCE`` become the reprs of
+    ``TIME_EPSILON`` and ``CLOCK_TOLERANCE``, so the script uses the very
+    values ``step`` does.
+    """
+    from importlib.resources import files  # Python >= 3.9
 
-local function trunc(x)
-  if x >= 0 then return math.floor(x) end
-  return math.ceil(x)
-end
+    text = files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
+    for placeholder, value in (("EPSILON", TIME_EPSILON), ("TOLERANCE", CLOCK_TOLERANCE)):
+        if placeholder not in text:
+            raise RuntimeError(f"limiter/backends/bucket.lua lacks its {placeholder} placeholder")
+        text = text.replace(placeholder, repr(value))
+    return text
 
--- d, u, us: the stored debt, updated_at and its text (nil for a new key).
--- Returns the debt to store (nil: nothing to store), its anchor (nil: now, or
--- us), and allowed, remaining, reset_after, retry_after.
-local function step(d, u, us, rate, burst, cost)
-  rate, burst = tonumber(rate), tonumber(burst)
-  local window = burst / rate
-  local slack = 1e-3 / rate
-  if slack > EPSILON then slack = EPSILON end
-  local write, at = nil, nil
-  local debt
-  if d == nil then
-    debt = 0.0
-  elseif now < u then
-    debt = d
-    if now < u - TOLERANCE then
-      write = d  -- a clock stepped back: re-anchored at now
-    else
-      at = us  -- read before a later reading was applied: applied at u
-    end
-  else
-    debt = d - (now - u)
-    if debt < 0.0 then debt = 0.0 end
-  end
-  if debt > window + slack then
-    debt = window
-    write = window
-  end
-  local after = math.huge
-  if cost <= burst then after = debt + cost * (1 / rate) end
-  local remaining
-  if after <= window + slack then
-    remaining = trunc((window - after + slack) * rate)
-    if remaining > burst then remaining = burst end
-    if cost == 0 then return write, at, 1, remaining, debt, 0 end
-    return after, at, 1, remaining, after, 0
-  end
-  remaining = trunc((window - debt + slack) * rate)
-  if remaining > burst then remaining = burst end
-  return write, at, 0, remaining, debt, after - window
-end
 
--- Stores what step returned and formats the reply: reset_after is the stored
--- debt when charged, so its text is reused.
-local function finish(key, write, at, ok, rem, reset, retry)
-  local ds
-  if write then ds = store(key, write, at) end
-  if rem >= 2^53 or rem <= -2^53 then  -- beyond %d's exact range
-    return format('%d %.17g %.17g %.17g', ok, rem, reset, retry)
-  end
-  if ok == 0 then return format('0 %d %.17g %.17g', rem, reset, retry) end
-  if ds and write == reset then return format('1 %d %s 0', rem, ds) end
-  return format('1 %d %.17g 0', rem, reset)
-end
-
-if n == 1 then
-  local key = KEYS[1]
-  local d, u, us = load(key)
-  if d == false then return u end
-  return finish(key, step(d, u, us, rate1, burst1, cost))
-end
-
-local debts, stamps, texts, limits = {}, {}, {}, {}
-for i = 1, n do
-  local d, u, us = load(KEYS[i])
-  if d == false then return u end
-  debts[i], stamps[i], texts[i] = d, u, us
-end
-local i = 0
-for rate, burst in string.gmatch(rest, '(%S+) (%S+)') do
-  i = i + 1
-  limits[i] = {rate, burst}
-end
-local out = {}
-local all = true
-for i = 1, n do
-  out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], cost)}
-  if out[i][3] == 0 then all = false end
-end
-local parts = {}
-for i = 1, n do
-  local o = out[i]
-  if not all and o[3] == 1 then
-    o = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], 0)}
-  end
-  parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5], o[6])
-end
-return table.concat(parts, ' ')
-""".replace("EPSILON", repr(TIME_EPSILON)).replace("TOLERANCE", repr(CLOCK_TOLERANCE))
+#: The Lua script run by EVALSHA for every check (``bucket.lua``, which says
+#: which function of ``limiter.bucket`` each of its parts mirrors).
+SCRIPT = _load_script()
 
 #: SHA-1 of ``SCRIPT``, the name EVALSHA calls it by.
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
@@ -470,21 +317,11 @@ def _result(
     return tuple.__new__(RateLimitResult, values)
 
 
-def _combine(results: List[RateLimitResult]) -> RateLimitResult:
-    # Exactly limiter.bucket.step_all's choice of the result to report.
-    if all(r.allowed for r in results):
-        worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
-    else:
-        worst = max(
-            (r for r in results if not r.allowed), key=lambda r: (r.retry_after, -r.remaining)
-        )
-    return worst._replace(results=tuple(results))
-
-
 class _RedisBase:
     """What the sync and asyncio stores share: keys, arguments, replies, fallback."""
 
     _kind = "RedisStore"
+    _asyncio = False
 
     def __init__(
         self,
@@ -504,14 +341,13 @@ class _RedisBase:
         self.client = client
         self.prefix = prefix
         self.server_time = bool(server_time)
-        self.fallback = fallback
+        self.fallback: Any = fallback
         self._cluster = _is_cluster(client)
         self._limit_args: Dict[Limit, bytes] = {}
-        self._breaker: Optional[Breaker] = None
-        if fallback is not None:
-            self._breaker = Breaker(self._kind, probe_after, max_probe_after, probe_clock)
-        # Without a fallback, outages are only logged (with one, the breaker does it).
-        self._health = Health(self._kind)
+        # Every operation but ping goes through it: Redis, or the fallback.
+        self._failover = Failover(
+            self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
+        )
         try:
             problems = _config_problems(client)
         except Exception:  # a client we cannot read: say nothing rather than fail
@@ -534,7 +370,7 @@ class _RedisBase:
     @property
     def using_fallback(self) -> bool:
         """True while the server is considered down and the fallback answers."""
-        return self._breaker is not None and self._breaker.down
+        return self._failover.using_fallback
 
     def _key(self, key: str) -> bytes:
         if not isinstance(key, str):
@@ -661,7 +497,11 @@ class RedisStore(_RedisBase):
 
     Each check is exactly one round trip (EVALSHA); after ``SCRIPT FLUSH``, a
     restart or a failover the script is sent again with EVAL, transparently.
-    Every failure is a ``StoreError`` wrapping the client's exception.  The
+    Every failure is a ``StoreError`` wrapping the client's exception.  A
+    reply the script cannot have given (malformed: a proxy in between, or
+    another script under its SHA-1) is a ``StoreError`` like any other
+    failure: it counts as an outage, and the fallback, when there is one,
+    answers that check and the following ones until a probe succeeds.  The
     first failure after start, and the first after each recovery, is logged
     at ERROR on the ``limiter.stores`` logger with its cause; ``ping()``
     checks the server at start-up.
@@ -675,20 +515,17 @@ class RedisStore(_RedisBase):
         run EVALSHA/EVAL, the server's ``TIME``).  It never answers from the
         fallback.  Call it at start-up to stop on a Redis that cannot work.
         """
-        reply = self._run([self._key(_PING_KEY)], self._args((_PING_LIMIT,), 0, None))
-        self._result(reply, _PING_LIMIT)
+        rkeys, args = [self._key(_PING_KEY)], self._args((_PING_LIMIT,), 0, None)
+        self._failover.run(lambda: self._result(self._eval(rkeys, args), _PING_LIMIT))
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
-        rkeys = [self._key(key)]
-        args = self._args((limit,), cost, now)
-        if self._breaker is not None and self._breaker.skip_primary():
-            return self._fallback_apply([key], [limit], cost, now, single=True)
-        try:
-            reply = self._run(rkeys, args)
-        except StoreError as exc:
-            return self._failed(exc, [key], [limit], cost, now, single=True)
-        return self._result(reply, limit)
+        rkeys, args = [self._key(key)], self._args((limit,), cost, now)
+        result: RateLimitResult = self._failover.run(
+            lambda: self._result(self._eval(rkeys, args), limit),
+            lambda: self.fallback.apply(key, limit, cost, now),
+        )
+        return result
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
@@ -697,15 +534,12 @@ class RedisStore(_RedisBase):
 
         On a cluster the keys must share a hash tag (``ValueError`` otherwise).
         """
-        rkeys = self._keys(keys, limits)
-        args = self._args(limits, cost, now)
-        if self._breaker is not None and self._breaker.skip_primary():
-            return self._fallback_apply(keys, limits, cost, now, single=False)
-        try:
-            reply = self._run(rkeys, args)
-        except StoreError as exc:
-            return self._failed(exc, keys, limits, cost, now, single=False)
-        return _combine(self._results(reply, limits))
+        rkeys, args = self._keys(keys, limits), self._args(limits, cost, now)
+        result: RateLimitResult = self._failover.run(
+            lambda: combine(self._results(self._eval(rkeys, args), limits)),
+            lambda: self.fallback.apply_many(keys, limits, cost, now),
+        )
+        return result
 
     def reset(self, key: str) -> None:
         """Forget ``key`` (one DEL).  With a fallback, it forgets the key too."""
@@ -719,68 +553,22 @@ class RedisStore(_RedisBase):
             except Exception as exc:
                 raise self._error(exc) from exc
 
-        guarded(self._breaker or self._health, delete, _nothing)
+        self._failover.run(delete, _nothing)
 
-    def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
+    def _eval(self, rkeys: List[bytes], args: List[bytes]) -> Any:
+        """The script's reply; any failure of the client is a ``StoreError``."""
         client = self.client
-        breaker = self._breaker
         numkeys = _numkeys(rkeys)
         try:
             try:
-                reply = client.evalsha(_SHA, numkeys, *rkeys, *args)
+                return client.evalsha(_SHA, numkeys, *rkeys, *args)
             except Exception as exc:
                 if not _is_noscript(exc):
                     raise
                 # Flushed, restarted or failed over: EVAL runs and caches it again.
-                reply = client.eval(SCRIPT, numkeys, *rkeys, *args)
+                return client.eval(SCRIPT, numkeys, *rkeys, *args)
         except Exception as exc:
-            error = self._error(exc)
-            if breaker is None:  # with a breaker, the caller records it (_failed)
-                error.__cause__ = exc
-                self._health.failed(error)
-            raise error from exc
-        except BaseException:
-            if breaker is not None:
-                breaker.abandoned()
-            raise
-        if breaker is not None:
-            breaker.succeeded()
-        elif self._health.failing:
-            self._health.succeeded()
-        return reply
-
-    def _failed(
-        self,
-        exc: StoreError,
-        keys: Sequence[str],
-        limits: Sequence[Limit],
-        cost: float,
-        now: Optional[float],
-        *,
-        single: bool,
-    ) -> RateLimitResult:
-        if self._breaker is None:
-            raise exc
-        self._breaker.failed(exc)
-        return self._fallback_apply(keys, limits, cost, now, single=single)
-
-    def _fallback_apply(
-        self,
-        keys: Sequence[str],
-        limits: Sequence[Limit],
-        cost: float,
-        now: Optional[float],
-        *,
-        single: bool,
-    ) -> RateLimitResult:
-        fallback = self.fallback
-        assert fallback is not None
-        result: RateLimitResult
-        if single:
-            result = fallback.apply(keys[0], limits[0], cost, now)
-        else:
-            result = fallback.apply_many(keys, limits, cost, now)
-        return result
+            raise self._error(exc) from exc
 
 
 class AsyncRedisStore(_RedisBase):
@@ -792,54 +580,44 @@ class AsyncRedisStore(_RedisBase):
     """
 
     _kind = "AsyncRedisStore"
+    _asyncio = True
 
     async def aping(self) -> None:
         """Check that the server answers and runs the script, or raise ``StoreError``.
 
         See ``RedisStore.ping``.
         """
-        reply = await self._run([self._key(_PING_KEY)], self._args((_PING_LIMIT,), 0, None))
-        self._result(reply, _PING_LIMIT)
+        rkeys, args = [self._key(_PING_KEY)], self._args((_PING_LIMIT,), 0, None)
+        await self._failover.arun(lambda: self._aresult(rkeys, args, _PING_LIMIT))
 
     async def aapply(
         self, key: str, limit: Limit, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
-        rkeys = [self._key(key)]
-        args = self._args((limit,), cost, now)
-        if self._breaker is not None and self._breaker.skip_primary():
-            return await self._fallback_apply([key], [limit], cost, now, single=True)
-        try:
-            reply = await self._run(rkeys, args)
-        except StoreError as exc:
-            if self._breaker is None:
-                raise
-            self._breaker.failed(exc)
-            return await self._fallback_apply([key], [limit], cost, now, single=True)
-        return self._result(reply, limit)
+        rkeys, args = [self._key(key)], self._args((limit,), cost, now)
+        fallback = self._failover.afallback
+        return await self._failover.arun(
+            lambda: self._aresult(rkeys, args, limit),
+            lambda: fallback.aapply(key, limit, cost, now),
+        )
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """Charge every bucket or none (see ``RedisStore.apply_many``)."""
-        rkeys = self._keys(keys, limits)
-        args = self._args(limits, cost, now)
-        if self._breaker is not None and self._breaker.skip_primary():
-            return await self._fallback_apply(keys, limits, cost, now, single=False)
-        try:
-            reply = await self._run(rkeys, args)
-        except StoreError as exc:
-            if self._breaker is None:
-                raise
-            self._breaker.failed(exc)
-            return await self._fallback_apply(keys, limits, cost, now, single=False)
-        return _combine(self._results(reply, limits))
+        rkeys, args = self._keys(keys, limits), self._args(limits, cost, now)
+        fallback = self._failover.afallback
+        return await self._failover.arun(
+            lambda: self._aresults(rkeys, args, limits),
+            lambda: fallback.aapply_many(keys, limits, cost, now),
+        )
 
     async def areset(self, key: str) -> None:
         """Forget ``key`` (one DEL).  With a fallback, it forgets the key too."""
         rkey = self._key(key)
-        if self.fallback is not None:
-            await _maybe_await(_call(self.fallback, "reset", key))
+        fallback = self._failover.afallback
+        if fallback is not None:
+            await fallback.areset(key)
 
         async def delete() -> None:
             try:
@@ -847,65 +625,31 @@ class AsyncRedisStore(_RedisBase):
             except Exception as exc:
                 raise self._error(exc) from exc
 
-        await aguarded(self._breaker or self._health, delete, _anothing)
+        await self._failover.arun(delete, _anothing)
 
-    async def _run(self, rkeys: List[bytes], args: List[bytes]) -> Any:
+    async def _aresult(
+        self, rkeys: List[bytes], args: List[bytes], limit: Limit
+    ) -> RateLimitResult:
+        return self._result(await self._eval(rkeys, args), limit)
+
+    async def _aresults(
+        self, rkeys: List[bytes], args: List[bytes], limits: Sequence[Limit]
+    ) -> RateLimitResult:
+        return combine(self._results(await self._eval(rkeys, args), limits))
+
+    async def _eval(self, rkeys: List[bytes], args: List[bytes]) -> Any:
+        """``RedisStore._eval`` awaited."""
         client = self.client
-        breaker = self._breaker
         numkeys = _numkeys(rkeys)
         try:
             try:
-                reply = await client.evalsha(_SHA, numkeys, *rkeys, *args)
+                return await client.evalsha(_SHA, numkeys, *rkeys, *args)
             except Exception as exc:
                 if not _is_noscript(exc):
                     raise
-                reply = await client.eval(SCRIPT, numkeys, *rkeys, *args)
+                return await client.eval(SCRIPT, numkeys, *rkeys, *args)
         except Exception as exc:
-            error = self._error(exc)
-            if breaker is None:  # with a breaker, the caller records it
-                error.__cause__ = exc
-                self._health.failed(error)
-            raise error from exc
-        except BaseException:  # cancelled: let another caller probe
-            if breaker is not None:
-                breaker.abandoned()
-            raise
-        if breaker is not None:
-            breaker.succeeded()
-        elif self._health.failing:
-            self._health.succeeded()
-        return reply
-
-    async def _fallback_apply(
-        self,
-        keys: Sequence[str],
-        limits: Sequence[Limit],
-        cost: float,
-        now: Optional[float],
-        *,
-        single: bool,
-    ) -> RateLimitResult:
-        fallback = self.fallback
-        assert fallback is not None
-        if single:
-            result = _call(fallback, "apply", keys[0], limits[0], cost, now)
-        else:
-            result = _call(fallback, "apply_many", keys, limits, cost, now)
-        final: RateLimitResult = await _maybe_await(result)
-        return final
-
-
-def _call(store: Any, name: str, *args: Any) -> Any:
-    method = getattr(store, "a" + name, None)
-    if method is None:
-        method = getattr(store, name)
-    return method(*args)
-
-
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
+            raise self._error(exc) from exc
 
 
 def _nothing() -> None:

@@ -17,13 +17,21 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from ..bucket import Limit, RateLimitResult, step, step_all, validate_cost
+from ..bucket import Limit, RateLimitResult, State, full_at, step, step_all, validate_cost
 from ..store import StoreError
-from ._fallback import Breaker, Health, guarded
+from ._fallback import Failover
 
 __all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+#: What a transaction applies to the states it read: ``step_all``, or ``_step_one``.
+Algorithm = Callable[
+    [List[Optional[State]], float, Sequence[Limit], float],
+    Tuple[List[Optional[State]], RateLimitResult],
+]
 
 _SCHEMA = (
     # key is a BLOB (UTF-8 with surrogates passed through) so any str is a key.
@@ -42,7 +50,7 @@ _PROBE_KEY = b"\xff"
 _PROBE_WRITE = (
     "INSERT OR REPLACE INTO limiter_buckets (key, debt, updated_at, full_at) VALUES (?,0,0,0)"
 )
-_PROBE_DELETE = "DELETE FROM limiter_buckets WHERE key = ?"
+_DELETE = "DELETE FROM limiter_buckets WHERE key = ?"
 
 
 def _unusable(path: str, directory: str, exc: sqlite3.Error) -> Optional[OSError]:
@@ -76,10 +84,17 @@ def _unusable(path: str, directory: str, exc: sqlite3.Error) -> Optional[OSError
     return OSError(f"SQLiteStore: cannot use the database {path!r} ({reason})")
 
 
-def _check_cost(cost: float) -> float:
-    # Before BEGIN, so a bad cost costs no lock: the float step() would use
-    # (any real number; huge -> inf, denied), or its TypeError / ValueError.
-    return validate_cost(cost)
+def _step_one(
+    states: List[Optional[State]], now: float, limits: Sequence[Limit], cost: float
+) -> Tuple[List[Optional[State]], RateLimitResult]:
+    """``step`` for ``apply``, in ``step_all``'s shape (its result has no ``results``)."""
+    new_state, result = step(states[0], now, limits[0], cost)
+    return [new_state], result
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    message = str(exc)
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
 
 
 class SQLiteStore:
@@ -130,13 +145,10 @@ class SQLiteStore:
         self.path: str = os.fspath(path)
         self.timeout = float(timeout)
         self.purge_every = purge_every
-        self.fallback = fallback
-        # A Breaker serves the fallback while the database fails; without a
-        # fallback, Health only logs the outages (see _fallback).
-        self._breaker: Union[Breaker, Health] = (
-            Health("SQLiteStore")
-            if fallback is None
-            else Breaker("SQLiteStore", probe_after, max_probe_after, probe_clock)
+        self.fallback: Any = fallback
+        # Every operation but clear goes through it: the database, or the fallback.
+        self._failover = Failover(
+            "SQLiteStore", fallback, probe_after, max_probe_after, probe_clock
         )
         self._lock = threading.Lock()
         self._conn: Optional[sqlite3.Connection] = None
@@ -150,14 +162,15 @@ class SQLiteStore:
     @property
     def using_fallback(self) -> bool:
         """True while the database fails and the fallback answers."""
-        breaker = self._breaker
-        return isinstance(breaker, Breaker) and breaker.down
+        return self._failover.using_fallback
 
     # -- Store -------------------------------------------------------------
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
-        return self._guarded([key], [limit], cost, now, single=True)
+        return self._guarded(
+            _step_one, [key], [limit], cost, now, lambda: self.fallback.apply(key, limit, cost, now)
+        )
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
@@ -165,34 +178,25 @@ class SQLiteStore:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or none (one transaction)."""
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
-        return self._guarded(keys, limits, cost, now, single=False)
+        return self._guarded(
+            step_all,
+            keys,
+            limits,
+            cost,
+            now,
+            lambda: self.fallback.apply_many(keys, limits, cost, now),
+        )
 
     def reset(self, key: str) -> None:
         """Forget ``key``.  With a fallback, it forgets the key too."""
         blob = self._blob(key)
         if self.fallback is not None:
             self.fallback.reset(key)
-
-        def delete() -> None:
-            lock = self._locked()
-            try:
-                self._connection().execute("DELETE FROM limiter_buckets WHERE key = ?", (blob,))
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLiteStore: {exc}") from exc
-            finally:
-                lock.release()
-
-        guarded(self._breaker, delete, _nothing)
+        self._failover.run(lambda: self._run(_delete, blob), _nothing)
 
     def clear(self) -> None:
         """Forget every key."""
-        lock = self._locked()
-        try:
-            self._connection().execute("DELETE FROM limiter_buckets")
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLiteStore: {exc}") from exc
-        finally:
-            lock.release()
+        self._run(_clear)
 
     def close(self) -> None:
         """Close this process's connection (the next check reopens it)."""
@@ -205,15 +209,7 @@ class SQLiteStore:
             lock.release()
 
     def __len__(self) -> int:
-        lock = self._locked()
-        try:
-            row = self._connection().execute("SELECT count(*) FROM limiter_buckets").fetchone()
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLiteStore: {exc}") from exc
-        finally:
-            lock.release()
-        count: int = row[0]
-        return count
+        return self._run(_count)
 
     # -- AsyncStore --------------------------------------------------------
 
@@ -312,7 +308,7 @@ class SQLiteStore:
                 # begins a write transaction, and only fails when it commits.
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute(_PROBE_WRITE, (_PROBE_KEY,))
-                conn.execute(_PROBE_DELETE, (_PROBE_KEY,))
+                conn.execute(_DELETE, (_PROBE_KEY,))
                 conn.execute("COMMIT")
             finally:
                 conn.close()  # rolls back what is not committed
@@ -323,97 +319,92 @@ class SQLiteStore:
 
     def _guarded(
         self,
+        algorithm: Algorithm,
         keys: Sequence[str],
         limits: Sequence[Limit],
         cost: float,
         now: Optional[float],
-        *,
-        single: bool,
+        fallback: Callable[[], RateLimitResult],
     ) -> RateLimitResult:
-        cost = _check_cost(cost)
+        # Before any lock: a bad cost or key costs nothing, and never reaches
+        # the fallback.
+        cost = validate_cost(cost)
         blobs = [self._blob(key) for key in keys]
-
-        def fallback() -> RateLimitResult:
-            store = self.fallback
-            assert store is not None
-            if single:
-                result: RateLimitResult = store.apply(keys[0], limits[0], cost, now)
-                return result
-            return store.apply_many(keys, limits, cost, now)  # type: ignore[no-any-return]
-
-        return guarded(
-            self._breaker, lambda: self._transact(blobs, limits, cost, now, single), fallback
+        return self._failover.run(
+            lambda: self._run(self._transact, algorithm, blobs, limits, cost, now), fallback
         )
+
+    def _run(self, operation: Callable[..., T], *args: Any) -> T:
+        """``operation(connection, *args)`` under this process's lock; errors are ``StoreError``.
+
+        SQLite skips its busy handler in a few WAL corners (a connection
+        opening while another recovers or checkpoints the WAL) and reports
+        "locked" at once: those are retried within the timeout, which the busy
+        handler did not use, the lock released between attempts.
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.001
+        while True:
+            lock = self._locked()
+            try:
+                return operation(self._connection(), *args)
+            except sqlite3.Error as exc:
+                if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                    raise StoreError(f"SQLiteStore: {type(exc).__name__}: {exc}") from exc
+            finally:
+                lock.release()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _transact(
         self,
+        conn: sqlite3.Connection,
+        algorithm: Algorithm,
         blobs: List[bytes],
         limits: Sequence[Limit],
         cost: float,
         now: Optional[float],
-        single: bool,
     ) -> RateLimitResult:
-        if now is None:
-            now = time.time()
-        # SQLite skips its busy handler in a few WAL corners (a connection opening
-        # while another recovers or checkpoints the WAL) and reports "locked" at
-        # once; retry those within the timeout, which the busy handler did not use.
-        deadline = time.monotonic() + self.timeout
-        pause = 0.001
-        while True:
-            try:
-                return self._transact_once(blobs, limits, cost, now, single)
-            except sqlite3.OperationalError as exc:
-                message = str(exc)
-                if ("locked" not in message and "busy" not in message) or (
-                    time.monotonic() + pause > deadline
-                ):
-                    raise StoreError(f"SQLiteStore: {type(exc).__name__}: {exc}") from exc
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLiteStore: {type(exc).__name__}: {exc}") from exc
-
-    def _transact_once(
-        self,
-        blobs: List[bytes],
-        limits: Sequence[Limit],
-        cost: float,
-        now: float,
-        single: bool,
-    ) -> RateLimitResult:
-        lock = self._locked()
+        """One transaction: read the states, apply ``algorithm``, write what changed."""
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                states: List[Optional[complex]] = []
-                for blob in blobs:
-                    row = conn.execute(_SELECT, (blob,)).fetchone()
-                    states.append(None if row is None else complex(row[0], row[1]))
-                result: RateLimitResult
-                if single:
-                    new_state, result = step(states[0], now, limits[0], cost)
-                    new_states = [new_state]
-                else:
-                    new_states, result = step_all(states, now, limits, cost)
-                writes = 0
-                for blob, old, new in zip(blobs, states, new_states):
-                    if new is not old and new is not None:
-                        conn.execute(_UPSERT, (blob, new.real, new.imag, new.imag + new.real))
-                        writes += 1
-                purge = self._writes + writes >= self.purge_every
-                if purge:
-                    conn.execute(_PURGE, (now,))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            self._writes = 0 if purge else self._writes + writes
-            return result
-        finally:
-            lock.release()
+            if now is None:
+                # Read under the write lock, after any wait for it: a reading
+                # taken before a long wait would look like a clock stepped back.
+                now = time.time()
+            states: List[Optional[State]] = []
+            for blob in blobs:
+                row = conn.execute(_SELECT, (blob,)).fetchone()
+                states.append(None if row is None else complex(row[0], row[1]))
+            new_states, result = algorithm(states, now, limits, cost)
+            writes = 0
+            for blob, old, new in zip(blobs, states, new_states):
+                if new is not old and new is not None:
+                    conn.execute(_UPSERT, (blob, new.real, new.imag, full_at(new)))
+                    writes += 1
+            purge = self._writes + writes >= self.purge_every
+            if purge:
+                conn.execute(_PURGE, (now,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._writes = 0 if purge else self._writes + writes
+        return result
+
+
+def _delete(conn: sqlite3.Connection, blob: bytes) -> None:
+    conn.execute(_DELETE, (blob,))
+
+
+def _clear(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM limiter_buckets")
+
+
+def _count(conn: sqlite3.Connection) -> int:
+    count: int = conn.execute("SELECT count(*) FROM limiter_buckets").fetchone()[0]
+    return count
 
 
 def _nothing() -> None:
