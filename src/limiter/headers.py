@@ -141,7 +141,7 @@ def rate_limit_headers(
         raise TypeError(f"now must be a number of seconds, got {now!r:.100}") from None
     if policy is not None:
         _quoted_name(policy, "policy")
-    if style not in _STYLES:  # (inline: the call would cost what the checks above do)
+    if style not in _STYLES:  # inline: see CONTRIBUTING.md
         validate_style(style)
     return build_headers(result, now, style, policy)
 

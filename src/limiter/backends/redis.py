@@ -391,9 +391,7 @@ class _RedisBase:
         return [self._key(k) for k in keys]
 
     def _args(self, limits: Sequence[Limit], cost: float, now: Optional[float]) -> List[bytes]:
-        # One argument, "now cost rate burst [rate burst ...]" (see SCRIPT): each
-        # argument costs redis-py about 0.5 us to pack, more than the script's
-        # string.match costs the server.
+        # One argument, "now cost rate burst [rate burst ...]": see CONTRIBUTING.md "Hot paths".
         head = (self._now_arg(now) + " " + _cost_arg(cost)).encode("ascii")
         cache = self._limit_args
         if len(limits) == 1:
