@@ -236,3 +236,68 @@ class TestCleanup:
 
         with pytest.raises(TypeError, match="sweep"):
             RateLimiter(1, store=NoSweep()).start_cleanup(None, 1)  # type: ignore[arg-type]
+
+
+class TestStoreCapabilities:
+    """What RateLimiter finds on a store is what limiter.store declares, and nothing else."""
+
+    class Minimal:
+        """A third-party store with the three methods of ``Store`` only."""
+
+        def __init__(self) -> None:
+            self.inner = MemoryStore()
+            self.calls: List[str] = []
+
+        def apply(self, key: str, limit: Limit, cost: float, now: object) -> object:
+            self.calls.append("apply")
+            return self.inner.apply(key, limit, cost, now)  # type: ignore[arg-type]
+
+        def apply_many(self, *args: object) -> object:
+            return self.inner.apply_many(*args)  # type: ignore[arg-type]
+
+        def reset(self, key: str) -> None:
+            self.inner.reset(key)
+
+        async def aapply(self, key: str, limit: Limit, cost: float, now: object) -> object:
+            self.calls.append("aapply")
+            return self.inner.apply(key, limit, cost, now)  # type: ignore[arg-type]
+
+    def test_memory_store_declares_every_optional_capability(self) -> None:
+        from limiter.store import Nonblocking, SupportsAllow, Sweepable, is_nonblocking
+
+        store = MemoryStore()
+        assert isinstance(store, SupportsAllow) and isinstance(store, Sweepable)
+        assert isinstance(store, Nonblocking) and is_nonblocking(store)
+        assert not is_nonblocking(self.Minimal())
+
+    def test_a_minimal_store_gets_the_plain_paths(self) -> None:
+        store = self.Minimal()
+        limiter = RateLimiter(1, 2, store=store, clock=ManualClock())  # type: ignore[arg-type]
+        assert [limiter.allow("k") for _ in range(3)] == [True, True, False]
+        assert store.calls == ["apply"] * 3
+        assert not limiter.nonblocking
+        assert asyncio.run(limiter.acheck("j")).allowed and store.calls[-1] == "aapply"
+        with pytest.raises(TypeError, match="sweep"):
+            limiter.start_cleanup(None, 1)
+
+    @pytest.mark.parametrize("flag, direct", [(True, True), (1, False), ("yes", False)])
+    def test_only_nonblocking_true_skips_the_await(self, flag: object, direct: bool) -> None:
+        store = self.Minimal()
+        store.nonblocking = flag  # type: ignore[attr-defined]
+        limiter = RateLimiter(1, 2, store=store)  # type: ignore[arg-type]
+        assert limiter.nonblocking is direct
+        asyncio.run(limiter.acheck("k"))
+        assert store.calls == ["apply" if direct else "aapply"]
+
+    def test_allow_uses_the_stores_allow(self) -> None:
+        store = self.Minimal()
+        seen: List[str] = []
+
+        def allow(key: str, limit: Limit, cost: float, now: object) -> bool:
+            seen.append(key)
+            return False
+
+        store.allow = allow  # type: ignore[attr-defined]
+        limiter = RateLimiter(1, 2, store=store, name="n")  # type: ignore[arg-type]
+        assert limiter.allow("k") is False and seen == ["n:k"] and store.calls == []
+        assert limiter.allow("x" * 300) is False and seen[-1].startswith("n:sha256:")

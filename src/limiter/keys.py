@@ -1,7 +1,8 @@
 """Request keys: which bucket a request is charged to.
 
-A key function takes a ``limiter.adapters.RequestInfo`` and returns a ``str``
-key, or ``None`` to fall back to the client IP.  ``client_ip`` is the default;
+A key function (``KeyFunc``, from ``limiter.request``) takes a
+``limiter.adapters.RequestInfo`` and returns a ``str`` key, or ``None`` to
+fall back to the client IP.  ``client_ip`` is the default;
 ``header_key`` keys on a header such as ``X-API-Key``.  Keys are passed to
 ``RateLimiter.check`` as they are: the limiter namespaces them per limiter and
 hashes long ones, so a 1 MB header costs 71 bytes of stored key.
@@ -13,10 +14,9 @@ import functools
 import ipaddress
 import re
 from collections.abc import Iterable as _IterableABC
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
-if TYPE_CHECKING:
-    from .adapters.common import RequestInfo
+from .request import KeyFunc, RequestInfo
 
 __all__ = [
     "UNKNOWN_CLIENT",
@@ -32,9 +32,6 @@ __all__ = [
 #: requests share this one bucket (unless ``"unix"`` is a trusted proxy and
 #: the forwarding header names the client).
 UNKNOWN_CLIENT = "ip:unknown"
-
-#: ``key_func(request) -> str | None``; ``None`` means "use the client IP".
-KeyFunc = Callable[["RequestInfo"], Optional[str]]
 
 _Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 _Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]

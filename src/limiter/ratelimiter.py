@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Unio
 from .backends.memory import MemoryStore
 from .bucket import Limit, RateLimitResult
 from .clock import Clock, SystemClock
-from .store import AsyncStore, Store
+from .store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
 
 __all__ = ["MAX_KEY_LENGTH", "RateLimitExceeded", "RateLimiter"]
 
@@ -81,6 +81,20 @@ def _distinct_names(limits: Tuple[Limit, ...]) -> Tuple[Limit, ...]:
     )
 
 
+def _store_from(store: Optional[Union[Store, AsyncStore, str]]) -> Union[Store, AsyncStore]:
+    if store is None:
+        return MemoryStore()
+    if isinstance(store, str):
+        # Imported here: urls imports backends lazily, and most limiters need none.
+        from .urls import store_from_url
+
+        made: Union[Store, AsyncStore] = store_from_url(store)
+        return made
+    if not (callable(getattr(store, "apply", None)) or callable(getattr(store, "aapply", None))):
+        raise TypeError(f"store must implement Store or AsyncStore, got {store!r}")
+    return store
+
+
 class RateLimiter:
     """A token-bucket limit (or several) applied per key.
 
@@ -112,18 +126,9 @@ class RateLimiter:
         name: Optional[str] = None,
     ) -> None:
         self.limits: Tuple[Limit, ...] = _distinct_names(_limits_from(rate, burst))
-        self.store: Union[Store, AsyncStore]
-        if isinstance(store, str):
-            # Imported here: urls imports backends lazily, and most limiters need none.
-            from .urls import store_from_url
-
-            self.store = store_from_url(store)
-        else:
-            self.store = MemoryStore() if store is None else store
+        self.store: Union[Store, AsyncStore] = _store_from(store)
         apply = getattr(self.store, "apply", None)
         aapply = getattr(self.store, "aapply", None)
-        if not callable(apply) and not callable(aapply):
-            raise TypeError(f"store must implement Store or AsyncStore, got {self.store!r}")
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
         if name is None:
@@ -145,15 +150,13 @@ class RateLimiter:
         self._apply: Optional[_Apply] = apply if callable(apply) and not self._many else None
         self._sync: Optional[Store] = self.store if callable(apply) else None  # type: ignore[assignment]
         self._async: Optional[AsyncStore] = self.store if callable(aapply) else None  # type: ignore[assignment]
-        #: True when checks never wait on I/O (the store says ``nonblocking``):
-        #: async code may then call ``check`` directly instead of awaiting ``acheck``.
-        self.nonblocking: bool = (
-            self._sync is not None and getattr(self.store, "nonblocking", False) is True
-        )
-        allow = getattr(self.store, "allow", None)
-        self._allow: Optional[Callable[[str, Limit, float, Optional[float]], bool]] = (
-            allow if callable(allow) and self._apply is not None else None
-        )
+        #: True when checks never wait on I/O (the store is ``limiter.store.Nonblocking``):
+        #: ``acheck`` then calls ``check``, and so may any async caller.
+        self.nonblocking: bool = is_nonblocking(self.store)
+        self._allow: Optional[Callable[[str, Limit, float, Optional[float]], bool]] = None
+        if self._apply is not None and isinstance(self.store, SupportsAllow):
+            allow = self.store.allow
+            self._allow = allow if callable(allow) else None
 
     def __repr__(self) -> str:
         limits = "; ".join(str(lim) for lim in self.limits)
@@ -170,6 +173,9 @@ class RateLimiter:
         With several limits each bucket is stored under ``{<this key>}|<limit name>``
         (braces: one Redis Cluster hash tag for all of them).
         """
+        # The common case first: check, allow and acheck call this per request.
+        if type(key) is str and len(key) <= MAX_KEY_LENGTH:
+            return self._prefix + key
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {key!r:.100}")
         if len(key) > MAX_KEY_LENGTH:
@@ -195,14 +201,15 @@ class RateLimiter:
         fractional; ``0`` is a peek; negative or NaN is a ``ValueError``; above
         ``burst`` it is always denied with ``retry_after == inf``.
         """
-        # The hot path: everything inline that can be (each call costs ~50 ns).
+        # The hot path: everything inline that can be (each call costs ~30-50 ns).
         apply = self._apply
         if apply is None:
             return self._check_slow(key, cost)
-        if type(key) is not str or len(key) > MAX_KEY_LENGTH:
-            skey = self.storage_key(key)
-        else:
+        # storage_key's fast path, copied here and in allow (CONTRIBUTING.md, "Hot paths").
+        if type(key) is str and len(key) <= MAX_KEY_LENGTH:
             skey = self._prefix + key
+        else:
+            skey = self.storage_key(key)
         clock_now = self._clock_now
         return apply(skey, self._limit, cost, None if clock_now is None else clock_now())
 
@@ -221,10 +228,10 @@ class RateLimiter:
         if fast is None:
             result: RateLimitResult = self.check(key, cost)
             return result[0]
-        if type(key) is not str or len(key) > MAX_KEY_LENGTH:
-            skey = self.storage_key(key)
-        else:
+        if type(key) is str and len(key) <= MAX_KEY_LENGTH:  # storage_key, inlined (see check)
             skey = self._prefix + key
+        else:
+            skey = self.storage_key(key)
         clock_now = self._clock_now
         return fast(skey, self._limit, cost, None if clock_now is None else clock_now())
 
@@ -242,8 +249,10 @@ class RateLimiter:
     async def acheck(self, key: str, cost: float = 1) -> RateLimitResult:
         """``check`` for asyncio; awaits the store's ``aapply`` when it has one.
 
-        A store that marks itself ``nonblocking = True`` (``MemoryStore``: its
-        ``apply`` never waits on I/O) is called directly, saving a coroutine.
+        This is where async code chooses between awaiting the store and calling
+        it: a ``limiter.store.Nonblocking`` store (``MemoryStore``: its
+        ``apply`` never waits on I/O) is called directly, saving a coroutine,
+        and so is a store that is synchronous only.
         """
         if self.nonblocking:
             return self.check(key, cost)
@@ -252,14 +261,7 @@ class RateLimiter:
             return self.check(key, cost)
         if self._many:
             return await store.aapply_many(self._storage_keys(key), self.limits, cost, self._now())
-        if type(key) is not str or len(key) > MAX_KEY_LENGTH:
-            skey = self.storage_key(key)
-        else:
-            skey = self._prefix + key
-        clock_now = self._clock_now
-        return await store.aapply(
-            skey, self._limit, cost, None if clock_now is None else clock_now()
-        )
+        return await store.aapply(self.storage_key(key), self._limit, cost, self._now())
 
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""
@@ -377,9 +379,10 @@ class RateLimiter:
         thread and joins it; calling it again does nothing.  Needs a store with
         ``sweep(now, max_age)`` (``MemoryStore``; Redis expires keys itself).
         """
-        sweep = getattr(self.store, "sweep", None)
-        if not callable(sweep):
-            raise TypeError(f"{self.store!r} has no sweep(); it does not need a cleanup thread")
+        store = self.store
+        if not (isinstance(store, Sweepable) and callable(store.sweep)):
+            raise TypeError(f"{store!r} has no sweep(); it does not need a cleanup thread")
+        sweep = store.sweep
         if isinstance(interval, bool) or not isinstance(interval, (int, float)):
             raise TypeError(f"interval must be a finite number of seconds > 0, got {interval!r}")
         if not (interval > 0 and math.isfinite(interval)):

@@ -9,15 +9,13 @@ serves the WSGI, ASGI and ``http.server`` adapters alike.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
 
 from .bucket import validate_cost
 from .ratelimiter import RateLimiter
+from .request import Cost, KeyFunc
 
 __all__ = ["Cost", "Rule", "check_distinct_names"]
-
-#: A cost in tokens, or a function of the request that returns one.
-Cost = Union[float, Callable[[Any], float]]
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -69,7 +67,7 @@ class Rule:
         limiter: RateLimiter,
         *,
         methods: Optional[Iterable[str]] = None,
-        key_func: Optional[Callable[[Any], Optional[str]]] = None,
+        key_func: Optional[KeyFunc] = None,
         cost: Optional[Cost] = None,
     ) -> None:
         self._pattern = _compile(path)

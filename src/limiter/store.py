@@ -4,6 +4,28 @@ A store owns the state of many keys and applies ``limiter.bucket.step`` to one
 key (or ``step_all`` to the keys of several limits) atomically: under a lock
 (``MemoryStore``), in a transaction (SQLite) or in a server-side script
 (Redis).  See docs/stores.md.
+
+Everything a store may implement is declared here; ``RateLimiter`` and the
+adapters look for nothing else:
+
+=================  ==========================================================
+``Store``          ``apply``, ``apply_many``, ``reset``: a synchronous store.
+``AsyncStore``     ``aapply``, ``aapply_many``, ``areset``: an asyncio store.
+                   A store needs one of the two and may be both.
+``SupportsAllow``  ``allow``: ``apply(...).allowed`` without building the
+                   result (``RateLimiter.allow``'s fast path).
+``Nonblocking``    ``nonblocking = True``: ``apply`` never waits on I/O, so
+                   asyncio code calls it directly instead of awaiting
+                   ``aapply`` (one coroutine less per check).
+``Sweepable``      ``sweep(now, max_age)``: delete keys that no longer matter
+                   (``RateLimiter.start_cleanup``).
+=================  ==========================================================
+
+The capabilities are structural (``typing.Protocol``): a store declares one by
+having the method or attribute, and need not inherit from anything.  Stores
+that talk to a server also tend to offer ``ping()`` (raise ``StoreError`` when
+it does not answer), ``close()`` and a ``fallback`` store; only the command
+line (``python -m limiter``) uses those, when present.
 """
 
 from __future__ import annotations
@@ -12,7 +34,15 @@ from typing import Optional, Protocol, Sequence, runtime_checkable
 
 from .bucket import Limit, RateLimitResult
 
-__all__ = ["AsyncStore", "Store", "StoreError"]
+__all__ = [
+    "AsyncStore",
+    "Nonblocking",
+    "Store",
+    "StoreError",
+    "SupportsAllow",
+    "Sweepable",
+    "is_nonblocking",
+]
 
 
 class StoreError(Exception):
@@ -31,10 +61,8 @@ class Store(Protocol):
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
     store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
     A denied request or ``cost == 0`` must leave the stored state unchanged.
-    Raise ``StoreError`` when the backend fails.  A store whose ``apply``
-    never waits on I/O may set a class attribute ``nonblocking = True``;
-    ``RateLimiter.acheck`` then calls ``apply`` directly instead of awaiting
-    ``aapply``.
+    Raise ``StoreError`` when the backend fails.  See ``Nonblocking`` for a
+    store whose ``apply`` never waits on I/O.
     """
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
@@ -74,3 +102,56 @@ class AsyncStore(Protocol):
     async def areset(self, key: str) -> None:
         """Forget ``key``."""
         ...
+
+
+@runtime_checkable
+class SupportsAllow(Protocol):
+    """Optional: a ``Store`` that can answer yes or no more cheaply than ``apply``.
+
+    ``RateLimiter.allow`` calls it (for a single limit) instead of
+    ``apply(...).allowed``; it must take the same decision and leave the same
+    state.  ``MemoryStore`` skips building the ``RateLimitResult``.
+    """
+
+    def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
+        """``apply(key, limit, cost, now).allowed``, with the same effect on the bucket."""
+        ...
+
+
+@runtime_checkable
+class Nonblocking(Protocol):
+    """Optional: a ``Store`` whose ``apply`` never waits on I/O (an in-process store).
+
+    Declare it with a class attribute ``nonblocking = True``; any other value,
+    or none, means "may block".  ``RateLimiter.acheck`` then calls ``apply``
+    directly instead of awaiting ``aapply``, saving a coroutine per check.
+    A store that may wait (on a socket, on a file lock held by another
+    process) must not set it: it would stall the event loop.
+    """
+
+    nonblocking: bool
+
+
+@runtime_checkable
+class Sweepable(Protocol):
+    """Optional: a store that keeps keys until told to drop them (``MemoryStore``).
+
+    ``RateLimiter.start_cleanup`` calls ``sweep`` from a thread.  Stores whose
+    keys expire by themselves (Redis TTLs) need not implement it.
+    """
+
+    def sweep(self, now: Optional[float] = None, max_age: Optional[float] = None) -> int:
+        """Delete keys whose bucket is full at ``now`` and, with ``max_age``, keys idle longer.
+
+        Deleting a full bucket changes no decision.  Returns the number deleted.
+        """
+        ...
+
+
+def is_nonblocking(store: object) -> bool:
+    """Whether ``store`` is a synchronous store that declares ``nonblocking = True``."""
+    return (
+        isinstance(store, Nonblocking)
+        and store.nonblocking is True
+        and callable(getattr(store, "apply", None))
+    )

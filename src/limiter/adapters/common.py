@@ -1,9 +1,9 @@
-"""What the three adapters share: the request view, the decision and the responses.
+"""What the three adapters share: their options, the decision and the responses.
 
-An adapter translates its protocol into a ``RequestInfo``, asks a ``Guard``
-for a decision and translates the decision back.  Everything else (exemption,
-the key, the cost, the check, the headers, the 429 and 503 bodies, store
-failures) happens here, once.
+An adapter translates its protocol into a ``RequestInfo`` (``limiter.request``,
+re-exported here), asks a ``Guard`` for a decision and translates the decision
+back.  Everything else (the options, exemption, the key, the cost, the check,
+the headers, the 429 and 503 bodies, store failures) happens here, once.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from typing import (
-    Any,
+    TYPE_CHECKING,
     Callable,
     Dict,
     Iterable,
@@ -30,10 +30,14 @@ from typing import (
 
 from ..bucket import RateLimitResult, validate_cost
 from ..headers import build_headers, validate_style
-from ..keys import ClientIP, KeyFunc
+from ..keys import ClientIP
 from ..ratelimiter import RateLimiter
+from ..request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
 from ..rules import Rule, check_distinct_names
 from ..store import StoreError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 __all__ = [
     "DENIED_BODY",
@@ -63,91 +67,6 @@ ERROR_LOG_INTERVAL = 60.0
 
 _log = logging.getLogger("limiter.adapters")
 _JSON = ("Content-Type", "application/json")
-
-
-class HeaderView:
-    """Request headers, read-only, names case-insensitive.
-
-    ``get(name)`` is every field line of ``name`` joined with ``", "`` (how
-    HTTP combines repeated fields), or ``default`` when absent.
-    ``get_all(name)`` is the list of field lines as received (``[]`` when
-    absent).  WSGI servers combine repeated fields before the app sees them,
-    so there ``get_all`` has at most one element.  Values are ``str`` (bytes
-    decoded as latin-1, as HTTP and PEP 3333 do).
-    """
-
-    __slots__ = ()
-
-    def get_all(self, name: str) -> List[str]:
-        """Every field line of ``name``, in order; ``[]`` when absent."""
-        raise NotImplementedError
-
-    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
-        """All field lines of ``name`` joined with ``", "``, or ``default``."""
-        lines = self.get_all(name)
-        if not lines:
-            return default
-        return lines[0] if len(lines) == 1 else ", ".join(lines)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and bool(self.get_all(name))
-
-
-class Headers(HeaderView):
-    """Headers from a mapping or from ``(name, value)`` pairs (repeats allowed).
-
-    For tests and custom adapters: ``Headers({"X-API-Key": "k"})``,
-    ``Headers([("x-forwarded-for", "1.2.3.4"), ("x-forwarded-for", "5.6.7.8")])``.
-    """
-
-    __slots__ = ("_pairs",)
-
-    def __init__(self, headers: Union[Mapping[str, str], Iterable[Tuple[str, str]]] = ()) -> None:
-        items = headers.items() if isinstance(headers, Mapping) else headers
-        self._pairs = [(str(k).lower(), str(v)) for k, v in items]
-
-    def get_all(self, name: str) -> List[str]:
-        """Every value of ``name``, in order; ``[]`` when absent."""
-        lname = name.lower()
-        return [v for k, v in self._pairs if k == lname]
-
-    def __repr__(self) -> str:
-        return f"Headers({self._pairs!r})"
-
-
-class RequestInfo:
-    """One request, as every adapter sees it; what ``key_func``, ``exempt`` and ``cost`` receive.
-
-    ``method``: ``"GET"``, ``"POST"``, ...  ``path``: the URL path,
-    percent-decoded, without the query string.  ``headers``: a ``HeaderView``
-    (a mapping or list of pairs is wrapped in ``Headers``).  ``peer``: the
-    socket peer's address as the server reports it (``"203.0.113.7"``), or
-    ``None`` when there is none (a Unix socket, WSGI without ``REMOTE_ADDR``).
-    ``native``: the protocol's own object (the WSGI environ, the ASGI scope,
-    the ``BaseHTTPRequestHandler``), for key functions that need more and
-    accept being tied to one adapter.
-    """
-
-    __slots__ = ("headers", "method", "native", "path", "peer")
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        headers: Union[HeaderView, Mapping[str, str], Iterable[Tuple[str, str]], None] = None,
-        peer: Optional[str] = None,
-        native: Any = None,
-    ) -> None:
-        self.method = method
-        self.path = path
-        if not isinstance(headers, HeaderView):
-            headers = Headers(() if headers is None else headers)
-        self.headers: HeaderView = headers
-        self.peer = peer
-        self.native = native
-
-    def __repr__(self) -> str:
-        return f"RequestInfo({self.method!r}, {self.path!r}, peer={self.peer!r})"
 
 
 class Response(NamedTuple):
@@ -185,7 +104,6 @@ def status_line(status: int) -> str:
     return line if line is not None else f"{status} Unknown"
 
 
-Cost = Union[float, Callable[[RequestInfo], float]]
 #: What ``Guard.select`` picks for a request: the limiter, the key and the cost.
 Selection = Tuple[RateLimiter, str, float]
 #: A decision: a list of headers to add to the app's response (the request
@@ -196,7 +114,36 @@ _NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
 
 
 class GuardOptions(TypedDict, total=False):
-    """The keyword options every adapter takes and hands to ``Guard`` (see there)."""
+    """The keyword options of every adapter and of ``Guard``, all optional; documented here only.
+
+    ``key_func`` (default ``None``): ``key_func(request) -> str | None``, the
+    bucket a request is charged to; ``None``, given or returned, means the
+    client IP (``limiter.keys.ClientIP``).
+    ``trusted_proxies`` (``()``), ``proxy_header`` (``None``) and
+    ``ipv6_prefix`` (``64``): how the client IP is found; they are
+    ``ClientIP``'s ``trusted_proxies``, ``header`` and ``ipv6_prefix``.
+    ``header_style`` (``"x"``): ``"x"``, ``"draft"`` or ``"both"``, the
+    rate-limit headers added to responses (``limiter.headers``).
+    ``exempt`` (``None``): ``exempt(request) -> bool``; ``True`` skips
+    limiting (no tokens taken, no headers added).
+    ``on_error`` (``"allow"``): what a ``StoreError`` does.  ``"allow"`` lets
+    the request through without rate-limit headers and logs the failing
+    limiter's name to the ``limiter.adapters`` logger at most once per
+    ``ERROR_LOG_INTERVAL``; ``"deny"`` answers ``503`` with
+    ``UNAVAILABLE_BODY``.
+    ``cost`` (``1``): tokens per request, a number or ``cost(request) ->
+    number`` (checked by ``limiter.bucket.validate_cost``: one above the
+    burst is denied, never admitted).
+    ``on_limited`` (``None``: ``default_on_limited``, the 429 with
+    ``DENIED_BODY``): ``on_limited(request, result, headers) -> Response``.
+    ``rules`` (``()``): a list of ``limiter.Rule``; the first whose path and
+    method match picks the limiter (and its ``key_func`` and ``cost`` where
+    it sets them); unmatched requests use the adapter's own limiter.
+
+    Options are checked when the adapter is built: a wrong type raises
+    ``TypeError``, a wrong value ``ValueError``, both naming the option and
+    the value; an unknown option is a ``TypeError`` naming the adapter.
+    """
 
     key_func: Optional[KeyFunc]
     trusted_proxies: Union[str, Iterable[str]]
@@ -234,31 +181,37 @@ def check_options(owner: str, options: Mapping[str, object]) -> None:
             raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}{hint}")
 
 
-class Guard:
-    """The decision every adapter delegates to; built once per middleware.
+def adapter_guard(
+    owner: str, limiter: RateLimiter, options: GuardOptions, *, sync: Optional[str] = None
+) -> Guard:
+    """The ``Guard`` of an adapter called ``owner`` (named by an unknown-option ``TypeError``).
 
+    ``sync``: the adapter's name (``"WSGI"``) when it needs synchronous stores.
+    """
+    check_options(owner, options)
+    guard = Guard(limiter, **options)
+    if sync is not None:
+        guard.require_sync(sync)
+    return guard
+
+
+class Guard:
+    """The decision every adapter delegates to; built once per adapter.
+
+    ``Guard(limiter, **options)`` takes the ``GuardOptions``.
     ``decide(request)`` (or ``await adecide(request)``) returns either the
     headers to append to the app's response or a ``Response`` to send
     instead.  ``select(request)`` chooses ``(limiter, key, cost)`` or ``None``
-    (exempt): ``exempt`` first, then the first of ``rules`` (``limiter.Rule``)
-    whose path and method match, with its own limiter and, where it sets
-    them, its ``key_func`` and ``cost``; unmatched requests use ``limiter``.
+    (exempt): ``exempt`` first, then the first matching rule, then the
+    defaults.
 
     Errors: only ``StoreError`` (a store that cannot answer) is handled, by
-    ``on_error``: ``"allow"`` lets the request through without rate-limit
-    headers and logs the failing limiter's name to the ``limiter.adapters``
-    logger at most once per ``ERROR_LOG_INTERVAL``; ``"deny"`` answers ``503``
-    with ``UNAVAILABLE_BODY``.  Every other exception propagates, as any
-    application error does: those of ``key_func``, ``exempt``, ``cost`` and
-    ``on_limited`` (the application's code: a bug must be seen, never turned
-    into an open door), a ``key_func`` returning neither ``str`` nor ``None``
-    or a ``cost`` returning a non-number (``TypeError``), a NaN or negative
-    cost (``ValueError``), and any non-``StoreError`` exception of the limiter
-    call.  A cost of any size is valid (``limiter.bucket.validate_cost``): one
-    above the burst is denied, never admitted.
-
-    Options of a wrong type raise ``TypeError``, of a wrong value
-    ``ValueError``, both naming the option and the value.
+    ``on_error``.  Every other exception propagates, as any application error
+    does: those of ``key_func``, ``exempt``, ``cost`` and ``on_limited`` (the
+    application's code: a bug must be seen, never turned into an open door),
+    a ``key_func`` returning neither ``str`` nor ``None`` or a ``cost``
+    returning a non-number (``TypeError``), a NaN or negative cost
+    (``ValueError``), and any non-``StoreError`` exception of the limiter call.
     """
 
     __slots__ = (
@@ -270,36 +223,29 @@ class Guard:
         "header_style",
         "key_func",
         "limiter",
+        "nonblocking",
         "on_error",
         "on_limited",
         "rules",
     )
 
-    def __init__(
-        self,
-        limiter: RateLimiter,
-        *,
-        key_func: Optional[KeyFunc] = None,
-        trusted_proxies: Union[str, Iterable[str]] = (),
-        proxy_header: Optional[str] = None,
-        ipv6_prefix: int = 64,
-        header_style: str = "x",
-        exempt: Optional[Callable[[RequestInfo], bool]] = None,
-        on_error: str = "allow",
-        cost: Cost = 1,
-        on_limited: Optional[OnLimited] = None,
-        rules: Sequence[Rule] = (),
-    ) -> None:
+    def __init__(self, limiter: RateLimiter, **options: Unpack[GuardOptions]) -> None:
+        check_options("Guard", options)
         if not isinstance(limiter, RateLimiter):
             raise TypeError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
-        self.rules: Tuple[Rule, ...] = _rules(rules)
+        self.rules: Tuple[Rule, ...] = _rules(options.get("rules", ()))
         check_distinct_names([limiter, *(rule.limiter for rule in self.rules)])
+        key_func = options.get("key_func")
+        exempt = options.get("exempt")
+        on_limited = options.get("on_limited")
         for name, func in (("key_func", key_func), ("exempt", exempt), ("on_limited", on_limited)):
             if func is not None and not callable(func):
                 raise TypeError(f"{name} must be callable or None, got {func!r}")
+        on_error = options.get("on_error", "allow")
         if on_error not in ("allow", "deny"):
             error = ValueError if isinstance(on_error, str) else TypeError
             raise error(f"on_error must be 'allow' or 'deny', got {on_error!r}")
+        header_style = options.get("header_style", "x")
         if not isinstance(header_style, str):
             raise TypeError(
                 f"header_style must be one of 'x', 'draft', 'both', got {header_style!r}"
@@ -307,10 +253,15 @@ class Guard:
         self.limiter = limiter
         self.key_func = key_func
         self.exempt = exempt
-        self.client_ip = ClientIP(trusted_proxies, ipv6_prefix, header=proxy_header)
+        self.client_ip = ClientIP(
+            options.get("trusted_proxies", ()),
+            options.get("ipv6_prefix", 64),
+            header=options.get("proxy_header"),
+        )
         self.header_style = validate_style(header_style)
         self.on_error = on_error
         self.on_limited: OnLimited = default_on_limited if on_limited is None else on_limited
+        cost = options.get("cost", 1)
         if callable(cost):
             self._cost_func: Optional[Callable[[RequestInfo], float]] = cost
             self._cost: float = 1
@@ -318,6 +269,9 @@ class Guard:
             self._cost_func = None
             self._cost = validate_cost(cost)
         self._next_log = -math.inf
+        #: True when no limiter's store waits on I/O (``RateLimiter.nonblocking``):
+        #: async code may then call ``decide`` instead of awaiting ``adecide``.
+        self.nonblocking: bool = all(lim.nonblocking for lim in self.limiters())
 
     def limiters(self) -> List[RateLimiter]:
         """Every limiter this guard may use: the default one, then the rules'."""
@@ -375,17 +329,17 @@ class Guard:
         return self.outcome(request, result, limiter)
 
     async def adecide(self, request: RequestInfo) -> Outcome:
-        """The outcome for ``request``; the store is awaited (``acheck``)."""
+        """``decide`` for asyncio: the store is awaited (``RateLimiter.acheck``).
+
+        When ``nonblocking`` is True, ``decide`` gives the same outcome without
+        a coroutine.
+        """
         chosen = self.select(request)
         if chosen is None:
             return _NO_HEADERS
         limiter, key, cost = chosen
         try:
-            # An in-memory store never waits: skip the coroutine acheck would be.
-            if limiter.nonblocking:
-                result = limiter.check(key, cost)
-            else:
-                result = await limiter.acheck(key, cost)
+            result = await limiter.acheck(key, cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         return self.outcome(request, result, limiter)

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, Callable, List, Type, TypeVar
 from urllib.parse import unquote
 
 from ..ratelimiter import RateLimiter
-from .common import Guard, GuardOptions, HeaderList, HeaderView, RequestInfo, check_options
+from .common import (
+    Guard,
+    GuardOptions,
+    HeaderList,
+    HeaderView,
+    RequestInfo,
+    Response,
+    adapter_guard,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -71,73 +79,90 @@ def rate_limited(
     429 (no body for ``HEAD``) and ``do_<METHOD>`` is not called.  A limited
     request with a body is answered with ``Connection: close``, since its
     unread body cannot be left on a kept-alive connection.  Thread-safe under
-    ``ThreadingHTTPServer``.  Options are those of the WSGI middleware; the
-    store must be synchronous.  Only a ``StoreError`` goes to ``on_error``;
-    any other exception (the app's ``key_func``, ``exempt``, ``cost`` or
-    ``on_limited`` failing) propagates out of the handler, like one from a
-    ``do_<METHOD>``: ``socketserver`` reports it with ``server.handle_error``
-    and closes the connection without a response.
+    ``ThreadingHTTPServer``.  ``options``: ``limiter.adapters.common.GuardOptions``
+    (documented there); the stores must be synchronous.  Only a ``StoreError``
+    goes to ``on_error``; any other exception (the app's ``key_func``,
+    ``exempt``, ``cost`` or ``on_limited`` failing) propagates out of the
+    handler, like one from a ``do_<METHOD>``: ``socketserver`` reports it with
+    ``server.handle_error`` and closes the connection without a response.
     """
-    check_options("rate_limited", options)
-    guard = Guard(limiter, **options)
-    guard.require_sync("http.server")
-    decide = guard.decide
+    guard = adapter_guard("rate_limited", limiter, options, sync="http.server")
 
     def decorate(cls: H) -> H:
         if not (isinstance(cls, type) and issubclass(cls, BaseHTTPRequestHandler)):
             raise TypeError(
                 f"rate_limited decorates BaseHTTPRequestHandler subclasses, got {cls!r}"
             )
-
-        class Limited(cls):  # type: ignore[valid-type,misc]
-            _limiter_pending: HeaderList = _NONE
-
-            def parse_request(self) -> bool:
-                self._limiter_pending = _NONE
-                if not super().parse_request():
-                    return False
-                outcome = decide(request_info(self))
-                if isinstance(outcome, list):
-                    self._limiter_pending = outcome
-                    return True
-                status, headers, body = outcome
-                has_body = self.headers.get("Content-Length", "0").strip() not in ("", "0")
-                if has_body or "Transfer-Encoding" in self.headers:
-                    self.close_connection = True
-                # send_response() also logs the request, as for any response.
-                self.send_response(status)
-                for name, value in headers:
-                    self.send_header(name, value)
-                if self.close_connection and self.request_version != "HTTP/0.9":
-                    self.send_header("Connection", "close")
-                super().end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-                # handle_one_request() flushes only after do_<METHOD>; a
-                # buffered wfile (wbufsize != 0) would hold the 429 back.
-                self.wfile.flush()
-                return False
-
-            def end_headers(self) -> None:
-                pending = self._limiter_pending
-                if pending:
-                    self._limiter_pending = _NONE
-                    buffer = getattr(self, "_headers_buffer", None)
-                    if buffer is not None and self.request_version != "HTTP/0.9":
-                        # What send_header() appends, in one piece: a call per
-                        # header costs more than the whole rate-limit decision.
-                        lines = "".join([f"{name}: {value}\r\n" for name, value in pending])
-                        buffer.append(lines.encode("latin-1", "strict"))
-                    else:
-                        for name, value in pending:
-                            self.send_header(name, value)
-                super().end_headers()
-
-        Limited.__name__ = cls.__name__
-        Limited.__qualname__ = cls.__qualname__
-        Limited.__module__ = cls.__module__
-        Limited.__doc__ = cls.__doc__
-        Limited.limiter_guard = guard
-        return Limited  # type: ignore[return-value]
+        return _limited_subclass(cls, guard)
 
     return decorate
+
+
+def _limited_subclass(cls: H, guard: Guard) -> H:
+    """``cls`` with the decision after ``parse_request`` and its headers at ``end_headers``."""
+    decide = guard.decide
+
+    class Limited(cls):  # type: ignore[valid-type,misc]
+        _limiter_pending: HeaderList = _NONE
+
+        def parse_request(self) -> bool:
+            self._limiter_pending = _NONE
+            if not super().parse_request():
+                return False
+            outcome = decide(request_info(self))
+            if isinstance(outcome, list):
+                self._limiter_pending = outcome
+                return True
+            _send_instead(self, outcome, super().end_headers)
+            return False  # handle_one_request() then calls no do_<METHOD>
+
+        def end_headers(self) -> None:
+            pending = self._limiter_pending
+            if pending:
+                self._limiter_pending = _NONE
+                _add_headers(self, pending)
+            super().end_headers()
+
+    Limited.__name__ = cls.__name__
+    Limited.__qualname__ = cls.__qualname__
+    Limited.__module__ = cls.__module__
+    Limited.__doc__ = cls.__doc__
+    Limited.limiter_guard = guard
+    return Limited  # type: ignore[return-value]
+
+
+def _send_instead(
+    handler: BaseHTTPRequestHandler, response: Response, end_headers: Callable[[], None]
+) -> None:
+    """Send ``response`` (the 429 or 503) in place of the handler's own, and flush it.
+
+    ``end_headers``: the decorated class's own (no rate-limit headers are pending).
+    """
+    status, headers, body = response
+    has_body = handler.headers.get("Content-Length", "0").strip() not in ("", "0")
+    if has_body or "Transfer-Encoding" in handler.headers:
+        handler.close_connection = True  # its unread body cannot stay on the connection
+    handler.send_response(status)  # also logs the request, as for any response
+    for name, value in headers:
+        handler.send_header(name, value)
+    if handler.close_connection and handler.request_version != "HTTP/0.9":
+        handler.send_header("Connection", "close")
+    end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(body)
+    # handle_one_request() flushes only after do_<METHOD>; a buffered wfile
+    # (wbufsize != 0) would hold the response back.
+    handler.wfile.flush()
+
+
+def _add_headers(handler: BaseHTTPRequestHandler, headers: HeaderList) -> None:
+    """Add the rate-limit ``headers`` to the response whose headers are being ended."""
+    buffer = getattr(handler, "_headers_buffer", None)
+    if buffer is not None and handler.request_version != "HTTP/0.9":
+        # What send_header() appends, in one piece: a call per header costs more
+        # than the whole rate-limit decision (CONTRIBUTING.md, "Hot paths").
+        lines = "".join([f"{name}: {value}\r\n" for name, value in headers])
+        buffer.append(lines.encode("latin-1", "strict"))
+    else:
+        for name, value in headers:
+            handler.send_header(name, value)

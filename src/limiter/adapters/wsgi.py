@@ -14,7 +14,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Tuple
 
 from ..ratelimiter import RateLimiter
-from .common import Guard, GuardOptions, HeaderView, RequestInfo, check_options, status_line
+from .common import GuardOptions, HeaderView, RequestInfo, adapter_guard, status_line
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -74,17 +74,11 @@ class RateLimitMiddleware:
     a ``429`` JSON response (or ``on_limited(request, result, headers)``'s)
     without calling ``app``; ``HEAD`` requests get the headers and no body.
 
-    The keyword options (``GuardOptions``) are those of
-    ``limiter.adapters.common.Guard``: ``key_func(request) -> str | None``
-    (default: the client IP, see ``limiter.keys.ClientIP`` for
-    ``trusted_proxies``, ``proxy_header`` and ``ipv6_prefix``),
-    ``header_style``, ``exempt(request) -> bool``, ``on_error`` (``"allow"``
-    or ``"deny"``), ``cost`` (tokens, a number or ``callable(request)``),
-    ``on_limited`` and ``rules``.  The limiters' stores must be synchronous.
-    Wrong types and unknown options raise ``TypeError``, bad values
-    ``ValueError``.  Only a ``StoreError`` goes to ``on_error``; any other
-    exception (the app's ``key_func``, ``exempt``, ``cost`` or ``on_limited``
-    failing) propagates from the middleware call, like one from the app.
+    ``options``: ``limiter.adapters.common.GuardOptions`` (documented there).
+    The limiters' stores must be synchronous.  Only a ``StoreError`` goes to
+    ``on_error``; any other exception (the app's ``key_func``, ``exempt``,
+    ``cost`` or ``on_limited`` failing) propagates from the middleware call,
+    like one from the app.
     """
 
     def __init__(
@@ -95,10 +89,8 @@ class RateLimitMiddleware:
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {app!r}")
-        check_options("RateLimitMiddleware", options)
         self.app = app
-        self.guard = Guard(limiter, **options)
-        self.guard.require_sync("WSGI")
+        self.guard = adapter_guard("RateLimitMiddleware", limiter, options, sync="WSGI")
         self._decide = self.guard.decide
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:

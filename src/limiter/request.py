@@ -1,0 +1,106 @@
+"""The framework-free view of a request that key functions, ``exempt`` and ``cost`` receive.
+
+Every adapter (WSGI, ASGI, ``http.server``) translates its protocol's request
+into a ``RequestInfo``, so one key function serves all of them.  This module
+sits below ``keys``, ``rules`` and the adapters and imports only the standard
+library; ``limiter.adapters`` re-exports its names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
+
+__all__ = ["Cost", "HeaderView", "Headers", "KeyFunc", "RequestInfo"]
+
+
+class HeaderView:
+    """Request headers, read-only, names case-insensitive.
+
+    ``get(name)`` is every field line of ``name`` joined with ``", "`` (how
+    HTTP combines repeated fields), or ``default`` when absent.
+    ``get_all(name)`` is the list of field lines as received (``[]`` when
+    absent).  WSGI servers combine repeated fields before the app sees them,
+    so there ``get_all`` has at most one element.  Values are ``str`` (bytes
+    decoded as latin-1, as HTTP and PEP 3333 do).
+    """
+
+    __slots__ = ()
+
+    def get_all(self, name: str) -> List[str]:
+        """Every field line of ``name``, in order; ``[]`` when absent."""
+        raise NotImplementedError
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        """All field lines of ``name`` joined with ``", "``, or ``default``."""
+        lines = self.get_all(name)
+        if not lines:
+            return default
+        return lines[0] if len(lines) == 1 else ", ".join(lines)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and bool(self.get_all(name))
+
+
+class Headers(HeaderView):
+    """Headers from a mapping or from ``(name, value)`` pairs (repeats allowed).
+
+    For tests and custom adapters: ``Headers({"X-API-Key": "k"})``,
+    ``Headers([("x-forwarded-for", "1.2.3.4"), ("x-forwarded-for", "5.6.7.8")])``.
+    """
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, headers: Union[Mapping[str, str], Iterable[Tuple[str, str]]] = ()) -> None:
+        items = headers.items() if isinstance(headers, Mapping) else headers
+        self._pairs = [(str(k).lower(), str(v)) for k, v in items]
+
+    def get_all(self, name: str) -> List[str]:
+        """Every value of ``name``, in order; ``[]`` when absent."""
+        lname = name.lower()
+        return [v for k, v in self._pairs if k == lname]
+
+    def __repr__(self) -> str:
+        return f"Headers({self._pairs!r})"
+
+
+class RequestInfo:
+    """One request, as every adapter sees it; what ``key_func``, ``exempt`` and ``cost`` receive.
+
+    ``method``: ``"GET"``, ``"POST"``, ...  ``path``: the URL path,
+    percent-decoded, without the query string.  ``headers``: a ``HeaderView``
+    (a mapping or list of pairs is wrapped in ``Headers``).  ``peer``: the
+    socket peer's address as the server reports it (``"203.0.113.7"``), or
+    ``None`` when there is none (a Unix socket, WSGI without ``REMOTE_ADDR``).
+    ``native``: the protocol's own object (the WSGI environ, the ASGI scope,
+    the ``BaseHTTPRequestHandler``), for key functions that need more and
+    accept being tied to one adapter.
+    """
+
+    __slots__ = ("headers", "method", "native", "path", "peer")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        headers: Union[HeaderView, Mapping[str, str], Iterable[Tuple[str, str]], None] = None,
+        peer: Optional[str] = None,
+        native: Any = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        if not isinstance(headers, HeaderView):
+            headers = Headers(() if headers is None else headers)
+        self.headers: HeaderView = headers
+        self.peer = peer
+        self.native = native
+
+    def __repr__(self) -> str:
+        return f"RequestInfo({self.method!r}, {self.path!r}, peer={self.peer!r})"
+
+
+#: ``key_func(request) -> str | None``: the bucket a request is charged to;
+#: ``None`` means "use the client IP".
+KeyFunc = Callable[[RequestInfo], Optional[str]]
+
+#: Tokens per request: a number, or ``cost(request) -> number``.
+Cost = Union[float, Callable[[RequestInfo], float]]
