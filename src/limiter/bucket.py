@@ -465,6 +465,8 @@ def step(
     is just the decision, a ``bool``: the same algorithm, without building a
     ``RateLimitResult`` (``RateLimiter.allow``'s fast path).
     """
+    # One function on purpose, longer than most: every check runs it, and each
+    # helper call would cost more than a rule (CONTRIBUTING.md "Hot paths").
     if cost is _ONE:
         pass  # the default and usual cost (a cached int): valid under any limit
     elif (cls := cost.__class__) is float:

@@ -277,6 +277,8 @@ class MemoryStore:
         between them, so a concurrent check waits about a millisecond at most.
         Returns the number of keys deleted.
         """
+        # One function: how long the lock is held per slice is easier to check
+        # when the whole walk is in one place.
         if now is None:
             now = time.time()
         horizon = -float("inf") if max_age is None else now - max_age
