@@ -28,7 +28,7 @@ import importlib
 import math
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import unquote
 
 __all__ = [
@@ -471,11 +471,47 @@ def _sqlite(parsed: _Parsed, options: Dict[str, Any]) -> Any:
     return SQLiteStore(path, **kwargs)
 
 
+class _RedisSettings(NamedTuple):
+    """What a Redis URL's query and user information say (then with the caller's options over)."""
+
+    store_kwargs: Dict[str, Any]
+    client_kwargs: Dict[str, Any]
+    db: Any
+    username: Optional[str]
+    password: Optional[str]
+    sentinel_username: Optional[str]
+    sentinel_password: Optional[str]
+    sentinel_extra: Dict[str, Any]
+
+
+class _RedisTarget(NamedTuple):
+    """Where a Redis client connects, as the URL's host and path say."""
+
+    where: Dict[str, Any]  # host/port or unix_socket_path, and db: client arguments
+    hosts: List[Tuple[str, int]]  # the Sentinels or the cluster's startup nodes
+    service: str  # the Sentinel service name
+
+
 def _redis(parsed: _Parsed, asyncio: bool, options: Dict[str, Any]) -> Any:
+    """A ``RedisStore`` (or ``AsyncRedisStore``) for a redis or valkey scheme."""
     scheme = parsed.scheme
     base, _, kind = scheme.partition("+")
     tls = base in ("rediss", "valkeys")
     package = base[:-1] if tls else base
+    parsed.check_query(_redis_params(kind, tls))
+    settings = _redis_options(_redis_query(parsed, tls), kind, options)
+    # Every URL error is raised here, before a client library is imported.
+    target = _redis_target(parsed, kind, settings.db, options)
+    client = _redis_client(_Library(package, asyncio, scheme), kind, settings, target)
+
+    from .backends.redis import AsyncRedisStore, RedisStore
+
+    store_class = AsyncRedisStore if asyncio else RedisStore
+    return store_class(client, **settings.store_kwargs)
+
+
+def _redis_params(kind: str, tls: bool) -> Tuple[str, ...]:
+    """The query parameters a Redis scheme of this kind (and TLS or not) takes."""
     known: Tuple[str, ...] = _REDIS_PARAMS
     if kind in ("", "unix", "sentinel"):
         known += ("db",)
@@ -483,9 +519,11 @@ def _redis(parsed: _Parsed, asyncio: bool, options: Dict[str, Any]) -> Any:
         known += _SENTINEL_PARAMS
     if tls:
         known += _TLS_PARAMS
-    parsed.check_query(known)
+    return known
 
-    # What the URL says, then the options over it.
+
+def _redis_query(parsed: _Parsed, tls: bool) -> _RedisSettings:
+    """The store and client keyword arguments the URL's query (and user information) says."""
     store_kwargs: Dict[str, Any] = {}
     client_kwargs: Dict[str, Any] = {
         "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
@@ -509,28 +547,44 @@ def _redis(parsed: _Parsed, asyncio: bool, options: Dict[str, Any]) -> Any:
             client_kwargs["socket_connect_timeout"] = timeout
     db = parsed.integer("db", 0)
     if tls:
-        client_kwargs["ssl"] = True
-        for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
-            if name in parsed.query:
-                client_kwargs[name] = parsed.query[name]
-        reqs = parsed.query.get("ssl_cert_reqs")
-        if reqs is not None:
-            if reqs.lower() not in ("none", "optional", "required"):
-                parsed.fail(f"ssl_cert_reqs must be none, optional or required, got {reqs!r}")
-            client_kwargs["ssl_cert_reqs"] = reqs.lower()
-        check_hostname = parsed.flag("ssl_check_hostname")
-        if check_hostname is not None:
-            client_kwargs["ssl_check_hostname"] = check_hostname
-    username, password = parsed.username, parsed.password
-    sentinel_username = parsed.query.get("sentinel_username")
-    sentinel_password = parsed.query.get("sentinel_password")
-    sentinel_extra: Dict[str, Any] = {}
+        _tls_query(parsed, client_kwargs)
+    return _RedisSettings(
+        store_kwargs=store_kwargs,
+        client_kwargs=client_kwargs,
+        db=db,
+        username=parsed.username,
+        password=parsed.password,
+        sentinel_username=parsed.query.get("sentinel_username"),
+        sentinel_password=parsed.query.get("sentinel_password"),
+        sentinel_extra={},
+    )
 
+
+def _tls_query(parsed: _Parsed, client_kwargs: Dict[str, Any]) -> None:
+    """Put the TLS client arguments of a rediss:// or valkeys:// query into ``client_kwargs``."""
+    client_kwargs["ssl"] = True
+    for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+        if name in parsed.query:
+            client_kwargs[name] = parsed.query[name]
+    reqs = parsed.query.get("ssl_cert_reqs")
+    if reqs is not None:
+        if reqs.lower() not in ("none", "optional", "required"):
+            parsed.fail(f"ssl_cert_reqs must be none, optional or required, got {reqs!r}")
+        client_kwargs["ssl_cert_reqs"] = reqs.lower()
+    check_hostname = parsed.flag("ssl_check_hostname")
+    if check_hostname is not None:
+        client_kwargs["ssl_check_hostname"] = check_hostname
+
+
+def _redis_options(settings: _RedisSettings, kind: str, options: Dict[str, Any]) -> _RedisSettings:
+    """``settings`` with the caller's keyword options applied over what the URL says."""
+    db, username, password = settings.db, settings.username, settings.password
+    sentinel_extra = settings.sentinel_extra
     for name, value in options.items():
         if name in _REDIS_STORE_OPTIONS:
-            store_kwargs[name] = _fallback(value) if name == "fallback" else value
+            settings.store_kwargs[name] = _fallback(value) if name == "fallback" else value
         elif name == "connect_timeout":
-            client_kwargs["socket_connect_timeout"] = value
+            settings.client_kwargs["socket_connect_timeout"] = value
         elif name == "db":
             db = value
         elif name == "username":
@@ -542,9 +596,15 @@ def _redis(parsed: _Parsed, asyncio: bool, options: Dict[str, Any]) -> Any:
                 raise TypeError(f"sentinel_kwargs must be a dict, got {value!r:.100}")
             sentinel_extra = dict(value)
         else:
-            client_kwargs[name] = value
+            settings.client_kwargs[name] = value
+    return settings._replace(
+        db=db, username=username, password=password, sentinel_extra=sentinel_extra
+    )
 
-    # Where to connect: every URL error is raised before a client library is imported.
+
+def _redis_target(parsed: _Parsed, kind: str, db: Any, options: Dict[str, Any]) -> _RedisTarget:
+    """Where to connect, from the URL's host and path; raises every URL error left."""
+    scheme = parsed.scheme
     where: Dict[str, Any] = {}
     hosts: List[Tuple[str, int]] = []
     service = ""
@@ -578,47 +638,60 @@ def _redis(parsed: _Parsed, asyncio: bool, options: Dict[str, Any]) -> Any:
             raise ValueError(f"db must be 0 on a cluster, got {db!r}")
     if db is not None and kind != "cluster":
         where["db"] = db
+    return _RedisTarget(where=where, hosts=hosts, service=service)
 
-    library = _Library(package, asyncio, scheme)
+
+def _redis_client(
+    library: _Library, kind: str, settings: _RedisSettings, target: _RedisTarget
+) -> Any:
+    """The client: plain or unix socket, through a Sentinel, or a cluster's."""
+    client_kwargs = settings.client_kwargs
     client_kwargs.setdefault("retry", library.no_retry())
-    if username is not None or password is not None:
-        client_kwargs["credential_provider"] = library.credentials(username, password)
-    client: Any
+    if settings.username is not None or settings.password is not None:
+        client_kwargs["credential_provider"] = library.credentials(
+            settings.username, settings.password
+        )
     if kind in ("", "unix"):
-        client = library.client_class(**where, **client_kwargs)
-    elif kind == "sentinel":
-        sentinel_kwargs = {
-            name: client_kwargs[name]
-            for name in ("socket_timeout", "socket_connect_timeout", "health_check_interval")
-        }
-        sentinel_kwargs["retry"] = library.no_retry()
-        if sentinel_username is not None or sentinel_password is not None:
-            sentinel_kwargs["credential_provider"] = library.credentials(
-                sentinel_username, sentinel_password
-            )
-        sentinel_kwargs.update(sentinel_extra)
-        sentinel = library.get("sentinel", "Sentinel")(hosts, sentinel_kwargs=sentinel_kwargs)
-        client = sentinel.master_for(service, **where, **client_kwargs)
-    else:
-        if library.cluster_retries_are_legacy():
-            client_kwargs.setdefault("cluster_error_retry_attempts", 0)
-        node_class = library.get("cluster", "ClusterNode")
-        cluster_class = library.cluster_class
+        return library.client_class(**target.where, **client_kwargs)
+    if kind == "sentinel":
+        return _sentinel_client(library, settings, target)
+    return _cluster_client(library, client_kwargs, target.hosts)
 
-        def build() -> Any:
-            startup = [node_class(host, port) for host, port in hosts]
-            return cluster_class(startup_nodes=startup, **client_kwargs)
 
-        if asyncio:
-            client = build()  # the asyncio client connects on its first command
-        else:
-            shown = ",".join(f"{host}:{port}" for host, port in hosts)
-            client = LazyCluster(build, f"{cluster_class.__name__} at {shown}")
+def _sentinel_client(library: _Library, settings: _RedisSettings, target: _RedisTarget) -> Any:
+    """The master client of the target's service, found through its Sentinels."""
+    client_kwargs = settings.client_kwargs
+    sentinel_kwargs = {
+        name: client_kwargs[name]
+        for name in ("socket_timeout", "socket_connect_timeout", "health_check_interval")
+    }
+    sentinel_kwargs["retry"] = library.no_retry()
+    if settings.sentinel_username is not None or settings.sentinel_password is not None:
+        sentinel_kwargs["credential_provider"] = library.credentials(
+            settings.sentinel_username, settings.sentinel_password
+        )
+    sentinel_kwargs.update(settings.sentinel_extra)
+    sentinel = library.get("sentinel", "Sentinel")(target.hosts, sentinel_kwargs=sentinel_kwargs)
+    return sentinel.master_for(target.service, **target.where, **client_kwargs)
 
-    from .backends.redis import AsyncRedisStore, RedisStore
 
-    store_class = AsyncRedisStore if asyncio else RedisStore
-    return store_class(client, **store_kwargs)
+def _cluster_client(
+    library: _Library, client_kwargs: Dict[str, Any], hosts: List[Tuple[str, int]]
+) -> Any:
+    """A cluster client: asyncio's as is (it connects later), a sync one in a ``LazyCluster``."""
+    if library.cluster_retries_are_legacy():
+        client_kwargs.setdefault("cluster_error_retry_attempts", 0)
+    node_class = library.get("cluster", "ClusterNode")
+    cluster_class = library.cluster_class
+
+    def build() -> Any:
+        startup = [node_class(host, port) for host, port in hosts]
+        return cluster_class(startup_nodes=startup, **client_kwargs)
+
+    if library.asyncio:
+        return build()  # the asyncio client connects on its first command
+    shown = ",".join(f"{host}:{port}" for host, port in hosts)
+    return LazyCluster(build, f"{cluster_class.__name__} at {shown}")
 
 
 def _one_host(parsed: _Parsed, default_host: str) -> Tuple[str, int]:
