@@ -766,3 +766,139 @@ class TestNames:
         assert Limit.coerce("10/ms", 3) == Limit(10_000, 3)
         assert Limit.coerce(2.5).name == "default"
         assert Limit.coerce(Fraction(5, 2)) == Limit(2.5, 3)
+
+
+# -- what mutation testing found unpinned (issue 9, item 14; docs/testing.md) ------
+
+
+class TestMutationGaps:
+    def test_a_limit_shows_its_rate_and_burst(self) -> None:
+        assert str(Limit(10, 20)) == "10/s burst 20"
+        assert str(Limit(0.5, 1)) == "0.5/s burst 1"
+        assert str(Limit.parse("100/minute")) == "1.66667/s burst 100"
+        assert str(Limit(2, 4, "api")) == "2/s burst 4 (api)"
+        assert str(Limit.parse_many("1/s;5/m")[1]) == "0.0833333/s burst 5 (5/m)"
+
+    def test_rate_and_burst_are_stored_as_float_and_int(self) -> None:
+        import enum
+
+        class Size(enum.IntEnum):
+            TEN = 10
+
+        limit = Limit(Fraction(5, 2), Size.TEN)
+        assert repr(limit) == "Limit(rate=2.5, burst=10, name='default')"
+        assert repr(Limit(Decimal("0.5"), 1)) == "Limit(rate=0.5, burst=1, name='default')"
+        assert repr(Limit(3, 3)) == "Limit(rate=3.0, burst=3, name='default')"
+
+    @pytest.mark.parametrize("name", ["", "\t", "caf\u00e9", "a\x7f", 'a"b', "a\\b", "a\nb"])
+    def test_a_name_outside_printable_ascii_or_with_quotes_is_a_value_error(
+        self, name: str
+    ) -> None:
+        with pytest.raises(ValueError) as info:
+            Limit(1, 1, name)
+        assert str(info.value) == (
+            f"limit name must be printable ASCII without quotes or backslashes, got {name!r}"
+        )
+
+    @pytest.mark.parametrize("name", [" ", "~", "X-API", "a b", "!#$%&'()*+,-./:;<=>?@[]^_`{|}"])
+    def test_every_other_printable_ascii_name_is_accepted(self, name: str) -> None:
+        assert Limit(1, 1, name).name == name
+
+    def test_error_messages_show_values_up_to_100_characters(self) -> None:
+        fits = "x" * 98  # repr() adds two quotes: 100 characters
+        with pytest.raises(ValueError) as info:
+            Limit.parse(fits)
+        assert str(info.value).endswith(f", got '{fits}'")
+        cut = "x" * 99  # 101 characters: the first 97 and "..."
+        with pytest.raises(ValueError) as info:
+            Limit.parse(cut)
+        assert str(info.value).endswith(", got '" + "x" * 96 + "...")
+        with pytest.raises(TypeError) as info:
+            Limit.parse_many(5)  # type: ignore[arg-type]
+        assert str(info.value) == "rate must be a str like '10/second', got 5"
+
+    def test_a_count_or_span_of_zero_is_a_value_error(self) -> None:
+        for text in ("0/s", "1/0s", "1 per 0 minutes", "0 per 0 seconds"):
+            with pytest.raises(ValueError) as info:
+                Limit.parse(text)
+            assert str(info.value) == (
+                f"rate must allow at least 1 request per span >= 1, got {text!r}"
+            )
+
+    def test_a_parsed_limit_out_of_range_names_the_text(self) -> None:
+        text = f"{2**53 + 1}/s"
+        with pytest.raises(ValueError) as info:
+            Limit.parse(text)
+        assert str(info.value) == (
+            f"burst must be an integer from 1 to 2**53 (9007199254740992), got {2**53 + 1} "
+            f"(parsed from {text!r})"
+        )
+        digits = "1" * 5000 + "/s"  # beyond int(): the value, cut to 100 characters
+        with pytest.raises(ValueError) as info:
+            Limit.parse(digits)
+        assert str(info.value).endswith(", got '" + "1" * 96 + "...")
+
+    @pytest.mark.parametrize("zero", [0, 0.0, Fraction(0), Decimal(0), Decimal("-0")], ids=repr)
+    def test_a_cost_of_zero_of_any_type_is_a_peek(self, zero: object) -> None:
+        from limiter.bucket import validate_cost
+
+        assert validate_cost(zero) == 0.0
+        limit = Limit(1, 3)
+        used, _ = step(None, T0, limit, 2)
+        for state in (None, used):
+            new_state, result = step(state, T0, limit, zero)  # type: ignore[call-overload]
+            assert new_state is state
+            assert (result.allowed, result.remaining) == (True, 3 if state is None else 1)
+
+    @pytest.mark.parametrize("one", [1, 1.0, Fraction(1), Decimal(1), Decimal("1.000")], ids=repr)
+    def test_a_cost_of_one_of_any_type_takes_one_token(self, one: object) -> None:
+        from limiter.bucket import validate_cost
+
+        assert validate_cost(one) == 1.0
+        state, result = step(None, T0, Limit(1, 3), one)  # type: ignore[call-overload]
+        assert (result.allowed, result.remaining, state) == (True, 2, complex(1.0, T0))
+
+    def test_a_peek_at_a_full_bucket_near_2_53_tokens_shows_the_burst(self) -> None:
+        # (window + slack) * rate rounds to 2**53 here: remaining is clamped.
+        for rate in (1e-200, 3.0, 7.0):
+            state, result = step(None, T0, Limit(rate, 2**53 - 1), 0)
+            assert state is None
+            assert (result.allowed, result.remaining) == (True, 2**53 - 1)
+
+    def test_a_deficit_at_the_edge_of_the_window_is_kept_as_it_is(self) -> None:
+        # Exactly the window plus the slack: not beyond it, so not re-anchored
+        # (and a request that takes nothing returns the same state: no write).
+        limit = Limit(1, 1)
+        edge = complex(limit.window + limit.slack, T0)
+        for cost in (0, 1):
+            state, result = step(edge, T0, limit, cost)
+            assert state is edge
+            assert result.reset_after == 1.000001
+        _, result = step(edge, T0, limit, 1)
+        assert not result.allowed
+        assert result.retry_after == pytest.approx(1.000001, rel=1e-12, abs=0)
+
+    def test_step_all_reports_the_later_reset_among_equally_full_limits(self) -> None:
+        limits = [Limit(10, 10, "fast"), Limit(1, 10, "slow"), Limit(5, 10, "mid")]
+        _, result = step_all([None] * 3, T0, limits)
+        assert (result.policy, result.remaining, result.reset_after) == ("slow", 9, 1.0)
+        _, result = step_all([None] * 3, T0, limits[::-1])
+        assert (result.policy, result.remaining, result.reset_after) == ("slow", 9, 1.0)
+
+    def test_step_all_reports_the_emptier_among_equally_long_waits(self) -> None:
+        # a: 1 token left, 1 token/s; b: 2 left, 0.5/s.  A cost of 3 waits 2 s in both.
+        a, b = Limit(1, 3, "a"), Limit(0.5, 4, "b")
+        states = [complex(2.0, T0), complex(4.0, T0)]
+        for order in (slice(None), slice(None, None, -1)):
+            _, result = step_all(states[order], T0, [a, b][order], 3)
+            assert [r.retry_after for r in result.results] == [2.0, 2.0]
+            assert (result.allowed, result.policy, result.remaining) == (False, "a", 1)
+
+    def test_full_at_is_when_the_bucket_is_full_again(self) -> None:
+        from limiter.bucket import full_at
+
+        limit = Limit(2, 10)
+        state, _ = step(None, T0, limit, 4)  # 4 tokens short: 2 s to refill
+        assert full_at(state) == T0 + 2.0
+        assert step(state, T0 + 2.0, limit, 0)[1].remaining == 10
+        assert step(state, T0 + 1.9, limit, 0)[1].remaining == 9

@@ -562,3 +562,73 @@ def test_any_result_gives_valid_fields(parts: List[RateLimitResult], now: float)
     for style in STYLES:
         headers = rate_limit_headers(res, now=now, style=style)
         check_conformance(res, headers, now)
+
+
+# -- what mutation testing found unpinned (issue 9, item 14; docs/testing.md) ------
+
+
+def test_a_one_second_window_advertises_the_burst_exactly() -> None:
+    # w=1 from a window of exactly 1 s: q is the burst, not a rate rounded from it.
+    _, peek = step(None, NOW, Limit(10**12, 10**12), 0)
+    assert rate_limit_headers(peek, now=NOW, style="draft") == [
+        ("RateLimit-Policy", '"default";q=1000000000000;w=1'),
+        ("RateLimit", '"default";r=1000000000000;t=0'),
+    ]
+
+
+def test_a_result_with_a_zero_or_nan_window_still_gets_valid_fields() -> None:
+    # No Limit gives such a result; a hand-built one is advertised as w=1, q=its
+    # limit, never divided by (ZeroDivisionError) nor rounded (ValueError on NaN).
+    zero = result(limit=10, remaining=5, reset_after=3.0, window=0.0)
+    assert rate_limit_headers(zero, now=NOW, style="both") == [
+        ("X-RateLimit-Limit", "10"),
+        ("X-RateLimit-Remaining", "5"),
+        ("X-RateLimit-Reset", "1700000004"),
+        ("RateLimit-Policy", '"default";q=10;w=1'),
+        ("RateLimit", '"default";r=5;t=3'),
+    ]
+    nan = result(limit=10, remaining=5, reset_after=3.0, window=math.nan)
+    assert rate_limit_headers(nan, now=NOW, style="draft") == [
+        ("RateLimit-Policy", '"default";q=10;w=1'),
+        ("RateLimit", '"default";r=5;t=0'),
+    ]
+
+
+def test_a_limit_of_zero_is_advertised_as_q_0() -> None:
+    nothing = result(allowed=False, limit=0, remaining=0, reset_after=0.0, retry_after=1.0)
+    assert rate_limit_headers(nothing, now=NOW, style="draft") == [
+        ("RateLimit-Policy", '"default";q=0;w=2'),
+        ("RateLimit", '"default";r=0;t=0'),
+        ("Retry-After", "1"),
+    ]
+
+
+def test_reset_is_0_for_a_full_bucket_at_time_0() -> None:
+    # ManualClock starts at 0: a full bucket is full "now", 0, not a second later.
+    clock = ManualClock(0.0)
+    full = RateLimiter(10, 20, clock=clock).check("k", 0)
+    assert rate_limit_headers(full, now=clock.now()) == [
+        ("X-RateLimit-Limit", "20"),
+        ("X-RateLimit-Remaining", "20"),
+        ("X-RateLimit-Reset", "0"),
+    ]
+    assert dict(rate_limit_headers(result(reset_after=0.0), now=-5.0))["X-RateLimit-Reset"] == "0"
+
+
+def test_t_is_0_when_the_next_token_is_within_the_slack() -> None:
+    # One token short, full again in half a microsecond (under TIME_EPSILON).
+    almost = result(limit=20, remaining=19, reset_after=5e-7)
+    assert draft(almost)["limit"] == [("default", {"r": 19, "t": 0})]
+    later = result(limit=20, remaining=19, reset_after=2e-6)
+    assert draft(later)["limit"] == [("default", {"r": 19, "t": 1})]
+
+
+def test_a_subclass_of_the_result_is_accepted() -> None:
+    class Annotated(RateLimitResult):
+        __slots__ = ()
+
+    for style in STYLES:
+        assert rate_limit_headers(Annotated(*result()), now=NOW, style=style) == (
+            rate_limit_headers(result(), now=NOW, style=style)
+        )
+    assert rate_limit_headers(Annotated(*result()), now=NOW)[0] == ("X-RateLimit-Limit", "20")

@@ -589,3 +589,17 @@ def test_fuzz_client_supplied_entries_are_never_chosen(
         lines.append((name, ", ".join(appended)))
     lines += [(other, j) for j in other_junk]
     assert FUZZ[name](req(str(peer), lines)) == f"ip:{client}"
+
+
+# -- what mutation testing found unpinned (issue 9, item 14; docs/testing.md) ------
+
+
+@pytest.mark.parametrize(
+    "text", ["[fe80::1%eth0]x]", "[fe80::1%eth0]:80]", "[fe80::1%a]]", '"[fe80::1%a]:80]"']
+)
+def test_parse_address_ends_a_bracketed_address_at_its_first_closing_bracket(text):
+    # What follows the first "]" must be a port, even where a zone id could
+    # swallow a second "]": these are garbage, not fe80::1.
+    assert parse_address(text) is None
+    proxy = ClientIP(["10.0.0.0/8"], header=XFF)
+    assert proxy(req(PROXY, [(XFF, f"203.0.113.7, {text}")])) == f"ip:{PROXY}"
