@@ -254,8 +254,28 @@ def test_fallback_serves_several_limits_and_resets(server: RedisServer) -> None:
     server.stop()
     results = [store.apply_many(["{u}:a", "{u}:b"], limits, 1, T0).allowed for _ in range(3)]
     assert results == [True, True, False]
-    store.reset("{u}:a")  # reaches the fallback while Redis is down
+    # A reset while Redis is down resets the fallback but says Redis failed:
+    # an operator's "unblock this client" must not succeed silently.
+    with pytest.raises(StoreError):
+        store.reset("{u}:a")
     assert store.apply_many(["{u}:a", "{u}:b"], limits, 1, T0).allowed
+
+
+def test_a_reset_during_an_outage_is_not_lost(server: RedisServer) -> None:
+    # It used to return normally while the breaker served the fallback, and the
+    # shared bucket stayed exhausted once Redis came back.
+    store = RedisStore(short_timeouts(server), prefix="app:", fallback=MemoryStore())
+    limit = Limit(0.001, 1)
+    assert store.apply("eve", limit, 1, T0).allowed
+    assert not store.apply("eve", limit, 1, T0).allowed  # exhausted in Redis
+    server.stop()
+    store.apply("probe", limit, 1, T0)  # the breaker now serves the fallback
+    assert store.using_fallback
+    with pytest.raises(StoreError):
+        store.reset("eve")
+    server.start()
+    store.reset("eve")  # tried at once, not skipped while the breaker waits
+    assert store.apply("eve", limit, 1, T0).allowed
 
 
 def test_script_flush_mid_run_is_invisible(server: RedisServer) -> None:
@@ -587,6 +607,9 @@ class _Garbled:
 class _AsyncGarbled(_Garbled):
     async def evalsha(self, *args: Any) -> bytes:  # type: ignore[override]
         return b"not a reply"
+
+    async def delete(self, *args: Any) -> int:  # type: ignore[override]
+        return 1
 
 
 class _SyncOnly:

@@ -7,10 +7,11 @@ import multiprocessing
 import os
 import sqlite3
 import threading
+import time
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -246,4 +247,53 @@ def test_store_time_is_read_inside_the_transaction(tmp_path: Path) -> None:
     with sqlite3.connect(store.path) as conn:
         [(updated_at,)] = conn.execute("SELECT updated_at FROM limiter_buckets").fetchall()
     assert results[0].allowed and updated_at >= released
+    store.close()
+
+
+def test_a_corrupt_row_is_a_store_error_and_goes_to_the_fallback(tmp_path: Path) -> None:
+    # It raised TypeError from complex(): no fallback, and a 500 on every request.
+    path = tmp_path / "corrupt.db"
+    store = SQLiteStore(path)
+    assert store.apply("k", Limit(1, 5), 1, T0).allowed
+    conn = sqlite3.connect(str(path))
+    with conn:
+        conn.execute("UPDATE limiter_buckets SET debt = 'garbage'")
+    conn.close()
+    with pytest.raises(StoreError, match="corrupt state"):
+        store.apply("k", Limit(1, 5), 1, T0)
+    guarded = SQLiteStore(path, fallback=MemoryStore())
+    assert guarded.apply("k", Limit(1, 5), 1, T0).remaining == 4  # the fallback answers
+    assert guarded.using_fallback
+    store.close()
+    guarded.close()
+
+
+def test_threads_queued_on_a_locked_database_each_wait_one_timeout(tmp_path: Path) -> None:
+    # Each thread used to hold the process lock for its whole busy wait, so the
+    # Nth waited N timeouts (6 threads, 0.3 s: the last one 1.8 s).
+    path = tmp_path / "locked.db"
+    store = SQLiteStore(path, timeout=0.3)
+    blocker = sqlite3.connect(str(path), isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    waits: List[float] = []
+    errors: List[BaseException] = []
+
+    def check() -> None:
+        start = time.monotonic()
+        try:
+            store.apply("k", Limit(1, 5), 1, T0)
+        except StoreError as exc:
+            errors.append(exc)
+        waits.append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=check) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert len(errors) == 6
+    assert max(waits) < 1.2  # about one timeout each (0.3 s), however many queue
+    assert store.apply("k", Limit(1, 5), 1, T0).remaining == 4  # the lock is free again
     store.close()

@@ -540,7 +540,12 @@ class RedisStore(_RedisBase):
         return result
 
     def reset(self, key: str) -> None:
-        """Forget ``key`` (one DEL).  With a fallback, it forgets the key too."""
+        """Forget ``key`` (one DEL).  With a fallback, it forgets the key too.
+
+        The DEL is always tried, even while the fallback answers checks: an
+        operator's reset must not succeed silently and leave the shared bucket
+        as it was.  If Redis fails, ``StoreError`` (the fallback is reset).
+        """
         rkey = self._key(key)
         if self.fallback is not None:
             self.fallback.reset(key)
@@ -551,7 +556,7 @@ class RedisStore(_RedisBase):
             except Exception as exc:
                 raise self._error(exc) from exc
 
-        self._failover.run(delete, _nothing)
+        self._failover.run(delete)
 
     def _eval(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         """The script's reply; any failure of the client is a ``StoreError``."""
@@ -611,7 +616,7 @@ class AsyncRedisStore(_RedisBase):
         )
 
     async def areset(self, key: str) -> None:
-        """Forget ``key`` (one DEL).  With a fallback, it forgets the key too."""
+        """``reset`` for asyncio (the DEL is always tried; see there)."""
         rkey = self._key(key)
         fallback = self._failover.afallback
         if fallback is not None:
@@ -623,7 +628,7 @@ class AsyncRedisStore(_RedisBase):
             except Exception as exc:
                 raise self._error(exc) from exc
 
-        await self._failover.arun(delete, _anothing)
+        await self._failover.arun(delete)
 
     async def _aresult(
         self, rkeys: List[bytes], args: List[bytes], limit: Limit
@@ -648,11 +653,3 @@ class AsyncRedisStore(_RedisBase):
                 return await client.eval(SCRIPT, numkeys, *rkeys, *args)
         except Exception as exc:
             raise self._error(exc) from exc
-
-
-def _nothing() -> None:
-    """The fallback's share of a reset while Redis is down: already done."""
-
-
-async def _anothing() -> None:
-    """``_nothing`` for ``areset``."""

@@ -188,11 +188,16 @@ class SQLiteStore:
         )
 
     def reset(self, key: str) -> None:
-        """Forget ``key``.  With a fallback, it forgets the key too."""
+        """Forget ``key``.  With a fallback, it forgets the key too.
+
+        The database is always tried, even while the fallback answers checks:
+        a reset must not succeed silently and leave the shared bucket as it
+        was.  If it fails, ``StoreError`` (the fallback is reset).
+        """
         blob = self._blob(key)
         if self.fallback is not None:
             self.fallback.reset(key)
-        self._failover.run(lambda: self._run(_delete, blob), _nothing)
+        self._failover.run(lambda: self._run(_delete, blob))
 
     def clear(self) -> None:
         """Forget every key."""
@@ -241,8 +246,13 @@ class SQLiteStore:
             raise ValueError(f"key must be a str, got {key!r:.100}")
         return key.encode("utf-8", "surrogatepass")
 
-    def _locked(self) -> threading.Lock:
-        """This process's lock, acquired."""
+    def _locked(self, deadline: Optional[float] = None) -> threading.Lock:
+        """This process's lock, acquired (by ``deadline`` on ``time.monotonic``).
+
+        With a deadline, a lock not free in time is a ``StoreError``: threads
+        queued behind one that waits on a locked database must not each wait
+        their own ``timeout`` in turn.
+        """
         if self._pid != os.getpid():
             # A forked child: the parent's connection and lock are not ours (the
             # lock may even have been held by a thread that does not exist here).
@@ -250,7 +260,12 @@ class SQLiteStore:
             self._conn = None
             self._lock = threading.Lock()
         lock = self._lock
-        lock.acquire()
+        if deadline is None:
+            lock.acquire()
+        elif not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise StoreError(
+                f"SQLiteStore: the database stayed locked for {self.timeout:g} s (timeout)"
+            )
         return lock
 
     def _connection(self) -> sqlite3.Connection:
@@ -345,9 +360,17 @@ class SQLiteStore:
         deadline = time.monotonic() + self.timeout
         pause = 0.001
         while True:
-            lock = self._locked()
+            lock = self._locked(deadline)
             try:
-                return operation(self._connection(), *args)
+                conn = self._connection()
+                left = deadline - time.monotonic()
+                if left < self.timeout - 0.001:  # waited for the lock: less for SQLite
+                    conn.execute(f"PRAGMA busy_timeout = {max(0, int(left * 1000))}")
+                    try:
+                        return operation(conn, *args)
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                return operation(conn, *args)
             except sqlite3.Error as exc:
                 if not _is_busy(exc) or time.monotonic() + pause > deadline:
                     raise StoreError(f"SQLiteStore: {type(exc).__name__}: {exc}") from exc
@@ -375,7 +398,7 @@ class SQLiteStore:
             states: List[Optional[State]] = []
             for blob in blobs:
                 row = conn.execute(_SELECT, (blob,)).fetchone()
-                states.append(None if row is None else complex(row[0], row[1]))
+                states.append(None if row is None else _state(row, blob))
             new_states, result = algorithm(states, now, limits, cost)
             writes = 0
             for blob, old, new in zip(blobs, states, new_states):
@@ -407,5 +430,12 @@ def _count(conn: sqlite3.Connection) -> int:
     return count
 
 
-def _nothing() -> None:
-    """The fallback's share of a reset while the database is down: already done."""
+def _state(row: Tuple[Any, Any], blob: bytes) -> State:
+    """A stored row as a state; a row no store wrote (corrupt) is a ``StoreError``."""
+    try:
+        debt, updated_at = float(row[0]), float(row[1])
+    except (TypeError, ValueError):
+        debt = updated_at = math.nan
+    if not (math.isfinite(debt) and math.isfinite(updated_at)):
+        raise StoreError(f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}")
+    return complex(debt, updated_at)
