@@ -130,6 +130,10 @@ def redact_url(url: str) -> str:
     if not isinstance(url, str):
         return f"{url!r:.100}"
     head, userinfo, rest = _split_userinfo(url)
+    if userinfo is None and _may_hide_a_password(rest):
+        # "user:pa?ss=1@host": parsed as a query, but it may be an unencoded
+        # password.  A display string can afford to hide too much.
+        return head + rest[: rest.index(":") + 1] + "***@" + rest[rest.rindex("@") + 1 :]
     if userinfo is not None:
         user, colon, _ = userinfo.partition(":")
         if colon:
@@ -144,6 +148,12 @@ def redact_url(url: str) -> str:
                 fields[i] = name + "=***"
         rest = rest[: query + 1] + "&".join(fields)
     return head + rest
+
+
+def _may_hide_a_password(rest: str) -> bool:
+    """An ``@`` after the ``?`` and a ``:`` before it: maybe ``user:pa?ss@host``."""
+    query = rest.find("?")
+    return query >= 0 and "@" in rest[query:] and ":" in rest[:query]
 
 
 # -- parsing -----------------------------------------------------------------
@@ -199,6 +209,14 @@ class _Parsed:
     def check_query(self, known: Tuple[str, ...]) -> None:
         for name in self.query:
             if name not in known:
+                shown_query = self.shown.partition("?")[2]
+                shown_names = {field.partition("=")[0] for field in shown_query.split("&")}
+                if name not in shown_names:  # hidden by redact_url: maybe part of a password
+                    self.fail(
+                        f"unknown query parameter for {self.scheme}:// (not shown: it may be "
+                        "part of a password; percent-encode '?', '@' and '&' in passwords); "
+                        f"known: {', '.join(known)}"
+                    )
                 self.fail(
                     f"unknown query parameter {name!r} for {self.scheme}://; "
                     f"known: {', '.join(known)}"
