@@ -1,4 +1,4 @@
-"""Waiting for tokens: acquire, aacquire and the limit decorator."""
+"""Waiting for tokens: acquire, aacquire and the throttle decorator."""
 
 from __future__ import annotations
 
@@ -64,11 +64,60 @@ def test_wrong_types_are_type_errors() -> None:
             asyncio.run(limiter.aacquire("k", timeout=timeout))  # type: ignore[arg-type]
         assert str(info.value) == message
         with pytest.raises(TypeError) as info:
-            limiter.limit("k", timeout=timeout)  # type: ignore[arg-type]
+            limiter.throttle("k", timeout=timeout)  # type: ignore[arg-type]
         assert str(info.value) == message
     with pytest.raises(TypeError) as info:
-        limiter.limit(key=5)  # type: ignore[arg-type]
+        limiter.throttle(key=5)  # type: ignore[arg-type]
     assert str(info.value) == "key must be a str or a callable returning one, got 5"
+
+
+def test_throttle_is_the_decorator_and_limit_is_gone() -> None:
+    assert not hasattr(RateLimiter, "limit")
+    assert not hasattr(RateLimiter(1), "limit")
+    clock = ManualClock()
+    limiter = RateLimiter(1, 1, clock=clock)
+
+    @limiter.throttle("user/42", cost=1, wait=True, timeout=None)  # "/" in a key is fine
+    def call() -> str:
+        return "ok"
+
+    assert call() == "ok" and call() == "ok"
+    assert clock.now() == pytest.approx(1.0)
+    with pytest.raises(TypeError):
+        limiter.throttle("k", 1)  # type: ignore[misc]  # cost is keyword-only
+
+
+RATE_KEYS = ["5/minute", "10 per second", "10/second;100/hour", " 2 PER 3 hours "]
+
+
+@pytest.mark.parametrize("rate", RATE_KEYS)
+def test_throttle_refuses_a_rate_as_key_at_decoration_time(rate: str) -> None:
+    limiter = RateLimiter(1)
+    with pytest.raises(TypeError) as info:
+        limiter.throttle(rate)
+    assert str(info.value) == (
+        f"key {rate!r} looks like a rate: pass the rate to RateLimiter({rate!r}) "
+        "(or a framework integration's limit()) and use a client key here"
+    )
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_throttle_refuses_a_rate_from_a_key_callable(wait: bool) -> None:
+    limiter = RateLimiter(1, clock=ManualClock())
+
+    @limiter.throttle(lambda k: k, wait=wait)
+    def sync(k: str) -> str:
+        return k
+
+    @limiter.throttle(lambda k: k, wait=wait)
+    async def asyn(k: str) -> str:
+        return k
+
+    assert sync("user/42") == "user/42"
+    with pytest.raises(TypeError, match="looks like a rate"):
+        sync("5/minute")
+    with pytest.raises(TypeError, match="looks like a rate"):
+        asyncio.run(asyn("5/minute"))
 
 
 def test_acquire_waits_a_wait_of_exactly_the_timeout() -> None:
@@ -111,7 +160,7 @@ def test_the_decorator_waits_a_wait_of_exactly_the_timeout() -> None:
     clock = ManualClock(1_700_000_000.0)
     limiter = RateLimiter(10, 2, clock=clock)
 
-    @limiter.limit(key="api", timeout=0.1)
+    @limiter.throttle(key="api", timeout=0.1)
     def call() -> str:
         return "ok"
 
@@ -135,7 +184,7 @@ def test_decorator_waits_or_raises_for_sync_and_async_functions() -> None:
     clock = ManualClock()
     limiter = RateLimiter("2/second", clock=clock)
 
-    @limiter.limit(key="github")
+    @limiter.throttle(key="github")
     def fetch(n: int) -> int:
         return n * 10
 
@@ -143,7 +192,7 @@ def test_decorator_waits_or_raises_for_sync_and_async_functions() -> None:
     assert clock.now() == pytest.approx(1.0)
     assert fetch.__name__ == "fetch"
 
-    @limiter.limit(key=lambda user: f"user:{user}", wait=False)
+    @limiter.throttle(key=lambda user: f"user:{user}", wait=False)
     def strict(user: str) -> str:
         return user
 
@@ -152,11 +201,11 @@ def test_decorator_waits_or_raises_for_sync_and_async_functions() -> None:
         strict("a")
     assert strict("b") == "b"
 
-    @limiter.limit(key="async", cost=2)
+    @limiter.throttle(key="async", cost=2)
     async def afetch() -> str:
         return "ok"
 
-    @limiter.limit(key="async-strict", wait=False)
+    @limiter.throttle(key="async-strict", wait=False)
     async def astrict() -> str:
         return "ok"
 

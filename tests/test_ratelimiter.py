@@ -301,3 +301,63 @@ class TestStoreCapabilities:
         limiter = RateLimiter(1, 2, store=store, name="n")  # type: ignore[arg-type]
         assert limiter.allow("k") is False and seen == ["n:k"] and store.calls == []
         assert limiter.allow("x" * 300) is False and seen[-1].startswith("n:sha256:")
+
+
+# -- a rate passed where a key goes (issue 12) ---------------------------------
+
+RATE_KEYS = ["5/minute", "10 per second", "10/second;100/hour", "0/second", "1/d"]
+NOT_RATES = ["user/42", "GET /items", "203.0.113.7", "2001:db8::1", "5/minute;", "10 persec"]
+
+
+def _rate_key_message(key: str) -> str:
+    return (
+        f"key {key!r} looks like a rate: pass the rate to RateLimiter({key!r}) "
+        "(or a framework integration's limit()) and use a client key here"
+    )
+
+
+@pytest.mark.parametrize("key", RATE_KEYS)
+def test_a_rate_as_key_is_refused_by_every_non_hot_entry_point(key: str) -> None:
+    limiter = RateLimiter("2/second", clock=ManualClock())
+    calls = [
+        lambda: limiter.peek(key),
+        lambda: limiter.reset(key),
+        lambda: limiter.acquire(key),
+        lambda: limiter.storage_key(key),
+        lambda: limiter.throttle(key),
+        lambda: asyncio.run(limiter.apeek(key)),
+        lambda: asyncio.run(limiter.areset(key)),
+        lambda: asyncio.run(limiter.aacquire(key)),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError) as info:
+            call()
+        assert str(info.value) == _rate_key_message(key)
+
+
+@pytest.mark.parametrize("key", RATE_KEYS)
+def test_check_and_allow_refuse_a_rate_as_key_on_their_slow_paths(key: str) -> None:
+    several = RateLimiter("2/second;10/minute", clock=ManualClock())
+    for call in (several.check, several.allow):
+        with pytest.raises(TypeError, match="looks like a rate"):
+            call(key)
+    with pytest.raises(TypeError, match="looks like a rate"):
+        asyncio.run(several.acheck(key))
+
+
+@pytest.mark.parametrize("key", NOT_RATES)
+def test_keys_with_a_slash_or_spaces_that_are_no_rate_stay_valid(key: str) -> None:
+    for limiter in (
+        RateLimiter("1/second", clock=ManualClock()),
+        RateLimiter("1/second;10/minute", clock=ManualClock()),
+        RateLimiter("1/second", store=MemoryStore(), clock=ManualClock()),
+    ):
+        assert limiter.check(key).allowed and not limiter.allow(key)
+        assert limiter.peek(key).remaining == 0
+        limiter.reset(key)
+        assert limiter.acquire(key, timeout=0).allowed
+        assert limiter.storage_key(key).endswith(key)
+
+
+def test_ratelimiter_has_no_limit_attribute() -> None:
+    assert not hasattr(RateLimiter, "limit")

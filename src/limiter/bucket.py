@@ -135,6 +135,23 @@ _RATE_RE = re.compile(
     re.IGNORECASE,
 )
 
+_RATE_SEPARATORS = re.compile(r"[;,]")
+
+
+def looks_like_rate(text: str) -> bool:
+    """True when ``text`` reads as a rate to ``Limit.parse_many``, in range or not.
+
+    ``"5/minute"``, ``"10 per second"``, ``"10/second;100/hour"`` and
+    ``"0/second"`` do; ``"user/42"``, ``"GET /items"`` and ``"5/minute;"`` do
+    not.  ``RateLimiter`` refuses such a string where a key is expected.
+    """
+    for part in _RATE_SEPARATORS.split(text):
+        match = _RATE_RE.match(part)
+        if not match or match.group("unit").lower() not in _UNITS:
+            return False
+    return True
+
+
 #: The accepted range of a limit (see the module docstring): every rate from
 #: the smallest normal float to the largest whose slack (``1e-3 / rate``) is
 #: still normal, every burst up to 2**53, and windows up to 2**1022 seconds.

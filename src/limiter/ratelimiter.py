@@ -11,7 +11,7 @@ import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from .backends.memory import MemoryStore
-from .bucket import Limit, RateLimitResult
+from .bucket import Limit, RateLimitResult, looks_like_rate
 from .clock import Clock, SystemClock
 from .store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
 
@@ -26,6 +26,19 @@ _log = logging.getLogger("limiter")
 MAX_KEY_LENGTH = 256
 
 RateSpec = Union[Limit, str, float, Sequence[Union[Limit, str]]]
+
+
+def _refuse_rate_key(key: object) -> None:
+    """Raise ``TypeError`` when ``key`` reads as a rate: a limit passed where a key goes.
+
+    Only a key that parses as a rate is refused (``"5/minute"``,
+    ``"10 per second"``); other keys with ``/`` or spaces (``"user/42"``) are valid.
+    """
+    if isinstance(key, str) and looks_like_rate(key):
+        raise TypeError(
+            f"key {key!r:.100} looks like a rate: pass the rate to RateLimiter({key!r:.100}) "
+            "(or a framework integration's limit()) and use a client key here"
+        )
 
 
 class RateLimitExceeded(Exception):
@@ -171,13 +184,18 @@ class RateLimiter:
         """The key as stored: namespaced (in a given store), hashed when over ``MAX_KEY_LENGTH``.
 
         With several limits each bucket is stored under ``{<this key>}|<limit name>``
-        (braces: one Redis Cluster hash tag for all of them).
+        (braces: one Redis Cluster hash tag for all of them).  A key that
+        parses as a rate (``"5/minute"``) is a ``TypeError``: see ``_refuse_rate_key``.
         """
         # The common case first: check, allow and acheck call this per request.
-        if type(key) is str and len(key) <= MAX_KEY_LENGTH:
+        # A rate has a "/" or a space ("10 per second"), so a short key with
+        # neither skips the rate test.  check and allow copy the fast path
+        # without that test: they refuse a rate-like key only on their slow paths.
+        if type(key) is str and len(key) <= MAX_KEY_LENGTH and "/" not in key and " " not in key:
             return self._prefix + key
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {key!r:.100}")
+        _refuse_rate_key(key)
         if len(key) > MAX_KEY_LENGTH:
             digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
             key = "sha256:" + digest
@@ -237,10 +255,12 @@ class RateLimiter:
 
     def peek(self, key: str) -> RateLimitResult:
         """``key``'s state now, taking nothing (``allowed`` is always True)."""
+        _refuse_rate_key(key)
         return self.check(key, 0)
 
     def reset(self, key: str) -> None:
         """Give ``key`` full buckets again."""
+        _refuse_rate_key(key)
         if self._sync is None:
             raise TypeError(f"{self.store!r} is async only: use areset")
         for skey in self._storage_keys(key) if self._many else [self.storage_key(key)]:
@@ -265,10 +285,12 @@ class RateLimiter:
 
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""
+        _refuse_rate_key(key)
         return await self.acheck(key, 0)
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
+        _refuse_rate_key(key)
         if self._async is None:
             self.reset(key)
             return
@@ -290,6 +312,7 @@ class RateLimiter:
         ``timeout=None`` waits as long as needed.
         """
         _check_timeout(timeout)
+        _refuse_rate_key(key)
         clock = self.clock
         start = clock.now()
         while True:
@@ -304,6 +327,7 @@ class RateLimiter:
     ) -> RateLimitResult:
         """``acquire`` for asyncio: waits with ``await clock.asleep(...)``."""
         _check_timeout(timeout)
+        _refuse_rate_key(key)
         clock = self.clock
         start = clock.now()
         while True:
@@ -313,7 +337,7 @@ class RateLimiter:
             _give_up_if_late(result, clock.now() - start, timeout, self._slack)
             await clock.asleep(result.retry_after)
 
-    def limit(
+    def throttle(
         self,
         key: Union[str, Callable[..., str]],
         *,
@@ -329,12 +353,18 @@ class RateLimiter:
         ``RateLimitExceeded`` instead.  Handy for calling a third-party API at
         its published rate::
 
-            @limiter.limit(key="github", wait=True)
+            @limiter.throttle("github")
             def fetch(url): ...
+
+        A key that parses as a rate (``@limiter.throttle("5/minute")``) is a
+        ``TypeError`` here, at decoration time: the rate belongs in
+        ``RateLimiter("5/minute")``.  A callable's keys are checked per call.
+        (Renamed from ``limit`` in 0.x: the old name read as a server-side limit.)
         """
         _check_timeout(timeout)
         if not (isinstance(key, str) or callable(key)):
             raise TypeError(f"key must be a str or a callable returning one, got {key!r:.100}")
+        _refuse_rate_key(key)
         key_of: Callable[..., str] = key if callable(key) else (lambda *a, **k: key)
 
         def decorate(func: F) -> F:
@@ -346,6 +376,7 @@ class RateLimiter:
                     if wait:
                         await self.aacquire(k, cost, timeout)
                     else:
+                        _refuse_rate_key(k)
                         result = await self.acheck(k, cost)
                         if not result.allowed:
                             raise RateLimitExceeded(result)
@@ -359,6 +390,7 @@ class RateLimiter:
                 if wait:
                     self.acquire(k, cost, timeout)
                 else:
+                    _refuse_rate_key(k)
                     result = self.check(k, cost)
                     if not result.allowed:
                         raise RateLimitExceeded(result)
