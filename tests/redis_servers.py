@@ -10,6 +10,7 @@ enable them, except under ``CI=true`` where they fail: CI must run them
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
 import pytest
@@ -239,3 +241,56 @@ class RedisClusterNodes:
 def unique_prefix() -> str:
     """A fresh key prefix: tests sharing one server never see each other's keys."""
     return f"test:{uuid.uuid4().hex}:"
+
+
+@contextlib.contextmanager
+def sentinel_for(
+    master_port: int,
+    conf_dir: Path,
+    *,
+    password: Optional[str] = None,
+    master_password: Optional[str] = None,
+) -> Iterator[int]:
+    """A redis-server in sentinel mode watching 127.0.0.1:``master_port`` as "primary".
+
+    Yields its port once it has discovered the master; killed afterwards.
+    ``password``: the Sentinel's own; ``master_password``: the master's.
+    """
+    import redis.sentinel
+
+    assert REDIS_SERVER is not None
+    port = free_port()
+    conf = conf_dir / "sentinel.conf"
+    lines = [f"port {port}", "bind 127.0.0.1"]
+    if password is not None:
+        lines.append(f'requirepass "{password}"')
+    lines.append(f"sentinel monitor primary 127.0.0.1 {master_port} 1")
+    if master_password is not None:
+        lines.append(f'sentinel auth-pass primary "{master_password}"')
+    lines.append("sentinel down-after-milliseconds primary 5000")
+    conf.write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(
+        [REDIS_SERVER, str(conf), "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=str(conf_dir),
+    )
+    try:
+        probe = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            [("127.0.0.1", port)],
+            sentinel_kwargs={"socket_timeout": 0.5, "password": password},
+        )
+        deadline = time.monotonic() + 60  # generous: a busy machine
+        while True:
+            try:
+                if probe.discover_master("primary"):  # type: ignore[no-untyped-call]
+                    break
+            except (redis.sentinel.MasterNotFoundError, redis.ConnectionError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis sentinel did not come up")
+            time.sleep(0.05)  # polling for the process to come up, not a fixed wait
+        yield port
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -24,6 +24,7 @@ import waitress
 from limiter import ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
+from test_servers import wait_until_up
 
 pytestmark = pytest.mark.servers
 
@@ -79,18 +80,6 @@ async def asgi_hello(scope, receive, send):
         return
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"hello"})
-
-
-def wait_until_up(port: int, deadline: float = 10.0) -> None:
-    end = time.monotonic() + deadline
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.02)
 
 
 @contextlib.contextmanager

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import time
 from typing import Iterator, List
 
 import pytest
@@ -21,7 +18,7 @@ from redis.retry import Retry
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore
 from limiter.testing import T0, StoreConformance
-from redis_servers import REDIS_SERVER, RedisServer, free_port, unique_prefix
+from redis_servers import RedisServer, sentinel_for, unique_prefix
 
 
 class TestValkeyClient(StoreConformance):
@@ -58,36 +55,8 @@ def test_valkey_asyncio_client(server: RedisServer) -> None:
 @pytest.fixture(scope="module")
 def sentinel(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A redis-server in sentinel mode watching ``server`` as master "primary"."""
-    assert REDIS_SERVER is not None
-    port = free_port()
-    conf = tmp_path_factory.mktemp("sentinel") / "sentinel.conf"
-    conf.write_text(
-        f"port {port}\nbind 127.0.0.1\n"
-        f"sentinel monitor primary 127.0.0.1 {server.port} 1\n"
-        "sentinel down-after-milliseconds primary 5000\n"
-    )
-    proc = subprocess.Popen(
-        [REDIS_SERVER, str(conf), "--sentinel"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=os.path.dirname(conf),
-    )
-    try:
-        probe = redis.sentinel.Sentinel([("127.0.0.1", port)], socket_timeout=0.5)
-        deadline = time.monotonic() + 60  # generous: a busy machine
-        while True:
-            try:
-                if probe.discover_master("primary"):
-                    break
-            except (redis.sentinel.MasterNotFoundError, redis.ConnectionError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("redis sentinel did not come up")
-            time.sleep(0.05)
+    with sentinel_for(server.port, tmp_path_factory.mktemp("sentinel")) as port:
         yield port
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 def test_sentinel_master_client(server: RedisServer, sentinel: int) -> None:

@@ -887,46 +887,13 @@ def test_tls_against_a_real_server(
 @pytest.fixture(scope="module")
 def sentinel(auth_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A Sentinel (with a password of its own) watching ``auth_server`` as "primary"."""
-    import redis
-    import redis.sentinel
+    from redis_servers import sentinel_for
 
-    from redis_servers import REDIS_SERVER, free_port
-
-    assert REDIS_SERVER is not None
-    port = free_port()
-    conf = tmp_path_factory.mktemp("sentinel") / "sentinel.conf"
-    conf.write_text(
-        f"port {port}\nbind 127.0.0.1\n"
-        f'requirepass "{SENTINEL_PASSWORD}"\n'
-        f"sentinel monitor primary 127.0.0.1 {auth_server.port} 1\n"
-        f'sentinel auth-pass primary "{PASSWORD}"\n'
-        "sentinel down-after-milliseconds primary 5000\n"
-    )
-    proc = subprocess.Popen(
-        [REDIS_SERVER, str(conf), "--sentinel"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=os.path.dirname(conf),
-    )
-    try:
-        probe = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            [("127.0.0.1", port)],
-            sentinel_kwargs={"socket_timeout": 0.5, "password": SENTINEL_PASSWORD},
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if probe.discover_master("primary"):  # type: ignore[no-untyped-call]
-                    break
-            except (redis.sentinel.MasterNotFoundError, redis.ConnectionError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("redis sentinel did not come up")
-            time.sleep(0.05)  # polling for the process to come up, not a fixed wait
+    conf_dir = tmp_path_factory.mktemp("sentinel")
+    with sentinel_for(
+        auth_server.port, conf_dir, password=SENTINEL_PASSWORD, master_password=PASSWORD
+    ) as port:
         yield port
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 @pytest.mark.redis
