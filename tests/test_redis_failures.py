@@ -178,17 +178,19 @@ def test_async_store_failures_are_store_errors_and_it_recovers(server: RedisServ
     asyncio.run(scenario())
 
 
-class CountingListener:
-    """A port that accepts TCP connections, counts them and hangs up: a broken Redis."""
+class Listener:
+    """A loopback port that accepts TCP connections in a thread; ``take`` decides what then."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.sock.listen(64)
         self.sock.settimeout(0.02)
-        self.stopping = False
+        self.port: int = self.sock.getsockname()[1]
+        self.held: List[socket.socket] = []
         self.connections = 0
+        self.stopping = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -199,12 +201,24 @@ class CountingListener:
             except OSError:  # the accept timeout: look at stopping again
                 continue
             self.connections += 1
-            conn.close()
+            self.take(conn)
+
+    def take(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
     def close(self) -> None:
         self.stopping = True
         self.thread.join(5)
+        for conn in self.held:
+            conn.close()
         self.sock.close()
+
+
+class CountingListener(Listener):
+    """A port that accepts TCP connections, counts them and hangs up: a broken Redis."""
+
+    def take(self, conn: socket.socket) -> None:
+        conn.close()
 
 
 def test_fallback_limits_per_process_and_probes_with_backoff(server: RedisServer) -> None:
@@ -332,34 +346,11 @@ def documented_valkey_client(port: int) -> Any:
     )
 
 
-class SilentServer:
+class SilentServer(Listener):
     """A loopback port that accepts connections and never answers: a hung Redis."""
 
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.02)
-        self.port: int = self.sock.getsockname()[1]
-        self.held: List[socket.socket] = []
-        self.stopping = False
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stopping:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # the accept timeout: look at stopping again
-                continue
-            self.held.append(conn)  # read nothing, answer nothing
-
-    def close(self) -> None:
-        self.stopping = True
-        self.thread.join(5)
-        for conn in self.held:
-            conn.close()
-        self.sock.close()
+    def take(self, conn: socket.socket) -> None:
+        self.held.append(conn)  # read nothing, answer nothing
 
 
 @pytest.fixture
