@@ -277,13 +277,17 @@ def test_bad_options_value_and_type_errors():
     with pytest.raises(ValueError, match="'nope'"):
         RateLimitMiddleware(App(), limiter(), header_style="nope")
     with pytest.raises(
-        TypeError, match=re.escape("header_style must be one of 'x', 'draft', 'both', got 5")
+        TypeError,
+        match=re.escape("header_style must be one of 'x', 'draft', 'both' or None, got 5"),
     ):
         RateLimitMiddleware(App(), limiter(), header_style=5)
     with pytest.raises(TypeError, match=re.escape("on_error must be 'allow' or 'deny', got 1")):
         RateLimitMiddleware(App(), limiter(), on_error=1)
     with pytest.raises(
-        TypeError, match=re.escape("limiter must be a limiter.RateLimiter, got '10/second'")
+        TypeError,
+        match=re.escape(
+            "limiter must be a limiter.RateLimiter or a function of the request returning one, got '10/second'"
+        ),
     ):
         RateLimitMiddleware(App(), "10/second")
     with pytest.raises(TypeError, match=re.escape("app must be an ASGI callable, got 'app'")):

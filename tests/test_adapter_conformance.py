@@ -18,6 +18,7 @@ import pytest
 
 from limiter import RateLimiter
 from limiter.adapters import asgi, wsgi
+from limiter.adapters.common import status_line
 from limiter.adapters.httpserver import rate_limited
 from limiter.testing import AdapterConformance
 
@@ -27,8 +28,14 @@ Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]
 # -- WSGI -------------------------------------------------------------------------------
 
 
+def status_of(path: str) -> int:
+    """The status the conformance app answers: ``/status/<code>`` or 200."""
+    return int(path[8:]) if path.startswith("/status/") else 200
+
+
 def wsgi_hello(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
-    start_response("200 OK", [("Content-Type", "text/plain"), ("X-App", "1")])
+    status = status_line(status_of(environ["PATH_INFO"]))
+    start_response(status, [("Content-Type", "text/plain"), ("X-App", "1")])
     return [] if environ["REQUEST_METHOD"] == "HEAD" else [b"hello"]
 
 
@@ -75,12 +82,15 @@ class TestWSGI(AdapterConformance):
 
 async def asgi_hello(scope: Dict[str, Any], receive: Any, send: Any) -> None:
     headers = [(b"content-type", b"text/plain"), (b"X-App", b"1")]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    status = status_of(scope["path"])
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     body = b"" if scope["method"] == "HEAD" else b"hello"
     await send({"type": "http.response.body", "body": body})
 
 
 class TestASGI(AdapterConformance):
+    awaits = True
+
     def make_app(self, limiter: RateLimiter, **options: Any) -> Any:
         return asgi.RateLimitMiddleware(asgi_hello, limiter, **options)
 
@@ -125,7 +135,7 @@ class Hello(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        self.send_response(200)
+        self.send_response(status_of(self.path))
         self.send_header("Content-Type", "text/plain")
         self.send_header("X-App", "1")
         self.send_header("Content-Length", "5")

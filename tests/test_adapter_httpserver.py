@@ -218,7 +218,12 @@ def test_bad_arguments():
         rate_limited(limiter(), header_style="z")
     with pytest.raises(TypeError, match=re.escape("on_error must be 'allow' or 'deny', got None")):
         rate_limited(limiter(), on_error=None)
-    with pytest.raises(TypeError, match=re.escape("limiter must be a limiter.RateLimiter, got 5")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "limiter must be a limiter.RateLimiter or a function of the request returning one, got 5"
+        ),
+    ):
         rate_limited(5)
 
 

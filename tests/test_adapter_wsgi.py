@@ -302,7 +302,7 @@ def test_request_info_from_environ():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"header_style": "y"}, "must be one of 'x', 'draft', 'both', got 'y'"),
+        ({"header_style": "y"}, "must be one of 'x', 'draft', 'both' or None, got 'y'"),
         ({"on_error": "ignore"}, "on_error must be 'allow' or 'deny', got 'ignore'"),
         ({"ipv6_prefix": 200}, "ipv6_prefix must be"),
         ({"trusted_proxies": ["nope"]}, "'nope'"),
@@ -319,7 +319,7 @@ def test_bad_option_values_are_value_errors(kwargs, message):
     ("kwargs", "message"),
     [
         ({"on_error": 1}, "on_error must be 'allow' or 'deny', got 1"),
-        ({"header_style": 5}, "header_style must be one of 'x', 'draft', 'both', got 5"),
+        ({"header_style": 5}, "header_style must be one of 'x', 'draft', 'both' or None, got 5"),
         ({"rules": "x"}, "rules must be a list of limiter.Rule, got 'x'"),
         ({"rules": 5}, "rules must be a list of limiter.Rule, got 5"),
         ({"key_func": 5}, "key_func must be callable or None, got 5"),
@@ -336,7 +336,10 @@ def test_bad_option_types_are_type_errors(kwargs, message):
 
 def test_wrong_limiter_or_app_types_are_type_errors():
     with pytest.raises(
-        TypeError, match=re.escape("limiter must be a limiter.RateLimiter, got '10/s'")
+        TypeError,
+        match=re.escape(
+            "limiter must be a limiter.RateLimiter or a function of the request returning one, got '10/s'"
+        ),
     ):
         RateLimitMiddleware(hello, "10/s")
     with pytest.raises(TypeError, match=re.escape("app must be a WSGI callable, got None")):

@@ -745,8 +745,9 @@ class TestNames:
         assert [lim.name for lim in limits] == ["10 per second", "1/ms", "5 PER 2 Hours"]
         assert [lim.rate for lim in limits] == [10.0, 1000.0, 5 / 7200]
 
-    def test_a_single_limit_keeps_the_default_name(self) -> None:
-        assert Limit.parse_many(" 10 per second ")[0].name == "default"
+    def test_a_single_limit_is_named_after_its_text_too(self) -> None:
+        # One policy name for "10 per second" alone and beside others.
+        assert Limit.parse_many(" 10 per second ")[0].name == "10 per second"
         assert Limit.parse("10 per second").name == "default"
 
     @pytest.mark.parametrize("text", ["10/s;", ";10/s", "10/s;;1/m", "10/s, ,1/m"])

@@ -164,10 +164,10 @@ def test_headers_draft(start) -> None:
         responses = [client.get("/") for _ in range(4)]
     assert [r.status_code for r in responses] == [200, 200, 200, 429]
     for response in responses:
-        assert response.headers["RateLimit-Policy"] == '"default";q=3;w=10800'  # 3 tokens per 3 h
+        assert response.headers["RateLimit-Policy"] == '"1/hour";q=3;w=10800'  # 3 tokens per 3 h
         assert not any(name.lower().startswith("x-ratelimit") for name in response.headers)
-    assert re.fullmatch(r'"default";r=2;t=\d+', responses[0].headers["RateLimit"])
-    assert re.fullmatch(r'"default";r=0;t=\d+', responses[3].headers["RateLimit"])
+    assert re.fullmatch(r'"1/hour";r=2;t=\d+', responses[0].headers["RateLimit"])
+    assert re.fullmatch(r'"1/hour";r=0;t=\d+', responses[3].headers["RateLimit"])
     assert int(responses[3].headers["Retry-After"]) > 3000
     assert responses[3].content == BODY_429
 
@@ -191,7 +191,7 @@ def test_two_demos_on_one_sqlite_file_share_the_bucket(start, tmp_path: Path) ->
         third = a.get("/")
     assert [r.status_code for r in first] == [200, 200]
     assert first[1].headers["X-RateLimit-Remaining"] == "1"
-    assert first[1].headers["RateLimit"].startswith('"default";r=1;')
+    assert first[1].headers["RateLimit"].startswith('"1/hour";r=1;')
     assert [r.status_code for r in second] == [200, 429]
     assert second[0].headers["X-RateLimit-Remaining"] == "0"
     assert third.status_code == 429

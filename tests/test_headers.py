@@ -171,7 +171,9 @@ def test_full_bucket_reset_is_now() -> None:
 def test_unknown_style_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="'X'"):
         rate_limit_headers(result(), now=NOW, style="X")
-    with pytest.raises(TypeError, match="header style must be one of 'x', 'draft', 'both', got 5"):
+    with pytest.raises(
+        TypeError, match="header style must be one of 'x', 'draft', 'both' or None, got 5"
+    ):
         rate_limit_headers(result(), now=NOW, style=5)  # type: ignore[arg-type]
 
 

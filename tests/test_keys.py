@@ -494,8 +494,8 @@ def test_host_bits_set_is_a_value_error_that_suggests_both_readings(entry, netwo
     with pytest.raises(ValueError, match="host bits") as info:
         ClientIP([entry], header=XFF)
     assert f"got {entry!r}" in str(info.value)
-    assert f"{network!r} to trust the network" in str(info.value)
-    assert f"{host!r} to trust one host" in str(info.value)
+    assert f"{network!r} for the network" in str(info.value)
+    assert f"{host!r} for one host" in str(info.value)
 
 
 # -- header keys -------------------------------------------------------------------

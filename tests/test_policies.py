@@ -21,7 +21,7 @@ def test_list_of_limits_gets_distinct_policy_names() -> None:
     limiter = RateLimiter([Limit(10, 20), Limit(1, 100)])
     assert [lim.name for lim in limiter.limits] == ["20per2s#0", "100per100s#1"]
     named = RateLimiter([Limit(10, 20, "burst"), "1000/day"])
-    assert [lim.name for lim in named.limits] == ["burst", "default"]
+    assert [lim.name for lim in named.limits] == ["burst", "1000/day"]
 
 
 @pytest.mark.parametrize(

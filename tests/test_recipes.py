@@ -96,8 +96,8 @@ def test_starlette(tmp_path, monkeypatch):
         responses = [client.get("/") for _ in range(11)]
     assert [r.status_code for r in responses] == [200] * 10 + [429]
     assert responses[0].json() == {"hello": "world"}
-    assert responses[0].headers["RateLimit-Policy"] == '"default";q=10;w=60'
-    assert responses[0].headers["RateLimit"] == '"default";r=9;t=6'
+    assert responses[0].headers["RateLimit-Policy"] == '"10/minute";q=10;w=60'
+    assert responses[0].headers["RateLimit"] == '"10/minute";r=9;t=6'
     assert responses[10].content == BODY_429
 
 

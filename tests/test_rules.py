@@ -73,7 +73,10 @@ def test_wrong_values_are_value_errors(kwargs: dict, message: str) -> None:
         (dict(cost="2"), "cost must be a number of tokens, got '2'"),
         (dict(cost=True), "cost must be a number of tokens, got True"),
         (dict(key_func="ip"), "key_func must be callable or None, got 'ip'"),
-        (dict(limiter="5/minute"), "limiter must be a limiter.RateLimiter, got '5/minute'"),
+        (
+            dict(limiter="5/minute"),
+            "limiter must be a limiter.RateLimiter or a function of the request returning one, got '5/minute'",
+        ),
     ],
 )
 def test_wrong_types_are_type_errors(kwargs: dict, message: str) -> None:

@@ -410,24 +410,31 @@ class AdapterConformance:
     ``exempt``, ``on_error``, ``cost``, ``on_limited``, ``rules``) and sends
     requests with ``request``.  Each app is closed (``close_app``) after its test.
 
+    ``limiter`` may also be a function of the request returning the limiter
+    (a plan chosen per request); pass it to the adapter as it is.
+
     ``client_peer`` is the address requests come from; ``proxy_peer`` is the
     trusted reverse proxy of the ``proxy_header`` test.  A driver whose client
     cannot choose its address (a real socket on loopback) sets both to that
-    address.  Set ``fold_header_case`` if the client lowercases header names.
+    address.  Set ``fold_header_case`` if the client lowercases header names,
+    and ``awaits`` if the adapter runs on asyncio: ``async def`` key, cost,
+    exempt and limiter functions are then tested too.
     """
 
     client_peer = "203.0.113.7"
     proxy_peer = "10.0.0.1"
     fold_header_case = False
+    awaits = False
 
     clock: ManualClock
 
     # -- hooks -------------------------------------------------------------
 
-    def make_app(self, limiter: RateLimiter, **options: Any) -> Any:
+    def make_app(self, limiter: Any, **options: Any) -> Any:
         """The adapter under test with ``options``, around an app that answers
         every request ``200`` with the header ``X-App: 1`` and the body
-        ``b"hello"`` (no body for ``HEAD``)."""
+        ``b"hello"`` (no body for ``HEAD``), except a path ``/status/<code>``:
+        answered with that status code (same header and body)."""
         raise NotImplementedError("define make_app(limiter, **options) in your test class")
 
     def request(
@@ -475,7 +482,7 @@ class AdapterConformance:
         """A ``RateLimiter`` on ``self.clock``."""
         return RateLimiter(rate, clock=self.clock, **kwargs)
 
-    def app(self, limiter: RateLimiter, **options: Any) -> Any:
+    def app(self, limiter: Any, **options: Any) -> Any:
         """``make_app``, closed after the test."""
         app = self.make_app(limiter, **options)
         self._apps.append(app)
@@ -554,14 +561,14 @@ class AdapterConformance:
     def test_draft_headers(self) -> None:
         app = self.app(self.limiter("2/second"), header_style="draft")
         assert self.named(self.send(app).headers) == self.expected(
-            ("RateLimit-Policy", '"default";q=2;w=1'), ("RateLimit", '"default";r=1;t=1')
+            ("RateLimit-Policy", '"2/second";q=2;w=1'), ("RateLimit", '"2/second";r=1;t=1')
         )
         self.send(app)
         status, headers, _ = self.send(app)
         assert status == 429
         assert self.named(headers) == self.expected(
-            ("RateLimit-Policy", '"default";q=2;w=1'),
-            ("RateLimit", '"default";r=0;t=1'),
+            ("RateLimit-Policy", '"2/second";q=2;w=1'),
+            ("RateLimit", '"2/second";r=0;t=1'),
             ("Retry-After", "1"),
         )
 
@@ -570,7 +577,7 @@ class AdapterConformance:
         assert self.named(self.send(app).headers) == [
             *self.x_headers(2, 1, 1),
             *self.expected(
-                ("RateLimit-Policy", '"default";q=2;w=1'), ("RateLimit", '"default";r=1;t=1')
+                ("RateLimit-Policy", '"2/second";q=2;w=1'), ("RateLimit", '"2/second";r=1;t=1')
             ),
         ]
 
@@ -719,3 +726,126 @@ class AdapterConformance:
         assert limiter.peek("ip:198.51.100.4").remaining == 0
         for untouched in (proxy, "1.1.1.1", "6.6.6.6"):
             assert limiter.peek(f"ip:{untouched}").remaining == 1, untouched
+
+    # -- switches, allow lists, per-request limiters, deduct_when ---------------
+
+    def test_header_style_none_sends_only_retry_after_on_the_429(self) -> None:
+        app = self.app(self.limiter("1/second"), header_style=None)
+        status, headers, body = self.send(app)
+        assert (status, body, self.named(headers)) == (200, b"hello", [])
+        status, headers, body = self.send(app)
+        assert (status, body) == (429, DENIED_BODY)
+        assert self.named(headers) == self.expected(("Retry-After", "1"))
+
+    def test_disabled_passes_everything_untouched(self) -> None:
+        limiter = self.limiter("1/second")
+        app = self.app(limiter, enabled=False)
+        for _ in range(3):
+            status, headers, body = self.send(app)
+            assert (status, body, self.named(headers)) == (200, b"hello", [])
+        assert limiter.peek(f"ip:{self.client_peer}").remaining == 1  # nothing was taken
+
+    def test_allow_listed_clients_are_never_limited_nor_charged(self) -> None:
+        limiter = self.limiter("1/second")
+        network = self.client_peer.rsplit(".", 1)[0] + ".0/24"
+        app = self.app(limiter, allow_list=[network])
+        for _ in range(3):
+            status, headers, body = self.send(app)
+            assert (status, body, self.named(headers)) == (200, b"hello", [])
+        assert limiter.peek(f"ip:{self.client_peer}").remaining == 1
+
+    def test_the_allow_list_trusts_a_forwarding_header_only_from_a_trusted_proxy(self) -> None:
+        limiter = self.limiter("1/second")
+        proxy = self.proxy_peer
+        app = self.app(
+            limiter,
+            allow_list=["198.51.100.0/24"],
+            trusted_proxies=[proxy],
+            proxy_header="x-forwarded-for",
+        )
+        listed = {"X-Forwarded-For": "198.51.100.9"}
+        assert [self.send(app, headers=listed, peer=proxy).status for _ in range(3)] == [200] * 3
+        spoofed = {"X-Forwarded-For": "198.51.100.9, 6.6.6.6"}  # the proxy appended 6.6.6.6
+        assert [self.send(app, headers=spoofed, peer=proxy).status for _ in range(2)] == [200, 429]
+        if self.client_peer != proxy:  # a client that reaches the app directly
+            direct = [self.send(app, headers=listed).status for _ in range(2)]
+            assert direct == [200, 429]
+
+    def test_a_limiter_function_picks_the_limiter_per_request(self) -> None:
+        free = self.limiter("1/second", name="free")
+        paid = self.limiter("3/second", name="paid")
+        app = self.app(lambda request: paid if request.headers.get("X-Plan") == "paid" else free)
+        plan = {"X-Plan": "paid"}
+        assert [self.send(app).status for _ in range(2)] == [200, 429]
+        replies = [self.send(app, headers=plan) for _ in range(4)]
+        assert [r.status for r in replies] == [200, 200, 200, 429]
+        assert self.named(replies[0].headers) == self.x_headers(3, 2, 1)
+
+    def test_a_limiter_function_returning_no_limiter_is_a_type_error(self) -> None:
+        app = self.app(lambda request: "5/minute")
+        self.expect_error(app, TypeError)
+
+    def test_deduct_when_charges_only_the_matching_statuses(self) -> None:
+        app = self.app(self.limiter("2/second"), deduct_when=lambda status: status == 401)
+        for _ in range(4):  # not charged: the bucket stays full
+            status, headers, body = self.send(app, path="/status/200")
+            assert (status, body, self.named(headers)) == (200, b"hello", self.x_headers(2, 2, 0))
+        replies = [self.send(app, path="/status/401") for _ in range(2)]
+        assert [r.status for r in replies] == [401, 401]
+        assert [self.named(r.headers) for r in replies] == [
+            self.x_headers(2, 1, 1),
+            self.x_headers(2, 0, 1),
+        ]
+        status, headers, body = self.send(app, path="/status/200")  # cannot pay: refused
+        assert (status, body) == (429, DENIED_BODY)
+        assert self.named(headers) == [
+            *self.x_headers(2, 0, 1),
+            *self.expected(("Retry-After", "1")),
+        ]
+        self.clock.advance(0.5)
+        assert self.send(app, path="/status/200").status == 200
+        assert self.send(app, path="/status/200").status == 200  # still not charged
+        assert self.send(app, path="/status/401").status == 401
+        assert self.send(app, path="/status/200").status == 429
+
+    def test_a_rule_deduct_when_applies_to_its_route_only(self) -> None:
+        default = self.limiter("10/second", name="default")
+        login = self.limiter("1/second", name="login")
+        failed = Rule("/login", login, deduct_when=lambda status: status >= 400)
+        app = self.app(default, rules=[failed])
+        # /login answers 200 here: successes are free.
+        assert [self.send(app, path="/login").status for _ in range(3)] == [200] * 3
+        assert login.peek(f"ip:{self.client_peer}").remaining == 1
+        assert self.named(self.send(app, path="/x").headers) == self.x_headers(10, 9, 1)
+
+    def test_async_callables_are_awaited_or_refused_up_front(self) -> None:
+        free = self.limiter("1/second", name="free")
+        paid = self.limiter("2/second", name="paid")
+
+        async def key_func(request: RequestInfo) -> Optional[str]:
+            return request.headers.get("X-Key")
+
+        async def cost(request: RequestInfo) -> float:
+            return 2 if request.method == "POST" else 1
+
+        async def exempt(request: RequestInfo) -> bool:
+            return request.path == "/health"
+
+        async def pick(request: RequestInfo) -> RateLimiter:
+            return paid if request.headers.get("X-Key") == "p" else free
+
+        if not self.awaits:  # a synchronous adapter refuses each when it is built
+            for option, func in (("key_func", key_func), ("cost", cost), ("exempt", exempt)):
+                with pytest.raises(TypeError, match="cannot await"):
+                    self.app(free, **{option: func})
+            with pytest.raises(TypeError, match="cannot await"):
+                self.app(pick)
+            return
+        app = self.app(pick, key_func=key_func, cost=cost, exempt=exempt)
+        assert [self.send(app, path="/health").status for _ in range(3)] == [200] * 3
+        assert [self.send(app, headers={"X-Key": "f"}).status for _ in range(2)] == [200, 429]
+        assert [self.send(app, "POST", headers={"X-Key": "p"}).status for _ in range(2)] == [
+            200,
+            429,
+        ]
+        assert paid.peek("p").remaining == 0

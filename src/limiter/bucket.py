@@ -93,6 +93,7 @@ __all__ = [
     "Limit",
     "RateLimitResult",
     "State",
+    "afford",
     "combine",
     "full_at",
     "step",
@@ -367,14 +368,13 @@ class Limit:
         """Parse ``"10/second;1000/hour"`` (``;`` or ``,`` between limits).
 
         Each limit is named after its own text, whitespace runs made one
-        space (``"10 per second"``), when there are several, so the draft
-        headers can tell them apart; a single one keeps ``"default"``.
+        space (``"10 per second"``), so the draft headers show the same
+        policy name for a limit alone and beside others (``Limit.parse``
+        alone keeps ``"default"``).
         """
         if not isinstance(text, str):
             raise TypeError(f"rate must be a str like '10/second', got {_show(text)}")
         parts = [part.strip() for part in re.split(r"[;,]", text)]
-        if len(parts) == 1:
-            return (cls.parse(text),)
         if not all(parts):
             raise ValueError(
                 f"rate must not have an empty limit between separators, got {_show(text)}"
@@ -541,6 +541,25 @@ def step(
     return state, tuple.__new__(
         RateLimitResult, (False, limit.burst, remaining, debt, retry, window, (), limit.name)
     )
+
+
+def afford(peeked: RateLimitResult, limits: Sequence[Limit], cost: float = 1) -> RateLimitResult:
+    """What a request of ``cost`` would get at the instant ``peeked`` was read.
+
+    ``peeked`` is a cost-0 result of ``limits`` (``RateLimiter.peek``): its
+    ``reset_after`` is each bucket's deficit in seconds, so the buckets are
+    rebuilt and ``cost`` is applied to them by ``step_all``, exactly.  Nothing
+    is stored: this is how a request is judged before it is charged
+    (``deduct_when``).  A ``peeked`` of another cost or other limits gives a
+    meaningless answer.
+    """
+    parts = peeked.results or (peeked,)
+    if len(parts) != len(limits):
+        raise ValueError(f"need one peeked result per limit, got {len(parts)} for {len(limits)}")
+    states: List[Optional[State]] = [complex(part.reset_after, 0.0) for part in parts]
+    if len(limits) == 1:
+        return step(states[0], 0.0, limits[0], cost)[1]
+    return step_all(states, 0.0, limits, cost)[1]
 
 
 def step_all(

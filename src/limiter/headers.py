@@ -25,14 +25,16 @@ _POLICIES: Dict[Tuple[str, int, float], Tuple[str, str]] = {}
 _POLICIES_MAX = 256
 
 
-def validate_style(style: str) -> HeaderStyle:
-    """Return ``style`` if it is ``"x"``, ``"draft"`` or ``"both"``.
+def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
+    """Return ``style`` if it is ``"x"``, ``"draft"``, ``"both"`` or ``None`` (no headers).
 
     Any other ``str`` is a ``ValueError``, anything else a ``TypeError``.
     """
+    if style is None:
+        return None
     if style not in _STYLES:
         error = ValueError if isinstance(style, str) else TypeError
-        raise error(f"header style must be one of 'x', 'draft', 'both', got {style!r}")
+        raise error(f"header style must be one of 'x', 'draft', 'both' or None, got {style!r}")
     return style  # type: ignore[return-value]
 
 
@@ -147,9 +149,13 @@ def rate_limit_headers(
 
 
 def build_headers(
-    result: RateLimitResult, now: float, style: str, policy: Optional[str] = None
+    result: RateLimitResult, now: float, style: Optional[str], policy: Optional[str] = None
 ) -> List[Tuple[str, str]]:
-    """``rate_limit_headers`` for callers that validated ``style`` once (the adapters)."""
+    """``rate_limit_headers`` for callers that validated ``style`` once (the adapters).
+
+    ``style=None`` (rate-limit headers switched off) keeps only ``Retry-After``
+    on a denied result: it is HTTP's own answer to "when may I retry".
+    """
     if style == "x":  # the common case, kept to the bare minimum of work per request
         headers = [
             ("X-RateLimit-Limit", str(result[1])),
@@ -159,6 +165,10 @@ def build_headers(
         if not result[0] and result[4] < _INF:  # neither inf nor NaN
             headers.append(("Retry-After", str(max(1, _up(result[4])))))
         return headers
+    if style is None:
+        if result[0] or not result[4] < _INF:
+            return []
+        return [("Retry-After", str(max(1, _up(result[4]))))]
     headers = []
     if style != "draft":
         headers.append(("X-RateLimit-Limit", str(result[1])))

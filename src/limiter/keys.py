@@ -20,6 +20,7 @@ from .request import KeyFunc, RequestInfo
 
 __all__ = [
     "UNKNOWN_CLIENT",
+    "AllowList",
     "ClientIP",
     "KeyFunc",
     "client_ip",
@@ -116,8 +117,10 @@ def _proxy_entries(trusted_proxies: Union[str, Iterable[str]]) -> Tuple[str, ...
     return entries
 
 
-def _network(entry: str) -> _Network:
-    """One ``trusted_proxies`` entry as a network; IPv4-mapped IPv6 becomes IPv4."""
+def _network(entry: str, option: str = "trusted_proxies") -> _Network:
+    """One ``option`` entry as a network; IPv4-mapped IPv6 becomes IPv4."""
+    if not isinstance(entry, str):
+        raise TypeError(f"{option} entries must be str, got {entry!r}")
     text = entry.strip()
     try:
         network = ipaddress.ip_network(text)
@@ -125,15 +128,14 @@ def _network(entry: str) -> _Network:
         try:
             interface = ipaddress.ip_interface(text)
         except ValueError:
-            raise ValueError(
-                f"trusted_proxies entries must be IPs, CIDRs or 'unix', got {entry!r}"
-            ) from None
+            kinds = "IPs, CIDRs or 'unix'" if option == "trusted_proxies" else "IPs or CIDRs"
+            raise ValueError(f"{option} entries must be {kinds}, got {entry!r}") from None
         # "10.0.0.1/8": a typo for one host or for the network?  Trusting the
         # wrong one is a hole either way, so ask.
         raise ValueError(
-            f"trusted_proxies entries must be IPs or CIDRs without host bits, got {entry!r}: "
-            f"write {str(interface.network)!r} to trust the network or "
-            f"{str(interface.ip)!r} to trust one host"
+            f"{option} entries must be IPs or CIDRs without host bits, got {entry!r}: "
+            f"write {str(interface.network)!r} for the network or "
+            f"{str(interface.ip)!r} for one host"
         ) from None
     if isinstance(network, ipaddress.IPv6Network):
         mapped = network.network_address.ipv4_mapped
@@ -283,6 +285,50 @@ class ClientIP:
                 return key
             leftmost = key
         return peer_key if leftmost is None else leftmost
+
+
+class AllowList:
+    """Clients that are never limited nor charged: ``AllowList(["10.0.0.0/8"], client_ip)``.
+
+    ``entries``: IPs and CIDRs (a single string or an iterable of strings;
+    ``"10.0.0.1/8"``, with host bits, is a ``ValueError`` as for
+    ``trusted_proxies``).  ``client_ip``: the ``ClientIP`` whose trust model
+    finds the client, so a forwarding header counts only from a trusted
+    proxy and a client cannot put itself on the list by sending one.  The
+    full address is compared, whatever ``ipv6_prefix`` groups keys by.  A
+    request with no usable address is never on the list.  ``bool(allow_list)``
+    is False when it has no entries.
+    """
+
+    __slots__ = ("_client", "_contains", "entries")
+
+    def __init__(self, entries: Union[str, Iterable[str]], client_ip: ClientIP) -> None:
+        if not isinstance(client_ip, ClientIP):
+            raise TypeError(f"client_ip must be a limiter.keys.ClientIP, got {client_ip!r}")
+        if isinstance(entries, str):
+            entries = (entries,)
+        elif isinstance(entries, (bytes, bytearray)) or not isinstance(entries, _IterableABC):
+            raise TypeError(f"allow_list must be a str or an iterable of str, got {entries!r}")
+        self.entries: Tuple[str, ...] = tuple(entries)
+        nets = tuple(_network(entry, "allow_list") for entry in self.entries)
+        # The same walk, without grouping IPv6 clients into networks.
+        self._client = ClientIP(client_ip.trusted_proxies, 128, header=client_ip.header)
+
+        def contains(key: str) -> bool:
+            address = parse_address(key[3:])  # key is "ip:<address>" or UNKNOWN_CLIENT
+            return address is not None and any(address in net for net in nets)
+
+        self._contains: Callable[[str], bool] = functools.lru_cache(maxsize=_CACHE_SIZE)(contains)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def __repr__(self) -> str:
+        return f"AllowList({list(self.entries)!r})"
+
+    def __call__(self, request: RequestInfo) -> bool:
+        """True when ``request``'s client address is on the list."""
+        return self._contains(self._client(request))
 
 
 @functools.lru_cache(maxsize=32, typed=True)

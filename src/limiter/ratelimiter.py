@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -64,7 +65,8 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
             return parsed
         if len(parsed) > 1:
             raise ValueError(f"burst={burst!r} is ambiguous with several limits in {rate!r}")
-        return (Limit.parse(rate, burst),)
+        # Named after its text, as without a burst: one policy name either way.
+        return (dataclasses.replace(Limit.parse(rate, burst), name=parsed[0].name),)
     if isinstance(rate, (list, tuple)):
         if burst is not None:
             raise ValueError(f"burst={burst!r} is ambiguous with a list of limits")

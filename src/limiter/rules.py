@@ -8,14 +8,73 @@ serves the WSGI, ASGI and ``http.server`` adapters alike.
 
 from __future__ import annotations
 
+import inspect
 import re
-from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from .bucket import validate_cost
 from .ratelimiter import RateLimiter
-from .request import Cost, KeyFunc
+from .request import Cost, KeyFunc, RequestInfo
 
-__all__ = ["Cost", "Rule", "check_distinct_names"]
+__all__ = [
+    "Cost",
+    "DeductWhen",
+    "LimiterSpec",
+    "Rule",
+    "check_deduct_when",
+    "check_distinct_names",
+    "check_limiter_spec",
+    "is_async_callable",
+]
+
+#: ``deduct_when(status_code) -> bool``: whether a response's status is charged.
+DeductWhen = Callable[[int], bool]
+#: A limiter, or ``limiter_for(request) -> RateLimiter`` choosing one per
+#: request (a plan, a tier); under asyncio it may be an ``async def``.
+LimiterSpec = Union[
+    RateLimiter, Callable[[RequestInfo], Union[RateLimiter, Awaitable[RateLimiter]]]
+]
+
+
+def is_async_callable(func: object) -> bool:
+    """True for an ``async def`` function (or partial of one, or object whose ``__call__`` is)."""
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
+        getattr(func, "__call__", None)  # noqa: B004 - the method itself, not callable()
+    )
+
+
+def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
+    """``deduct_when`` if it is ``None`` or a plain (not ``async``) callable; else ``TypeError``."""
+    if deduct_when is None:
+        return None
+    if not callable(deduct_when) or is_async_callable(deduct_when):
+        raise TypeError(
+            f"deduct_when must be a plain function of the status code (int) -> bool, "
+            f"got {deduct_when!r}"
+        )
+    return deduct_when
+
+
+def check_limiter_spec(limiter: object) -> LimiterSpec:
+    """``limiter`` if it is a ``RateLimiter`` or a function; else ``TypeError``."""
+    if isinstance(limiter, RateLimiter) or (callable(limiter) and not isinstance(limiter, type)):
+        return limiter
+    raise TypeError(
+        f"limiter must be a limiter.RateLimiter or a function of the request returning one, "
+        f"got {limiter!r:.200}"
+    )
+
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -55,31 +114,38 @@ class Rule:
     ``cost``: tokens per request, a number or ``request -> number``; ``None``
     uses the middleware's cost (1).  A number is checked by
     ``limiter.bucket.validate_cost`` (and kept as the ``float`` it returns).
+    ``limiter`` may also be a function ``request -> RateLimiter`` that picks
+    the limiter per request (a free and a paid plan keyed by API key): give
+    each limiter it can return its own ``name`` on a shared store, so their
+    buckets stay apart.
+    ``deduct_when``: ``status_code -> bool``; charge this route's requests
+    only when it holds for the response (see ``GuardOptions``); ``None``
+    uses the middleware's (by default every request is charged up front).
 
     Arguments of a wrong type raise ``TypeError``, wrong values ``ValueError``.
     """
 
-    __slots__ = ("_pattern", "cost", "key_func", "limiter", "methods", "path")
+    __slots__ = ("_pattern", "cost", "deduct_when", "key_func", "limiter", "methods", "path")
 
     def __init__(
         self,
         path: str,
-        limiter: RateLimiter,
+        limiter: LimiterSpec,
         *,
         methods: Optional[Iterable[str]] = None,
         key_func: Optional[KeyFunc] = None,
         cost: Optional[Cost] = None,
+        deduct_when: Optional[DeductWhen] = None,
     ) -> None:
         self._pattern = _compile(path)
-        if not isinstance(limiter, RateLimiter):
-            raise TypeError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
+        self.limiter: LimiterSpec = check_limiter_spec(limiter)
+        self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = None if methods is None else _methods(methods)
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
         if not (cost is None or callable(cost)):
             cost = validate_cost(cost)
         self.path = path
-        self.limiter = limiter
         self.key_func = key_func
         self.cost = cost
 
@@ -102,7 +168,7 @@ def _methods(methods: object) -> FrozenSet[str]:
     raise TypeError(f"methods must be None or a list of names like ['POST'], got {methods!r}")
 
 
-def check_distinct_names(limiters: Sequence[RateLimiter]) -> None:
+def check_distinct_names(limiters: Sequence[Any]) -> None:
     """Raise ``ValueError`` if two different limiters would share keys in one store.
 
     Limiters with the same limits get the same default name; on one store their
@@ -110,6 +176,8 @@ def check_distinct_names(limiters: Sequence[RateLimiter]) -> None:
     """
     seen: Dict[Tuple[int, str], RateLimiter] = {}
     for limiter in limiters:
+        if not isinstance(limiter, RateLimiter):
+            continue  # a function choosing per request: its limiters are not known yet
         slot = (id(limiter.store), limiter.name)
         other = seen.setdefault(slot, limiter)
         if other is not limiter:

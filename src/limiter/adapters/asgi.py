@@ -24,8 +24,8 @@ from typing import (
     Tuple,
 )
 
-from ..ratelimiter import RateLimiter
-from .common import GuardOptions, HeaderView, RequestInfo, adapter_guard
+from ..rules import LimiterSpec
+from .common import Deferred, GuardOptions, HeaderView, RequestInfo, adapter_guard
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -114,16 +114,16 @@ class RateLimitMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        limiter: RateLimiter,
+        limiter: LimiterSpec,
         **options: Unpack[GuardOptions],
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI callable, got {app!r}")
         self.app = app
         self.guard = adapter_guard("RateLimitMiddleware", limiter, options)
-        self._decide = self.guard.decide
-        self._adecide = self.guard.adecide
-        self._nonblocking = self.guard.nonblocking
+        self._decide = self.guard.decider()
+        self._adecide = self.guard.adecider()
+        self._nonblocking = self.guard.nonblocking or not self.guard.enabled
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -161,6 +161,9 @@ class RateLimitMiddleware:
 
             await self.app(scope, receive, send_with_headers)
             return
+        if isinstance(outcome, Deferred):
+            await self.app(scope, receive, _settling(send, outcome))
+            return
         status, headers, body = outcome
         await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
         head = scope.get("method") == "HEAD"
@@ -170,6 +173,11 @@ class RateLimitMiddleware:
         outcome = await self._adecide(request_info(scope))  # once per connection: no shortcut
         if isinstance(outcome, list):
             await self.app(scope, receive, send)
+            return
+        if isinstance(outcome, Deferred):
+            # A handshake has no response status to judge: the accept is the
+            # success, a close before it (403) the failure.
+            await self.app(scope, receive, _settling(send, outcome))
             return
         status, headers, body = outcome
         # The handshake starts with websocket.connect; answer it, not before.
@@ -188,3 +196,21 @@ class RateLimitMiddleware:
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": WEBSOCKET_CLOSE_CODE})
+
+
+def _settling(send: Send, deferred: Deferred) -> Send:
+    """``send`` that settles ``deferred`` when the response starts and adds its headers."""
+
+    async def send_settled(message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start" or kind == "websocket.http.response.start":
+            extra = _encode(await deferred.asettle(int(message.get("status", 0))))
+            message = dict(message)
+            message["headers"] = [*message.get("headers", ()), *extra]
+        elif kind == "websocket.accept":
+            await deferred.asettle(101)
+        elif kind == "websocket.close":
+            await deferred.asettle(403)
+        await send(message)
+
+    return send_settled

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import difflib
 import http
+import inspect
 import logging
 import math
 import time
 from typing import (
     TYPE_CHECKING,
+    Any,
+    Awaitable,
     Callable,
     Dict,
     Iterable,
@@ -28,12 +31,19 @@ from typing import (
     Union,
 )
 
-from ..bucket import RateLimitResult, validate_cost
+from ..bucket import RateLimitResult, afford, validate_cost
 from ..headers import build_headers, validate_style
-from ..keys import ClientIP
+from ..keys import AllowList, ClientIP
 from ..ratelimiter import RateLimiter
 from ..request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
-from ..rules import Rule, check_distinct_names
+from ..rules import (
+    DeductWhen,
+    LimiterSpec,
+    Rule,
+    check_deduct_when,
+    check_distinct_names,
+    is_async_callable,
+)
 from ..store import StoreError
 
 if TYPE_CHECKING:
@@ -42,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DENIED_BODY",
     "UNAVAILABLE_BODY",
+    "Deferred",
     "Guard",
     "GuardOptions",
     "HeaderList",
@@ -104,11 +115,9 @@ def status_line(status: int) -> str:
     return line if line is not None else f"{status} Unknown"
 
 
-#: What ``Guard.select`` picks for a request: the limiter, the key and the cost.
-Selection = Tuple[RateLimiter, str, float]
-#: A decision: a list of headers to add to the app's response (the request
-#: proceeds; the list may be empty) or a ``Response`` to send instead.
-Outcome = Union[HeaderList, Response]
+#: What ``Guard.select`` picks for a request: the limiter, the key, the cost
+#: and the ``deduct_when`` predicate (``None``: charge before the app runs).
+Selection = Tuple[RateLimiter, str, float, Optional[DeductWhen]]
 
 _NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
 
@@ -137,8 +146,30 @@ class GuardOptions(TypedDict, total=False):
     ``on_limited`` (``None``: ``default_on_limited``, the 429 with
     ``DENIED_BODY``): ``on_limited(request, result, headers) -> Response``.
     ``rules`` (``()``): a list of ``limiter.Rule``; the first whose path and
-    method match picks the limiter (and its ``key_func`` and ``cost`` where
-    it sets them); unmatched requests use the adapter's own limiter.
+    method match picks the limiter (and its ``key_func``, ``cost`` and
+    ``deduct_when`` where it sets them); unmatched requests use the adapter's
+    own limiter.
+    ``deduct_when`` (``None``): ``deduct_when(status_code) -> bool``; when
+    set, a request is refused only if its bucket cannot pay its cost now,
+    and the cost is taken after the app answered, only if the predicate holds
+    for the response status (e.g. ``lambda s: s in (401, 403)`` on a login
+    route).  Until then nothing is taken, so requests in flight at once may
+    all pass on the same tokens: the bucket can be overshot by at most the
+    number of requests in flight; a charge the bucket can no longer pay is
+    skipped.  If the app raises before it answers, nothing is charged.
+    ``allow_list`` (``()``): IPs and CIDRs whose requests are never limited
+    nor charged and get no headers; the client address is found as for the
+    default key (``trusted_proxies``, ``proxy_header``), so a client cannot
+    list itself by sending a header.
+    ``enabled`` (``True``): ``False`` turns limiting off (every request
+    passes untouched) without removing the adapter: for tests and emergencies.
+    ``header_style`` may also be ``None``: no rate-limit headers at all, only
+    ``Retry-After`` on a 429.
+
+    With asyncio (the ASGI adapter and the integrations on it), ``key_func``,
+    ``exempt``, a ``cost`` function and a limiter function (see
+    ``limiter.Rule``) may be ``async def`` functions: they are awaited.  The
+    synchronous adapters refuse them when built (``TypeError``).
 
     Options are checked when the adapter is built: a wrong type raises
     ``TypeError``, a wrong value ``ValueError``, both naming the option and
@@ -155,6 +186,9 @@ class GuardOptions(TypedDict, total=False):
     cost: Cost
     on_limited: Optional[OnLimited]
     rules: Sequence[Rule]
+    deduct_when: Optional[DeductWhen]
+    allow_list: Union[str, Iterable[str]]
+    enabled: bool
 
 
 _OPTION_NAMES = frozenset(GuardOptions.__annotations__)
@@ -182,11 +216,12 @@ def check_options(owner: str, options: Mapping[str, object]) -> None:
 
 
 def adapter_guard(
-    owner: str, limiter: RateLimiter, options: GuardOptions, *, sync: Optional[str] = None
+    owner: str, limiter: LimiterSpec, options: GuardOptions, *, sync: Optional[str] = None
 ) -> Guard:
     """The ``Guard`` of an adapter called ``owner`` (named by an unknown-option ``TypeError``).
 
-    ``sync``: the adapter's name (``"WSGI"``) when it needs synchronous stores.
+    ``sync``: the adapter's name (``"WSGI"``) when it needs synchronous stores
+    and callables.
     """
     check_options(owner, options)
     guard = Guard(limiter, **options)
@@ -195,32 +230,118 @@ def adapter_guard(
     return guard
 
 
+def _no_decision(request: RequestInfo) -> Outcome:
+    return _NO_HEADERS
+
+
+class Deferred:
+    """An admitted request whose charge waits for its response (``deduct_when``).
+
+    The adapter lets the request through, then calls ``settle(status)`` (or
+    ``await asettle(status)``) when the app starts its response: the cost is
+    taken if ``deduct_when(status)`` holds, and the headers to add are returned.
+    Only the first call settles; later ones (a WSGI ``start_response`` called
+    again with ``exc_info``) return the same headers and charge nothing.
+    """
+
+    __slots__ = ("cost", "deduct_when", "guard", "key", "limiter", "peeked", "settled")
+
+    def __init__(
+        self,
+        guard: Guard,
+        limiter: RateLimiter,
+        key: str,
+        cost: float,
+        deduct_when: DeductWhen,
+        peeked: RateLimitResult,
+    ) -> None:
+        self.guard = guard
+        self.limiter = limiter
+        self.key = key
+        self.cost = cost
+        self.deduct_when = deduct_when
+        self.peeked = peeked
+        self.settled: Optional[HeaderList] = None
+
+    def _done(self, result: Optional[RateLimitResult]) -> HeaderList:
+        if result is None:  # the store failed: logged, no headers
+            headers = _NO_HEADERS
+        else:
+            if not result[0]:
+                # Requests in flight spent the tokens meanwhile: this one was already
+                # admitted, so its headers say where the bucket stands, no Retry-After.
+                result = result._replace(allowed=True, retry_after=0.0)
+            headers = self.guard.headers(result, self.limiter)
+        self.settled = headers
+        return headers
+
+    def settle(self, status: int) -> HeaderList:
+        """Charge the cost if ``deduct_when(status)``; the headers for the response."""
+        if self.settled is not None:
+            return self.settled
+        if not self.deduct_when(status):
+            return self._done(self.peeked)
+        try:
+            result: Optional[RateLimitResult] = self.limiter.check(self.key, self.cost)
+        except StoreError:  # the response is under way: log it, send no headers
+            self.guard.failed(self.limiter)
+            result = None
+        return self._done(result)
+
+    async def asettle(self, status: int) -> HeaderList:
+        """``settle`` for asyncio (the store is awaited)."""
+        if self.settled is not None:
+            return self.settled
+        if not self.deduct_when(status):
+            return self._done(self.peeked)
+        try:
+            result: Optional[RateLimitResult] = await self.limiter.acheck(self.key, self.cost)
+        except StoreError:
+            self.guard.failed(self.limiter)
+            result = None
+        return self._done(result)
+
+
+#: A decision: a list of headers to add to the app's response (the request
+#: proceeds; the list may be empty), a ``Response`` to send instead, or a
+#: ``Deferred`` charge to settle when the response starts.
+Outcome = Union[HeaderList, Response, Deferred]
+
+
 class Guard:
     """The decision every adapter delegates to; built once per adapter.
 
-    ``Guard(limiter, **options)`` takes the ``GuardOptions``.
-    ``decide(request)`` (or ``await adecide(request)``) returns either the
-    headers to append to the app's response or a ``Response`` to send
-    instead.  ``select(request)`` chooses ``(limiter, key, cost)`` or ``None``
-    (exempt): ``exempt`` first, then the first matching rule, then the
-    defaults.
+    ``Guard(limiter, **options)`` takes a ``RateLimiter`` (or a function of
+    the request returning one, see ``limiter.Rule``) and the ``GuardOptions``.
+    ``decide(request)`` (or ``await adecide(request)``) returns the headers
+    to append to the app's response, a ``Response`` to send instead, or a
+    ``Deferred`` whose ``settle(status)`` charges the request once its
+    response status is known (``deduct_when``).  ``select(request)`` chooses
+    ``(limiter, key, cost, deduct_when)`` or ``None`` (not limited): ``exempt``
+    and ``allow_list`` first, then the first matching rule, then the defaults.
 
     Errors: only ``StoreError`` (a store that cannot answer) is handled, by
     ``on_error``.  Every other exception propagates, as any application error
-    does: those of ``key_func``, ``exempt``, ``cost`` and ``on_limited`` (the
-    application's code: a bug must be seen, never turned into an open door),
-    a ``key_func`` returning neither ``str`` nor ``None`` or a ``cost``
-    returning a non-number (``TypeError``), a NaN or negative cost
-    (``ValueError``), and any non-``StoreError`` exception of the limiter call.
+    does: those of ``key_func``, ``exempt``, ``cost``, a limiter function,
+    ``deduct_when`` and ``on_limited`` (the application's code: a bug must be
+    seen, never turned into an open door), a ``key_func`` returning neither
+    ``str`` nor ``None``, a ``cost`` returning a non-number or a limiter
+    function returning no ``RateLimiter`` (``TypeError``), a NaN or negative
+    cost (``ValueError``), and any non-``StoreError`` exception of the
+    limiter call.
     """
 
     __slots__ = (
         "_cost",
         "_cost_func",
         "_next_log",
+        "allow_list",
         "client_ip",
+        "deduct_when",
+        "enabled",
         "exempt",
         "header_style",
+        "is_async",
         "key_func",
         "limiter",
         "nonblocking",
@@ -229,10 +350,13 @@ class Guard:
         "rules",
     )
 
-    def __init__(self, limiter: RateLimiter, **options: Unpack[GuardOptions]) -> None:
+    def __init__(self, limiter: LimiterSpec, **options: Unpack[GuardOptions]) -> None:
         check_options("Guard", options)
-        if not isinstance(limiter, RateLimiter):
-            raise TypeError(f"limiter must be a limiter.RateLimiter, got {limiter!r}")
+        if not isinstance(limiter, RateLimiter) and not callable(limiter):
+            raise TypeError(
+                f"limiter must be a limiter.RateLimiter or a function of the request "
+                f"returning one, got {limiter!r}"
+            )
         self.rules: Tuple[Rule, ...] = _rules(options.get("rules", ()))
         check_distinct_names([limiter, *(rule.limiter for rule in self.rules)])
         key_func = options.get("key_func")
@@ -241,16 +365,21 @@ class Guard:
         for name, func in (("key_func", key_func), ("exempt", exempt), ("on_limited", on_limited)):
             if func is not None and not callable(func):
                 raise TypeError(f"{name} must be callable or None, got {func!r}")
+        if is_async_callable(on_limited):
+            raise TypeError(f"on_limited must be a plain function, got {on_limited!r}")
         on_error = options.get("on_error", "allow")
         if on_error not in ("allow", "deny"):
             error = ValueError if isinstance(on_error, str) else TypeError
             raise error(f"on_error must be 'allow' or 'deny', got {on_error!r}")
         header_style = options.get("header_style", "x")
-        if not isinstance(header_style, str):
+        if header_style is not None and not isinstance(header_style, str):
             raise TypeError(
-                f"header_style must be one of 'x', 'draft', 'both', got {header_style!r}"
+                f"header_style must be one of 'x', 'draft', 'both' or None, got {header_style!r}"
             )
-        self.limiter = limiter
+        enabled = options.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled must be True or False, got {enabled!r}")
+        self.limiter: LimiterSpec = limiter
         self.key_func = key_func
         self.exempt = exempt
         self.client_ip = ClientIP(
@@ -258,42 +387,95 @@ class Guard:
             options.get("ipv6_prefix", 64),
             header=options.get("proxy_header"),
         )
+        allow_list = AllowList(options.get("allow_list", ()), self.client_ip)
+        #: The ``allow_list`` (``None`` when empty: no per-request cost).
+        self.allow_list: Optional[AllowList] = allow_list if allow_list else None
         self.header_style = validate_style(header_style)
         self.on_error = on_error
         self.on_limited: OnLimited = default_on_limited if on_limited is None else on_limited
+        self.deduct_when = check_deduct_when(options.get("deduct_when"))
+        #: False when built with ``enabled=False``: adapters then skip the guard.
+        self.enabled: bool = enabled
         cost = options.get("cost", 1)
         if callable(cost):
-            self._cost_func: Optional[Callable[[RequestInfo], float]] = cost
+            self._cost_func: Optional[Callable[[RequestInfo], Any]] = cost
             self._cost: float = 1
         else:
             self._cost_func = None
             self._cost = validate_cost(cost)
         self._next_log = -math.inf
-        #: True when no limiter's store waits on I/O (``RateLimiter.nonblocking``):
-        #: async code may then call ``decide`` instead of awaiting ``adecide``.
-        self.nonblocking: bool = all(lim.nonblocking for lim in self.limiters())
+        #: True when a callable (key, cost, exempt, limiter function) is ``async``:
+        #: only ``adecide`` may then be used.
+        self.is_async: bool = any(
+            is_async_callable(func)
+            for func in (
+                key_func,
+                exempt,
+                cost,
+                None if isinstance(limiter, RateLimiter) else limiter,
+                *(f for r in self.rules for f in (r.key_func, r.cost, r.limiter)),
+            )
+            if func is not None and not isinstance(func, RateLimiter)
+        )
+        limiters = self.limiters()
+        #: True when no limiter's store waits on I/O (``RateLimiter.nonblocking``)
+        #: and no callable is ``async``: async code may then call ``decide``
+        #: instead of awaiting ``adecide``.  Never True with limiter functions.
+        self.nonblocking: bool = (
+            not self.is_async
+            and len(limiters) == 1 + len(self.rules)
+            and all(lim.nonblocking for lim in limiters)
+        )
 
     def limiters(self) -> List[RateLimiter]:
-        """Every limiter this guard may use: the default one, then the rules'."""
-        return [self.limiter, *(rule.limiter for rule in self.rules)]
+        """The limiters known up front: the default one, then the rules' (not functions')."""
+        return [
+            lim
+            for lim in (self.limiter, *(rule.limiter for rule in self.rules))
+            if isinstance(lim, RateLimiter)
+        ]
+
+    def decider(self) -> Callable[[RequestInfo], Outcome]:
+        """``decide``, or a function that limits nothing when the guard is disabled."""
+        return self.decide if self.enabled else _no_decision
+
+    def adecider(self) -> Callable[[RequestInfo], Awaitable[Outcome]]:
+        """``adecide``, or a coroutine function that limits nothing when disabled."""
+        if self.enabled:
+            return self.adecide
+
+        async def no_decision(request: RequestInfo) -> Outcome:
+            return _NO_HEADERS
+
+        return no_decision
 
     def require_sync(self, adapter: str) -> None:
-        """``ValueError`` unless every limiter's store is synchronous (WSGI, http.server)."""
+        """Refuse what a synchronous ``adapter`` (WSGI, http.server) cannot run.
+
+        ``ValueError`` for a known limiter whose store is async only;
+        ``TypeError`` for an ``async def`` callable.  A limiter function's
+        limiters are checked when it returns them (a ``TypeError`` then).
+        """
         for limiter in self.limiters():
             if not callable(getattr(limiter.store, "apply", None)):
                 raise ValueError(
                     f"{adapter} needs a synchronous store; {limiter.store!r} is async only"
                 )
+        if self.is_async:
+            raise TypeError(
+                f"{adapter} cannot await: key_func, exempt, cost and limiter functions "
+                f"must be plain functions here (async def ones work with the ASGI adapter)"
+            )
 
-    def select(self, request: RequestInfo) -> Optional[Selection]:
-        """``(limiter, key, cost)`` for ``request``, or ``None`` when it is exempt."""
-        exempt = self.exempt
-        if exempt is not None and exempt(request):
-            return None
+    def _route(
+        self, request: RequestInfo
+    ) -> Tuple[LimiterSpec, Optional[KeyFunc], Optional[Callable[..., Any]], float, Any]:
+        # (limiter, key_func, cost_func, cost, deduct_when) of the first matching rule.
         limiter = self.limiter
         key_func = self.key_func
         cost_func = self._cost_func
         cost = self._cost
+        deduct_when = self.deduct_when
         for rule in self.rules:
             if rule.matches(request.method, request.path):
                 limiter = rule.limiter
@@ -304,7 +486,26 @@ class Guard:
                         cost_func = rule.cost
                     else:
                         cost_func, cost = None, rule.cost
+                if rule.deduct_when is not None:
+                    deduct_when = rule.deduct_when
                 break
+        return limiter, key_func, cost_func, cost, deduct_when
+
+    def select(self, request: RequestInfo) -> Optional[Selection]:
+        """``(limiter, key, cost, deduct_when)`` for ``request``, or ``None`` when not limited."""
+        exempt = self.exempt
+        if exempt is not None and exempt(request):
+            return None
+        allow_list = self.allow_list
+        if allow_list is not None and allow_list(request):
+            return None
+        if self.rules:
+            limiter, key_func, cost_func, cost, deduct_when = self._route(request)
+        else:
+            limiter, key_func = self.limiter, self.key_func
+            cost_func, cost, deduct_when = self._cost_func, self._cost, self.deduct_when
+        if limiter.__class__ is not RateLimiter and not isinstance(limiter, RateLimiter):
+            limiter = _chosen(limiter(request))
         key = None
         if key_func is not None:
             key = key_func(request)
@@ -314,18 +515,48 @@ class Guard:
             key = self.client_ip(request)
         if cost_func is not None:
             cost = validate_cost(cost_func(request))
-        return limiter, key, cost
+        return limiter, key, cost, deduct_when
+
+    async def aselect(self, request: RequestInfo) -> Optional[Selection]:
+        """``select`` awaiting the ``async def`` callables (any callable may be one)."""
+        if not self.is_async:
+            return self.select(request)
+        exempt = self.exempt
+        if exempt is not None and await _value(exempt(request)):
+            return None
+        allow_list = self.allow_list
+        if allow_list is not None and allow_list(request):
+            return None
+        limiter, key_func, cost_func, cost, deduct_when = self._route(request)
+        if not isinstance(limiter, RateLimiter):
+            limiter = _chosen(await _value(limiter(request)))
+        key = None
+        if key_func is not None:
+            key = await _value(key_func(request))
+            if key is not None and type(key) is not str:
+                raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
+        if key is None:
+            key = self.client_ip(request)
+        if cost_func is not None:
+            cost = validate_cost(await _value(cost_func(request)))
+        return limiter, key, cost, deduct_when
 
     def decide(self, request: RequestInfo) -> Outcome:
         """The outcome for ``request`` with a synchronous store."""
         chosen = self.select(request)
         if chosen is None:
             return _NO_HEADERS
-        limiter, key, cost = chosen
+        limiter, key, cost, deduct_when = chosen
         try:
-            result = limiter.check(key, cost)
+            if deduct_when is None:
+                result = limiter.check(key, cost)
+            else:
+                peeked = limiter.peek(key)
+                result = afford(peeked, limiter.limits, cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
+        if deduct_when is not None and result[0]:
+            return Deferred(self, limiter, key, cost, deduct_when, peeked)
         return self.outcome(request, result, limiter)
 
     async def adecide(self, request: RequestInfo) -> Outcome:
@@ -334,22 +565,32 @@ class Guard:
         When ``nonblocking`` is True, ``decide`` gives the same outcome without
         a coroutine.
         """
-        chosen = self.select(request)
+        chosen = await self.aselect(request) if self.is_async else self.select(request)
         if chosen is None:
             return _NO_HEADERS
-        limiter, key, cost = chosen
+        limiter, key, cost, deduct_when = chosen
         try:
-            result = await limiter.acheck(key, cost)
+            if deduct_when is None:
+                result = await limiter.acheck(key, cost)
+            else:
+                peeked = await limiter.apeek(key)
+                result = afford(peeked, limiter.limits, cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
+        if deduct_when is not None and result[0]:
+            return Deferred(self, limiter, key, cost, deduct_when, peeked)
         return self.outcome(request, result, limiter)
+
+    def headers(self, result: RateLimitResult, limiter: RateLimiter) -> HeaderList:
+        """The rate-limit headers of ``result`` in this guard's ``header_style``."""
+        # The limiter's own clock: Unix time in production, and exact,
+        # reproducible header values under a ManualClock in tests.
+        return build_headers(result, limiter.clock.now(), self.header_style)
 
     def outcome(
         self, request: RequestInfo, result: RateLimitResult, limiter: RateLimiter
     ) -> Outcome:
         """The headers for an allowed ``result``, or ``on_limited``'s response."""
-        # The limiter's own clock: Unix time in production, and exact,
-        # reproducible header values under a ManualClock in tests.
         headers = build_headers(result, limiter.clock.now(), self.header_style)
         if result[0]:
             return headers
@@ -365,11 +606,28 @@ class Guard:
         if now >= self._next_log:
             self._next_log = now + ERROR_LOG_INTERVAL
             action = "allowing" if self.on_error == "allow" else "denying (503)"
+            if limiter is None:
+                limiter = self.limiter if isinstance(self.limiter, RateLimiter) else None
             _log.warning(
                 "rate limiter %r failed; %s requests (logged once per %gs)",
-                (self.limiter if limiter is None else limiter).name,
+                getattr(limiter, "name", "?"),
                 action,
                 ERROR_LOG_INTERVAL,
                 exc_info=True,
             )
         return _NO_HEADERS if self.on_error == "allow" else _UNAVAILABLE
+
+
+async def _value(value: Any) -> Any:
+    """``value``, awaited first if it is awaitable (an ``async def`` callable's result)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _chosen(limiter: object) -> RateLimiter:
+    if not isinstance(limiter, RateLimiter):
+        raise TypeError(
+            f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
+        )
+    return limiter

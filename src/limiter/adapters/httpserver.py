@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any, Callable, List, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Type, TypeVar, Union
 from urllib.parse import unquote
 
-from ..ratelimiter import RateLimiter
+from ..rules import LimiterSpec
 from .common import (
+    Deferred,
     Guard,
     GuardOptions,
     HeaderList,
@@ -67,7 +68,7 @@ def request_info(handler: BaseHTTPRequestHandler) -> RequestInfo:
 
 
 def rate_limited(
-    limiter: RateLimiter,
+    limiter: LimiterSpec,
     **options: Unpack[GuardOptions],
 ) -> Callable[[H], H]:
     """Class decorator limiting every request a ``BaseHTTPRequestHandler`` subclass serves.
@@ -100,25 +101,31 @@ def rate_limited(
 
 def _limited_subclass(cls: H, guard: Guard) -> H:
     """``cls`` with the decision after ``parse_request`` and its headers at ``end_headers``."""
-    decide = guard.decide
+    decide = guard.decider()
 
     class Limited(cls):  # type: ignore[valid-type,misc]
-        _limiter_pending: HeaderList = _NONE
+        _limiter_pending: Union[HeaderList, Deferred] = _NONE
 
         def parse_request(self) -> bool:
             self._limiter_pending = _NONE
             if not super().parse_request():
                 return False
             outcome = decide(request_info(self))
-            if isinstance(outcome, list):
+            if isinstance(outcome, (list, Deferred)):
                 self._limiter_pending = outcome
                 return True
             _send_instead(self, outcome, super().end_headers)
             return False  # handle_one_request() then calls no do_<METHOD>
 
+        def send_response(self, code: int, message: Optional[str] = None) -> None:
+            pending = self._limiter_pending
+            if pending.__class__ is Deferred:
+                self._limiter_pending = pending.settle(code)
+            super().send_response(code, message)
+
         def end_headers(self) -> None:
             pending = self._limiter_pending
-            if pending:
+            if pending and pending.__class__ is list:  # a Deferred waits for send_response
                 self._limiter_pending = _NONE
                 _add_headers(self, pending)
             super().end_headers()

@@ -13,8 +13,16 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Tuple
 
-from ..ratelimiter import RateLimiter
-from .common import GuardOptions, HeaderView, RequestInfo, adapter_guard, status_line
+from ..rules import LimiterSpec
+from .common import (
+    Deferred,
+    GuardOptions,
+    HeaderList,
+    HeaderView,
+    RequestInfo,
+    adapter_guard,
+    status_line,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -84,14 +92,14 @@ class RateLimitMiddleware:
     def __init__(
         self,
         app: WSGIApp,
-        limiter: RateLimiter,
+        limiter: LimiterSpec,
         **options: Unpack[GuardOptions],
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {app!r}")
         self.app = app
         self.guard = adapter_guard("RateLimitMiddleware", limiter, options, sync="WSGI")
-        self._decide = self.guard.decide
+        self._decide = self.guard.decider()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
@@ -117,6 +125,24 @@ class RateLimitMiddleware:
                 return start_response(status, [*headers, *extra], exc_info)
 
             return self.app(environ, start_with_headers)
+        if isinstance(outcome, Deferred):
+            return self.app(environ, _settling(start_response, outcome))
         status, headers, body = outcome
         start_response(status_line(status), list(headers))
         return [b"" if method == "HEAD" else body]
+
+
+def _settling(start_response: StartResponse, deferred: Deferred) -> StartResponse:
+    """``start_response`` that settles ``deferred`` with the status and adds its headers."""
+
+    def start(status: str, headers: HeaderList, exc_info: Any = None) -> Callable[[bytes], object]:
+        try:
+            code = int(status[:3])
+        except ValueError:
+            code = 0  # not a status line: no deduct_when can mean it
+        extra = deferred.settle(code)
+        if exc_info is None:
+            return start_response(status, [*headers, *extra])
+        return start_response(status, [*headers, *extra], exc_info)
+
+    return start
