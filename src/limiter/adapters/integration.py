@@ -1,0 +1,355 @@
+"""What the framework integrations (Flask, FastAPI, Django) share.
+
+An integration is one object (``RateLimit`` in each framework module) that
+holds a store, a clock and the adapter options, a ``default`` limit for
+every view without one of its own, and the limits its decorators or
+dependencies put on single views.  Each of those is a ``RouteLimit``; this
+module turns them into ``Guard``s (``limiter.adapters.common``), so a
+decision on a view is the very decision the WSGI and ASGI middleware make,
+with the same request view, key functions, bodies and headers.
+
+Scope of buckets, as in flask-limiter and slowapi: each ``RouteLimit`` has
+buckets of its own (two views both limited to ``"2/minute"`` do not share
+them); limits given the same ``name`` share one set; the ``default`` limit is
+one set shared by every view it covers.  A limiter built here from a rate
+string is named ``"<scope>|<rate>"`` on the integration's store, where the
+scope is the ``name`` or the view's ``module.qualname``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+from ..clock import Clock
+from ..ratelimiter import RateLimiter
+from ..request import Cost, KeyFunc, RequestInfo
+from ..rules import DeductWhen, LimiterSpec, check_deduct_when, is_async_callable
+from .common import (
+    Deferred,
+    Guard,
+    GuardOptions,
+    HeaderList,
+    Response,
+    check_options,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
+
+__all__ = [
+    "MAX_RATES_PER_SCOPE",
+    "NOT_LIMITED",
+    "Decision",
+    "Integration",
+    "RateSpec",
+    "RouteLimit",
+    "check_rate",
+    "view_scope",
+]
+
+#: A limit as the integrations take it: a rate string (``"5/minute"``,
+#: ``"10/second;100/hour"``), a ``RateLimiter``, or a function of the request
+#: returning either (``async def`` allowed under asyncio).
+RateSpec = Union[str, RateLimiter, Callable[[RequestInfo], Any]]
+
+#: How many distinct rate strings one scope's limit function may return
+#: (plans, tiers) before it is an error: a function returning ever-new
+#: strings (one per client) would create limiters without bound.
+MAX_RATES_PER_SCOPE = 256
+
+#: Options of the default limit only; a view's own limit sets its own.
+_DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
+
+
+def _methods(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
+    if methods is None:
+        return None
+    if isinstance(methods, Iterable) and not isinstance(methods, (str, bytes)):
+        names = list(methods)
+        if all(isinstance(name, str) for name in names):
+            return frozenset(name.upper() for name in names)
+    raise TypeError(f"methods must be None or a list of names like ['POST'], got {methods!r}")
+
+
+def check_rate(rate: object) -> RateSpec:
+    """``rate`` if it is a rate string (parsed now: a typo fails at start-up), a
+    ``RateLimiter`` or a function; else ``TypeError`` or ``ValueError``."""
+    if isinstance(rate, str):
+        RateLimiter(rate)  # parses it: ValueError naming the text
+        return rate
+    if isinstance(rate, RateLimiter) or (callable(rate) and not isinstance(rate, type)):
+        return rate
+    raise TypeError(
+        f"rate must be a string like '5/minute', a limiter.RateLimiter or a function of "
+        f"the request returning one of those, got {rate!r:.200}"
+    )
+
+
+class RouteLimit:
+    """One limit on one view, as a decorator or dependency records it.
+
+    ``rate``: a ``RateSpec``.  ``key_func`` (``None``: the integration's),
+    ``cost`` (tokens, or a function of the request), ``methods`` (``None``:
+    every method; otherwise the other methods are not limited by this limit),
+    ``deduct_when`` (``status -> bool``, see ``GuardOptions``) and ``scope``:
+    the name its buckets live under (``name=`` or the view's
+    ``module.qualname``).  Arguments are checked when it is built.
+    """
+
+    __slots__ = ("cost", "deduct_when", "key_func", "methods", "rate", "scope")
+
+    def __init__(
+        self,
+        rate: RateSpec,
+        *,
+        scope: str,
+        key_func: Optional[KeyFunc] = None,
+        cost: Cost = 1,
+        methods: Optional[Iterable[str]] = None,
+        deduct_when: Optional[DeductWhen] = None,
+    ) -> None:
+        self.rate = check_rate(rate)
+        if not isinstance(scope, str) or not scope:
+            raise TypeError(f"name must be a non-empty str, got {scope!r}")
+        if key_func is not None and not callable(key_func):
+            raise TypeError(f"key_func must be callable or None, got {key_func!r}")
+        if not callable(cost):
+            from ..bucket import validate_cost
+
+            validate_cost(cost)
+        self.scope = scope
+        self.key_func = key_func
+        self.cost = cost
+        self.methods = _methods(methods)
+        self.deduct_when = check_deduct_when(deduct_when)
+
+    def __repr__(self) -> str:
+        return f"RouteLimit({self.rate!r}, scope={self.scope!r})"
+
+
+class Decision:
+    """What an integration decided for one request on one view.
+
+    ``response``: the ``Response`` (429, or 503 with ``on_error="deny"``) to
+    send instead of running the view, or ``None`` to run it.  When it runs,
+    ``headers(status)`` (or ``await aheaders(status)``) settles any charge
+    waiting for the status (``deduct_when``) and returns the rate-limit
+    headers to add to the view's response.
+    """
+
+    __slots__ = ("_outcomes", "response")
+
+    def __init__(
+        self, response: Optional[Response], outcomes: Sequence[Union[HeaderList, Deferred]] = ()
+    ) -> None:
+        self.response = response
+        self._outcomes = outcomes
+
+    def headers(self, status: int) -> HeaderList:
+        """The headers for a response with ``status``; charges deferred costs."""
+        shown: HeaderList = []
+        for i, outcome in enumerate(self._outcomes):
+            headers = outcome.settle(status) if isinstance(outcome, Deferred) else outcome
+            if i == 0:
+                shown = headers  # several limits on a view: the first one's headers
+        return shown
+
+    async def aheaders(self, status: int) -> HeaderList:
+        """``headers`` for asyncio (the store is awaited)."""
+        shown: HeaderList = []
+        for i, outcome in enumerate(self._outcomes):
+            headers = await outcome.asettle(status) if isinstance(outcome, Deferred) else outcome
+            if i == 0:
+                shown = headers
+        return shown
+
+
+#: The decision of a view that nothing limits.
+NOT_LIMITED = Decision(None)
+
+
+class Integration:
+    """The state of one framework integration: store, options, default and view guards.
+
+    ``owner``: the integration's class name, for error messages.
+    ``default``: a ``RateSpec`` or ``None`` (views without a limit of their
+    own are not limited).  ``store``: a store object, a URL, or ``None``
+    (``LIMITER_STORAGE_URL``, else a new ``MemoryStore``), resolved with
+    ``limiter.urls.resolve_store``; ``asyncio=True`` makes a URL an async
+    store.  ``clock``: for the limiters built here (``None``: the system
+    clock, or the store's own time).  ``options``: ``GuardOptions``;
+    ``cost``, ``rules`` and ``deduct_when`` apply to the default limit only.
+    Everything is checked when built: a misconfiguration fails at start-up.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        *,
+        default: Optional[RateSpec] = None,
+        store: Any = None,
+        clock: Optional[Clock] = None,
+        asyncio: bool = False,
+        **options: Unpack[GuardOptions],
+    ) -> None:
+        from ..urls import resolve_store  # only the integrations need URLs resolved
+
+        check_options(owner, options)
+        self.owner = owner
+        self.store = resolve_store(store, asyncio=asyncio)
+        self.clock = clock
+        self.options = options
+        self.enabled: bool = options.get("enabled", True)
+        self._lock = threading.Lock()
+        self._limiters: Dict[Tuple[str, str], RateLimiter] = {}
+        self._counts: Dict[str, int] = {}
+        self._guards: Dict[int, Tuple[RouteLimit, Guard]] = {}
+        self.default: Optional[Guard] = None
+        if default is not None:
+            self.default = Guard(self.spec(check_rate(default), "default"), **options)
+        shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
+        self._shared: GuardOptions = shared  # type: ignore[assignment]
+        # Checked once here, so a view's guard can only fail on its own options.
+        Guard(RateLimiter(1), **self._shared)
+
+    # -- limiters ----------------------------------------------------------
+
+    def limiter_for(self, rate: Union[str, RateLimiter], scope: str) -> RateLimiter:
+        """The limiter of ``rate`` in ``scope``: a ``RateLimiter`` as is; a rate
+        string gives one limiter per ``(scope, rate)``, named ``"<scope>|<rate>"``.
+
+        ``TypeError`` for anything else; ``ValueError`` beyond
+        ``MAX_RATES_PER_SCOPE`` distinct strings in one scope.
+        """
+        if isinstance(rate, RateLimiter):
+            return rate
+        if not isinstance(rate, str):
+            raise TypeError(
+                f"a limit function must return a rate string or a limiter.RateLimiter, "
+                f"got {rate!r:.200}"
+            )
+        slot = (scope, rate)
+        limiter = self._limiters.get(slot)
+        if limiter is not None:
+            return limiter
+        with self._lock:
+            limiter = self._limiters.get(slot)
+            if limiter is None:
+                count = self._counts.get(scope, 0)
+                if count >= MAX_RATES_PER_SCOPE:
+                    raise ValueError(
+                        f"the limit function of {scope!r} returned more than "
+                        f"{MAX_RATES_PER_SCOPE} distinct rates (now {rate!r:.100}); "
+                        "return one of a few plans, not a rate per client"
+                    )
+                limiter = RateLimiter(
+                    rate, store=self.store, clock=self.clock, name=f"{scope}|{rate}"
+                )
+                self._limiters[slot] = limiter
+                self._counts[scope] = count + 1
+        return limiter
+
+    def spec(self, rate: RateSpec, scope: str) -> LimiterSpec:
+        """``rate`` as a ``Guard`` takes it: a limiter, or a function returning one."""
+        if isinstance(rate, (str, RateLimiter)):
+            return self.limiter_for(rate, scope)
+        choose = rate
+        limiter_for = self.limiter_for
+        if is_async_callable(choose):
+
+            async def achosen(request: RequestInfo) -> RateLimiter:
+                return limiter_for(await choose(request), scope)
+
+            return achosen
+
+        def chosen(request: RequestInfo) -> RateLimiter:
+            return limiter_for(choose(request), scope)
+
+        return chosen
+
+    # -- guards ------------------------------------------------------------
+
+    def guard(self, route: RouteLimit) -> Guard:
+        """The ``Guard`` of ``route`` (built once per ``RouteLimit``)."""
+        entry = self._guards.get(id(route))
+        if entry is not None and entry[0] is route:
+            return entry[1]
+        options: GuardOptions = dict(self._shared)  # type: ignore[assignment]
+        if route.key_func is not None:
+            options["key_func"] = route.key_func
+        options["cost"] = route.cost
+        options["deduct_when"] = route.deduct_when
+        guard = Guard(self.spec(route.rate, route.scope), **options)
+        with self._lock:
+            self._guards[id(route)] = (route, guard)
+        return guard
+
+    def guards(self, routes: Sequence[RouteLimit], method: str) -> List[Guard]:
+        """The guards that apply to a request with ``method`` on a view limited
+        by ``routes``: each route limit whose ``methods`` allow it; with no
+        ``routes`` at all, the default (if any)."""
+        if not routes:
+            return [] if self.default is None else [self.default]
+        method = method.upper()
+        return [
+            self.guard(route)
+            for route in routes
+            if route.methods is None or method in route.methods
+        ]
+
+    def decide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
+        """The ``Decision`` for ``request`` under ``guards`` (synchronous stores).
+
+        Several guards are checked in order and the first refusal wins; a
+        limit checked before it keeps its charge (as stacked decorators do in
+        the peers).  For all-or-nothing, put the limits in one rate string:
+        ``"10/minute;100/hour"``.
+        """
+        if not self.enabled or not guards:
+            return NOT_LIMITED
+        outcomes: List[Union[HeaderList, Deferred]] = []
+        for guard in guards:
+            outcome = guard.decide(request)
+            if isinstance(outcome, Response):
+                return Decision(outcome)
+            outcomes.append(outcome)
+        return Decision(None, outcomes)
+
+    async def adecide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
+        """``decide`` for asyncio: stores and ``async def`` callables are awaited."""
+        if not self.enabled or not guards:
+            return NOT_LIMITED
+        outcomes: List[Union[HeaderList, Deferred]] = []
+        for guard in guards:
+            if guard.nonblocking:
+                outcome = guard.decide(request)
+            else:
+                outcome = await guard.adecide(request)
+            if isinstance(outcome, Response):
+                return Decision(outcome)
+            outcomes.append(outcome)
+        return Decision(None, outcomes)
+
+
+def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
+    """The scope of a limit on ``func``: ``name``, else ``"<module>.<qualname>"``."""
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str or None, got {name!r}")
+        return name
+    module = getattr(func, "__module__", None) or "?"
+    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return f"{module}.{qualname or repr(func)}"
