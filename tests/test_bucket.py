@@ -903,3 +903,50 @@ class TestMutationGaps:
         assert full_at(state) == T0 + 2.0
         assert step(state, T0 + 2.0, limit, 0)[1].remaining == 10
         assert step(state, T0 + 1.9, limit, 0)[1].remaining == 9
+
+
+class TestAfford:
+    """``afford``: judging a request against a cost-0 peek gives ``step``'s own answer."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        rates=st.lists(
+            st.tuples(st.sampled_from([0.5, 1.0, 3.0, 10.0]), st.integers(1, 20)),
+            min_size=1,
+            max_size=3,
+        ),
+        history=st.lists(
+            st.tuples(st.floats(-2.0, 5.0), st.sampled_from([0, 1, 2, 0.5, 7])), max_size=12
+        ),
+        gap=st.floats(-2.0, 5.0),
+        cost=st.sampled_from([0, 1, 2, 0.25, 3, 19, 21, 10**30]),
+    )
+    def test_afford_of_a_peek_is_the_step_at_that_instant(
+        self,
+        rates: List[Tuple[float, int]],
+        history: List[Tuple[float, float]],
+        gap: float,
+        cost: float,
+    ) -> None:
+        from limiter.bucket import afford
+
+        limits = [Limit(rate, burst, f"l{i}") for i, (rate, burst) in enumerate(rates)]
+        states: List[Optional[complex]] = [None] * len(limits)
+        now = 1000.0
+        for delta, used in history:
+            now += delta
+            states = step_all(states, now, limits, used)[0]
+        now += gap
+        peeked = step_all(states, now, limits, 0)[1]
+        expected = step_all(states, now, limits, cost)[1]
+        if len(limits) == 1:
+            peeked = step(states[0], now, limits[0], 0)[1]
+            expected = step(states[0], now, limits[0], cost)[1]
+        assert afford(peeked, limits, cost) == expected
+
+    def test_a_peek_of_other_limits_is_a_value_error(self) -> None:
+        from limiter.bucket import afford
+
+        peeked = step(None, 0.0, Limit(1, 1))[1]
+        with pytest.raises(ValueError, match="one peeked result per limit"):
+            afford(peeked, [Limit(1, 1), Limit(2, 2)], 1)

@@ -306,7 +306,17 @@ class TestStoreCapabilities:
 # -- a rate passed where a key goes (issue 12) ---------------------------------
 
 RATE_KEYS = ["5/minute", "10 per second", "10/second;100/hour", "0/second", "1/d"]
-NOT_RATES = ["user/42", "GET /items", "203.0.113.7", "2001:db8::1", "5/minute;", "10 persec"]
+NOT_RATES = [
+    "user/42",
+    "GET /items",
+    "203.0.113.7",
+    "2001:db8::1",
+    "5/minute;",
+    "10 persec",
+    "12345",
+    "",
+    "ip:2001:db8::/64",
+]
 
 
 def _rate_key_message(key: str) -> str:
@@ -335,14 +345,19 @@ def test_a_rate_as_key_is_refused_by_every_non_hot_entry_point(key: str) -> None
         assert str(info.value) == _rate_key_message(key)
 
 
-@pytest.mark.parametrize("key", RATE_KEYS)
-def test_check_and_allow_refuse_a_rate_as_key_on_their_slow_paths(key: str) -> None:
-    several = RateLimiter("2/second;10/minute", clock=ManualClock())
-    for call in (several.check, several.allow):
+@pytest.mark.parametrize("key", [*RATE_KEYS, " 5/minute", "\xa05/minute"])
+def test_check_allow_and_acheck_refuse_a_rate_as_key_on_every_path(key: str) -> None:
+    for limiter in (
+        RateLimiter("2/second", clock=ManualClock()),  # the hot path
+        RateLimiter("2/second", store=MemoryStore(), clock=ManualClock()),  # with a prefix
+        RateLimiter("2/second;10/minute", clock=ManualClock()),  # several limits
+    ):
+        for call in (limiter.check, limiter.allow):
+            with pytest.raises(TypeError, match="looks like a rate"):
+                call(key)
         with pytest.raises(TypeError, match="looks like a rate"):
-            call(key)
-    with pytest.raises(TypeError, match="looks like a rate"):
-        asyncio.run(several.acheck(key))
+            asyncio.run(limiter.acheck(key))
+        assert limiter.peek("ip:203.0.113.7").remaining == 2  # nothing was charged
 
 
 @pytest.mark.parametrize("key", NOT_RATES)

@@ -191,8 +191,8 @@ class RateLimiter:
         """
         # The common case first: check, allow and acheck call this per request.
         # A rate has a "/" or a space ("10 per second"), so a short key with
-        # neither skips the rate test.  check and allow copy the fast path
-        # without that test: they refuse a rate-like key only on their slow paths.
+        # neither skips the rate test.  check and allow copy the fast path with
+        # a cheaper test of the first character (see check).
         if type(key) is str and len(key) <= MAX_KEY_LENGTH and "/" not in key and " " not in key:
             return self._prefix + key
         if not isinstance(key, str):
@@ -226,7 +226,10 @@ class RateLimiter:
         if apply is None:
             return self._check_slow(key, cost)
         # storage_key's fast path, copied here and in allow (CONTRIBUTING.md, "Hot paths").
-        if type(key) is str and len(key) <= MAX_KEY_LENGTH:
+        # A rate starts with a digit or a space, so a key starting with an ASCII
+        # letter (every key the library makes: "ip:...", "x-api-key:...") skips
+        # the rate test; any other key goes through storage_key, which has it.
+        if type(key) is str and len(key) <= MAX_KEY_LENGTH and "A" <= key[:1] <= "z":
             skey = self._prefix + key
         else:
             skey = self.storage_key(key)
@@ -248,7 +251,8 @@ class RateLimiter:
         if fast is None:
             result: RateLimitResult = self.check(key, cost)
             return result[0]
-        if type(key) is str and len(key) <= MAX_KEY_LENGTH:  # storage_key, inlined (see check)
+        # storage_key, inlined (see check)
+        if type(key) is str and len(key) <= MAX_KEY_LENGTH and "A" <= key[:1] <= "z":
             skey = self._prefix + key
         else:
             skey = self.storage_key(key)

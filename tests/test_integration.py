@@ -1,0 +1,192 @@
+"""``limiter.adapters.integration``: what the Flask, FastAPI and Django integrations share.
+
+The integrations are tested end to end in their own files; these tests pin
+the shared rules: bucket scopes, limiter functions, stacked limits, methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Dict, Optional
+
+import pytest
+
+from limiter import RateLimiter
+from limiter.adapters import DENIED_BODY
+from limiter.adapters.integration import (
+    MAX_RATES_PER_SCOPE,
+    NOT_LIMITED,
+    Integration,
+    RouteLimit,
+    view_scope,
+)
+from limiter.adapters.wsgi import request_info
+from limiter.backends.memory import MemoryStore
+from limiter.clock import ManualClock
+from limiter.request import RequestInfo
+
+T0 = 1_700_000_000.0
+
+
+def request(method: str = "GET", peer: str = "203.0.113.7", **headers: str) -> RequestInfo:
+    environ: Dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": "/", "REMOTE_ADDR": peer}
+    for name, value in headers.items():
+        environ["HTTP_" + name.upper()] = value
+    return request_info(environ)
+
+
+def statuses(integration: Integration, routes: Any, n: int, **kwargs: Any) -> list:
+    out = []
+    for _ in range(n):
+        decision = integration.decide(integration.guards(routes, "GET"), request(**kwargs))
+        out.append(200 if decision.response is None else decision.response.status)
+        if decision.response is None:
+            decision.headers(200)
+    return out
+
+
+@pytest.fixture
+def integration() -> Integration:
+    return Integration("RateLimit", default="3/minute", clock=ManualClock(T0))
+
+
+def test_each_route_limit_has_its_own_buckets_and_a_name_shares_them(integration) -> None:
+    a = RouteLimit("2/minute", scope="views.a")
+    b = RouteLimit("2/minute", scope="views.b")
+    assert statuses(integration, [a], 3) == [200, 200, 429]
+    assert statuses(integration, [b], 3) == [200, 200, 429]  # its own buckets
+    shared1 = RouteLimit("2/minute", scope="search")
+    shared2 = RouteLimit("2/minute", scope="search")
+    assert statuses(integration, [shared1], 1) == [200]
+    assert statuses(integration, [shared2], 2) == [200, 429]
+    assert integration.limiter_for("2/minute", "search").name == "search|2/minute"
+
+
+def test_the_default_is_one_set_of_buckets_for_views_without_limits(integration) -> None:
+    assert statuses(integration, [], 3) == [200, 200, 200]
+    assert statuses(integration, (), 1) == [429]
+    assert Integration("RateLimit").guards([], "GET") == []  # no default: not limited
+
+
+def test_a_limit_function_returning_rate_strings_picks_a_plan(integration) -> None:
+    def plan(req: RequestInfo) -> str:
+        return "3/minute" if req.headers.get("X-Plan") == "paid" else "1/minute"
+
+    route = RouteLimit(plan, scope="api")
+    assert statuses(integration, [route], 2) == [200, 429]
+    assert statuses(integration, [route], 4, x_plan="paid") == [200, 200, 200, 429]
+    assert integration.limiter_for("1/minute", "api") is integration.limiter_for("1/minute", "api")
+
+
+def test_an_async_limit_function_is_awaited(integration) -> None:
+    async def plan(req: RequestInfo) -> str:
+        return "1/minute"
+
+    guards = integration.guards([RouteLimit(plan, scope="api")], "GET")
+
+    async def run() -> list:
+        out = []
+        for _ in range(2):
+            decision = await integration.adecide(guards, request())
+            out.append(200 if decision.response is None else decision.response.status)
+        return out
+
+    assert asyncio.run(run()) == [200, 429]
+
+
+def test_a_limit_function_cannot_create_limiters_without_bound(integration) -> None:
+    route = RouteLimit(lambda req: req.headers.get("X-Rate") or "1/second", scope="api")
+    for n in range(1, MAX_RATES_PER_SCOPE + 1):
+        assert statuses(integration, [route], 1, x_rate=f"{n}/hour") == [200]
+    with pytest.raises(ValueError, match="more than 256 distinct rates"):
+        statuses(integration, [route], 1, x_rate="9999/hour")
+
+
+def test_a_limit_function_returning_something_else_is_a_type_error(integration) -> None:
+    route = RouteLimit(lambda req: 5, scope="api")
+    with pytest.raises(TypeError, match=r"must return a rate string or a limiter\.RateLimiter"):
+        statuses(integration, [route], 1)
+
+
+def test_stacked_limits_first_refusal_wins_and_the_first_limit_shows(integration) -> None:
+    burst = RouteLimit("1/second", scope="v")
+    hourly = RouteLimit("2/hour", scope="v")
+    guards = integration.guards([burst, hourly], "GET")
+    first = integration.decide(guards, request())
+    assert first.response is None
+    assert first.headers(200)[:2] == [("X-RateLimit-Limit", "1"), ("X-RateLimit-Remaining", "0")]
+    second = integration.decide(guards, request())
+    assert second.response is not None and second.response.body == DENIED_BODY
+    assert ("X-RateLimit-Limit", "1") in second.response.headers
+
+
+def test_methods_limit_only_those_methods(integration) -> None:
+    post_only = RouteLimit("1/minute", scope="v", methods=["post"])
+    assert integration.guards([post_only], "GET") == []
+    assert len(integration.guards([post_only], "POST")) == 1
+
+
+def test_deduct_when_is_settled_by_the_decision(integration) -> None:
+    login = RouteLimit("1/minute", scope="login", deduct_when=lambda status: status == 401)
+    guards = integration.guards([login], "POST")
+    for _ in range(3):
+        assert integration.decide(guards, request()).headers(200)[1] == (
+            "X-RateLimit-Remaining",
+            "1",
+        )
+    assert integration.decide(guards, request()).headers(401)[1] == ("X-RateLimit-Remaining", "0")
+    assert integration.decide(guards, request()).response is not None
+
+
+def test_disabled_limits_nothing() -> None:
+    integration = Integration("RateLimit", default="1/minute", enabled=False)
+    guards = integration.guards([], "GET")
+    assert [integration.decide(guards, request()) for _ in range(3)] == [NOT_LIMITED] * 3
+
+
+def test_the_store_may_be_a_url_or_an_object() -> None:
+    store = MemoryStore()
+    assert Integration("RateLimit", store=store).store is store
+    assert isinstance(Integration("RateLimit", store="memory://").store, MemoryStore)
+
+
+def test_a_route_limit_is_checked_when_built() -> None:
+    with pytest.raises(ValueError, match="5/minnute"):
+        RouteLimit("5/minnute", scope="v")
+    with pytest.raises(TypeError, match="rate must be a string like '5/minute'"):
+        RouteLimit(5, scope="v")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="methods must be None or a list"):
+        RouteLimit("5/minute", scope="v", methods="POST")
+    with pytest.raises(TypeError, match="cost must be a number"):
+        RouteLimit("5/minute", scope="v", cost="2")  # type: ignore[arg-type]
+
+    async def later(status: int) -> bool:
+        return True
+
+    with pytest.raises(TypeError, match="deduct_when must be a plain function"):
+        RouteLimit("5/minute", scope="v", deduct_when=later)
+
+
+def test_options_are_checked_at_start_up() -> None:
+    with pytest.raises(TypeError, match=r"RateLimit\(\) got an unexpected keyword argument 'cots'"):
+        Integration("RateLimit", cots=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="on_error must be 'allow' or 'deny'"):
+        Integration("RateLimit", on_error="open")
+    with pytest.raises(ValueError, match="minnute"):
+        Integration("RateLimit", default="5/minnute")
+
+
+def view() -> None:
+    pass
+
+
+def test_view_scope_is_the_name_or_the_qualified_view_name() -> None:
+    assert view_scope(view, None) == "test_integration.view"
+    assert view_scope(view, "search") == "search"
+    with pytest.raises(TypeError, match="name must be a non-empty str"):
+        view_scope(view, "")
+
+
+def test_a_rate_limiter_is_used_as_given(integration) -> None:
+    own: Optional[RateLimiter] = RateLimiter("1/minute", clock=ManualClock(T0))
+    assert statuses(integration, [RouteLimit(own, scope="v")], 2) == [200, 429]  # type: ignore[arg-type]
