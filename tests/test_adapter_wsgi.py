@@ -430,3 +430,70 @@ def test_a_cost_callable_may_return_any_real_number():
         else:
             assert (status, body) == ("200 OK", b"hello"), cost
             assert dict(headers)["X-RateLimit-Remaining"] == remaining
+
+
+def test_deduct_when_holds_tokens_while_in_flight_so_concurrency_cannot_overshoot():
+    """50 concurrent failed logins against "3/minute": 3 reach the app, 47 get a 429.
+
+    The cost is taken when a request is admitted and given back only when its
+    response is not charged, so requests in flight cannot all pass on the same
+    tokens, however many an attacker keeps in flight, and whatever the clock does.
+    """
+    import threading
+
+    from limiter import Rule
+
+    clock = ManualClock(1_000.0)
+    login = RateLimiter("3/minute", clock=clock, name="login")
+    inside = threading.Semaphore(0)
+    release = threading.Event()
+
+    def app(environ, start_response):
+        inside.release()
+        assert release.wait(10)
+        start_response("401 Unauthorized", [("Content-Type", "text/plain")])
+        return [b"wrong password"]
+
+    def statuses_of_a_burst(n):
+        middleware = RateLimitMiddleware(
+            app,
+            RateLimiter("1000/second", clock=clock, name="default"),
+            rules=[Rule("/login", login, deduct_when=lambda status: status == 401)],
+        )
+        seen = []
+
+        def one():
+            environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/login", "REMOTE_ADDR": "6.6.6.6"}
+            middleware(environ, lambda status, headers, exc_info=None: seen.append(status[:3]))
+
+        threads = [threading.Thread(target=one) for _ in range(n)]
+        for thread in threads:
+            thread.start()
+        refused = 0
+        while refused < n and not inside.acquire(timeout=0.01):  # wait for the refusals
+            refused = seen.count("429")
+        release.set()
+        for thread in threads:
+            thread.join(10)
+        release.clear()
+        while inside.acquire(blocking=False):
+            pass
+        return sorted(seen)
+
+    assert statuses_of_a_burst(50) == ["401"] * 3 + ["429"] * 47
+    clock.advance(20)  # one token back
+    assert statuses_of_a_burst(50) == ["401"] + ["429"] * 49
+    clock.advance(60)
+    assert statuses_of_a_burst(50) == ["401"] * 3 + ["429"] * 47
+
+
+def test_an_async_exempt_hidden_behind_a_plain_function_is_an_error_not_an_open_door():
+    async def is_internal(request):
+        return False
+
+    app = RateLimitMiddleware(
+        hello, RateLimiter("1/minute", clock=ManualClock()), exempt=lambda r: is_internal(r)
+    )
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "6.6.6.6"}
+    with pytest.raises(TypeError, match="exempt returned an awaitable"):
+        app(environ, lambda *args: None)

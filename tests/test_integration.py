@@ -190,3 +190,20 @@ def test_view_scope_is_the_name_or_the_qualified_view_name() -> None:
 def test_a_rate_limiter_is_used_as_given(integration) -> None:
     own: Optional[RateLimiter] = RateLimiter("1/minute", clock=ManualClock(T0))
     assert statuses(integration, [RouteLimit(own, scope="v")], 2) == [200, 429]  # type: ignore[arg-type]
+
+
+def test_options_of_the_default_need_a_default() -> None:
+    with pytest.raises(ValueError, match="cost, rules apply to the default limit only"):
+        Integration("RateLimit", cost=2, rules=[])
+    with pytest.raises(TypeError, match="rules must be a list of limiter.Rule"):
+        Integration("RateLimit", rules="not rules")  # type: ignore[arg-type]
+
+
+def test_with_several_limits_the_first_that_has_headers_shows(integration) -> None:
+    skipped = RouteLimit("1/minute", scope="v", key_func=lambda r: "k")
+    exempted = Integration("RateLimit", exempt=lambda r: r.method == "GET", clock=ManualClock(T0))
+    guards = exempted.guards([skipped], "GET") + integration.guards(
+        [RouteLimit("5/minute", scope="w")], "GET"
+    )
+    decision = integration.decide(guards, request())
+    assert decision.headers(200)[:2] == [("X-RateLimit-Limit", "5"), ("X-RateLimit-Remaining", "4")]

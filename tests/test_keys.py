@@ -603,3 +603,31 @@ def test_parse_address_ends_a_bracketed_address_at_its_first_closing_bracket(tex
     assert parse_address(text) is None
     proxy = ClientIP(["10.0.0.0/8"], header=XFF)
     assert proxy(req(PROXY, [(XFF, f"203.0.113.7, {text}")])) == f"ip:{PROXY}"
+
+
+def test_allow_list_never_lists_a_client_hidden_behind_a_listed_trusted_proxy():
+    from limiter.keys import AllowList
+
+    client_ip = ClientIP(["10.0.0.1"], header="x-forwarded-for")
+    allow = AllowList(["10.0.0.0/8"], client_ip)
+
+    def listed(xff, peer="10.0.0.1"):
+        headers = {} if xff is None else {"X-Forwarded-For": xff}
+        return allow(RequestInfo("GET", "/", headers, peer=peer))
+
+    assert listed("10.2.3.4")  # an internal client, named by the proxy
+    assert not listed("6.6.6.6")
+    assert not listed("10.2.3.4, 6.6.6.6")  # the client's own entry does not count
+    # No usable entry: the walk ends at the proxy, which is no client.
+    for xff in (None, "", "unknown", "garbage", "6.6.6.6, garbage", "_hidden"):
+        assert not listed(xff), xff
+    assert not listed("10.2.3.4", peer="11.9.9.9")  # an untrusted peer: its header is ignored
+    assert listed("6.6.6.6", peer="10.9.9.9")  # ...and it is listed by its own address
+    assert not allow(RequestInfo("GET", "/", {}, peer=None))
+    assert repr(allow) == "AllowList(['10.0.0.0/8'])" and allow and not AllowList((), client_ip)
+    with pytest.raises(TypeError, match="client_ip must be a limiter.keys.ClientIP"):
+        AllowList(["10.0.0.0/8"], "x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="allow_list must be a str or an iterable"):
+        AllowList(5, client_ip)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="allow_list entries must be IPs or CIDRs, got 'nope'"):
+        AllowList(["nope"], client_ip)

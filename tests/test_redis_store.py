@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import SCRIPT_SHA, AsyncRedisStore, RedisStore, hash_tag, redis_key
-from limiter.bucket import CLOCK_TOLERANCE, step, step_all
+from limiter.bucket import CLOCK_TOLERANCE, Refund, step, step_all
 from limiter.testing import T0, StoreConformance
 from redis_servers import RedisServer, unique_prefix
 
@@ -108,6 +108,8 @@ COSTS = st.one_of(
     ),
     # Above burst by less than the slack: denied however close (bursts are 1..30).
     st.integers(1, 30).map(lambda n: n + 1e-7),
+    # Refunds, the one negative cost: the script stops the debt at 0 as step does.
+    st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9]), st.floats(0, 50)).map(Refund),
 )
 #: How far behind the latest stored updated_at a late reading goes: within
 #: ``CLOCK_TOLERANCE`` (applied at updated_at), exactly at it, and just beyond

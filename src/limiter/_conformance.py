@@ -31,7 +31,7 @@ from typing import (
 import pytest
 
 from .adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
-from .bucket import Limit, RateLimitResult, step
+from .bucket import Limit, RateLimitResult, Refund, step
 from .clock import ManualClock
 from .keys import header_key
 from .ratelimiter import RateLimiter
@@ -218,6 +218,19 @@ class StoreConformance:
             assert self.apply(store, "k", limit, 0).remaining == 1
         assert self.apply(store, "k", limit, 1).allowed
         assert not self.apply(store, "k", limit, 1).allowed
+
+    def test_a_refund_gives_tokens_back_never_beyond_burst(self, store: Any) -> None:
+        limit = Limit(1, 3)
+        assert [self.apply(store, "k", limit, 1).remaining for _ in range(3)] == [2, 1, 0]
+        refunded = self.apply(store, "k", limit, Refund(2))
+        assert (refunded.allowed, refunded.remaining) == (True, 2)
+        assert refunded.reset_after == pytest.approx(1.0, abs=1e-6)
+        full = self.apply(store, "k", limit, Refund(100))
+        assert (full.allowed, full.remaining, full.reset_after) == (True, 3, 0.0)
+        assert [self.apply(store, "k", limit, 1).allowed for _ in range(4)] == [True] * 3 + [False]
+        assert (
+            self.apply(store, "fresh", limit, Refund(1)).remaining == 3
+        )  # a full bucket stays full
 
     def test_cost_above_burst_is_always_denied_and_takes_nothing(self, store: Any) -> None:
         limit = Limit(1, 3)

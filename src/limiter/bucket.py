@@ -17,6 +17,8 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
   positive one too small for a float counts as the smallest float (a charge,
   never a peek).  Negative or NaN ``c`` is a ``ValueError``; ``bool`` or
   anything that is not a number is a ``TypeError``.
+* ``Refund(t)`` is the one negative cost: it gives ``t`` tokens back, is
+  always admitted, and never fills a bucket beyond ``burst``.
 * A limit is accepted only where every float derived from it is exact or
   finite and normal: ``burst`` is an integer from 1 to 2**53 (so token counts
   are exact floats), ``rate`` lies between the smallest normal float
@@ -92,8 +94,8 @@ __all__ = [
     "TIME_EPSILON",
     "Limit",
     "RateLimitResult",
+    "Refund",
     "State",
-    "afford",
     "combine",
     "full_at",
     "step",
@@ -413,13 +415,36 @@ class RateLimitResult(NamedTuple):
     policy: str = "default"
 
 
+class Refund(float):
+    """A cost that gives tokens back: ``Refund(2)`` returns 2 tokens to a bucket.
+
+    ``step`` applies it as a negative cost, always admitted, and a bucket
+    never holds more than ``burst`` after it (the debt stops at 0).  Its
+    value is ``-tokens``; ``tokens`` is checked by ``validate_cost`` (a
+    negative or NaN amount is a ``ValueError``).  It is the only negative
+    cost: ``validate_cost`` refuses a negative number, so no cost a client
+    sends can become one.  ``RateLimiter.refund`` makes it.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, tokens: object) -> Refund:
+        return super().__new__(cls, -validate_cost(tokens))
+
+    def __repr__(self) -> str:
+        return f"Refund({-float(self)!r})"
+
+
 def _cost_or_inf(cost: object, burst: int) -> float:
     """``validate_cost(cost)``, or ``inf`` when it is above ``burst``.
 
     A cost above the burst is denied whatever its value, even within the
     slack of ``burst`` (as ``inf``, ``after`` is ``inf`` and is never admitted).
     ``validate_cost``'s float exceeds ``burst`` exactly when ``cost`` does.
+    A ``Refund`` is its negative float.
     """
+    if cost.__class__ is Refund:
+        return float(cost)
     value = validate_cost(cost)
     return value if value <= burst else math.inf
 
@@ -521,6 +546,8 @@ def step(
         state = complex(window, now)
     after = debt + cost * limit.interval
     if after <= window + limit.slack:
+        if after < 0.0:  # a Refund: a bucket holds at most its burst
+            after = 0.0
         new_state = state if cost == 0 else complex(after, now)
         if not detail:
             return new_state, True
@@ -541,25 +568,6 @@ def step(
     return state, tuple.__new__(
         RateLimitResult, (False, limit.burst, remaining, debt, retry, window, (), limit.name)
     )
-
-
-def afford(peeked: RateLimitResult, limits: Sequence[Limit], cost: float = 1) -> RateLimitResult:
-    """What a request of ``cost`` would get at the instant ``peeked`` was read.
-
-    ``peeked`` is a cost-0 result of ``limits`` (``RateLimiter.peek``): its
-    ``reset_after`` is each bucket's deficit in seconds, so the buckets are
-    rebuilt and ``cost`` is applied to them by ``step_all``, exactly.  Nothing
-    is stored: this is how a request is judged before it is charged
-    (``deduct_when``).  A ``peeked`` of another cost or other limits gives a
-    meaningless answer.
-    """
-    parts = peeked.results or (peeked,)
-    if len(parts) != len(limits):
-        raise ValueError(f"need one peeked result per limit, got {len(parts)} for {len(limits)}")
-    states: List[Optional[State]] = [complex(part.reset_after, 0.0) for part in parts]
-    if len(limits) == 1:
-        return step(states[0], 0.0, limits[0], cost)[1]
-    return step_all(states, 0.0, limits, cost)[1]
 
 
 def step_all(

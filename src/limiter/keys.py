@@ -296,8 +296,10 @@ class AllowList:
     finds the client, so a forwarding header counts only from a trusted
     proxy and a client cannot put itself on the list by sending one.  The
     full address is compared, whatever ``ipv6_prefix`` groups keys by.  A
-    request with no usable address is never on the list.  ``bool(allow_list)``
-    is False when it has no entries.
+    request with no usable address is never on the list, nor is one whose
+    trusted proxy sent no usable forwarding header (the client is unknown
+    then, and the proxy's own address must not stand for it).
+    ``bool(allow_list)`` is False when it has no entries.
     """
 
     __slots__ = ("_client", "_contains", "entries")
@@ -328,7 +330,17 @@ class AllowList:
 
     def __call__(self, request: RequestInfo) -> bool:
         """True when ``request``'s client address is on the list."""
-        return self._contains(self._client(request))
+        client = self._client
+        key = client(request)
+        peer = request.peer
+        if client.header is not None and peer is not None and len(peer) <= _MAX_ENTRY:
+            peer_key, trusted = client._classify(peer)
+            if trusted and key == peer_key:
+                # The walk fell back to the proxy itself (no usable header): the
+                # client is unknown, and a proxy inside a listed range must not
+                # list everyone behind it.
+                return False
+        return self._contains(key)
 
 
 @functools.lru_cache(maxsize=32, typed=True)

@@ -12,7 +12,7 @@ import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from .backends.memory import MemoryStore
-from .bucket import Limit, RateLimitResult, looks_like_rate
+from .bucket import Limit, RateLimitResult, Refund, looks_like_rate
 from .clock import Clock, SystemClock
 from .store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
 
@@ -263,6 +263,24 @@ class RateLimiter:
         """``key``'s state now, taking nothing (``allowed`` is always True)."""
         _refuse_rate_key(key)
         return self.check(key, 0)
+
+    def refund(self, key: str, cost: float = 1) -> RateLimitResult:
+        """Give back ``cost`` tokens (default 1) that a ``check`` of ``key`` took.
+
+        A bucket never holds more than its burst after a refund, so giving back
+        more than was taken, or twice, only fills it; the result is the
+        bucket's state after it (``allowed`` is True).  ``cost`` is checked
+        like a check's (negative or NaN: ``ValueError``).  This is how a
+        charge is undone when a response shows it should not count
+        (``deduct_when`` on the adapters).
+        """
+        _refuse_rate_key(key)
+        return self.check(key, Refund(cost))
+
+    async def arefund(self, key: str, cost: float = 1) -> RateLimitResult:
+        """``refund`` for asyncio."""
+        _refuse_rate_key(key)
+        return await self.acheck(key, Refund(cost))
 
     def reset(self, key: str) -> None:
         """Give ``key`` full buckets again."""

@@ -61,6 +61,8 @@ class Store(Protocol):
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
     store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
     A denied request or ``cost == 0`` must leave the stored state unchanged.
+    ``cost`` may be a ``limiter.bucket.Refund``, the one negative cost (tokens
+    given back): pass it to ``step`` as it is, without ``validate_cost``.
     Raise ``StoreError`` when the backend fails.  See ``Nonblocking`` for a
     store whose ``apply`` never waits on I/O.
     """

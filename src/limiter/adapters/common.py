@@ -31,7 +31,7 @@ from typing import (
     Union,
 )
 
-from ..bucket import RateLimitResult, afford, validate_cost
+from ..bucket import RateLimitResult, validate_cost
 from ..headers import build_headers, validate_style
 from ..keys import AllowList, ClientIP
 from ..ratelimiter import RateLimiter
@@ -150,13 +150,15 @@ class GuardOptions(TypedDict, total=False):
     ``deduct_when`` where it sets them); unmatched requests use the adapter's
     own limiter.
     ``deduct_when`` (``None``): ``deduct_when(status_code) -> bool``; when
-    set, a request is refused only if its bucket cannot pay its cost now,
-    and the cost is taken after the app answered, only if the predicate holds
-    for the response status (e.g. ``lambda s: s in (401, 403)`` on a login
-    route).  Until then nothing is taken, so requests in flight at once may
-    all pass on the same tokens: the bucket can be overshot by at most the
-    number of requests in flight; a charge the bucket can no longer pay is
-    skipped.  If the app raises before it answers, nothing is charged.
+    set, only the responses whose status it accepts are charged (e.g.
+    ``lambda s: s in (401, 403)`` on a login route).  A request is refused
+    when its bucket cannot pay its cost now; otherwise the cost is taken
+    and the app runs, and when the response starts the cost is given back
+    (``RateLimiter.refund``) unless the predicate holds for its status.
+    Requests in flight hold their tokens, so concurrent requests can never
+    overshoot the limit; at worst, requests that will not be charged are
+    refused while others hold the last tokens.  If the app raises before it
+    answers, the cost stays taken.
     ``allow_list`` (``()``): IPs and CIDRs whose requests are never limited
     nor charged and get no headers; the client address is found as for the
     default key (``trusted_proxies``, ``proxy_header``), so a client cannot
@@ -180,7 +182,7 @@ class GuardOptions(TypedDict, total=False):
     trusted_proxies: Union[str, Iterable[str]]
     proxy_header: Optional[str]
     ipv6_prefix: int
-    header_style: str
+    header_style: Optional[str]
     exempt: Optional[Callable[[RequestInfo], bool]]
     on_error: str
     cost: Cost
@@ -235,16 +237,17 @@ def _no_decision(request: RequestInfo) -> Outcome:
 
 
 class Deferred:
-    """An admitted request whose charge waits for its response (``deduct_when``).
+    """An admitted, charged request whose charge may be given back (``deduct_when``).
 
     The adapter lets the request through, then calls ``settle(status)`` (or
-    ``await asettle(status)``) when the app starts its response: the cost is
-    taken if ``deduct_when(status)`` holds, and the headers to add are returned.
-    Only the first call settles; later ones (a WSGI ``start_response`` called
-    again with ``exc_info``) return the same headers and charge nothing.
+    ``await asettle(status)``) when the app starts its response: unless
+    ``deduct_when(status)`` holds, the cost is refunded.  It returns the
+    headers to add.  Only the first call settles; later ones (a WSGI
+    ``start_response`` called again with ``exc_info``) return the same
+    headers and refund nothing.
     """
 
-    __slots__ = ("cost", "deduct_when", "guard", "key", "limiter", "peeked", "settled")
+    __slots__ = ("at", "cost", "deduct_when", "guard", "key", "limiter", "result", "settled")
 
     def __init__(
         self,
@@ -253,53 +256,70 @@ class Deferred:
         key: str,
         cost: float,
         deduct_when: DeductWhen,
-        peeked: RateLimitResult,
+        result: RateLimitResult,
     ) -> None:
         self.guard = guard
         self.limiter = limiter
         self.key = key
         self.cost = cost
         self.deduct_when = deduct_when
-        self.peeked = peeked
+        self.result = result
+        # The charge's own time: its headers say where the bucket stood then.
+        self.at = limiter.clock.now()
         self.settled: Optional[HeaderList] = None
 
-    def _done(self, result: Optional[RateLimitResult]) -> HeaderList:
-        if result is None:  # the store failed: logged, no headers
-            headers = _NO_HEADERS
-        else:
-            if not result[0]:
-                # Requests in flight spent the tokens meanwhile: this one was already
-                # admitted, so its headers say where the bucket stands, no Retry-After.
-                result = result._replace(allowed=True, retry_after=0.0)
-            headers = self.guard.headers(result, self.limiter)
+    def _done(self, headers: HeaderList) -> HeaderList:
         self.settled = headers
         return headers
 
     def settle(self, status: int) -> HeaderList:
-        """Charge the cost if ``deduct_when(status)``; the headers for the response."""
+        """Refund the cost unless ``deduct_when(status)``; the headers for the response."""
         if self.settled is not None:
             return self.settled
-        if not self.deduct_when(status):
-            return self._done(self.peeked)
+        if _charged(self.deduct_when, status):
+            return self._done(build_headers(self.result, self.at, self.guard.header_style))
         try:
-            result: Optional[RateLimitResult] = self.limiter.check(self.key, self.cost)
+            refunded = self.limiter.refund(self.key, self.cost)
         except StoreError:  # the response is under way: log it, send no headers
             self.guard.failed(self.limiter)
-            result = None
-        return self._done(result)
+            return self._done(_NO_HEADERS)
+        return self._done(self.guard.headers(refunded, self.limiter))
 
     async def asettle(self, status: int) -> HeaderList:
         """``settle`` for asyncio (the store is awaited)."""
         if self.settled is not None:
             return self.settled
-        if not self.deduct_when(status):
-            return self._done(self.peeked)
+        if _charged(self.deduct_when, status):
+            return self._done(build_headers(self.result, self.at, self.guard.header_style))
         try:
-            result: Optional[RateLimitResult] = await self.limiter.acheck(self.key, self.cost)
+            refunded = await self.limiter.arefund(self.key, self.cost)
         except StoreError:
             self.guard.failed(self.limiter)
-            result = None
-        return self._done(result)
+            return self._done(_NO_HEADERS)
+        return self._done(self.guard.headers(refunded, self.limiter))
+
+
+def _charged(deduct_when: DeductWhen, status: int) -> bool:
+    return _flag(deduct_when(status), "deduct_when")
+
+
+def _flag(value: object, name: str) -> bool:
+    """``value`` (a predicate's answer) as a bool; an awaitable is a ``TypeError``.
+
+    An ``async def`` function hidden behind a plain one returns a coroutine,
+    which is true: taken as an answer it would exempt every request.
+    """
+    if value.__class__ is bool:
+        return value
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning on top of the error
+        raise TypeError(
+            f"{name} returned an awaitable ({value!r:.100}): a synchronous adapter "
+            "cannot await it; use a plain function, or the ASGI adapter"
+        )
+    return bool(value)
 
 
 #: A decision: a list of headers to add to the app's response (the request
@@ -492,10 +512,21 @@ class Guard:
         return limiter, key_func, cost_func, cost, deduct_when
 
     def select(self, request: RequestInfo) -> Optional[Selection]:
-        """``(limiter, key, cost, deduct_when)`` for ``request``, or ``None`` when not limited."""
+        """``(limiter, key, cost, deduct_when)`` for ``request``, or ``None`` when not limited.
+
+        ``TypeError`` when a callable is ``async``: use ``aselect``.
+        """
+        if self.is_async:
+            raise TypeError(
+                "this guard has async def callables: await adecide() (the ASGI adapter)"
+            )
         exempt = self.exempt
-        if exempt is not None and exempt(request):
-            return None
+        if exempt is not None:
+            flag = exempt(request)
+            if flag.__class__ is not bool:
+                flag = _flag(flag, "exempt")
+            if flag:
+                return None
         allow_list = self.allow_list
         if allow_list is not None and allow_list(request):
             return None
@@ -522,7 +553,7 @@ class Guard:
         if not self.is_async:
             return self.select(request)
         exempt = self.exempt
-        if exempt is not None and await _value(exempt(request)):
+        if exempt is not None and _flag(await _value(exempt(request)), "exempt"):
             return None
         allow_list = self.allow_list
         if allow_list is not None and allow_list(request):
@@ -548,15 +579,11 @@ class Guard:
             return _NO_HEADERS
         limiter, key, cost, deduct_when = chosen
         try:
-            if deduct_when is None:
-                result = limiter.check(key, cost)
-            else:
-                peeked = limiter.peek(key)
-                result = afford(peeked, limiter.limits, cost)
+            result = limiter.check(key, cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         if deduct_when is not None and result[0]:
-            return Deferred(self, limiter, key, cost, deduct_when, peeked)
+            return Deferred(self, limiter, key, cost, deduct_when, result)
         return self.outcome(request, result, limiter)
 
     async def adecide(self, request: RequestInfo) -> Outcome:
@@ -570,15 +597,11 @@ class Guard:
             return _NO_HEADERS
         limiter, key, cost, deduct_when = chosen
         try:
-            if deduct_when is None:
-                result = await limiter.acheck(key, cost)
-            else:
-                peeked = await limiter.apeek(key)
-                result = afford(peeked, limiter.limits, cost)
+            result = await limiter.acheck(key, cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         if deduct_when is not None and result[0]:
-            return Deferred(self, limiter, key, cost, deduct_when, peeked)
+            return Deferred(self, limiter, key, cost, deduct_when, result)
         return self.outcome(request, result, limiter)
 
     def headers(self, result: RateLimitResult, limiter: RateLimiter) -> HeaderList:

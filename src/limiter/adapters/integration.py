@@ -159,20 +159,24 @@ class Decision:
         self._outcomes = outcomes
 
     def headers(self, status: int) -> HeaderList:
-        """The headers for a response with ``status``; charges deferred costs."""
+        """The headers for a response with ``status``; settles ``deduct_when`` charges.
+
+        With several limits on a view, the first one's headers (the first
+        that has any: an exempt request or a failed store has none).
+        """
         shown: HeaderList = []
-        for i, outcome in enumerate(self._outcomes):
+        for outcome in self._outcomes:
             headers = outcome.settle(status) if isinstance(outcome, Deferred) else outcome
-            if i == 0:
-                shown = headers  # several limits on a view: the first one's headers
+            if not shown:
+                shown = headers
         return shown
 
     async def aheaders(self, status: int) -> HeaderList:
         """``headers`` for asyncio (the store is awaited)."""
         shown: HeaderList = []
-        for i, outcome in enumerate(self._outcomes):
+        for outcome in self._outcomes:
             headers = await outcome.asettle(status) if isinstance(outcome, Deferred) else outcome
-            if i == 0:
+            if not shown:
                 shown = headers
         return shown
 
@@ -220,10 +224,17 @@ class Integration:
         self.default: Optional[Guard] = None
         if default is not None:
             self.default = Guard(self.spec(check_rate(default), "default"), **options)
+        else:
+            # Checked once here, so a view's guard can only fail on its own options.
+            Guard(RateLimiter(1), **options)
+            unused = sorted(_DEFAULT_ONLY.intersection(options))
+            if unused:
+                raise ValueError(
+                    f"{', '.join(unused)} apply to the default limit only, and {owner} has "
+                    "no default: pass default=..., or set them on each limit"
+                )
         shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
         self._shared: GuardOptions = shared  # type: ignore[assignment]
-        # Checked once here, so a view's guard can only fail on its own options.
-        Guard(RateLimiter(1), **self._shared)
 
     # -- limiters ----------------------------------------------------------
 

@@ -30,7 +30,8 @@
 -- * debt above window + slack (state from a larger limit) becomes window,
 --   re-anchored at the anchor and stored even on denial: never below 0 tokens.
 -- * after = debt + cost * interval, or inf when cost > burst (never admitted,
---   however close); admitted when after <= window + slack, then
+--   however close); admitted when after <= window + slack, then (after
+--   raised to 0 when a refund, a negative cost, made it negative)
 --   state = (after, anchor) and remaining = trunc((window - after + slack) *
 --   rate) clamped to burst.
 -- * Denied, or cost 0: state unchanged (but for the re-anchoring above);
@@ -142,6 +143,7 @@ local function step(d, u, us, rate, burst, cost)
   if cost <= burst then after = debt + cost * (1 / rate) end
   local remaining
   if after <= window + slack then
+    if after < 0.0 then after = 0.0 end  -- a refund: never more than burst
     remaining = trunc((window - after + slack) * rate)
     if remaining > burst then remaining = burst end
     if cost == 0 then return write, at, 1, remaining, debt, 0 end

@@ -37,6 +37,7 @@ from ..bucket import (
     TIME_EPSILON,
     Limit,
     RateLimitResult,
+    Refund,
     combine,
     validate_cost,
 )
@@ -126,6 +127,8 @@ def _cost_arg(cost: float) -> str:
     # never has to read a huge number or "inf".
     if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
         return "1.0"
+    if cost.__class__ is Refund:  # negative: the script stops the debt at 0, as step does
+        return repr(float(cost))
     value = validate_cost(cost)
     if value > _MAX_COST:
         return _MAX_COST_ARG

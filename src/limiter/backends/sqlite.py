@@ -19,7 +19,16 @@ import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from ..bucket import Limit, RateLimitResult, State, full_at, step, step_all, validate_cost
+from ..bucket import (
+    Limit,
+    RateLimitResult,
+    Refund,
+    State,
+    full_at,
+    step,
+    step_all,
+    validate_cost,
+)
 from ..store import StoreError
 from ._fallback import Failover
 
@@ -343,7 +352,8 @@ class SQLiteStore:
     ) -> RateLimitResult:
         # Before any lock: a bad cost or key costs nothing, and never reaches
         # the fallback.
-        cost = validate_cost(cost)
+        if cost.__class__ is not Refund:  # a Refund is negative on purpose: step knows it
+            cost = validate_cost(cost)
         blobs = [self._blob(key) for key in keys]
         return self._failover.run(
             lambda: self._run(self._transact, algorithm, blobs, limits, cost, now), fallback
