@@ -286,7 +286,8 @@ def test_bad_options_value_and_type_errors():
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "limiter must be a limiter.RateLimiter or a function of the request returning one, got '10/second'"
+            "limiter must be a limiter.RateLimiter or a function of the request returning one,"
+            " got '10/second'"
         ),
     ):
         RateLimitMiddleware(App(), "10/second")

@@ -221,7 +221,8 @@ def test_bad_arguments():
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "limiter must be a limiter.RateLimiter or a function of the request returning one, got 5"
+            "limiter must be a limiter.RateLimiter or a function of the request returning one,"
+            " got 5"
         ),
     ):
         rate_limited(5)

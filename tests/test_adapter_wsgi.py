@@ -338,7 +338,8 @@ def test_wrong_limiter_or_app_types_are_type_errors():
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "limiter must be a limiter.RateLimiter or a function of the request returning one, got '10/s'"
+            "limiter must be a limiter.RateLimiter or a function of the request returning one,"
+            " got '10/s'"
         ),
     ):
         RateLimitMiddleware(hello, "10/s")

@@ -195,7 +195,7 @@ def test_a_rate_limiter_is_used_as_given(integration) -> None:
 def test_options_of_the_default_need_a_default() -> None:
     with pytest.raises(ValueError, match="cost, rules apply to the default limit only"):
         Integration("RateLimit", cost=2, rules=[])
-    with pytest.raises(TypeError, match="rules must be a list of limiter.Rule"):
+    with pytest.raises(TypeError, match=r"rules must be a list of limiter\.Rule"):
         Integration("RateLimit", rules="not rules")  # type: ignore[arg-type]
 
 

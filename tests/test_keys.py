@@ -625,7 +625,7 @@ def test_allow_list_never_lists_a_client_hidden_behind_a_listed_trusted_proxy():
     assert listed("6.6.6.6", peer="10.9.9.9")  # ...and it is listed by its own address
     assert not allow(RequestInfo("GET", "/", {}, peer=None))
     assert repr(allow) == "AllowList(['10.0.0.0/8'])" and allow and not AllowList((), client_ip)
-    with pytest.raises(TypeError, match="client_ip must be a limiter.keys.ClientIP"):
+    with pytest.raises(TypeError, match=r"client_ip must be a limiter\.keys\.ClientIP"):
         AllowList(["10.0.0.0/8"], "x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="allow_list must be a str or an iterable"):
         AllowList(5, client_ip)  # type: ignore[arg-type]

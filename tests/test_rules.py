@@ -75,7 +75,8 @@ def test_wrong_values_are_value_errors(kwargs: dict, message: str) -> None:
         (dict(key_func="ip"), "key_func must be callable or None, got 'ip'"),
         (
             dict(limiter="5/minute"),
-            "limiter must be a limiter.RateLimiter or a function of the request returning one, got '5/minute'",
+            "limiter must be a limiter.RateLimiter or a function of the request returning one,"
+            " got '5/minute'",
         ),
     ],
 )
