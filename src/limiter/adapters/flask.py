@@ -1,0 +1,435 @@
+"""Flask integration: ``RateLimit`` with a ``default`` limit, ``limit`` and ``exempt``.
+
+>>> from flask import Flask
+>>> from limiter.adapters.flask import RateLimit
+>>> app = Flask("demo")
+>>> rl = RateLimit(app, default="100/minute")
+>>> @app.post("/login")
+... @rl.limit("5/minute")
+... def login():
+...     return "ok"
+
+One ``before_request`` hook decides (before the view runs) and one
+``after_request`` hook adds the rate-limit headers to the view's response, so
+error responses (``abort(401)``) get them too and ``deduct_when`` sees their
+status.  The decision itself is ``limiter.adapters.integration``'s, the very
+one of the WSGI middleware: same keys, headers and 429 body.  Flask is
+imported by this module only; ``import limiter`` never loads it.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    TypedDict,
+    TypeVar,
+    Union,
+)
+
+import flask
+from flask.views import MethodView
+
+from ..clock import Clock
+from ..ratelimiter import RateLimiter
+from ..request import Cost, KeyFunc, RequestInfo
+from ..rules import DeductWhen, Rule, is_async_callable
+from .common import Guard, OnLimited, Response, check_options
+from .integration import Integration, RateSpec, RouteLimit, check_rate, view_scope
+from .wsgi import request_info
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
+
+__all__ = ["CONFIG_KEYS", "EXTENSION", "FlaskOptions", "RateLimit"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The key of this integration's per-app state in ``app.extensions`` (not
+#: ``"limiter"``: flask-limiter uses that one).
+EXTENSION = "tokenlimiter"
+
+#: The ``app.config`` keys ``init_app`` reads; any other ``RATELIMIT_*`` key is
+#: an error (a flask-limiter key such as ``RATELIMIT_STORAGE_URI`` would
+#: otherwise be ignored without a word).
+CONFIG_KEYS = (
+    "RATELIMIT_DEFAULT",
+    "RATELIMIT_STORAGE_URL",
+    "RATELIMIT_ENABLED",
+    "RATELIMIT_HEADERS",
+)
+
+# Attributes the decorators set on view functions (and on MethodView methods).
+_LIMITS = "__limiter_limits__"
+_EXEMPT = "__limiter_exempt__"
+# Where the before_request hook leaves the Decision for the after_request hook:
+# the WSGI environ lives exactly as long as the request (``g`` may outlive it
+# when a test keeps an app context pushed).
+_DECISION = "limiter.flask.decision"
+
+_STYLES = ("x", "draft", "both")
+_NO_GUARDS: List[Guard] = []
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset.UNSET
+
+
+class FlaskOptions(TypedDict, total=False):
+    """The ``GuardOptions`` that ``RateLimit`` takes as ``**options`` (documented there)."""
+
+    proxy_header: Optional[str]
+    ipv6_prefix: int
+    exempt: Optional[Callable[[RequestInfo], bool]]
+    cost: Cost
+    on_limited: Optional[OnLimited]
+    rules: Sequence[Rule]
+    deduct_when: Optional[DeductWhen]
+    allow_list: Union[str, Iterable[str]]
+    enabled: bool
+
+
+Before = Callable[[], Optional[flask.Response]]
+After = Callable[[flask.Response], flask.Response]
+
+
+def _scope(func: Callable[..., Any], name: Optional[str]) -> str:
+    if name is None and getattr(func, "__qualname__", "").endswith("as_view.<locals>.view"):
+        # Flask's View.as_view renames its closure to the endpoint name before
+        # applying ``decorators``; its qualname is the same for every class view.
+        return f"{func.__module__}.{func.__name__}"
+    return view_scope(func, name)
+
+
+def _refuse_async(owner: str, **funcs: Any) -> None:
+    for option, func in funcs.items():
+        if func is not None and not isinstance(func, RateLimiter) and is_async_callable(func):
+            raise TypeError(
+                f"{owner}: Flask cannot await; {option} must be a plain function, got {func!r}"
+            )
+
+
+def _sync_store(store: object, where: str) -> None:
+    if not callable(getattr(store, "apply", None)):
+        raise ValueError(f"Flask needs a synchronous store; {where} is {store!r}, async only")
+
+
+class _AppState:
+    """One app's integration and its per-endpoint guard cache."""
+
+    __slots__ = ("app", "default_guards", "integration", "views")
+
+    def __init__(self, app: flask.Flask, integration: Integration) -> None:
+        self.app = app
+        self.integration = integration
+        self.default_guards: List[Guard] = (
+            [] if integration.default is None else [integration.default]
+        )
+        # endpoint -> method -> guards; filled on the first request of each pair.
+        # Bounded: routing gives an endpoint only for the methods its rule allows.
+        self.views: Dict[str, Dict[str, List[Guard]]] = {}
+
+    def guards_for(self, endpoint: str, method: str) -> List[Guard]:
+        view = self.app.view_functions.get(endpoint)
+        routes: List[RouteLimit] = list(getattr(view, _LIMITS, ()))
+        exempt = bool(getattr(view, _EXEMPT, False))
+        view_class = getattr(view, "view_class", None)
+        if isinstance(view_class, type) and issubclass(view_class, MethodView):
+            handler = getattr(view_class, method.lower(), None)
+            if handler is None and method == "HEAD":  # as MethodView dispatches it
+                handler = getattr(view_class, "get", None)
+            routes.extend(getattr(handler, _LIMITS, ()))
+            exempt = exempt or bool(getattr(handler, _EXEMPT, False))
+        if routes:
+            guards = self.integration.guards(routes, method) or _NO_GUARDS
+            for guard in guards:
+                guard.require_sync("Flask")
+        else:
+            guards = _NO_GUARDS if exempt else self.default_guards
+        self.views.setdefault(endpoint, {})[method] = guards
+        return guards
+
+
+class RateLimit:
+    """Rate limits for a Flask app: ``rl = RateLimit(app, default="100/minute")``.
+
+    ``default``: a rate string (``"100/minute"``, ``"10/second;1000/day"``), a
+    ``limiter.RateLimiter`` or a function of the ``RequestInfo`` returning one
+    of those; it covers every view without a ``limit`` of its own that is not
+    ``exempt`` (one set of buckets for all of them), and requests no view
+    matched (404, 405).  ``None``: only ``limit``-ed views are limited.
+    ``store``: a store or a store URL (``None``: ``LIMITER_STORAGE_URL``, else
+    one ``MemoryStore`` per app).  ``clock``: for the limiters built from rate
+    strings (a ``ManualClock`` in tests).  ``key_func``, ``trusted_proxies``,
+    ``header_style`` (``None``: no rate-limit headers), ``on_error`` and
+    ``**options`` (``proxy_header``, ``ipv6_prefix``, ``exempt``, ``cost``,
+    ``on_limited``, ``rules``, ``deduct_when``, ``allow_list``, ``enabled``)
+    are the ``GuardOptions`` of ``limiter.adapters.common``; ``cost``,
+    ``rules`` and ``deduct_when`` apply to the default limit only.
+
+    ``default``, ``store``, ``header_style`` and ``enabled`` may come from
+    ``app.config`` instead (``RATELIMIT_DEFAULT``, ``RATELIMIT_STORAGE_URL``,
+    ``RATELIMIT_HEADERS``, ``RATELIMIT_ENABLED``); an argument given here
+    wins.  ``app``: the app to set up now (``init_app``); leave it out for an
+    application factory.  Arguments are checked here, config in ``init_app``.
+    """
+
+    def __init__(
+        self,
+        app: Optional[flask.Flask] = None,
+        *,
+        default: Union[RateSpec, _Unset, None] = _UNSET,
+        store: Any = _UNSET,
+        key_func: Optional[KeyFunc] = None,
+        trusted_proxies: Union[str, Iterable[str]] = (),
+        header_style: Union[str, _Unset, None] = _UNSET,
+        on_error: str = "allow",
+        clock: Optional[Clock] = None,
+        **options: Unpack[FlaskOptions],
+    ) -> None:
+        check_options("RateLimit", options)
+        given: Dict[str, Any] = dict(options)
+        given.update(key_func=key_func, trusted_proxies=trusted_proxies, on_error=on_error)
+        if header_style is not _UNSET:
+            given["header_style"] = header_style
+        # Every option checked now, whichever app comes later: a probe guard.
+        Guard(RateLimiter(1), **given).require_sync("Flask")
+        self._options = given
+        self._default: Union[RateSpec, _Unset, None] = default
+        if default is not _UNSET and default is not None:
+            self._default = check_rate(default)
+            _refuse_async("RateLimit", default=default)
+            if isinstance(default, RateLimiter):
+                _sync_store(default.store, "the default limiter's store")
+        self._store: Any = store
+        if isinstance(store, str):
+            from ..urls import resolve_store  # one store for every app of this RateLimit
+
+            self._store = resolve_store(store)
+        if store is not _UNSET and store is not None:
+            _sync_store(self._store, "store")
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            raise TypeError(f"clock must be a limiter.Clock or None, got {clock!r}")
+        self._clock = clock
+        if app is not None:
+            self.init_app(app)
+
+    # -- apps --------------------------------------------------------------
+
+    def init_app(self, app: flask.Flask) -> None:
+        """Set up ``app``: read its ``RATELIMIT_*`` config and add the two hooks.
+
+        One ``RateLimit`` may serve several apps, each with its own state
+        (``app.extensions["tokenlimiter"]``) and, unless ``store`` was given,
+        its own store.  A bad config value raises ``TypeError`` or
+        ``ValueError`` naming the key; an app set up twice, ``ValueError``.
+        """
+        if not isinstance(app, flask.Flask):
+            raise TypeError(f"app must be a flask.Flask, got {app!r}")
+        if EXTENSION in app.extensions:
+            raise ValueError(f"{app!r} is already rate-limited (app.extensions[{EXTENSION!r}])")
+        config = app.config
+        unknown = sorted(k for k in config if k.startswith("RATELIMIT_") and k not in CONFIG_KEYS)
+        if unknown:
+            # The value is not shown: it may be a URL with a password.
+            raise ValueError(
+                f"unknown config key {unknown[0]} (RateLimit reads {', '.join(CONFIG_KEYS)})"
+            )
+        options: Dict[str, Any] = dict(self._options)
+        default = self._default
+        if default is _UNSET:
+            default = _config_default(config)
+        store = _config_store(config) if self._store is _UNSET else self._store
+        if store is None:
+            from ..urls import resolve_store
+
+            store = resolve_store(None)  # LIMITER_STORAGE_URL, else a MemoryStore
+            _sync_store(store, "the store of LIMITER_STORAGE_URL")
+        if "header_style" not in options and "RATELIMIT_HEADERS" in config:
+            options["header_style"] = _config_headers(config["RATELIMIT_HEADERS"])
+        if "enabled" not in options and "RATELIMIT_ENABLED" in config:
+            enabled = config["RATELIMIT_ENABLED"]
+            if not isinstance(enabled, bool):
+                raise TypeError(f"RATELIMIT_ENABLED must be True or False, got {enabled!r}")
+            options["enabled"] = enabled
+        integration = Integration(
+            "RateLimit", default=default, store=store, clock=self._clock, **options
+        )
+        if integration.default is not None:
+            integration.default.require_sync("Flask")
+        state = _AppState(app, integration)
+        app.extensions[EXTENSION] = state
+        if integration.enabled:  # disabled: no hooks at all, so no cost either
+            app.before_request(_before_hook(state))
+            app.after_request(_after_hook())
+
+    # -- decorators ----------------------------------------------------------
+
+    def limit(
+        self,
+        rate: RateSpec,
+        *,
+        key_func: Optional[KeyFunc] = None,
+        cost: Cost = 1,
+        methods: Optional[Iterable[str]] = None,
+        name: Optional[str] = None,
+        deduct_when: Optional[DeductWhen] = None,
+    ) -> Callable[[F], F]:
+        """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
+
+        ``rate``: a rate string (parsed now: a typo fails at import), a
+        ``RateLimiter``, or a function of the ``RequestInfo`` returning either
+        (plans).  Each decorated view has buckets of its own, unless several
+        share a ``name``.  ``key_func`` (``None``: the ``RateLimit``'s),
+        ``cost`` (tokens, or a function of the request), ``methods`` (e.g.
+        ``["POST"]``: other methods are not limited by this limit, nor by the
+        default) and ``deduct_when`` (``status -> bool``: charge only
+        responses it accepts).  A view with its own limits gets no default;
+        stacked limits all apply, the outermost checked first, and the
+        response shows the outermost one's headers.  Works on blueprint
+        views, in a class view's ``decorators`` and on a ``MethodView`` method.
+        """
+        # Checked now, with a stand-in scope; the real one is the view's.
+        RouteLimit(
+            rate,
+            scope=name or "?",
+            key_func=key_func,
+            cost=cost,
+            methods=methods,
+            deduct_when=deduct_when,
+        )
+        _refuse_async("limit", rate=rate, key_func=key_func, cost=cost)
+        if isinstance(rate, RateLimiter):
+            _sync_store(rate.store, f"the store of {rate!r}")
+
+        def decorate(view: F) -> F:
+            if not callable(view):
+                raise TypeError(f"limit(...) decorates a view function, got {view!r}")
+            route = RouteLimit(
+                rate,
+                scope=_scope(view, name),
+                key_func=key_func,
+                cost=cost,
+                methods=methods,
+                deduct_when=deduct_when,
+            )
+            # Prepended: decorators apply bottom-up, so this keeps the order as written.
+            setattr(view, _LIMITS, (route, *getattr(view, _LIMITS, ())))
+            return view
+
+        return decorate
+
+    def exempt(self, view: F) -> F:
+        """Decorator: the default limit does not apply to ``view`` (its own ``limit``s do)."""
+        if not callable(view):
+            raise TypeError(f"exempt decorates a view function, got {view!r}")
+        setattr(view, _EXEMPT, True)
+        return view
+
+
+# -- config ------------------------------------------------------------------------
+
+
+def _config_default(config: flask.Config) -> Optional[RateSpec]:
+    value = config.get("RATELIMIT_DEFAULT")
+    if value is None:
+        return None
+    try:
+        return check_rate(value)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"RATELIMIT_DEFAULT={value!r:.100}: {error}") from error
+
+
+def _config_store(config: flask.Config) -> Any:
+    url = config.get("RATELIMIT_STORAGE_URL")
+    if url is None:
+        return None
+    if not isinstance(url, str):
+        raise TypeError(f"RATELIMIT_STORAGE_URL must be a URL string, got {url!r}")
+    from ..urls import resolve_store
+
+    try:
+        store = resolve_store(url)
+    except (TypeError, ValueError) as error:
+        # resolve_store's message shows the URL with any password redacted.
+        raise type(error)(f"RATELIMIT_STORAGE_URL: {error}") from error
+    _sync_store(store, "RATELIMIT_STORAGE_URL's store")
+    return store
+
+
+def _config_headers(value: object) -> Optional[str]:
+    if value is True:
+        return "x"
+    if value is False or value is None:
+        return None
+    if isinstance(value, str):
+        if value in _STYLES:
+            return value
+        raise ValueError(
+            f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}"
+        )
+    raise TypeError(f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}")
+
+
+# -- hooks -------------------------------------------------------------------------
+
+
+def _before_hook(state: _AppState) -> Before:
+    decide = state.integration.decide
+    default_guards = state.default_guards
+    views = state.views
+    guards_for = state.guards_for
+    response_class = state.app.response_class
+
+    def limit_request() -> Optional[flask.Response]:
+        # One proxy lookup: each attribute read through flask.request costs one.
+        request = flask.request._get_current_object()  # type: ignore[attr-defined]
+        environ = request.environ
+        endpoint = request.endpoint
+        if endpoint is None:  # no view matched (404, 405): the default applies
+            guards = default_guards
+        else:
+            method = request.method
+            by_method = views.get(endpoint)
+            found = None if by_method is None else by_method.get(method)
+            guards = guards_for(endpoint, method) if found is None else found
+        if not guards:
+            return None
+        decision = decide(guards, request_info(environ))
+        denied: Optional[Response] = decision.response
+        if denied is not None:
+            # HEAD: werkzeug sends no body.  Nothing is left in the environ, so
+            # the after_request hook leaves this response's headers as they are.
+            return response_class(denied.body, denied.status, denied.headers)
+        environ[_DECISION] = decision
+        return None
+
+    return limit_request
+
+
+def _after_hook() -> After:
+    def add_headers(response: flask.Response) -> flask.Response:
+        # Popped: a response that passes through twice gets its headers once.
+        decision = flask.request.environ.pop(_DECISION, None)
+        if decision is not None:
+            headers = decision.headers(response.status_code)  # settles deduct_when
+            if headers:
+                add = response.headers.add  # cheaper than extend's generic argument handling
+                for name, value in headers:
+                    add(name, value)
+        return response
+
+    return add_headers
