@@ -1,0 +1,708 @@
+"""``limiter.adapters.fastapi``: the FastAPI / Starlette integration.
+
+The conformance suite runs twice: once with the limiter as ``RateLimit``'s
+``default`` (applied by the middleware) and once as a ``limit()`` dependency
+on the route.  Requests go through Starlette's ``TestClient`` with the peer
+address set by its ``client=`` argument.  The specific tests use a
+``ManualClock`` at ``T0``, so header values are exact; one module-scoped
+uvicorn server on 127.0.0.1 checks the same over real sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, HTTPException
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from limiter import ManualClock, RateLimiter
+from limiter.adapters import DENIED_BODY, RequestInfo
+from limiter.adapters.fastapi import RateLimit
+from limiter.rules import Rule
+from limiter.testing import AdapterConformance
+
+with warnings.catch_warnings():
+    # Starlette >= 1.x nudges towards httpx2; the client works the same here.
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+T0 = 1_700_000_000.0
+PEER = "203.0.113.7"
+Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]
+
+
+def status_of(path: str) -> int:
+    return int(path[8:]) if path.startswith("/status/") else 200
+
+
+def hello(request: Request) -> Response:
+    """The conformance app's answer: the status of ``/status/<code>``, X-App, b"hello"."""
+    head = request.method == "HEAD"
+    response = Response(
+        b"" if head else b"hello", status_of(request.url.path), media_type="text/plain"
+    )
+    response.raw_headers.append((b"X-App", b"1"))  # its case kept, as the suite compares it
+    return response
+
+
+def call(app: Any, method: str, path: str, headers: Optional[Dict[str, str]], peer: str) -> Reply:
+    client = TestClient(app, client=(peer, 50000))
+    response = client.request(method, path, headers=headers or {})
+    pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
+    return response.status_code, pairs, response.content
+
+
+class TestDefaultConformance(AdapterConformance):
+    """The limiter as ``default``: every route without a limit of its own."""
+
+    awaits = True
+
+    def make_app(self, limiter: Any, **options: Any) -> Any:
+        app = FastAPI()
+
+        @app.api_route("/{path:path}", methods=["GET", "HEAD", "POST"])
+        def catch_all(request: Request) -> Response:
+            return hello(request)
+
+        RateLimit(app, default=limiter, **options)
+        return app
+
+    def request(
+        self,
+        app: Any,
+        method: str = "GET",
+        path: str = "/",
+        headers: Optional[Dict[str, str]] = None,
+        peer: Optional[str] = None,
+    ) -> Reply:
+        return call(app, method, path, headers, peer or self.client_peer)
+
+    def test_a_limiter_function_returning_no_limiter_is_a_type_error(self) -> None:
+        # Unlike the middleware's limiter function, the integration's may return
+        # a rate string (plans by name); anything else is still a TypeError.
+        self.expect_error(self.app(lambda request: 42), TypeError)
+        app = self.app(lambda request: "1/second")
+        assert [self.send(app).status for _ in range(2)] == [200, 429]
+
+
+class TestDependencyConformance(TestDefaultConformance):
+    """The limiter as ``Depends(rl.limit(limiter))`` on the route, no default."""
+
+    def make_app(self, limiter: Any, **options: Any) -> Any:
+        own = {k: options.pop(k) for k in ("key_func", "cost", "deduct_when") if k in options}
+        app = FastAPI()
+        rl = RateLimit(app, **options)
+
+        @app.api_route(
+            "/{path:path}",
+            methods=["GET", "HEAD", "POST"],
+            dependencies=[Depends(rl.limit(limiter, **own))],
+        )
+        async def catch_all(request: Request) -> Response:
+            return hello(request)
+
+        return app
+
+    # rules= belong to the default limit: without a default, RateLimit refuses
+    # them when built rather than ignore them.
+    def test_rules_use_their_own_limiter_and_key(self) -> None:
+        with pytest.raises(ValueError, match="rules apply to the default limit only"):
+            self.app(self.limiter(), rules=[Rule("/login", self.limiter(name="login"))])
+
+    test_rule_cost = test_rules_use_their_own_limiter_and_key
+    test_a_rule_deduct_when_applies_to_its_route_only = test_rules_use_their_own_limiter_and_key
+
+
+# -- specific behaviour -------------------------------------------------------------
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+def x_headers(limit: int, remaining: int, reset_in: int) -> List[Tuple[str, str]]:
+    return [
+        ("x-ratelimit-limit", str(limit)),
+        ("x-ratelimit-remaining", str(remaining)),
+        ("x-ratelimit-reset", str(int(T0) + reset_in)),
+    ]
+
+
+LIMIT_NAMES = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after")
+
+
+def limit_headers(response: httpx.Response) -> List[Tuple[str, str]]:
+    return [(k, v) for k, v in response.headers.multi_items() if k in LIMIT_NAMES]
+
+
+def client(app: FastAPI, peer: str = PEER) -> TestClient:
+    return TestClient(app, client=(peer, 50000))
+
+
+def statuses(c: TestClient, path: str, n: int, method: str = "GET") -> List[int]:
+    return [c.request(method, path).status_code for _ in range(n)]
+
+
+def test_two_routes_with_the_same_rate_have_their_own_buckets(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+
+    @app.get("/a", dependencies=[Depends(rl.limit("2/minute"))])
+    async def a() -> Dict[str, str]:
+        return {"route": "a"}
+
+    @app.get("/b", dependencies=[Depends(rl.limit("2/minute"))])
+    async def b() -> Dict[str, str]:
+        return {"route": "b"}
+
+    c = client(app)
+    assert statuses(c, "/a", 3) == [200, 200, 429]
+    replies = [c.get("/b") for _ in range(3)]
+    assert [r.status_code for r in replies] == [200, 200, 429]
+    assert replies[0].json() == {"route": "b"}
+    assert limit_headers(replies[0]) == x_headers(2, 1, 30)
+
+
+def test_the_same_name_shares_buckets(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+    shared = "search"
+
+    @app.get("/a", dependencies=[Depends(rl.limit("3/minute", name=shared))])
+    async def a() -> str:
+        return "a"
+
+    @app.get("/b", dependencies=[Depends(rl.limit("3/minute", name=shared))])
+    async def b() -> str:
+        return "b"
+
+    c = client(app)
+    assert [c.get(p).status_code for p in ("/a", "/b", "/a", "/b")] == [200, 200, 200, 429]
+
+
+def test_the_buckets_of_an_unnamed_limit_are_named_by_its_call_site(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+    line = sys._getframe().f_lineno + 1
+    dependency = rl.limit("2/minute")
+
+    @app.get("/x", dependencies=[Depends(dependency)])
+    async def x() -> str:
+        return "x"
+
+    assert client(app).get("/x").status_code == 200
+    # "<module>:<line>": the same in every worker process on a shared store.
+    limiter = rl.integration.limiter_for("2/minute", f"{__name__}:{line}")
+    assert limiter.name == f"{__name__}:{line}|2/minute"
+    assert limiter.peek(f"ip:{PEER}").remaining == 1
+
+
+def test_several_limits_on_a_route_show_the_first_and_refuse_on_any(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+    burst = rl.limit("5/minute")
+    slow = rl.limit("1/minute")
+
+    @app.get("/x", dependencies=[Depends(burst), Depends(slow)])
+    async def x() -> str:
+        return "x"
+
+    c = client(app)
+    first = c.get("/x")
+    assert (first.status_code, limit_headers(first)) == (200, x_headers(5, 4, 12))
+    second = c.get("/x")
+    assert (second.status_code, second.content) == (429, DENIED_BODY)
+    assert limit_headers(second) == [*x_headers(1, 0, 60), ("retry-after", "60")]
+
+
+def test_the_third_request_gets_the_exact_429_while_other_routes_keep_the_default(
+    clock: ManualClock,
+) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, default="5/minute", clock=clock)
+
+    @app.get("/limited", dependencies=[Depends(rl.limit("2/minute"))])
+    def limited() -> Dict[str, int]:
+        return {"n": 1}
+
+    @app.get("/other")
+    def other() -> Dict[str, int]:
+        return {"n": 2}
+
+    @app.post("/also")
+    def also() -> Dict[str, int]:
+        return {"n": 3}
+
+    c = client(app)
+    first, second, third = (c.get("/limited") for _ in range(3))
+    assert (first.status_code, first.json()) == (200, {"n": 1})
+    assert limit_headers(first) == x_headers(2, 1, 30)
+    assert limit_headers(second) == x_headers(2, 0, 60)
+    assert third.status_code == 429
+    assert third.content == DENIED_BODY  # not FastAPI's {"detail": ...}
+    assert third.headers.multi_items() == [
+        ("x-ratelimit-limit", "2"),
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", str(int(T0) + 60)),
+        ("retry-after", "30"),
+        ("content-type", "application/json"),
+        ("content-length", str(len(DENIED_BODY))),
+    ]
+    # The default: one set of buckets for /other and /also, untouched by /limited.
+    other_replies = [c.get("/other"), c.post("/also")]
+    assert [r.status_code for r in other_replies] == [200, 200]
+    assert [limit_headers(r) for r in other_replies] == [x_headers(5, 4, 12), x_headers(5, 3, 24)]
+    assert statuses(c, "/other", 4) == [200, 200, 200, 429]
+    clock.advance(30)
+    assert c.get("/limited").status_code == 200
+
+
+def test_default_covers_routes_without_a_limit_and_exempt_skips_it(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, default="2/minute", clock=clock)
+
+    @app.get("/items")
+    async def items() -> List[int]:
+        return [1]
+
+    @app.get("/health")
+    @rl.exempt
+    async def health() -> str:
+        return "ok"
+
+    @rl.exempt  # above the route decorator works too
+    @app.get("/ready")
+    async def ready() -> str:
+        return "ready"
+
+    c = client(app)
+    for path in ("/health", "/ready"):
+        for _ in range(3):
+            reply = c.get(path)
+            assert (reply.status_code, limit_headers(reply)) == (200, [])
+    assert statuses(c, "/items", 3) == [200, 200, 429]
+    # A path no route matches is under the default too.
+    missing = c.get("/missing")
+    assert (missing.status_code, missing.content) == (429, DENIED_BODY)
+
+
+def test_an_exempt_route_keeps_its_own_limit(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, default="1/minute", clock=clock)
+
+    @app.get("/x", dependencies=[Depends(rl.limit("3/minute"))])
+    @rl.exempt
+    async def x() -> str:
+        return "x"
+
+    assert statuses(client(app), "/x", 4) == [200, 200, 200, 429]
+
+
+def test_sync_and_async_routes_and_response_objects_get_the_headers(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+
+    @app.get("/sync", dependencies=[Depends(rl.limit("3/minute"))])
+    def sync_route() -> PlainTextResponse:
+        return PlainTextResponse("sync", headers={"X-Own": "1"})
+
+    @app.get("/async", dependencies=[Depends(rl.limit("3/minute"))])
+    async def async_route() -> JSONResponse:
+        return JSONResponse({"ok": True}, status_code=201)
+
+    c = client(app)
+    plain = c.get("/sync")
+    assert (plain.status_code, plain.text, plain.headers["x-own"]) == (200, "sync", "1")
+    assert plain.headers["content-type"] == "text/plain; charset=utf-8"
+    assert limit_headers(plain) == x_headers(3, 2, 20)
+    created = c.get("/async")
+    assert (created.status_code, created.json()) == (201, {"ok": True})
+    assert limit_headers(created) == x_headers(3, 2, 20)
+
+
+def test_parameter_style_and_a_dependency_that_takes_the_request(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+
+    def user(request: Request) -> str:
+        return request.headers.get("X-User", "anonymous")
+
+    @app.get("/me")
+    async def me(_: None = Depends(rl.limit("1/minute")), who: str = Depends(user)) -> str:
+        return who
+
+    c = client(app)
+    reply = c.get("/me", headers={"X-User": "ann"})
+    assert (reply.status_code, reply.json()) == (200, "ann")
+    assert limit_headers(reply) == x_headers(1, 0, 60)
+    assert c.get("/me").status_code == 429
+
+
+def test_api_router_routes_and_router_dependencies(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, default="10/minute", clock=clock)
+    router = APIRouter(prefix="/v1")
+
+    @router.get("/own", dependencies=[Depends(rl.limit("1/minute"))])
+    def own() -> str:
+        return "own"
+
+    @router.get("/plain")
+    def plain() -> str:
+        return "plain"
+
+    grouped = APIRouter(dependencies=[Depends(rl.limit("2/minute", name="grouped"))])
+
+    @grouped.get("/g1")
+    def g1() -> str:
+        return "g1"
+
+    @grouped.get("/g2")
+    def g2() -> str:
+        return "g2"
+
+    app.include_router(router)
+    app.include_router(grouped, prefix="/g")
+    extra = APIRouter()
+
+    @extra.get("/e")
+    def e() -> str:
+        return "e"
+
+    app.include_router(extra, prefix="/x", dependencies=[Depends(rl.limit("1/minute"))])
+
+    c = client(app)
+    assert statuses(c, "/v1/own", 2) == [200, 429]
+    assert limit_headers(c.get("/v1/plain")) == x_headers(10, 9, 6)  # the default
+    assert [c.get(p).status_code for p in ("/g/g1", "/g/g2", "/g/g1")] == [200, 200, 429]
+    assert statuses(c, "/x/e", 2) == [200, 429]
+    assert limit_headers(c.get("/v1/plain")) == x_headers(10, 8, 12)  # none of those
+
+
+def test_methods_limit_only_the_named_ones(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+
+    @app.api_route(
+        "/form",
+        methods=["GET", "POST"],
+        dependencies=[Depends(rl.limit("1/minute", methods=["post"]))],
+    )
+    def form() -> str:
+        return "form"
+
+    c = client(app)
+    get = c.get("/form")
+    assert (get.status_code, limit_headers(get)) == (200, [])
+    assert statuses(c, "/form", 2, "POST") == [200, 429]
+    assert statuses(c, "/form", 2) == [200, 200]
+
+
+def test_async_key_function_and_async_plan_function(clock: ManualClock) -> None:
+    app = FastAPI()
+
+    async def api_key(request: RequestInfo) -> Optional[str]:
+        return request.headers.get("X-API-Key")
+
+    async def plan(request: RequestInfo) -> str:
+        return "3/minute" if request.headers.get("X-API-Key", "").startswith("pro-") else "1/minute"
+
+    rl = RateLimit(app, key_func=api_key, clock=clock)
+
+    @app.get("/data", dependencies=[Depends(rl.limit(plan))])
+    async def data() -> str:
+        return "data"
+
+    c = client(app)
+    pro, free = {"X-API-Key": "pro-1"}, {"X-API-Key": "free-1"}
+    replies = [c.get("/data", headers=pro) for _ in range(4)]
+    assert [r.status_code for r in replies] == [200, 200, 200, 429]
+    assert limit_headers(replies[0]) == x_headers(3, 2, 20)
+    assert [c.get("/data", headers=free).status_code for _ in range(2)] == [200, 429]
+    assert c.get("/data", headers={"X-API-Key": "free-2"}).status_code == 200  # its own key
+    # A plan function's own key_func overrides the RateLimit's.
+    lim = RateLimiter("1/minute", clock=clock)
+
+    @app.get("/ip", dependencies=[Depends(rl.limit(lim, key_func=lambda request: None))])
+    async def by_ip() -> str:
+        return "ip"
+
+    assert [c.get("/ip", headers=pro).status_code for _ in range(2)] == [200, 429]
+    assert lim.peek(f"ip:{PEER}").remaining == 0
+
+
+def test_deduct_when_charges_an_http_exception_401(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+
+    @app.post(
+        "/login", dependencies=[Depends(rl.limit("2/minute", deduct_when=lambda s: s == 401))]
+    )
+    def login(password: str = "") -> Dict[str, bool]:
+        if password != "secret":
+            raise HTTPException(status_code=401, detail="bad password")
+        return {"ok": True}
+
+    c = client(app)
+    for _ in range(3):  # successes are free
+        ok = c.post("/login?password=secret")
+        assert (ok.status_code, limit_headers(ok)) == (200, x_headers(2, 2, 0))
+    failures = [c.post("/login") for _ in range(2)]
+    assert [r.status_code for r in failures] == [401, 401]
+    assert failures[0].json() == {"detail": "bad password"}
+    assert [limit_headers(r) for r in failures] == [x_headers(2, 1, 30), x_headers(2, 0, 60)]
+    refused = c.post("/login?password=secret")  # cannot pay any more: refused
+    assert (refused.status_code, refused.content) == (429, DENIED_BODY)
+    assert limit_headers(refused) == [*x_headers(2, 0, 60), ("retry-after", "30")]
+
+
+def test_enabled_false_limits_nothing_and_adds_no_headers(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, default="1/minute", enabled=False, clock=clock)
+
+    @app.get("/own", dependencies=[Depends(rl.limit("1/minute"))])
+    async def own() -> str:
+        return "own"
+
+    @app.get("/other")
+    async def other() -> str:
+        return "other"
+
+    c = client(app)
+    for path in ("/own", "/other"):
+        for _ in range(3):
+            reply = c.get(path)
+            assert (reply.status_code, limit_headers(reply)) == (200, [])
+
+
+def test_header_style_none_sends_only_retry_after(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, header_style=None, clock=clock)
+
+    @app.get("/x", dependencies=[Depends(rl.limit("1/minute"))])
+    async def x() -> str:
+        return "x"
+
+    c = client(app)
+    ok = c.get("/x")
+    assert (ok.status_code, limit_headers(ok)) == (200, [])
+    denied = c.get("/x")
+    assert (denied.status_code, limit_headers(denied)) == (429, [("retry-after", "60")])
+
+
+def test_allow_list_and_head(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, allow_list=["198.51.100.0/24"], clock=clock)
+
+    @app.api_route("/x", methods=["GET", "HEAD"], dependencies=[Depends(rl.limit("1/minute"))])
+    async def x() -> str:
+        return "x"
+
+    listed = client(app, "198.51.100.9")
+    assert [limit_headers(listed.get("/x")) for _ in range(3)] == [[], [], []]
+    c = client(app)
+    assert c.head("/x").status_code == 200
+    head = c.head("/x")
+    assert (head.status_code, head.content) == (429, b"")
+    assert limit_headers(head) == [*x_headers(1, 0, 60), ("retry-after", "60")]
+
+
+def test_a_limit_without_init_app_is_a_clear_error(clock: ManualClock) -> None:
+    rl = RateLimit(clock=clock)
+    app = FastAPI()
+
+    @app.get("/x", dependencies=[Depends(rl.limit("1/minute"))])
+    async def x() -> str:
+        return "x"
+
+    with pytest.raises(RuntimeError, match=r"call rl\.init_app\(app\)"):
+        client(app).get("/x")
+    with pytest.raises(RuntimeError, match="before the app serves its first request"):
+        rl.init_app(app)
+
+
+def test_init_app_later_and_bad_arguments(clock: ManualClock) -> None:
+    rl = RateLimit(default="1/minute", clock=clock)
+    app = FastAPI()
+
+    @app.get("/x")
+    async def x() -> str:
+        return "x"
+
+    rl.init_app(app)
+    with pytest.raises(RuntimeError, match="already called"):
+        rl.init_app(app)
+    assert statuses(client(app), "/x", 2) == [200, 429]
+    with pytest.raises(TypeError, match="FastAPI or Starlette application, got 'app'"):
+        rl.init_app("app")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="5/fortnight"):
+        rl.limit("5/fortnight")
+    with pytest.raises(TypeError, match="rate must be a string"):
+        rl.limit(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="methods must be"):
+        rl.limit("1/minute", methods="POST")
+    with pytest.raises(TypeError, match="exempt\\(\\) takes a route's endpoint function, got 3"):
+        rl.exempt(3)  # type: ignore[type-var]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'key_fnc'"):
+        RateLimit(key_fnc=None)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="on_error must be 'allow' or 'deny', got 'ignore'"):
+        RateLimit(on_error="ignore")
+
+
+def test_a_plain_starlette_app_gets_the_default_and_exempt(clock: ManualClock) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    rl = RateLimit(default="1/minute", clock=clock)
+
+    async def index(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("index")
+
+    @rl.exempt
+    async def health(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/", index), Route("/health", health)])
+    rl.init_app(app)
+    c = TestClient(app, client=(PEER, 50000))
+    assert statuses(c, "/health", 2) == [200, 200]
+    assert statuses(c, "/", 2) == [200, 429]
+
+
+def test_a_websocket_route_refuses_the_handshake_with_1013(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, default="1/minute", clock=clock)
+
+    @app.websocket("/ws", dependencies=[Depends(rl.limit("2/minute"))])
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text("hi")
+        await websocket.close()
+
+    c = client(app)
+    for _ in range(2):
+        with c.websocket_connect("/ws") as session:
+            assert session.receive_text() == "hi"
+    with pytest.raises(WebSocketDisconnect) as refused, c.websocket_connect("/ws"):
+        pass
+    assert refused.value.code == 1013
+
+
+def test_importing_limiter_does_not_import_fastapi() -> None:
+    code = (
+        "import sys, limiter, limiter.adapters, limiter.adapters.asgi\n"
+        "limiter.RateLimiter('1/second')\n"
+        "assert 'fastapi' not in sys.modules and 'starlette' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- an async store --------------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_an_async_redis_store_from_a_url(server: Any, clock: ManualClock) -> None:
+    from limiter import store_from_url
+
+    store = store_from_url(server.url, asyncio=True)
+    app = FastAPI()
+    rl = RateLimit(app, default="3/minute", store=store, clock=clock)
+
+    @app.get("/own", dependencies=[Depends(rl.limit("1/minute"))])
+    async def own() -> str:
+        return "own"
+
+    @app.get("/other")
+    async def other() -> str:
+        return "other"
+
+    # One portal (one event loop) for every request: the asyncio client is
+    # bound to the loop it first ran in.
+    with TestClient(app, client=(PEER, 50000)) as c:
+        first = c.get("/own")
+        assert (first.status_code, limit_headers(first)) == (200, x_headers(1, 0, 60))
+        denied = c.get("/own")
+        assert (denied.status_code, denied.content) == (429, DENIED_BODY)
+        assert statuses(c, "/other", 4) == [200, 200, 200, 429]
+
+
+# -- uvicorn on loopback ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def uvicorn_app() -> Iterator[Tuple[str, ManualClock]]:
+    clock = ManualClock(T0)
+    app = FastAPI()
+    rl = RateLimit(app, default="3/minute", clock=clock)
+
+    @app.get("/search", dependencies=[Depends(rl.limit("2/minute"))])
+    async def search(q: str = "") -> Dict[str, str]:
+        return {"q": q}
+
+    @app.get("/items")
+    def items() -> List[int]:
+        return [1, 2]
+
+    @app.get("/health")
+    @rl.exempt
+    async def health() -> str:
+        return "ok"
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        end = time.monotonic() + 60  # generous: a busy machine
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
+            time.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}", clock
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.mark.servers
+def test_uvicorn_exact_statuses_bodies_and_headers(uvicorn_app: Tuple[str, ManualClock]) -> None:
+    url, clock = uvicorn_app
+    with httpx.Client(base_url=url) as c:
+        replies = [c.get("/search", params={"q": "x"}) for _ in range(3)]
+        assert [r.status_code for r in replies] == [200, 200, 429]
+        assert replies[0].json() == {"q": "x"}
+        assert limit_headers(replies[0]) == x_headers(2, 1, 30)
+        denied = replies[2]
+        assert denied.content == DENIED_BODY
+        assert limit_headers(denied) == [*x_headers(2, 0, 60), ("retry-after", "30")]
+        assert denied.headers["content-type"] == "application/json"
+        items = [c.get("/items") for _ in range(4)]
+        assert [r.status_code for r in items] == [200, 200, 200, 429]
+        assert items[0].json() == [1, 2]
+        assert limit_headers(items[0]) == x_headers(3, 2, 20)
+        health = c.get("/health")
+        assert (health.status_code, health.json(), limit_headers(health)) == (200, "ok", [])
+        clock.advance(30)
+        assert c.get("/search").status_code == 200
+
+    async def burst() -> List[int]:
+        async with httpx.AsyncClient(base_url=url) as ac:
+            return [
+                r.status_code for r in await asyncio.gather(*(ac.get("/items") for _ in range(6)))
+            ]
+
+    clock.advance(60)  # the default bucket is full again: exactly 3 pass
+    assert sorted(asyncio.run(burst())) == [200, 200, 200, 429, 429, 429]
