@@ -1,0 +1,499 @@
+"""Django integration: ``RateLimitMiddleware`` and the ``ratelimit`` view decorator.
+
+Configured from ``settings.RATE_LIMIT`` (a dict; see docs/django.md)::
+
+    RATE_LIMIT = {"default": "100/minute", "exempt_paths": ["/health", "/static/*"]}
+    MIDDLEWARE = [..., "limiter.adapters.django.RateLimitMiddleware", ...]
+
+    @ratelimit("5/minute", methods=["POST"], deduct_when=lambda s: s in (401, 403))
+    def login(request): ...
+
+The middleware applies ``default`` to every view without a ``ratelimit`` of
+its own (one set of buckets shared by all of them); each decorated view has
+its own buckets (``name=`` shares them).  Both use one ``Integration``
+(``limiter.adapters.integration``) built from the settings on first use and
+rebuilt when ``RATE_LIMIT`` changes (``override_settings``), so the decorator
+works without the middleware too.  Decisions, bodies and headers are those of
+the WSGI and ASGI adapters.
+
+Django is imported by this module only: ``import limiter`` never loads it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import threading
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Pattern, Sequence, Tuple, TypeVar
+
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
+from django.conf import settings  # type: ignore[import-untyped]
+from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
+from django.core.signals import setting_changed  # type: ignore[import-untyped]
+from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
+from django.http.response import HttpResponseBase  # type: ignore[import-untyped]
+
+from ..request import Cost, KeyFunc, RequestInfo
+from ..rules import DeductWhen, _compile
+from .common import Guard, GuardOptions, HeaderList, HeaderView, Response
+from .integration import (
+    NOT_LIMITED,
+    Decision,
+    Integration,
+    RateSpec,
+    RouteLimit,
+    check_rate,
+    view_scope,
+)
+
+__all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
+_OWN_KEYS = ("default", "store", "clock", "exempt_paths")
+_KEYS = frozenset((*_OWN_KEYS, *GuardOptions.__annotations__))
+#: Set (to True) on every view ``ratelimit`` wraps; ``functools.wraps`` and
+#: ``method_decorator`` copy it outwards, so the middleware sees it on the
+#: URLconf's callback even under other decorators.
+_MARK = "_limiter_ratelimit"
+#: Where the middleware keeps a request's ``Decision`` between ``process_view``
+#: and the response.
+_DECISION = "_limiter_decision"
+#: Set on the responses this module refuses with, so that an outer
+#: ``ratelimit`` (stacked decorators) does not put its headers on them.
+_DENIED = "_limiter_denied"
+
+_SPECIAL = {"CONTENT-TYPE": "CONTENT_TYPE", "CONTENT-LENGTH": "CONTENT_LENGTH"}
+
+
+# -- the request view ---------------------------------------------------------------------
+
+
+class _MetaHeaders(HeaderView):
+    # Reads request.META's HTTP_* variables on demand (same layout under WSGI and ASGI).
+    __slots__ = ("_meta",)
+
+    def __init__(self, meta: Dict[str, Any]) -> None:
+        self._meta = meta
+
+    def get_all(self, name: str) -> List[str]:
+        upper = name.upper()
+        var = _SPECIAL.get(upper) or "HTTP_" + upper.replace("-", "_")
+        value = self._meta.get(var)
+        return [] if value is None else [value]
+
+
+def django_request_info(request: HttpRequest) -> RequestInfo:
+    """The ``RequestInfo`` of a Django request.
+
+    ``path`` is ``request.path`` (script prefix included, as the WSGI adapter
+    sees it), ``peer`` is ``REMOTE_ADDR`` and ``native`` the ``HttpRequest``.
+    """
+    meta = request.META
+    return RequestInfo(
+        request.method or "GET",
+        request.path,
+        _MetaHeaders(meta),
+        meta.get("REMOTE_ADDR") or None,
+        request,
+    )
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+class _Config:
+    """``settings.RATE_LIMIT``, checked and built: the integration, the default, exempt paths."""
+
+    __slots__ = ("default", "exempt", "integration")
+
+    def __init__(self, source: object) -> None:
+        if source is None:
+            source = {}
+        if not isinstance(source, dict):
+            raise ImproperlyConfigured(f"settings.RATE_LIMIT must be a dict, got {source!r:.200}")
+        for key in source:
+            if key not in _KEYS:
+                close = difflib.get_close_matches(str(key), sorted(_KEYS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ImproperlyConfigured(f"settings.RATE_LIMIT has an unknown key {key!r}{hint}")
+        options = {k: v for k, v in source.items() if k not in _OWN_KEYS}
+        default = source.get("default")
+        if default is not None:
+            try:
+                check_rate(default)
+            except (TypeError, ValueError) as exc:
+                raise ImproperlyConfigured(
+                    f"settings.RATE_LIMIT['default'] = {default!r:.200} is invalid: {exc}"
+                ) from exc
+        self.exempt = _exempt_patterns(source.get("exempt_paths", ()))
+        clock = source.get("clock")
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT['clock'] must be a limiter.Clock (with now()) or None, "
+                f"got {clock!r:.200}"
+            )
+        store = source.get("store")
+        try:
+            self.integration = Integration(
+                "RateLimitMiddleware", default=default, store=store, clock=clock, **options
+            )
+        except (TypeError, ValueError) as exc:
+            # Guard's messages name the option and the value; say where it came from.
+            raise ImproperlyConfigured(f"settings.RATE_LIMIT is invalid: {exc}") from exc
+        #: The default guard, or None: views without a limit are not limited.
+        self.default: Optional[Guard] = self.integration.default
+
+    def exempt_path(self, path: str) -> bool:
+        return any(pattern.fullmatch(path) is not None for pattern in self.exempt)
+
+
+def _exempt_patterns(paths: object) -> Tuple[Pattern[str], ...]:
+    if isinstance(paths, (str, bytes)) or not isinstance(paths, (list, tuple, set, frozenset)):
+        raise ImproperlyConfigured(
+            f"settings.RATE_LIMIT['exempt_paths'] must be a list of paths like "
+            f"['/health', '/static/*'], got {paths!r:.200}"
+        )
+    patterns = []
+    for path in paths:
+        try:
+            patterns.append(_compile(path))
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT['exempt_paths'] has an invalid path {path!r:.200}: {exc}"
+            ) from exc
+    return tuple(patterns)
+
+
+_lock = threading.Lock()
+_config: Optional[_Config] = None
+
+
+def _current() -> _Config:
+    """The configuration of ``settings.RATE_LIMIT``, built on first use."""
+    config = _config
+    if config is not None:
+        return config
+    return _rebuild()
+
+
+def _rebuild() -> _Config:
+    global _config
+    with _lock:
+        if _config is None:
+            _config = _Config(getattr(settings, "RATE_LIMIT", None))
+        return _config
+
+
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # override_settings (and tests that change settings) send this: the next
+    # request rebuilds from the new value, with a new store unless one is given.
+    global _config
+    if setting == "RATE_LIMIT":
+        with _lock:
+            _config = None
+
+
+setting_changed.connect(_setting_changed, dispatch_uid="limiter.adapters.django")
+
+
+# -- responses -----------------------------------------------------------------------------
+
+
+def _http_response(response: Response, method: str) -> HttpResponse:
+    """``response`` (the 429, a 503 or ``on_limited``'s) as a Django ``HttpResponse``."""
+    status, headers, body = response
+    result = HttpResponse(b"" if method == "HEAD" else body, status=status)
+    # HttpResponse starts with a Content-Type of its own; drop it so the headers
+    # come out exactly as the other adapters send them, in the same order
+    # (Content-Type: application/json after the rate-limit headers).
+    del result.headers["Content-Type"]
+    for name, value in headers:
+        result.headers[name] = value
+    # A denial made here: an outer ratelimit must not put its own headers on it.
+    setattr(result, _DENIED, True)
+    return result
+
+
+def _add_headers(response: Any, headers: HeaderList) -> None:
+    if not headers or getattr(response, _DENIED, False):
+        return
+    for name, value in headers:
+        response.headers[name] = value
+
+
+def _decide(integration: Integration, guards: Sequence[Guard], request: HttpRequest) -> Decision:
+    """``integration.decide`` in synchronous code; ``async def`` callables are awaited
+    through ``async_to_sync`` (rather than refused: the same settings serve WSGI and ASGI)."""
+    if not integration.enabled or not guards:
+        return NOT_LIMITED
+    info = django_request_info(request)
+    if any(guard.is_async for guard in guards):
+        decision: Decision = async_to_sync(integration.adecide)(guards, info)
+        return decision
+    return integration.decide(guards, info)
+
+
+async def _adecide(
+    integration: Integration, guards: Sequence[Guard], request: HttpRequest
+) -> Decision:
+    if not integration.enabled or not guards:
+        return NOT_LIMITED
+    return await integration.adecide(guards, django_request_info(request))
+
+
+# -- the middleware ------------------------------------------------------------------------
+
+
+def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
+    """Whether a ``ratelimit`` covers this view (and, for a class-based view, this method)."""
+    if getattr(view_func, _MARK, False):
+        return True
+    view_class = getattr(view_func, "view_class", None)
+    if view_class is None:
+        return False
+    if getattr(getattr(view_class, "dispatch", None), _MARK, False):
+        return True
+    handler = getattr(view_class, method.lower(), None)
+    if handler is None and method == "HEAD":
+        handler = getattr(view_class, "get", None)  # View.setup answers HEAD with get
+    return bool(getattr(handler, _MARK, False))
+
+
+class RateLimitMiddleware:
+    """Apply ``settings.RATE_LIMIT["default"]`` to every view without a ``ratelimit``.
+
+    Add ``"limiter.adapters.django.RateLimitMiddleware"`` to ``MIDDLEWARE``
+    (early: a request refused by a middleware before it is not counted).
+    Paths under ``exempt_paths`` and requests that resolve to no view (404)
+    are not limited.  Allowed responses get the rate-limit headers; limited
+    requests get the 429 JSON response without running the view.
+
+    Sync and async capable: under ASGI it awaits the store.  The settings are
+    checked when Django builds the middleware (``ImproperlyConfigured``).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        _current()  # a misconfiguration fails at start-up, not on the first request
+        if self.async_mode:
+            markcoroutinefunction(self)
+            # Django adapts process_view to its mode; a coroutine one is awaited as is.
+            self.process_view = self._aprocess_view  # type: ignore[method-assign]
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        response = self.get_response(request)
+        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+        if decision is not None:
+            _add_headers(response, decision.headers(response.status_code))
+        return response
+
+    async def __acall__(self, request: HttpRequest) -> Any:
+        response = await self.get_response(request)
+        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+        if decision is not None:
+            _add_headers(response, await decision.aheaders(response.status_code))
+        return response
+
+    def _guards(self, request: HttpRequest, view_func: Callable[..., Any]) -> List[Guard]:
+        config = _current()
+        default = config.default
+        if default is None or not config.integration.enabled:
+            return []
+        method = request.method or "GET"
+        if _has_own_limit(view_func, method) or config.exempt_path(request.path):
+            return []
+        return [default]
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: Any,
+        view_kwargs: Any,
+    ) -> Optional[HttpResponseBase]:
+        """Check the default limit once the view is known (synchronous mode)."""
+        guards = self._guards(request, view_func)
+        if not guards:
+            return None
+        decision = _decide(_current().integration, guards, request)
+        return self._record(request, decision)
+
+    async def _aprocess_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: Any,
+        view_kwargs: Any,
+    ) -> Optional[HttpResponseBase]:
+        guards = self._guards(request, view_func)
+        if not guards:
+            return None
+        decision = await _adecide(_current().integration, guards, request)
+        return self._record(request, decision)
+
+    @staticmethod
+    def _record(request: HttpRequest, decision: Decision) -> Optional[HttpResponseBase]:
+        if decision.response is not None:
+            return _http_response(decision.response, request.method or "GET")
+        if decision is not NOT_LIMITED:
+            setattr(request, _DECISION, decision)
+        return None
+
+
+# -- the decorator -------------------------------------------------------------------------
+
+
+def _request_of(args: Tuple[Any, ...]) -> HttpRequest:
+    # A function view, or a method under method_decorator: the request comes
+    # first; a method decorated directly gets (self, request, ...).
+    if args and isinstance(args[0], HttpRequest):
+        return args[0]
+    if len(args) > 1 and isinstance(args[1], HttpRequest):
+        return args[1]
+    raise TypeError(
+        "ratelimit: the view was not called with a Django HttpRequest; decorate a view "
+        "function, or a class-based view's method with method_decorator(ratelimit(...))"
+    )
+
+
+def _is_async_view(view: Callable[..., Any]) -> bool:
+    if iscoroutinefunction(view):
+        return True
+    # method_decorator(..., name="dispatch") hands over a partial of the bound
+    # dispatch; an async class-based view's dispatch returns a coroutine.
+    func = getattr(view, "func", None)
+    instance = getattr(func, "__self__", None)
+    return getattr(func, "__name__", None) == "dispatch" and bool(
+        getattr(type(instance), "view_is_async", False)
+    )
+
+
+async def _finish(pending: Awaitable[Any], decision: Decision) -> Any:
+    response = await pending
+    if decision is not NOT_LIMITED:
+        _add_headers(response, await decision.aheaders(response.status_code))
+    return response
+
+
+def _scope(view: Callable[..., Any], name: Optional[str]) -> str:
+    """``view_scope``, except for a method under ``method_decorator``: named after the
+    view's class, not where the method is defined (``View.dispatch`` for every
+    class-based view that does not override it, which would share buckets)."""
+    if name is None:
+        bound = getattr(view, "func", None)  # method_decorator: partial(bound method)
+        owner = getattr(bound, "__self__", None)
+        if owner is not None and not isinstance(owner, type):
+            cls = type(owner)
+            return f"{cls.__module__}.{cls.__qualname__}.{getattr(bound, '__name__', '?')}"
+    return view_scope(view, name)
+
+
+def ratelimit(
+    rate: RateSpec,
+    *,
+    key_func: Optional[KeyFunc] = None,
+    cost: Cost = 1,
+    methods: Optional[Sequence[str]] = None,
+    name: Optional[str] = None,
+    deduct_when: Optional[DeductWhen] = None,
+) -> Callable[[F], F]:
+    """Limit one view: ``@ratelimit("5/minute")`` on a function (or ``async def``) view,
+    ``method_decorator(ratelimit(...), name="dispatch")`` on a class-based view.
+
+    ``rate``: a rate string, a ``RateLimiter`` or a function of the
+    ``RequestInfo`` returning one (plans).  ``key_func``: ``None`` uses
+    ``RATE_LIMIT["key_func"]`` (by default the client IP).  ``cost``: tokens
+    per request or a function of the request.  ``methods``: e.g. ``["POST"]``;
+    other methods are not limited by this decorator.  ``name``: views with the
+    same name share buckets (default: each view its own, named after its
+    ``module.qualname``).  ``deduct_when``: ``status -> bool``, charge only
+    responses it holds for.  The store and the other options come from
+    ``settings.RATE_LIMIT``; the middleware need not be installed.  Arguments
+    are checked here (``TypeError``/``ValueError``).
+    """
+    RouteLimit(  # checked now: a typo fails at import, not on the first request
+        rate,
+        scope="ratelimit" if name is None else name,
+        key_func=key_func,
+        cost=cost,
+        methods=methods,
+        deduct_when=deduct_when,
+    )
+    routes: Dict[str, RouteLimit] = {}
+    routes_lock = threading.Lock()
+
+    def route_for(view: Callable[..., Any]) -> RouteLimit:
+        # One RouteLimit per scope: method_decorator calls this decorator on
+        # every request, and Integration caches guards per RouteLimit.
+        scope = _scope(view, name)
+        route = routes.get(scope)
+        if route is None:
+            with routes_lock:
+                route = routes.get(scope)
+                if route is None:
+                    route = RouteLimit(
+                        rate,
+                        scope=scope,
+                        key_func=key_func,
+                        cost=cost,
+                        methods=methods,
+                        deduct_when=deduct_when,
+                    )
+                    routes[scope] = route
+        return route
+
+    def decorator(view: F) -> F:
+        if not callable(view):
+            raise TypeError(f"ratelimit decorates a view function, got {view!r:.200}")
+        route = route_for(view)
+        limited = (route,)
+
+        if _is_async_view(view):
+
+            @functools.wraps(view)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                request = _request_of(args)
+                integration = _current().integration
+                guards = integration.guards(limited, request.method or "GET")
+                decision = await _adecide(integration, guards, request)
+                if decision.response is not None:
+                    return _http_response(decision.response, request.method or "GET")
+                response = await view(*args, **kwargs)
+                if decision is not NOT_LIMITED:
+                    _add_headers(response, await decision.aheaders(response.status_code))
+                return response
+
+            wrapper: Callable[..., Any] = async_wrapper
+        else:
+
+            @functools.wraps(view)
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                request = _request_of(args)
+                integration = _current().integration
+                guards = integration.guards(limited, request.method or "GET")
+                decision = _decide(integration, guards, request)
+                if decision.response is not None:
+                    return _http_response(decision.response, request.method or "GET")
+                response = view(*args, **kwargs)
+                if inspect.isawaitable(response):
+                    # An async view seen as a sync one (a dispatch not recognised
+                    # by _is_async_view): finish when Django awaits it.
+                    return _finish(response, decision)
+                if decision is not NOT_LIMITED:
+                    _add_headers(response, decision.headers(response.status_code))
+                return response
+
+            wrapper = sync_wrapper
+        setattr(wrapper, _MARK, True)
+        return wrapper  # type: ignore[return-value]
+
+    return decorator

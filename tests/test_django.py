@@ -1,0 +1,688 @@
+"""The Django integration: ``limiter.adapters.django`` (middleware and ``ratelimit``).
+
+Django is configured once per process, by whichever module comes first (this
+one, or docs/adapters.md's recipe through test_docs / test_recipes): every
+test here sets what it needs with ``override_settings`` (ROOT_URLCONF,
+MIDDLEWARE, RATE_LIMIT), never a second ``settings.configure``.  Time moves
+only through the ``ManualClock`` given as ``RATE_LIMIT["clock"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import django
+import httpx
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpResponse, JsonResponse
+from django.test import AsyncClient, Client, override_settings
+from django.urls import path, re_path
+from django.utils.decorators import method_decorator
+from django.views import View
+
+from limiter import ManualClock
+from limiter.adapters import DENIED_BODY, RequestInfo
+from limiter.adapters.django import RateLimitMiddleware, ratelimit
+from limiter.keys import header_key
+from limiter.testing import T0, AdapterConformance
+
+
+def index(request: Any) -> JsonResponse:
+    return JsonResponse({"hello": "world"})
+
+
+class process_urls:
+    """The process-wide URLconf when this module configures Django first.
+
+    It serves what docs/adapters.md's Django recipe serves: the recipe
+    (tests/test_recipes.py, tests/test_docs.py) configures Django only when
+    nothing did, and then runs on whatever URLconf is configured.
+    """
+
+    urlpatterns: ClassVar[List[Any]] = [path("", index)]
+
+
+if not settings.configured:
+    settings.configure(DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=process_urls, MIDDLEWARE=[])
+    django.setup()
+
+MIDDLEWARE = ["limiter.adapters.django.RateLimitMiddleware"]
+Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]
+
+
+# -- views and URLconfs -------------------------------------------------------------------
+
+
+def hello(request: Any, code: int = 200) -> HttpResponse:
+    """The conformance app: 200 (or ``/status/<code>``), ``X-App: 1``, ``hello``."""
+    body = b"" if request.method == "HEAD" else b"hello"
+    response = HttpResponse(body, status=code, content_type="text/plain")
+    response["X-App"] = "1"
+    return response
+
+
+class conformance_urls:
+    urlpatterns: ClassVar[List[Any]] = [path("status/<int:code>", hello), re_path(r"^.*$", hello)]
+
+
+def plain(request: Any) -> HttpResponse:
+    return HttpResponse(b"plain")
+
+
+@ratelimit("2/minute")
+def one(request: Any) -> HttpResponse:
+    return HttpResponse(b"one")
+
+
+@ratelimit("2/minute")
+def two(request: Any) -> HttpResponse:
+    return HttpResponse(b"two")
+
+
+@ratelimit("2/minute", name="shared")
+def shared_a(request: Any) -> HttpResponse:
+    return HttpResponse(b"a")
+
+
+@ratelimit("2/minute", name="shared")
+def shared_b(request: Any) -> HttpResponse:
+    return HttpResponse(b"b")
+
+
+@ratelimit("1/minute", methods=["POST"])
+def form(request: Any) -> HttpResponse:
+    return HttpResponse(request.method.encode())
+
+
+@ratelimit("2/minute")
+async def async_view(request: Any) -> HttpResponse:
+    return HttpResponse(b"async")
+
+
+def plan(request: RequestInfo) -> str:
+    return "3/minute" if request.headers.get("X-Plan") == "pro" else "1/minute"
+
+
+@ratelimit(plan, key_func=header_key("X-API-Key"))
+def planned(request: Any) -> HttpResponse:
+    return HttpResponse(b"planned")
+
+
+@ratelimit("2/minute", methods=["POST"], deduct_when=lambda status: status in (401, 403))
+def login(request: Any) -> HttpResponse:
+    if request.POST.get("password") == "right":
+        return HttpResponse(b"welcome")
+    return HttpResponse(b"no", status=401)
+
+
+@ratelimit("3/minute", name="stacked-outer")
+@ratelimit("1/minute", name="stacked-inner")
+def stacked(request: Any) -> HttpResponse:
+    return HttpResponse(b"stacked")
+
+
+@method_decorator(ratelimit("2/minute"), name="dispatch")
+class Items(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse(b"items")
+
+    def post(self, request: Any) -> HttpResponse:
+        return HttpResponse(b"posted", status=201)
+
+
+@method_decorator(ratelimit("2/minute"), name="dispatch")
+class Things(View):
+    """Same rate as ``Items``, both on the inherited ``View.dispatch``: their own buckets."""
+
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse(b"things")
+
+
+class Orders(View):
+    """Only ``post`` has a limit of its own: GET falls under the default."""
+
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse(b"orders")
+
+    @method_decorator(ratelimit("1/minute"))
+    def post(self, request: Any) -> HttpResponse:
+        return HttpResponse(b"ordered", status=201)
+
+
+@method_decorator(ratelimit("1/minute"), name="dispatch")
+class AsyncItems(View):
+    async def get(self, request: Any) -> HttpResponse:
+        return HttpResponse(b"async items")
+
+
+def failing_key(request: RequestInfo) -> Optional[str]:
+    raise LookupError("the app's key function failed")
+
+
+@ratelimit("1/minute", key_func=failing_key)
+def broken(request: Any) -> HttpResponse:
+    return HttpResponse(b"never")
+
+
+class urls:
+    urlpatterns: ClassVar[List[Any]] = [
+        path("plain", plain),
+        path("other", plain),
+        path("health", plain),
+        path("static/app.css", plain),
+        path("one", one),
+        path("two", two),
+        path("shared-a", shared_a),
+        path("shared-b", shared_b),
+        path("form", form),
+        path("async", async_view),
+        path("planned", planned),
+        path("login", login),
+        path("stacked", stacked),
+        path("items", Items.as_view()),
+        path("things", Things.as_view()),
+        path("orders", Orders.as_view()),
+        path("async-items", AsyncItems.as_view()),
+        path("broken", broken),
+    ]
+
+
+# -- plumbing -----------------------------------------------------------------------------
+
+
+def rate_limited(rate_limit: Dict[str, Any], middleware: bool = True) -> Any:
+    """The settings of one test: these URLs, the middleware (or none), ``rate_limit``."""
+    return override_settings(
+        ALLOWED_HOSTS=["*"],
+        ROOT_URLCONF=urls,
+        MIDDLEWARE=MIDDLEWARE if middleware else [],
+        RATE_LIMIT=rate_limit,
+    )
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def client(clock: ManualClock) -> Iterator[Client]:
+    """The middleware with a ``10/minute`` default and exempt paths, on ``clock``."""
+    config = {"default": "10/minute", "clock": clock, "exempt_paths": ["/health", "/static/*"]}
+    with rate_limited(config):
+        yield Client(REMOTE_ADDR="203.0.113.7")
+
+
+def rl(response: Any) -> List[Tuple[str, str]]:
+    """The rate-limit headers of a response, in order."""
+    names = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")
+    return [(k, v) for k, v in response.headers.items() if k in names]
+
+
+def x(limit: int, remaining: int, reset_in: int) -> List[Tuple[str, str]]:
+    return [
+        ("X-RateLimit-Limit", str(limit)),
+        ("X-RateLimit-Remaining", str(remaining)),
+        ("X-RateLimit-Reset", str(int(T0) + reset_in)),
+    ]
+
+
+def statuses(client: Client, path: str, n: int, **kwargs: Any) -> List[int]:
+    return [client.get(path, **kwargs).status_code for _ in range(n)]
+
+
+# -- the conformance suite ----------------------------------------------------------------
+
+
+class TestDjangoConformance(AdapterConformance):
+    """The middleware in synchronous mode (Django's test Client is a WSGI-style handler)."""
+
+    # async def key, cost, exempt and limiter functions are awaited (async_to_sync),
+    # so one RATE_LIMIT serves WSGI and ASGI deployments alike.
+    awaits = True
+
+    def make_app(self, limiter: Any, **options: Any) -> Any:
+        overridden = override_settings(
+            ALLOWED_HOSTS=["*"],
+            ROOT_URLCONF=conformance_urls,
+            MIDDLEWARE=MIDDLEWARE,
+            RATE_LIMIT={"default": limiter, **options},
+        )
+        overridden.enable()
+        try:
+            # Loads the middleware now: bad options fail here, as at start-up.
+            return overridden, self.make_client()
+        except BaseException:
+            overridden.disable()
+            raise
+
+    def make_client(self) -> Any:
+        client = Client()
+        client.handler.load_middleware()
+        return client
+
+    def close_app(self, app: Any) -> None:
+        app[0].disable()
+
+    def request(
+        self,
+        app: Any,
+        method: str = "GET",
+        path: str = "/",
+        headers: Optional[Dict[str, str]] = None,
+        peer: Optional[str] = None,
+    ) -> Reply:
+        response = app[1].generic(
+            method, path, headers=headers or {}, REMOTE_ADDR=peer or self.client_peer
+        )
+        return response.status_code, list(response.headers.items()), response.content
+
+    def test_a_limiter_function_returning_no_limiter_is_a_type_error(self) -> None:
+        # The integrations also take a rate string from a limit function (plans
+        # as "5/minute" | "50/minute"); anything else is still a TypeError.
+        app = self.app(lambda request: 42)
+        self.expect_error(app, TypeError)
+
+    def test_a_limiter_function_may_return_a_rate_string(self) -> None:
+        app = self.app(lambda request: "2/second")
+        assert [self.send(app).status for _ in range(3)] == [200, 200, 429]
+
+
+class TestDjangoAsyncConformance(TestDjangoConformance):
+    """The same middleware in async mode: Django's ASGI handler (``AsyncClient``)."""
+
+    def make_client(self) -> Any:
+        return AsyncClient()
+
+    def request(
+        self,
+        app: Any,
+        method: str = "GET",
+        path: str = "/",
+        headers: Optional[Dict[str, str]] = None,
+        peer: Optional[str] = None,
+    ) -> Reply:
+        # The scope is built here: AsyncClient.generic() turns extra keywords
+        # into headers, and the peer must be the scope's "client".
+        scope = {
+            "method": method,
+            "path": path,
+            "query_string": "",
+            "headers": [(b"host", b"testserver")]
+            + [(k.lower().encode(), v.encode("latin-1")) for k, v in (headers or {}).items()],
+            "client": [peer or self.client_peer, 0],
+        }
+        response = asyncio.run(app[1].request(**scope))
+        return response.status_code, list(response.headers.items()), response.content
+
+
+# -- the middleware and the decorator -------------------------------------------------------
+
+
+def test_two_decorated_views_have_their_own_buckets(client: Client) -> None:
+    assert statuses(client, "/one", 3) == [200, 200, 429]
+    assert statuses(client, "/two", 3) == [200, 200, 429]
+
+
+def test_the_same_name_shares_buckets(client: Client) -> None:
+    assert statuses(client, "/shared-a", 1) == [200]
+    assert statuses(client, "/shared-b", 2) == [200, 429]
+    assert statuses(client, "/shared-a", 1) == [429]
+
+
+def test_the_default_covers_the_other_views_with_one_set_of_buckets(client: Client) -> None:
+    replies = [client.get(p) for p in ("/plain", "/other") * 5]
+    assert [r.status_code for r in replies] == [200] * 10
+    assert rl(replies[0]) == x(10, 9, 6)
+    assert rl(replies[9]) == x(10, 0, 60)
+    denied = client.get("/plain")
+    assert (denied.status_code, denied.content) == (429, DENIED_BODY)
+    assert rl(denied) == [*x(10, 0, 60), ("Retry-After", "6")]
+    # A decorated view is not charged to the default: its own bucket only.
+    one = client.get("/one")
+    assert (one.status_code, rl(one)) == (200, x(2, 1, 30))
+
+
+def test_the_third_request_of_a_2_per_minute_view_gets_the_exact_429(
+    client: Client, clock: ManualClock
+) -> None:
+    replies = [client.get("/one") for _ in range(3)]
+    assert [(r.status_code, r.content) for r in replies[:2]] == [(200, b"one")] * 2
+    assert [rl(r) for r in replies[:2]] == [x(2, 1, 30), x(2, 0, 60)]
+    denied = replies[2]
+    assert (denied.status_code, denied.content) == (429, DENIED_BODY)
+    assert list(denied.headers.items()) == [
+        *x(2, 0, 60),
+        ("Retry-After", "30"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(DENIED_BODY))),
+    ]
+    assert json.loads(denied.content) == {
+        "status": 429,
+        "code": "rate_limited",
+        "message": "too many requests",
+    }
+    # The other views keep the default, untouched by /one.
+    other = client.get("/plain")
+    assert (other.status_code, other.content, rl(other)) == (200, b"plain", x(10, 9, 6))
+    head = client.head("/one")
+    assert (head.status_code, head.content) == (429, b"")
+    assert rl(head) == [*x(2, 0, 60), ("Retry-After", "30")]
+    clock.advance(30)
+    assert statuses(client, "/one", 2) == [200, 429]
+
+
+def test_exempt_paths_are_exact_or_prefixes(client: Client) -> None:
+    for path_ in ("/health", "/static/app.css"):
+        replies = [client.get(path_) for _ in range(12)]
+        assert {r.status_code for r in replies} == {200}
+        assert {tuple(rl(r)) for r in replies} == {()}
+    assert rl(client.get("/plain")) == x(10, 9, 6)  # the exempt requests took nothing
+
+
+def test_methods_limits_only_those_methods(client: Client) -> None:
+    assert [client.post("/form").status_code for _ in range(2)] == [200, 429]
+    # GET is not limited by the decorator, nor by the default (the view has its own limit).
+    gets = [client.get("/form") for _ in range(12)]
+    assert {(r.status_code, r.content, tuple(rl(r))) for r in gets} == {(200, b"GET", ())}
+
+
+def test_class_based_view_with_method_decorator_on_dispatch(client: Client) -> None:
+    replies = [client.get("/items"), client.post("/items"), client.get("/items")]
+    assert [(r.status_code, r.content) for r in replies] == [
+        (200, b"items"),
+        (201, b"posted"),
+        (429, DENIED_BODY),
+    ]
+    assert rl(replies[1]) == x(2, 0, 60)
+    # Another class-based view with the same decorator has buckets of its own.
+    assert statuses(client, "/things", 3) == [200, 200, 429]
+
+
+def test_class_based_view_with_a_decorated_method(client: Client) -> None:
+    assert [client.post("/orders").status_code for _ in range(2)] == [201, 429]
+    # GET has no limit of its own: the default applies.
+    assert rl(client.get("/orders")) == x(10, 9, 6)
+
+
+def test_async_class_based_view_with_method_decorator(client: Client) -> None:
+    replies = [client.get("/async-items") for _ in range(2)]
+    assert [(r.status_code, r.content) for r in replies] == [
+        (200, b"async items"),
+        (429, DENIED_BODY),
+    ]
+    assert rl(replies[0]) == x(1, 0, 60)
+
+
+def test_async_view(client: Client) -> None:
+    replies = [client.get("/async") for _ in range(3)]
+    assert [(r.status_code, r.content) for r in replies] == [
+        (200, b"async"),
+        (200, b"async"),
+        (429, DENIED_BODY),
+    ]
+    assert [rl(r) for r in replies] == [
+        x(2, 1, 30),
+        x(2, 0, 60),
+        [*x(2, 0, 60), ("Retry-After", "30")],
+    ]
+
+
+def test_async_views_under_the_asgi_handler(clock: ManualClock) -> None:
+    async def run() -> List[Any]:
+        client = AsyncClient()
+        paths = ["/async", "/async", "/async", "/plain", "/async-items", "/async-items"]
+        return [await client.get(p) for p in paths]
+
+    with rate_limited({"default": "10/minute", "clock": clock}):
+        replies = asyncio.run(run())
+    assert [r.status_code for r in replies] == [200, 200, 429, 200, 200, 429]
+    assert rl(replies[2]) == [*x(2, 0, 60), ("Retry-After", "30")]
+    assert rl(replies[3]) == x(10, 9, 6)
+
+
+def test_a_plan_function_picks_the_rate_per_request(client: Client) -> None:
+    free = {"X-API-Key": "f"}
+    pro = {"X-API-Key": "p", "X-Plan": "pro"}
+    assert statuses(client, "/planned", 2, headers=free) == [200, 429]
+    replies = [client.get("/planned", headers=pro) for _ in range(4)]
+    assert [r.status_code for r in replies] == [200, 200, 200, 429]
+    assert rl(replies[0]) == x(3, 2, 20)
+
+
+def test_deduct_when_counts_only_failed_logins(client: Client, clock: ManualClock) -> None:
+    for _ in range(5):  # successes are free
+        reply = client.post("/login", {"password": "right"})
+        assert (reply.status_code, rl(reply)) == (200, x(2, 2, 0))
+    failed = [client.post("/login", {"password": "wrong"}) for _ in range(2)]
+    assert [(r.status_code, rl(r)) for r in failed] == [(401, x(2, 1, 30)), (401, x(2, 0, 60))]
+    # Two failures spent the bucket: even the right password waits now.
+    denied = client.post("/login", {"password": "right"})
+    assert (denied.status_code, denied.content) == (429, DENIED_BODY)
+    assert rl(denied) == [*x(2, 0, 60), ("Retry-After", "30")]
+    assert client.get("/login").status_code == 401  # GET is not limited by it
+    clock.advance(30)
+    assert client.post("/login", {"password": "right"}).status_code == 200
+
+
+def test_stacked_decorators_all_apply(client: Client) -> None:
+    first = client.get("/stacked")
+    assert (first.status_code, rl(first)) == (200, x(3, 2, 20))  # the outer one's headers
+    second = client.get("/stacked")
+    # The inner 1/minute refuses, with its own headers (not the outer one's).
+    assert (second.status_code, second.content) == (429, DENIED_BODY)
+    assert rl(second) == [*x(1, 0, 60), ("Retry-After", "60")]
+
+
+def test_the_decorator_works_without_the_middleware(clock: ManualClock) -> None:
+    with rate_limited({"default": "1/minute", "clock": clock}, middleware=False):
+        client = Client()
+        assert statuses(client, "/one", 3) == [200, 200, 429]
+        # No middleware: the default applies nowhere.
+        assert {tuple(rl(r)) for r in (client.get("/plain") for _ in range(3))} == {()}
+
+
+def test_a_changed_rate_limit_setting_rebuilds_everything(clock: ManualClock) -> None:
+    with rate_limited({"default": "1/minute", "clock": clock}):
+        assert statuses(Client(), "/plain", 2) == [200, 429]
+        with rate_limited({"default": "3/minute", "clock": clock}):
+            assert statuses(Client(), "/plain", 4) == [200, 200, 200, 429]
+        # Back to the first value: a new integration, with a new memory store.
+        assert statuses(Client(), "/plain", 2) == [200, 429]
+
+
+def test_settings_switches_headers_off_allow_list_and_enabled(clock: ManualClock) -> None:
+    base = {"default": "1/minute", "clock": clock}
+    with rate_limited({**base, "header_style": None}):
+        replies = [Client().get("/plain") for _ in range(2)]
+        assert [(r.status_code, rl(r)) for r in replies] == [
+            (200, []),
+            (429, [("Retry-After", "60")]),
+        ]
+    with rate_limited({**base, "allow_list": ["203.0.113.0/24"]}):
+        client = Client(REMOTE_ADDR="203.0.113.7")
+        assert statuses(client, "/plain", 3) == [200] * 3
+        assert statuses(client, "/one", 3) == [200] * 3  # decorated views too
+        assert statuses(Client(REMOTE_ADDR="198.51.100.1"), "/plain", 2) == [200, 429]
+    with rate_limited({**base, "enabled": False}):
+        replies = [Client().get(p) for p in ("/plain", "/plain", "/one", "/one", "/one")]
+        assert {(r.status_code, tuple(rl(r))) for r in replies} == {(200, ())}
+
+
+def test_trusted_proxy_and_store_url_from_the_settings(clock: ManualClock) -> None:
+    config = {
+        "default": "1/minute",
+        "clock": clock,
+        "store": "memory://",
+        "trusted_proxies": ["10.0.0.0/8"],
+        "proxy_header": "x-forwarded-for",
+    }
+    with rate_limited(config):
+        proxy = Client(REMOTE_ADDR="10.1.2.3")
+        xff = {"X-Forwarded-For": "198.51.100.7"}
+        assert statuses(proxy, "/plain", 2, headers=xff) == [200, 429]
+        other = {"X-Forwarded-For": "198.51.100.8"}
+        assert statuses(proxy, "/plain", 1, headers=other) == [200]
+
+
+def test_errors_of_the_apps_callables_propagate(client: Client) -> None:
+    with pytest.raises(LookupError, match="key function failed"):
+        client.get("/broken")
+
+
+@pytest.mark.parametrize(
+    ("rate_limit", "message"),
+    [
+        ([("default", "1/minute")], "settings.RATE_LIMIT must be a dict, got [("),
+        ({"defualt": "1/minute"}, "unknown key 'defualt' (did you mean 'default'?)"),
+        ({"key_fnc": None}, "unknown key 'key_fnc' (did you mean 'key_func'?)"),
+        ({"default": "1/fortnight"}, "RATE_LIMIT['default'] = '1/fortnight' is invalid"),
+        ({"default": 5}, "RATE_LIMIT['default'] = 5 is invalid"),
+        ({"on_error": "ignore"}, "on_error must be 'allow' or 'deny', got 'ignore'"),
+        ({"header_style": "fancy"}, "'fancy'"),
+        ({"trusted_proxies": ["not-an-ip"]}, "not-an-ip"),
+        ({"enabled": "yes"}, "enabled must be True or False, got 'yes'"),
+        ({"exempt_paths": "/health"}, "RATE_LIMIT['exempt_paths'] must be a list"),
+        ({"exempt_paths": ["health"]}, "invalid path 'health'"),
+        ({"exempt_paths": ["/st*tic"]}, "invalid path '/st*tic'"),
+        ({"clock": "now"}, "RATE_LIMIT['clock'] must be a limiter.Clock"),
+        ({"store": "nosuch://x"}, "nosuch"),
+    ],
+)
+def test_bad_settings_are_improperly_configured_at_start_up(rate_limit: Any, message: str) -> None:
+    with rate_limited(rate_limit):
+        with pytest.raises(ImproperlyConfigured) as error:
+            RateLimitMiddleware(lambda request: HttpResponse())
+        assert message in str(error.value)
+        with pytest.raises(ImproperlyConfigured):  # Django builds it when it loads MIDDLEWARE
+            Client().handler.load_middleware()
+
+
+def test_bad_decorator_arguments_fail_when_decorating() -> None:
+    with pytest.raises(ValueError, match="fortnight"):
+        ratelimit("1/fortnight")
+    with pytest.raises(TypeError, match="methods"):
+        ratelimit("1/minute", methods="POST")
+    with pytest.raises(TypeError, match="name"):
+        ratelimit("1/minute", name="")
+    with pytest.raises(TypeError, match="HttpRequest"):
+        ratelimit("1/minute")(lambda x: x)("not a request")
+
+
+def test_importing_limiter_does_not_import_django() -> None:
+    code = (
+        "import sys, limiter, limiter.adapters, limiter.adapters.integration\n"
+        "from limiter import RateLimiter\n"
+        "assert 'django' not in sys.modules, 'django was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# -- real servers on loopback --------------------------------------------------------------
+
+
+def wait_until_up(port: int, deadline: float = 60.0) -> None:  # generous: a busy machine
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.02)  # polls the socket; rate-limit time is the ManualClock's
+
+
+def check_server(url: str, clock: ManualClock) -> None:
+    """The same exchange against either server: default, a decorated view, HEAD, refill."""
+    with httpx.Client(base_url=url) as http:
+        replies = [http.get("/one") for _ in range(3)]
+        assert [(r.status_code, r.content) for r in replies] == [
+            (200, b"one"),
+            (200, b"one"),
+            (429, DENIED_BODY),
+        ]
+        denied = replies[2]
+        # (in the server's order: waitress puts Retry-After first)
+        assert sorted((k, v) for k, v in denied.headers.items() if k.startswith(("x-", "re"))) == [
+            ("retry-after", "30"),
+            ("x-ratelimit-limit", "2"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", str(int(T0) + 60)),
+        ]
+        assert denied.headers["content-type"] == "application/json"
+        assert denied.headers["content-length"] == str(len(DENIED_BODY))
+        head = http.head("/one")
+        assert (head.status_code, head.content, head.headers["retry-after"]) == (429, b"", "30")
+        plain = http.get("/plain")
+        assert (plain.status_code, plain.content) == (200, b"plain")
+        assert plain.headers["x-ratelimit-remaining"] == "0"  # the default is 1/minute
+        assert http.get("/plain").status_code == 429
+        login = [http.post("/login", data={"password": "wrong"}) for _ in range(3)]
+        assert [r.status_code for r in login] == [401, 401, 429]
+        assert [r.status_code for r in (http.get("/async"), http.get("/async"))] == [200, 200]
+        assert http.get("/async").status_code == 429
+        clock.advance(30)
+        assert [http.get("/one").status_code for _ in range(2)] == [200, 429]
+
+
+@pytest.mark.servers
+def test_waitress_serves_the_wsgi_application(clock: ManualClock) -> None:
+    waitress = pytest.importorskip("waitress")
+    from django.core.wsgi import get_wsgi_application
+
+    with rate_limited({"default": "1/minute", "clock": clock}):
+        application = get_wsgi_application()  # loads the middleware: sync mode
+        assert [m.__name__ for m in application._view_middleware] == ["process_view"]
+        server = waitress.create_server(application, host="127.0.0.1", port=0, threads=4)
+        thread = threading.Thread(target=server.run)
+        thread.start()
+        try:
+            wait_until_up(server.effective_port)
+            check_server(f"http://127.0.0.1:{server.effective_port}", clock)
+        finally:
+            server.close()
+            thread.join(10)
+        assert not thread.is_alive()
+
+
+@pytest.mark.servers
+def test_uvicorn_serves_the_asgi_application(clock: ManualClock) -> None:
+    uvicorn = pytest.importorskip("uvicorn")
+    from django.core.asgi import get_asgi_application
+
+    with rate_limited({"default": "1/minute", "clock": clock}):
+        application = get_asgi_application()  # loads the middleware: async mode
+        # The middleware runs in async mode: its coroutine process_view, not one
+        # adapted with sync_to_async.
+        assert [m.__name__ for m in application._view_middleware] == ["_aprocess_view"]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        config = uvicorn.Config(
+            application, log_level="warning", proxy_headers=False, lifespan="off"
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
+        thread.start()
+        try:
+            end = time.monotonic() + 60  # generous: a busy machine
+            while not server.started:
+                assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
+                time.sleep(0.01)  # waits for start-up; rate-limit time is the ManualClock's
+            check_server(f"http://127.0.0.1:{sock.getsockname()[1]}", clock)
+        finally:
+            server.should_exit = True
+            thread.join(10)
+            sock.close()
+        assert not thread.is_alive()
