@@ -36,6 +36,7 @@ __all__ = [
     "check_distinct_names",
     "check_limiter_spec",
     "is_async_callable",
+    "path_pattern",
 ]
 
 #: ``deduct_when(status_code) -> bool``: whether a response's status is charged.
@@ -79,7 +80,8 @@ def check_limiter_spec(limiter: object) -> LimiterSpec:
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _compile(path: str) -> re.Pattern[str]:
+def path_pattern(path: str) -> re.Pattern[str]:
+    """The regular expression of a rule path (see ``Rule``), for ``fullmatch`` on a path."""
     if not isinstance(path, str):
         raise TypeError(f"path must be a str starting with '/' or '*', got {path!r}")
     if not (path == "*" or path.startswith("/")):
@@ -137,7 +139,7 @@ class Rule:
         cost: Optional[Cost] = None,
         deduct_when: Optional[DeductWhen] = None,
     ) -> None:
-        self._pattern = _compile(path)
+        self._pattern = path_pattern(path)
         self.limiter: LimiterSpec = check_limiter_spec(limiter)
         self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = None if methods is None else _methods(methods)

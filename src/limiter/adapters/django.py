@@ -35,7 +35,7 @@ from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped
 from django.http.response import HttpResponseBase  # type: ignore[import-untyped]
 
 from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, _compile
+from ..rules import DeductWhen, path_pattern
 from .common import Guard, GuardOptions, HeaderList, HeaderView, Response
 from .integration import (
     NOT_LIMITED,
@@ -159,7 +159,7 @@ def _exempt_patterns(paths: object) -> Tuple[Pattern[str], ...]:
     patterns = []
     for path in paths:
         try:
-            patterns.append(_compile(path))
+            patterns.append(path_pattern(path))
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(
                 f"settings.RATE_LIMIT['exempt_paths'] has an invalid path {path!r:.200}: {exc}"

@@ -45,10 +45,8 @@ from typing import (
     Iterable,
     List,
     Optional,
-    Sequence,
     Set,
     Tuple,
-    TypedDict,
     TypeVar,
     Union,
 )
@@ -61,32 +59,25 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..clock import Clock
-from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, Rule
+from ..request import Cost, KeyFunc
+from ..rules import DeductWhen
 from .asgi import WEBSOCKET_CLOSE_CODE, _encode, request_info
-from .common import Guard, HeaderList, OnLimited, Response
-from .integration import NOT_LIMITED, Decision, Integration, RateSpec, RouteLimit
+from .common import Guard, HeaderList, Response
+from .integration import (
+    NOT_LIMITED,
+    Decision,
+    Integration,
+    IntegrationOptions,
+    RateSpec,
+    RouteLimit,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["RateLimit", "RateLimitOptions"]
+__all__ = ["RateLimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class RateLimitOptions(TypedDict, total=False):
-    """The ``GuardOptions`` ``RateLimit`` takes as ``**options`` (the others are named)."""
-
-    proxy_header: Optional[str]
-    ipv6_prefix: int
-    exempt: Optional[Callable[[RequestInfo], Any]]
-    cost: Cost
-    on_limited: Optional[OnLimited]
-    rules: Sequence[Rule]
-    deduct_when: Optional[DeductWhen]
-    allow_list: Union[str, Iterable[str]]
-    enabled: bool
 
 
 #: Marks the dependency functions ``limit`` returns (the value: the ``RateLimit``).
@@ -161,7 +152,7 @@ class RateLimit:
         header_style: Optional[str] = "x",
         on_error: str = "allow",
         clock: Optional[Clock] = None,
-        **options: Unpack[RateLimitOptions],
+        **options: Unpack[IntegrationOptions],
     ) -> None:
         given: Dict[str, Any] = dict(options)
         given.update(

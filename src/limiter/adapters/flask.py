@@ -28,8 +28,6 @@ from typing import (
     Iterable,
     List,
     Optional,
-    Sequence,
-    TypedDict,
     TypeVar,
     Union,
 )
@@ -39,16 +37,23 @@ from flask.views import MethodView
 
 from ..clock import Clock
 from ..ratelimiter import RateLimiter
-from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, Rule, is_async_callable
-from .common import Guard, OnLimited, Response, check_options
-from .integration import Integration, RateSpec, RouteLimit, check_rate, view_scope
+from ..request import Cost, KeyFunc
+from ..rules import DeductWhen, is_async_callable
+from .common import Guard, Response, check_options
+from .integration import (
+    Integration,
+    IntegrationOptions,
+    RateSpec,
+    RouteLimit,
+    check_rate,
+    view_scope,
+)
 from .wsgi import request_info
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["CONFIG_KEYS", "EXTENSION", "FlaskOptions", "RateLimit"]
+__all__ = ["CONFIG_KEYS", "EXTENSION", "RateLimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,20 +91,6 @@ class _Unset(enum.Enum):
 
 
 _UNSET = _Unset.UNSET
-
-
-class FlaskOptions(TypedDict, total=False):
-    """The ``GuardOptions`` that ``RateLimit`` takes as ``**options`` (documented there)."""
-
-    proxy_header: Optional[str]
-    ipv6_prefix: int
-    exempt: Optional[Callable[[RequestInfo], bool]]
-    cost: Cost
-    on_limited: Optional[OnLimited]
-    rules: Sequence[Rule]
-    deduct_when: Optional[DeductWhen]
-    allow_list: Union[str, Iterable[str]]
-    enabled: bool
 
 
 Before = Callable[[], Optional[flask.Response]]
@@ -198,7 +189,7 @@ class RateLimit:
         header_style: Union[str, _Unset, None] = _UNSET,
         on_error: str = "allow",
         clock: Optional[Clock] = None,
-        **options: Unpack[FlaskOptions],
+        **options: Unpack[IntegrationOptions],
     ) -> None:
         check_options("RateLimit", options)
         given: Dict[str, Any] = dict(options)
