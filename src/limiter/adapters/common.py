@@ -58,6 +58,7 @@ __all__ = [
     "HeaderList",
     "HeaderView",
     "Headers",
+    "IntegrationOptions",
     "OnLimited",
     "RequestInfo",
     "Response",
@@ -122,7 +123,26 @@ Selection = Tuple[RateLimiter, str, float, Optional[DeductWhen]]
 _NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
 
 
-class GuardOptions(TypedDict, total=False):
+class IntegrationOptions(TypedDict, total=False):
+    """The ``GuardOptions`` that the framework integrations take as ``**options``.
+
+    The other four (``key_func``, ``trusted_proxies``, ``header_style``,
+    ``on_error``) are named parameters of each integration's ``RateLimit``.
+    See ``GuardOptions`` for them all.
+    """
+
+    proxy_header: Optional[str]
+    ipv6_prefix: int
+    exempt: Optional[Callable[[RequestInfo], bool]]
+    cost: Cost
+    on_limited: Optional[OnLimited]
+    rules: Sequence[Rule]
+    deduct_when: Optional[DeductWhen]
+    allow_list: Union[str, Iterable[str]]
+    enabled: bool
+
+
+class GuardOptions(IntegrationOptions, total=False):
     """The keyword options of every adapter and of ``Guard``, all optional; documented here only.
 
     ``key_func`` (default ``None``): ``key_func(request) -> str | None``, the
@@ -180,17 +200,8 @@ class GuardOptions(TypedDict, total=False):
 
     key_func: Optional[KeyFunc]
     trusted_proxies: Union[str, Iterable[str]]
-    proxy_header: Optional[str]
-    ipv6_prefix: int
     header_style: Optional[str]
-    exempt: Optional[Callable[[RequestInfo], bool]]
     on_error: str
-    cost: Cost
-    on_limited: Optional[OnLimited]
-    rules: Sequence[Rule]
-    deduct_when: Optional[DeductWhen]
-    allow_list: Union[str, Iterable[str]]
-    enabled: bool
 
 
 _OPTION_NAMES = frozenset(GuardOptions.__annotations__)

@@ -30,20 +30,19 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    TypedDict,
     Union,
 )
 
 from ..clock import Clock
 from ..ratelimiter import RateLimiter
 from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, LimiterSpec, Rule, check_deduct_when, is_async_callable
+from ..rules import DeductWhen, LimiterSpec, check_deduct_when, is_async_callable
 from .common import (
     Deferred,
     Guard,
     GuardOptions,
     HeaderList,
-    OnLimited,
+    IntegrationOptions,
     Response,
     check_options,
 )
@@ -72,26 +71,6 @@ RateSpec = Union[str, RateLimiter, Callable[[RequestInfo], Any]]
 #: (plans, tiers) before it is an error: a function returning ever-new
 #: strings (one per client) would create limiters without bound.
 MAX_RATES_PER_SCOPE = 256
-
-
-class IntegrationOptions(TypedDict, total=False):
-    """The ``GuardOptions`` an integration's ``RateLimit`` takes as ``**options``.
-
-    The others (``key_func``, ``trusted_proxies``, ``header_style``,
-    ``on_error``) are named parameters of each ``RateLimit``; see
-    ``GuardOptions`` for them all.  ``cost``, ``rules`` and ``deduct_when``
-    apply to the default limit only.
-    """
-
-    proxy_header: Optional[str]
-    ipv6_prefix: int
-    exempt: Optional[Callable[[RequestInfo], Any]]
-    cost: Cost
-    on_limited: Optional[OnLimited]
-    rules: Sequence[Rule]
-    deduct_when: Optional[DeductWhen]
-    allow_list: Union[str, Iterable[str]]
-    enabled: bool
 
 
 #: Options of the default limit only; a view's own limit sets its own.
