@@ -207,3 +207,41 @@ def test_with_several_limits_the_first_that_has_headers_shows(integration) -> No
     )
     decision = integration.decide(guards, request())
     assert decision.headers(200)[:2] == [("X-RateLimit-Limit", "5"), ("X-RateLimit-Remaining", "4")]
+
+
+def test_a_get_limit_covers_head_which_runs_the_same_view(integration) -> None:
+    get_only = RouteLimit("1/minute", scope="v", methods=["get"])
+    assert get_only.methods == frozenset({"GET", "HEAD"})
+    assert len(integration.guards([get_only], "HEAD")) == 1
+    from limiter import Rule
+
+    rule = Rule("/x", RateLimiter("1/minute"), methods=["GET"])
+    assert rule.matches("HEAD", "/x") and not rule.matches("POST", "/x")
+
+
+def test_a_refusal_settles_the_deduct_when_charges_of_earlier_limits(integration) -> None:
+    failures = RouteLimit("5/minute", scope="outer", deduct_when=lambda status: status == 401)
+    burst = RouteLimit("1/minute", scope="inner")
+    guards = integration.guards([failures, burst], "POST")
+    first = integration.decide(guards, request())
+    assert first.response is None
+    first.headers(200)  # a success: not charged to "outer"
+    for _ in range(5):  # refused by "inner": "outer" was charged, then refunded
+        assert integration.decide(guards, request()).response is not None
+    outer_only = integration.guards([RouteLimit("5/minute", scope="outer")], "POST")
+    decision = integration.decide(outer_only, request())
+    assert decision.headers(200)[1] == ("X-RateLimit-Remaining", "4")
+
+
+def test_a_refusal_settles_earlier_charges_under_asyncio_too(integration) -> None:
+    failures = RouteLimit("5/minute", scope="outer", deduct_when=lambda status: status == 401)
+    guards = integration.guards([failures, RouteLimit("1/minute", scope="inner")], "POST")
+
+    async def run() -> str:
+        (await integration.adecide(guards, request())).headers(200)
+        for _ in range(5):
+            assert (await integration.adecide(guards, request())).response is not None
+        outer = integration.guards([RouteLimit("5/minute", scope="outer")], "POST")
+        return (await integration.adecide(outer, request())).headers(200)[1][1]
+
+    assert asyncio.run(run()) == "4"

@@ -36,6 +36,7 @@ __all__ = [
     "check_distinct_names",
     "check_limiter_spec",
     "is_async_callable",
+    "method_set",
     "path_pattern",
 ]
 
@@ -110,7 +111,8 @@ class Rule:
     ``path``: exact (``"/login"``), a prefix (``"/api/*"``: ``/api`` and all
     below it), with ``{param}`` segments (``"/users/{id}/export"``: one path
     segment each), or ``"*"`` for every path.  The query string never counts.
-    ``methods``: e.g. ``["POST"]``; ``None`` matches every method.
+    ``methods``: e.g. ``["POST"]``; ``None`` matches every method; ``"GET"``
+    also matches ``HEAD`` (answered by the same view).
     ``key_func``: how to key this route (``request -> str | None``); ``None``
     uses the middleware's ``key_func`` (by default the client IP).
     ``cost``: tokens per request, a number or ``request -> number``; ``None``
@@ -142,7 +144,7 @@ class Rule:
         self._pattern = path_pattern(path)
         self.limiter: LimiterSpec = check_limiter_spec(limiter)
         self.deduct_when = check_deduct_when(deduct_when)
-        self.methods: Optional[FrozenSet[str]] = None if methods is None else _methods(methods)
+        self.methods: Optional[FrozenSet[str]] = method_set(methods)
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
         if not (cost is None or callable(cost)):
@@ -162,11 +164,22 @@ class Rule:
         return f"Rule({self.path!r}, {self.limiter!r}{methods})"
 
 
-def _methods(methods: object) -> FrozenSet[str]:
+def method_set(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
+    """``methods`` upper-cased as a set, ``"HEAD"`` added to ``"GET"``; ``None`` stays ``None``.
+
+    HEAD joins GET because the frameworks (and WSGI apps) answer a HEAD with
+    the GET view: a limit on GET that left HEAD out would let a client have
+    the work done unlimited.  Not a list of ``str``: ``TypeError``.
+    """
+    if methods is None:
+        return None
     if isinstance(methods, Iterable) and not isinstance(methods, (str, bytes)):
         names = list(methods)
         if all(isinstance(name, str) for name in names):
-            return frozenset(name.upper() for name in names)
+            upper = {name.upper() for name in names}
+            if "GET" in upper:
+                upper.add("HEAD")
+            return frozenset(upper)
     raise TypeError(f"methods must be None or a list of names like ['POST'], got {methods!r}")
 
 

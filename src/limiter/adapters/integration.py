@@ -24,7 +24,6 @@ from typing import (
     Any,
     Callable,
     Dict,
-    FrozenSet,
     Iterable,
     List,
     Optional,
@@ -36,7 +35,7 @@ from typing import (
 from ..clock import Clock
 from ..ratelimiter import RateLimiter
 from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, LimiterSpec, check_deduct_when, is_async_callable
+from ..rules import DeductWhen, LimiterSpec, check_deduct_when, is_async_callable, method_set
 from .common import (
     Deferred,
     Guard,
@@ -75,16 +74,6 @@ MAX_RATES_PER_SCOPE = 256
 
 #: Options of the default limit only; a view's own limit sets its own.
 _DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
-
-
-def _methods(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
-    if methods is None:
-        return None
-    if isinstance(methods, Iterable) and not isinstance(methods, (str, bytes)):
-        names = list(methods)
-        if all(isinstance(name, str) for name in names):
-            return frozenset(name.upper() for name in names)
-    raise TypeError(f"methods must be None or a list of names like ['POST'], got {methods!r}")
 
 
 def check_rate(rate: object) -> RateSpec:
@@ -136,7 +125,7 @@ class RouteLimit:
         self.scope = scope
         self.key_func = key_func
         self.cost = cost
-        self.methods = _methods(methods)
+        self.methods = method_set(methods)
         self.deduct_when = check_deduct_when(deduct_when)
 
     def __repr__(self) -> str:
@@ -329,8 +318,9 @@ class Integration:
 
         Several guards are checked in order and the first refusal wins; a
         limit checked before it keeps its charge (as stacked decorators do in
-        the peers).  For all-or-nothing, put the limits in one rate string:
-        ``"10/minute;100/hour"``.
+        the peers), unless it has a ``deduct_when`` that the refusal's status
+        does not match.  For all-or-nothing, put the limits in one rate
+        string: ``"10/minute;100/hour"``.
         """
         if not self.enabled or not guards:
             return NOT_LIMITED
@@ -338,6 +328,9 @@ class Integration:
         for guard in guards:
             outcome = guard.decide(request)
             if isinstance(outcome, Response):
+                # The view will not run: earlier deduct_when charges are settled
+                # with the refusal's status (refunded unless it matches).
+                Decision(None, outcomes).headers(outcome.status)
                 return Decision(outcome)
             outcomes.append(outcome)
         return Decision(None, outcomes)
@@ -353,6 +346,7 @@ class Integration:
             else:
                 outcome = await guard.adecide(request)
             if isinstance(outcome, Response):
+                await Decision(None, outcomes).aheaders(outcome.status)
                 return Decision(outcome)
             outcomes.append(outcome)
         return Decision(None, outcomes)
