@@ -9,7 +9,7 @@ keys on the client address (loopback: one hot key).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List
+from typing import Any, Callable, ClassVar, Dict, Iterable, List
 
 from .peers import HIGH
 
@@ -122,6 +122,151 @@ def flask_flask_limiter() -> Any:
     return app
 
 
+def flask_ours_default() -> Any:
+    from limiter.adapters.flask import RateLimit
+
+    app = flask_bare()
+    RateLimit(app, default=HIGH_TEXT)
+    return app
+
+
+def flask_ours_route() -> Any:
+    from flask import Flask
+
+    from limiter.adapters.flask import RateLimit
+
+    app = Flask("bench")
+    rl = RateLimit(app)
+
+    @app.route("/")
+    @rl.limit(HIGH_TEXT)
+    def home() -> str:
+        return "hello, world"
+
+    return app
+
+
+def flask_flask_limiter_route() -> Any:
+    from flask import Flask
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    app = Flask("bench")
+    limiter = Limiter(get_remote_address, app=app, storage_uri="memory://")
+
+    @app.route("/")
+    @limiter.limit(HIGH_TEXT)
+    def home() -> str:
+        return "hello, world"
+
+    return app
+
+
+# -- FastAPI ---------------------------------------------------------------------
+
+
+def fastapi_bare(limit: str = "") -> Any:
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import PlainTextResponse
+
+    app = FastAPI()
+    if limit == "ours":
+        from limiter.adapters.fastapi import RateLimit
+
+        rl = RateLimit(app)
+        dependencies = [Depends(rl.limit(HIGH_TEXT))]
+    elif limit == "ours-default":
+        from limiter.adapters.fastapi import RateLimit
+
+        RateLimit(app, default=HIGH_TEXT)
+        dependencies = []
+    else:
+        dependencies = []
+
+    @app.get("/", dependencies=dependencies)
+    async def home() -> PlainTextResponse:
+        return PlainTextResponse("hello, world")
+
+    return app
+
+
+def fastapi_slowapi() -> Any:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import PlainTextResponse
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.util import get_remote_address
+
+    app = FastAPI()
+    limiter = Limiter(key_func=get_remote_address)
+    app.state.limiter = limiter
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
+
+    async def home(request: Request) -> PlainTextResponse:  # slowapi needs the request
+        return PlainTextResponse("hello, world")
+
+    # This module's annotations are strings, and Request is a local name here:
+    # give FastAPI the class, or it takes "request" for a query parameter.
+    home.__annotations__["request"] = Request
+    app.get("/")(limiter.limit(HIGH_TEXT)(home))
+    return app
+
+
+# -- Django ----------------------------------------------------------------------
+
+
+class _DjangoURLs:
+    urlpatterns: ClassVar[List[Any]] = []
+
+
+def _django(middleware: List[str], view: Any) -> Any:
+    import django
+    from django.conf import settings
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.urls import clear_url_caches, path
+
+    if not settings.configured:
+        settings.configure(
+            DEBUG=False,
+            ALLOWED_HOSTS=["*"],
+            ROOT_URLCONF=_DjangoURLs,
+            MIDDLEWARE=[],
+            CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+            RATE_LIMIT={"default": HIGH_TEXT},
+        )
+        django.setup()
+    settings.MIDDLEWARE = middleware
+    _DjangoURLs.urlpatterns = [path("", view)]
+    clear_url_caches()
+    return WSGIHandler()  # loads MIDDLEWARE now: each app keeps its own stack
+
+
+def _django_home(request: Any) -> Any:
+    from django.http import HttpResponse
+
+    return HttpResponse(b"hello, world", content_type="text/plain")
+
+
+def django_bare() -> Any:
+    return _django([], _django_home)
+
+
+def django_ours() -> Any:
+    return _django(["limiter.adapters.django.RateLimitMiddleware"], _django_home)
+
+
+def django_ours_route() -> Any:
+    from limiter.adapters.django import ratelimit
+
+    return _django([], ratelimit(HIGH_TEXT)(_django_home))
+
+
+def django_django_ratelimit() -> Any:
+    from django_ratelimit.decorators import ratelimit
+
+    return _django([], ratelimit(key="ip", rate=f"{HIGH}/s", block=True)(_django_home))
+
+
 # -- http.server -----------------------------------------------------------------
 
 
@@ -161,6 +306,17 @@ APPS: Dict[str, List[Any]] = {
     "flask": [flask_bare, "wsgi", ""],
     "flask+limiter": [flask_ours, "wsgi", "tokenlimiter"],
     "flask+flask-limiter": [flask_flask_limiter, "wsgi", "flask-limiter"],
+    "flask+RateLimit(default)": [flask_ours_default, "wsgi", "tokenlimiter"],
+    "flask+@rl.limit": [flask_ours_route, "wsgi", "tokenlimiter"],
+    "flask+@flask-limiter.limit": [flask_flask_limiter_route, "wsgi", "flask-limiter"],
+    "fastapi": [fastapi_bare, "asgi", ""],
+    "fastapi+Depends(rl.limit)": [lambda: fastapi_bare("ours"), "asgi", "tokenlimiter"],
+    "fastapi+RateLimit(default)": [lambda: fastapi_bare("ours-default"), "asgi", "tokenlimiter"],
+    "fastapi+@slowapi.limit": [fastapi_slowapi, "asgi", "slowapi"],
+    "django": [django_bare, "wsgi", ""],
+    "django+RateLimitMiddleware": [django_ours, "wsgi", "tokenlimiter"],
+    "django+@ratelimit": [django_ours_route, "wsgi", "tokenlimiter"],
+    "django+@django-ratelimit": [django_django_ratelimit, "wsgi", "django-ratelimit"],
     "http.server": [lambda: httpserver_handler(False), "httpserver", ""],
     "http.server+limiter": [lambda: httpserver_handler(True), "httpserver", "tokenlimiter"],
 }

@@ -167,7 +167,27 @@ GROUPS: List[Tuple[str, str, List[str]]] = [
     ("ASGI, raw app", "asgi.raw", ["asgi.raw+limiter"]),
     ("Starlette", "starlette", ["starlette+limiter", "starlette+slowapi"]),
     ("WSGI, raw app", "wsgi.raw", ["wsgi.raw+limiter"]),
-    ("Flask", "flask", ["flask+limiter", "flask+flask-limiter"]),
+    (
+        "Flask",
+        "flask",
+        [
+            "flask+limiter",
+            "flask+RateLimit(default)",
+            "flask+@rl.limit",
+            "flask+flask-limiter",
+            "flask+@flask-limiter.limit",
+        ],
+    ),
+    (
+        "FastAPI",
+        "fastapi",
+        ["fastapi+Depends(rl.limit)", "fastapi+RateLimit(default)", "fastapi+@slowapi.limit"],
+    ),
+    (
+        "Django",
+        "django",
+        ["django+RateLimitMiddleware", "django+@ratelimit", "django+@django-ratelimit"],
+    ),
     ("http.server", "http.server", ["http.server+limiter"]),
 ]
 

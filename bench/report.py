@@ -93,6 +93,15 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
             "n/a" if not o else _span(o, " us"),
             "middleware",
         )
+    for ours, peer in INTEGRATION_PEERS:
+        o, p = mw.get(ours), mw.get(peer)
+        ratio = p["median"] / o["median"] if o and p and o["median"] > 0 else math.nan
+        add(
+            f"{ours} overhead <= 1/10 of {peer}'s",
+            None if math.isnan(ratio) else ratio >= 10.0,
+            "n/a" if math.isnan(ratio) else f"{ratio:.1f}x cheaper",
+            "middleware",
+        )
     rd = _data(results, "redis")
     vp = rd.get("vs_ping", {}).get("limiter check()")
     add(
@@ -427,6 +436,15 @@ def md_memory(sec: Section) -> List[str]:
         ],
     )
     return lines
+
+
+#: (our integration, the peer it replaces): issue 12's target is a tenth of the peer's overhead.
+INTEGRATION_PEERS = [
+    ("flask+RateLimit(default)", "flask+flask-limiter"),
+    ("flask+@rl.limit", "flask+@flask-limiter.limit"),
+    ("fastapi+Depends(rl.limit)", "fastapi+@slowapi.limit"),
+    ("django+@ratelimit", "django+@django-ratelimit"),
+]
 
 
 @_section("middleware", "3. Middleware overhead per request")
