@@ -261,6 +261,66 @@ def test_methods_limits_only_those_methods() -> None:
     assert site.statuses("/login", 3, "POST") == [200, 200, 429]
 
 
+def test_a_get_only_limit_covers_head_too() -> None:
+    site = Site()
+
+    @site.app.get("/report")
+    @site.rl.limit("2/minute", methods=["GET"])
+    def report() -> str:
+        return "report"
+
+    site.start()
+    # Flask answers HEAD with the GET view: not a way around the limit.
+    assert site.statuses("/report", 3, "HEAD") == [200, 200, 429]
+    assert site.statuses("/report", 1) == [429]
+
+
+def test_views_made_by_one_factory_function_do_not_share_unless_named() -> None:
+    def make_view(site: Site, text: str, **limit: Any) -> Any:
+        @site.rl.limit("2/minute", **limit)
+        def view() -> str:  # the same __qualname__ for every view made here
+            return text
+
+        return view
+
+    site = Site()
+    bp = Blueprint("v1", __name__, url_prefix="/v1")
+    site.app.add_url_rule("/x", "x", make_view(site, "x"))
+    site.app.add_url_rule("/y", "y", make_view(site, "y"))
+    bp.add_url_rule("/x", "x", make_view(site, "x"))  # endpoint "v1.x"
+    site.app.register_blueprint(bp)
+    site.start()
+    assert site.statuses("/x", 3) == [200, 200, 429]
+    assert site.statuses("/y", 3) == [200, 200, 429]
+    assert site.statuses("/v1/x", 3) == [200, 200, 429]
+
+    named = Site()
+    named.app.add_url_rule("/x", "x", make_view(named, "x", name="xy"))
+    named.app.add_url_rule("/y", "y", make_view(named, "y", name="xy"))
+    named.start()
+    assert named.statuses("/x", 1) + named.statuses("/y", 2) == [200, 200, 429]
+
+
+def test_a_stacked_limits_refusal_refunds_an_outer_deduct_when_charge() -> None:
+    site = Site()
+
+    @site.app.get("/")
+    @site.rl.limit("2/hour", deduct_when=lambda status: status == 401)
+    @site.rl.limit("1/minute")
+    def index() -> str:
+        return "ok"
+
+    site.start()
+    replies = [site.send() for _ in range(2)]
+    assert [(r[0], limit_headers(r[1])) for r in replies] == [
+        (200, x_headers(2, 2, 0)),  # taken on admission, given back: 200 is not 401
+        (429, [*x_headers(1, 0, 60), ("Retry-After", "60")]),  # the inner limit's
+    ]
+    site.clock.advance(60)
+    # The 429 did not match either: the outer limit is still full (reset: now).
+    assert limit_headers(site.send()[1]) == x_headers(2, 2, 60)
+
+
 def test_stacked_limits_all_apply_the_outermost_first_and_its_headers_shown() -> None:
     site = Site()
 
@@ -366,6 +426,80 @@ def test_a_method_view_with_a_limited_method() -> None:
     assert (status, limit_headers(headers)) == (200, [])
 
 
+def test_class_views_of_one_endpoint_name_in_two_blueprints_do_not_share() -> None:
+    site = Site()
+    v1 = Blueprint("v1", __name__, url_prefix="/v1")
+    v2 = Blueprint("v2", __name__, url_prefix="/v2")
+
+    class A(MethodView):
+        decorators: ClassVar[List[Any]] = [site.rl.limit("2/minute")]
+
+        def get(self) -> str:
+            return "a"
+
+    class B(MethodView):
+        decorators: ClassVar[List[Any]] = [site.rl.limit("2/minute")]
+
+        def get(self) -> str:
+            return "b"
+
+    v1.add_url_rule("/items", view_func=A.as_view("items"))
+    v2.add_url_rule("/items", view_func=B.as_view("items"))
+    site.app.register_blueprint(v1)
+    site.app.register_blueprint(v2)
+    site.start()
+    assert site.statuses("/v1/items", 3) == [200, 200, 429]
+    assert site.statuses("/v2/items", 3) == [200, 200, 429]
+
+
+def test_a_subclass_inheriting_a_limited_method_has_its_own_buckets() -> None:
+    site = Site()
+
+    class Base(MethodView):
+        @site.rl.limit("2/minute")
+        def get(self) -> str:
+            return type(self).__name__
+
+    class Child(Base):
+        pass
+
+    site.app.add_url_rule("/base", view_func=Base.as_view("base"))
+    site.app.add_url_rule("/child", view_func=Child.as_view("child"))
+    site.start()
+    assert site.statuses("/base", 3) == [200, 200, 429]
+    assert site.statuses("/child", 1) + site.statuses("/child", 2, "HEAD") == [200, 200, 429]
+    # One RouteLimit per serving class, built on its first request and kept.
+    limit = Base.get.__limiter_limits__[0]  # type: ignore[attr-defined]
+    here = f"{__name__}.test_a_subclass_inheriting_a_limited_method_has_its_own_buckets"
+    assert sorted(limit.routes) == [f"{here}.<locals>.Base.get", f"{here}.<locals>.Child.get"]
+    state = site.app.extensions[EXTENSION]
+    assert state.views["child"]["GET"] == state.views["child"]["HEAD"]  # the same guard
+
+
+def test_class_views_given_one_name_share_their_buckets() -> None:
+    site = Site()
+
+    class A(MethodView):
+        decorators: ClassVar[List[Any]] = [site.rl.limit("2/minute", name="catalog")]
+
+        def get(self) -> str:
+            return "a"
+
+    class Base(MethodView):
+        @site.rl.limit("2/minute", name="catalog")
+        def get(self) -> str:
+            return "base"
+
+    class Child(Base):
+        pass
+
+    site.app.add_url_rule("/a", view_func=A.as_view("a"))
+    site.app.add_url_rule("/child", view_func=Child.as_view("child"))
+    site.start()
+    assert site.statuses("/a", 1) + site.statuses("/child", 2) == [200, 200, 429]
+    assert site.statuses("/a", 1) == [429]
+
+
 # -- plans, deduct_when -----------------------------------------------------------------
 
 
@@ -438,6 +572,40 @@ def test_in_production_a_view_error_is_the_500_that_deduct_when_sees(
         (429, [*x_headers(2, 0, 60), ("Retry-After", "30")]),
     ]
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError, RuntimeError]
+
+
+def test_a_view_error_answered_500_refunds_a_charge_that_does_not_match() -> None:
+    site = Site()
+    site.app.testing = False  # Flask answers 500 and runs after_request for it
+
+    @site.app.get("/boom")
+    @site.rl.limit("2/minute", deduct_when=lambda status: status == 401)
+    def boom() -> str:
+        raise RuntimeError("bug in the view")
+
+    site.start()
+    replies = [site.send("/boom") for _ in range(3)]
+    assert [(r[0], limit_headers(r[1])) for r in replies] == [(500, x_headers(2, 2, 0))] * 3
+
+
+def test_a_propagated_view_error_keeps_its_deduct_when_charge() -> None:
+    site = Site()  # testing: the exception leaves Flask, no after_request runs
+
+    @site.app.get("/boom")
+    @site.rl.limit("2/minute", deduct_when=lambda status: status == 401)
+    def boom() -> str:
+        raise RuntimeError("bug in the view")
+
+    site.start()
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="bug in the view"):
+            site.send("/boom")
+    # Nothing settled the two charges: they were kept.
+    assert site.send("/boom") == (
+        429,
+        [*x_headers(2, 0, 60), ("Retry-After", "30"), *JSON_TAIL],
+        DENIED_BODY,
+    )
 
 
 def test_head_on_a_limited_view_gets_the_429_headers_and_no_body() -> None:

@@ -46,7 +46,6 @@ from .integration import (
     RateSpec,
     RouteLimit,
     check_rate,
-    view_scope,
 )
 from .wsgi import request_info
 
@@ -97,12 +96,63 @@ Before = Callable[[], Optional[flask.Response]]
 After = Callable[[flask.Response], flask.Response]
 
 
-def _scope(func: Callable[..., Any], name: Optional[str]) -> str:
-    if name is None and getattr(func, "__qualname__", "").endswith("as_view.<locals>.view"):
-        # Flask's View.as_view renames its closure to the endpoint name before
-        # applying ``decorators``; its qualname is the same for every class view.
-        return f"{func.__module__}.{func.__name__}"
-    return view_scope(func, name)
+class _ViewLimit:
+    """One ``limit`` decorator on one view: its arguments and, per scope, its ``RouteLimit``.
+
+    The scope of an unnamed limit is known only once the view is served: the
+    view class (the subclass actually serving it) or the endpoint.  Each
+    ``RouteLimit`` is built once per scope and kept, so the integration's
+    guard cache (by ``RouteLimit``) and the buckets stay the same.
+    """
+
+    __slots__ = ("cost", "deduct_when", "key_func", "methods", "name", "rate", "routes")
+
+    def __init__(
+        self,
+        rate: RateSpec,
+        name: Optional[str],
+        key_func: Optional[KeyFunc],
+        cost: Cost,
+        methods: Optional[Iterable[str]],
+        deduct_when: Optional[DeductWhen],
+    ) -> None:
+        # Checked now (a bad argument fails at import), with a stand-in scope if unnamed.
+        checked = RouteLimit(
+            rate,
+            scope="?" if name is None else name,
+            key_func=key_func,
+            cost=cost,
+            methods=methods,
+            deduct_when=deduct_when,
+        )
+        self.name = name
+        self.rate = checked.rate
+        self.key_func = key_func
+        self.cost = cost
+        self.methods = checked.methods  # a one-shot iterable is read once
+        self.deduct_when = checked.deduct_when
+        self.routes: Dict[str, RouteLimit] = {} if name is None else {name: checked}
+
+    def route(self, scope: str) -> RouteLimit:
+        """The ``RouteLimit`` in ``scope``, unless ``name`` was given (it wins)."""
+        if self.name is not None:
+            scope = self.name
+        route = self.routes.get(scope)
+        if route is None:
+            built = RouteLimit(
+                self.rate,
+                scope=scope,
+                key_func=self.key_func,
+                cost=self.cost,
+                methods=self.methods,
+                deduct_when=self.deduct_when,
+            )
+            route = self.routes.setdefault(scope, built)  # one per scope, even if raced
+        return route
+
+
+def _class_scope(view_class: type) -> str:
+    return f"{view_class.__module__}.{view_class.__qualname__}"
 
 
 def _refuse_async(owner: str, **funcs: Any) -> None:
@@ -135,15 +185,27 @@ class _AppState:
 
     def guards_for(self, endpoint: str, method: str) -> List[Guard]:
         view = self.app.view_functions.get(endpoint)
-        routes: List[RouteLimit] = list(getattr(view, _LIMITS, ()))
+        limits: Iterable[_ViewLimit] = getattr(view, _LIMITS, ())
         exempt = bool(getattr(view, _EXEMPT, False))
         view_class = getattr(view, "view_class", None)
+        if isinstance(view_class, type):
+            # A class-based view (its ``decorators``): the class serving it.
+            scope = _class_scope(view_class)
+        else:
+            # A function view: its endpoint (blueprint-qualified, unique in the
+            # app, the same in every process), under the function's module.
+            scope = f"{getattr(view, '__module__', None) or '?'}:{endpoint}"
+        routes = [limit.route(scope) for limit in limits]
         if isinstance(view_class, type) and issubclass(view_class, MethodView):
             handler = getattr(view_class, method.lower(), None)
             if handler is None and method == "HEAD":  # as MethodView dispatches it
                 handler = getattr(view_class, "get", None)
-            routes.extend(getattr(handler, _LIMITS, ()))
-            exempt = exempt or bool(getattr(handler, _EXEMPT, False))
+            if handler is not None:
+                # Per method of the serving class: a subclass inheriting a
+                # limited ``get`` has buckets of its own; ``head = get`` shares.
+                scope = f"{_class_scope(view_class)}.{getattr(handler, '__name__', method.lower())}"
+                routes.extend(limit.route(scope) for limit in getattr(handler, _LIMITS, ()))
+                exempt = exempt or bool(getattr(handler, _EXEMPT, False))
         if routes:
             guards = self.integration.guards(routes, method) or _NO_GUARDS
             for guard in guards:
@@ -283,8 +345,13 @@ class RateLimit:
 
         ``rate``: a rate string (parsed now: a typo fails at import), a
         ``RateLimiter``, or a function of the ``RequestInfo`` returning either
-        (plans).  Each decorated view has buckets of its own, unless several
-        share a ``name``.  ``key_func`` (``None``: the ``RateLimit``'s),
+        (plans).  Each view has buckets of its own, unless several limits
+        share a ``name`` (an explicit ``name`` always wins): a function view's
+        are its endpoint's (``"<module>:<endpoint>"``, the endpoint
+        blueprint-qualified), so views made by one factory function do not
+        share; a class-based view's are its class's (the subclass serving
+        the request, ``"<module>.<qualname>"``, plus ``".<method>"`` for a
+        limit on a ``MethodView`` method).  ``key_func`` (``None``: the ``RateLimit``'s),
         ``cost`` (tokens, or a function of the request), ``methods`` (e.g.
         ``["POST"]``: other methods are not limited by this limit, nor by the
         default) and ``deduct_when`` (``status -> bool``: charge only
@@ -293,15 +360,7 @@ class RateLimit:
         response shows the outermost one's headers.  Works on blueprint
         views, in a class view's ``decorators`` and on a ``MethodView`` method.
         """
-        # Checked now, with a stand-in scope; the real one is the view's.
-        RouteLimit(
-            rate,
-            scope=name or "?",
-            key_func=key_func,
-            cost=cost,
-            methods=methods,
-            deduct_when=deduct_when,
-        )
+        limit = _ViewLimit(rate, name, key_func, cost, methods, deduct_when)
         _refuse_async("limit", rate=rate, key_func=key_func, cost=cost)
         if isinstance(rate, RateLimiter):
             _sync_store(rate.store, f"the store of {rate!r}")
@@ -309,16 +368,8 @@ class RateLimit:
         def decorate(view: F) -> F:
             if not callable(view):
                 raise TypeError(f"limit(...) decorates a view function, got {view!r}")
-            route = RouteLimit(
-                rate,
-                scope=_scope(view, name),
-                key_func=key_func,
-                cost=cost,
-                methods=methods,
-                deduct_when=deduct_when,
-            )
             # Prepended: decorators apply bottom-up, so this keeps the order as written.
-            setattr(view, _LIMITS, (route, *getattr(view, _LIMITS, ())))
+            setattr(view, _LIMITS, (limit, *getattr(view, _LIMITS, ())))
             return view
 
         return decorate
