@@ -10,6 +10,7 @@ only through the ``ManualClock`` given as ``RATE_LIMIT["clock"]``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import subprocess
@@ -22,8 +23,8 @@ import django
 import httpx
 import pytest
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpResponse, JsonResponse
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, SuspiciousOperation
+from django.http import Http404, HttpResponse, JsonResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path, re_path
 from django.utils.decorators import method_decorator
@@ -173,8 +174,67 @@ def broken(request: Any) -> HttpResponse:
     return HttpResponse(b"never")
 
 
+def outcome(request: Any) -> HttpResponse:
+    """What ``?do=`` asks for: an HTTP error raised, a crash, or a response."""
+    do = request.GET.get("do", "403")
+    if do == "403":
+        raise PermissionDenied("no")
+    if do == "404":
+        raise Http404("none")
+    if do == "400":
+        raise SuspiciousOperation("odd")
+    if do == "crash":
+        raise RuntimeError("the view crashed")
+    return HttpResponse(do.encode(), status=int(do))
+
+
+@ratelimit("2/minute", deduct_when=lambda status: status == 401)
+def guarded(request: Any) -> HttpResponse:
+    return outcome(request)
+
+
+@ratelimit("2/minute", deduct_when=lambda status: status == 401)
+async def aguarded(request: Any) -> HttpResponse:
+    return outcome(request)
+
+
+@ratelimit("2/minute")
+def charged(request: Any) -> HttpResponse:
+    return outcome(request)
+
+
+@ratelimit("2/minute")
+async def acharged(request: Any) -> HttpResponse:
+    return outcome(request)
+
+
+@method_decorator(ratelimit("2/minute", deduct_when=lambda status: status == 401), name="dispatch")
+class Guarded(View):
+    def get(self, request: Any) -> HttpResponse:
+        return outcome(request)
+
+
+@method_decorator(
+    [ratelimit("3/minute", name="stacked-cbv-outer"), ratelimit("1/minute")], name="dispatch"
+)
+class StackedItems(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse(b"stacked items")
+
+
+def missing(request: Any) -> HttpResponse:
+    raise Http404("no such item")
+
+
 class urls:
     urlpatterns: ClassVar[List[Any]] = [
+        path("guarded", guarded),
+        path("aguarded", aguarded),
+        path("charged", charged),
+        path("acharged", acharged),
+        path("guarded-cbv", Guarded.as_view()),
+        path("missing", missing),
+        path("stacked-cbv", StackedItems.as_view()),
         path("plain", plain),
         path("other", plain),
         path("health", plain),
@@ -261,10 +321,12 @@ class TestDjangoConformance(AdapterConformance):
         overridden.enable()
         try:
             # Loads the middleware now: bad options fail here, as at start-up.
-            return overridden, self.make_client()
+            app = overridden, self.make_client()
         except BaseException:
             overridden.disable()
             raise
+        self.__dict__.setdefault("_enabled", []).append(overridden)
+        return app
 
     def make_client(self) -> Any:
         client = Client()
@@ -272,7 +334,13 @@ class TestDjangoConformance(AdapterConformance):
         return client
 
     def close_app(self, app: Any) -> None:
-        app[0].disable()
+        # Each override_settings restores the settings of when it was enabled,
+        # so nested ones must be disabled innermost first; the suite closes its
+        # apps in the order they were made (the others would leak to the tests
+        # that come next).
+        enabled: List[Any] = self.__dict__.setdefault("_enabled", [])
+        while app[0] in enabled:
+            enabled.pop().disable()
 
     def request(
         self,
@@ -372,6 +440,48 @@ def test_the_third_request_of_a_2_per_minute_view_gets_the_exact_429(
     assert statuses(client, "/one", 2) == [200, 429]
 
 
+def not_found_exchange(replies: List[Any]) -> None:
+    """Four requests to paths of no view under a ``2/minute`` default."""
+    assert [r.status_code for r in replies] == [404, 404, 429, 429]
+    assert [rl(r) for r in replies[:2]] == [x(2, 1, 30), x(2, 0, 60)]
+    assert replies[0]["Content-Type"] == "text/html; charset=utf-8"  # Django's own 404
+    for denied in replies[2:]:
+        assert denied.content == DENIED_BODY
+        assert list(denied.headers.items()) == [
+            *x(2, 0, 60),
+            ("Retry-After", "30"),
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(DENIED_BODY))),
+        ]
+
+
+def test_paths_of_no_view_count_against_the_default(clock: ManualClock) -> None:
+    with rate_limited({"default": "2/minute", "clock": clock, "exempt_paths": ["/static/*"]}):
+        client = Client()
+        not_found_exchange([client.get(p) for p in ("/nope", "/wp-admin", "/nope", "/.env")])
+        # The default's buckets are the views' buckets: scanning spent them.
+        assert client.get("/plain").status_code == 429
+        # Exempt paths stay exempt, found or not.
+        gone = client.get("/static/gone.css")
+        assert (gone.status_code, rl(gone)) == (404, [])
+    with rate_limited({"clock": clock}):  # no default: nothing to count them against
+        assert {r.status_code for r in (Client().get("/nope") for _ in range(3))} == {404}
+
+
+def test_paths_of_no_view_count_against_the_default_under_asgi(clock: ManualClock) -> None:
+    async def run() -> List[Any]:
+        client = AsyncClient()
+        return [await client.get(p) for p in ("/nope", "/wp-admin", "/nope", "/.env")]
+
+    with rate_limited({"default": "2/minute", "clock": clock}):
+        not_found_exchange(asyncio.run(run()))
+
+
+def test_a_view_raising_http404_is_counted_once(client: Client) -> None:
+    replies = [client.get("/missing") for _ in range(2)]
+    assert [(r.status_code, rl(r)) for r in replies] == [(404, x(10, 9, 6)), (404, x(10, 8, 12))]
+
+
 def test_exempt_paths_are_exact_or_prefixes(client: Client) -> None:
     for path_ in ("/health", "/static/app.css"):
         replies = [client.get(path_) for _ in range(12)]
@@ -397,6 +507,35 @@ def test_class_based_view_with_method_decorator_on_dispatch(client: Client) -> N
     assert rl(replies[1]) == x(2, 0, 60)
     # Another class-based view with the same decorator has buckets of its own.
     assert statuses(client, "/things", 3) == [200, 200, 429]
+
+
+def test_method_decorator_builds_the_call_once_per_method_and_class() -> None:
+    # method_decorator hands the decorator a new partial of the bound method on
+    # every request; what ratelimit derives from it is built once per class.
+    limit = ratelimit("2/minute")
+
+    class First(View):
+        pass
+
+    class Second(View):
+        pass
+
+    def per_request(cls: type) -> Any:
+        bound = functools.wraps(View.dispatch)(functools.partial(View.dispatch.__get__(cls())))
+        return limit(bound)
+
+    a, b, c = per_request(First), per_request(First), per_request(Second)
+    assert a.func is b.func  # the same call, with the view of each request
+    assert a.args[0] is not b.args[0]
+    assert a.func is not c.func  # another class: another call, with its own buckets
+
+
+def test_stacked_method_decorators_on_dispatch(client: Client) -> None:
+    first = client.get("/stacked-cbv")
+    assert (first.status_code, rl(first)) == (200, x(3, 2, 20))  # the outer one's headers
+    second = client.get("/stacked-cbv")
+    assert (second.status_code, second.content) == (429, DENIED_BODY)
+    assert rl(second) == [*x(1, 0, 60), ("Retry-After", "60")]
 
 
 def test_class_based_view_with_a_decorated_method(client: Client) -> None:
@@ -463,6 +602,57 @@ def test_deduct_when_counts_only_failed_logins(client: Client, clock: ManualCloc
     assert client.get("/login").status_code == 401  # GET is not limited by it
     clock.advance(30)
     assert client.post("/login", {"password": "right"}).status_code == 200
+
+
+@pytest.mark.parametrize("view", ["/guarded", "/aguarded", "/guarded-cbv"])
+@pytest.mark.parametrize("raised", ["403", "404", "400"])
+def test_http_errors_a_view_raises_are_settled_and_get_the_headers(
+    client: Client, view: str, raised: str
+) -> None:
+    # deduct_when=status == 401: the charge taken on admission is given back.
+    replies = [client.get(view, {"do": raised}) for _ in range(4)]
+    assert [r.status_code for r in replies] == [int(raised)] * 4
+    assert {tuple(rl(r)) for r in replies} == {tuple(x(2, 2, 0))}
+    # The response is Django's own for the exception.
+    assert replies[0]["Content-Type"] == "text/html; charset=utf-8"
+    # A 401 is charged.
+    unauthorized = [client.get(view, {"do": "401"}) for _ in range(3)]
+    assert [(r.status_code, rl(r)) for r in unauthorized] == [
+        (401, x(2, 1, 30)),
+        (401, x(2, 0, 60)),
+        (429, [*x(2, 0, 60), ("Retry-After", "30")]),
+    ]
+
+
+@pytest.mark.parametrize("view", ["/charged", "/acharged"])
+def test_http_errors_count_against_a_plain_limit_with_headers(client: Client, view: str) -> None:
+    replies = [client.get(view, {"do": "403"}) for _ in range(3)]
+    assert [(r.status_code, rl(r)) for r in replies] == [
+        (403, x(2, 1, 30)),
+        (403, x(2, 0, 60)),
+        (429, [*x(2, 0, 60), ("Retry-After", "30")]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("view", "charged"),
+    [("/guarded", False), ("/aguarded", False), ("/charged", True), ("/acharged", True)],
+)
+def test_a_crashing_view_settles_as_500_and_the_exception_propagates(
+    clock: ManualClock, view: str, charged: bool
+) -> None:
+    with rate_limited({"default": "10/minute", "clock": clock}):
+        # Django's own handling runs: the test client re-raises, a server answers 500.
+        with pytest.raises(RuntimeError, match="the view crashed"):
+            Client().get(view, {"do": "crash"})
+        quiet = Client(raise_request_exception=False)
+        assert quiet.get(view, {"do": "crash"}).status_code == 500
+        # deduct_when(500) is false: given back; a plain limit keeps the charge.
+        after = quiet.get(view, {"do": "200"})
+        if charged:
+            assert (after.status_code, after.content) == (429, DENIED_BODY)
+        else:
+            assert (after.status_code, rl(after)) == (200, x(2, 2, 0))
 
 
 def test_stacked_decorators_all_apply(client: Client) -> None:

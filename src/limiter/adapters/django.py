@@ -25,13 +25,21 @@ import difflib
 import functools
 import inspect
 import threading
+from types import FunctionType
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Pattern, Sequence, Tuple, TypeVar
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings  # type: ignore[import-untyped]
-from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
+from django.core.exceptions import (  # type: ignore[import-untyped]
+    BadRequest,
+    ImproperlyConfigured,
+    PermissionDenied,
+    SuspiciousOperation,
+)
+from django.core.handlers.exception import response_for_exception  # type: ignore[import-untyped]
 from django.core.signals import setting_changed  # type: ignore[import-untyped]
-from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
+from django.http import Http404, HttpRequest, HttpResponse  # type: ignore[import-untyped]
+from django.http.multipartparser import MultiPartParserError  # type: ignore[import-untyped]
 from django.http.response import HttpResponseBase  # type: ignore[import-untyped]
 
 from ..request import Cost, KeyFunc, RequestInfo
@@ -262,14 +270,22 @@ def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
     return bool(getattr(handler, _MARK, False))
 
 
+def _unresolved(request: HttpRequest, response: Any) -> bool:
+    """Whether ``response`` is the 404 of a path that resolved to no view
+    (``process_view`` did not run: ``request.resolver_match`` was never set)."""
+    return getattr(response, "status_code", None) == 404 and request.resolver_match is None
+
+
 class RateLimitMiddleware:
     """Apply ``settings.RATE_LIMIT["default"]`` to every view without a ``ratelimit``.
 
     Add ``"limiter.adapters.django.RateLimitMiddleware"`` to ``MIDDLEWARE``
     (early: a request refused by a middleware before it is not counted).
-    Paths under ``exempt_paths`` and requests that resolve to no view (404)
-    are not limited.  Allowed responses get the rate-limit headers; limited
-    requests get the 429 JSON response without running the view.
+    Paths under ``exempt_paths`` are not limited.  Allowed responses get the
+    rate-limit headers; limited requests get the 429 JSON response without
+    running the view.  A request whose path resolves to no view is counted
+    against the default once Django has answered it with its 404: allowed,
+    the 404 gets the headers; refused, the 429 replaces it.
 
     Sync and async capable: under ASGI it awaits the store.  The settings are
     checked when Django builds the middleware (``ImproperlyConfigured``).
@@ -294,6 +310,11 @@ class RateLimitMiddleware:
         decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
         if decision is not None:
             _add_headers(response, decision.headers(response.status_code))
+        elif _unresolved(request, response):
+            guards = self._default_guards(request)
+            if guards:
+                decision = _decide(_current().integration, guards, request)
+                return self._not_found(request, response, decision, decision.headers(404))
         return response
 
     async def __acall__(self, request: HttpRequest) -> Any:
@@ -301,17 +322,39 @@ class RateLimitMiddleware:
         decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
         if decision is not None:
             _add_headers(response, await decision.aheaders(response.status_code))
+        elif _unresolved(request, response):
+            guards = self._default_guards(request)
+            if guards:
+                decision = await _adecide(_current().integration, guards, request)
+                return self._not_found(request, response, decision, await decision.aheaders(404))
         return response
 
-    def _guards(self, request: HttpRequest, view_func: Callable[..., Any]) -> List[Guard]:
+    @staticmethod
+    def _not_found(
+        request: HttpRequest, response: Any, decision: Decision, headers: HeaderList
+    ) -> Any:
+        # A path that matches no URL pattern: counted against the default, as
+        # the Flask and FastAPI integrations count their 404s (URL scanning).
+        if decision.response is not None:
+            return _http_response(decision.response, request.method or "GET")
+        _add_headers(response, headers)
+        return response
+
+    @staticmethod
+    def _default_guards(request: HttpRequest) -> List[Guard]:
+        """The default, unless there is none, it is off, or the path is exempt."""
         config = _current()
         default = config.default
         if default is None or not config.integration.enabled:
             return []
-        method = request.method or "GET"
-        if _has_own_limit(view_func, method) or config.exempt_path(request.path):
+        if config.exempt_path(request.path):
             return []
         return [default]
+
+    def _guards(self, request: HttpRequest, view_func: Callable[..., Any]) -> List[Guard]:
+        if _has_own_limit(view_func, request.method or "GET"):
+            return []
+        return self._default_guards(request)
 
     def process_view(
         self,
@@ -377,11 +420,139 @@ def _is_async_view(view: Callable[..., Any]) -> bool:
     )
 
 
-async def _finish(pending: Awaitable[Any], decision: Decision) -> Any:
-    response = await pending
-    if decision is not NOT_LIMITED:
-        _add_headers(response, await decision.aheaders(response.status_code))
+#: The exceptions Django's handler turns into a 4xx response
+#: (``django.core.handlers.exception.response_for_exception``); any other
+#: exception from a view is a crash, a 500.
+_HTTP_ERRORS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
+
+
+def _error_response(request: HttpRequest, exc: Exception) -> Optional[HttpResponseBase]:
+    """The response Django sends for ``exc`` raised by a view, or ``None`` for a crash.
+
+    Called in the ``except`` block (``response_for_exception`` reads ``sys.exc_info``).
+    """
+    if isinstance(exc, _HTTP_ERRORS):
+        return response_for_exception(request, exc)
+    return None
+
+
+async def _aerror_response(request: HttpRequest, exc: Exception) -> Optional[HttpResponseBase]:
+    if isinstance(exc, _HTTP_ERRORS):
+        # As Django's own async handler does: the error views may be synchronous.
+        response: HttpResponseBase = await sync_to_async(
+            response_for_exception, thread_sensitive=False
+        )(request, exc)
+        return response
+    return None
+
+
+async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decision) -> Any:
+    """The end of ``_sync_call`` for a view that returned an awaitable."""
+    try:
+        response = await pending
+    except Exception as exc:
+        response = await _aerror_response(request, exc)
+        if response is None:
+            await decision.aheaders(500)
+            raise
+    _add_headers(response, await decision.aheaders(response.status_code))
     return response
+
+
+#: Set on the calls ``ratelimit`` builds; ``_unwrap`` finds the view of a
+#: ``functools.partial(call, view)`` made per request under ``method_decorator``.
+_CALL = "_limiter_call"
+
+
+def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
+    """``call(view, *args, **kwargs)``: ``view`` under ``limited``, synchronously.
+
+    The response gets the rate-limit headers and settles ``deduct_when`` with
+    its status.  An HTTP error the view raises (``Http404``,
+    ``PermissionDenied``, ``SuspiciousOperation``, ...) becomes the response
+    Django would send, settled and with the headers; any other exception
+    settles as a 500 and propagates to Django's handler.
+    """
+
+    def call(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        request = _request_of(args)
+        integration = _current().integration
+        method = request.method or "GET"
+        decision = _decide(integration, integration.guards(limited, method), request)
+        if decision.response is not None:
+            return _http_response(decision.response, method)
+        if decision is NOT_LIMITED:
+            return view(*args, **kwargs)
+        try:
+            response = view(*args, **kwargs)
+        except Exception as exc:
+            response = _error_response(request, exc)
+            if response is None:
+                decision.headers(500)
+                raise
+        if inspect.isawaitable(response):
+            # An async view seen as a sync one (a dispatch not recognised
+            # by _is_async_view): finish when Django awaits it.
+            return _finish(response, request, decision)
+        _add_headers(response, decision.headers(response.status_code))
+        return response
+
+    setattr(call, _CALL, True)
+    return call
+
+
+def _async_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
+    """``_sync_call`` for an async view: the store and the view are awaited."""
+
+    async def acall(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        request = _request_of(args)
+        integration = _current().integration
+        method = request.method or "GET"
+        decision = await _adecide(integration, integration.guards(limited, method), request)
+        if decision.response is not None:
+            return _http_response(decision.response, method)
+        if decision is NOT_LIMITED:
+            return await view(*args, **kwargs)
+        try:
+            response = await view(*args, **kwargs)
+        except Exception as exc:
+            response = await _aerror_response(request, exc)
+            if response is None:
+                await decision.aheaders(500)
+                raise
+        _add_headers(response, await decision.aheaders(response.status_code))
+        return response
+
+    setattr(acall, _CALL, True)
+    return acall
+
+
+def _unwrap(view: Callable[..., Any]) -> Callable[..., Any]:
+    """The view under the per-request ``partial(call, view)`` of inner ``ratelimit``s
+    (``method_decorator([ratelimit(a), ratelimit(b)])``)."""
+    while type(view) is functools.partial:
+        call = view.func
+        if type(call) is not FunctionType or not getattr(call, _CALL, False):
+            break
+        view = view.args[0]
+    return view
+
+
+def _method_key(view: Callable[..., Any]) -> Optional[Tuple[Any, type]]:
+    """``(function, class)`` of a method under ``method_decorator``, which hands the
+    decorator a new ``partial`` of the bound method on every request; else ``None``.
+
+    Everything ``ratelimit`` derives from a view (scope, sync or async) depends
+    on these two only, so it is computed once per pair.
+    """
+    if type(view) is not functools.partial:
+        return None
+    bound = view.func
+    function = getattr(bound, "__func__", None)
+    owner = getattr(bound, "__self__", None)
+    if function is None or owner is None or isinstance(owner, type):
+        return None
+    return (function, type(owner))
 
 
 def _scope(view: Callable[..., Any], name: Optional[str]) -> str:
@@ -412,13 +583,17 @@ def ratelimit(
     ``rate``: a rate string, a ``RateLimiter`` or a function of the
     ``RequestInfo`` returning one (plans).  ``key_func``: ``None`` uses
     ``RATE_LIMIT["key_func"]`` (by default the client IP).  ``cost``: tokens
-    per request or a function of the request.  ``methods``: e.g. ``["POST"]``;
-    other methods are not limited by this decorator.  ``name``: views with the
-    same name share buckets (default: each view its own, named after its
-    ``module.qualname``).  ``deduct_when``: ``status -> bool``, charge only
-    responses it holds for.  The store and the other options come from
-    ``settings.RATE_LIMIT``; the middleware need not be installed.  Arguments
-    are checked here (``TypeError``/``ValueError``).
+    per request or a function of the request.  ``methods``: e.g. ``["POST"]``
+    (``"GET"`` covers ``HEAD`` too); other methods are not limited by this
+    decorator.  ``name``: views with the same name share buckets (default:
+    each view its own, named after its ``module.qualname``: views a factory
+    makes share one qualname, so give each a ``name``).  ``deduct_when``:
+    ``status -> bool``; the cost is taken when the request is admitted and
+    given back when the response status does not match (an HTTP error the
+    view raises counts with the status Django answers it with; a crash as
+    500).  The store and the other options come from ``settings.RATE_LIMIT``;
+    the middleware need not be installed.  Arguments are checked here
+    (``TypeError``/``ValueError``).
     """
     RouteLimit(  # checked now: a typo fails at import, not on the first request
         rate,
@@ -430,10 +605,12 @@ def ratelimit(
     )
     routes: Dict[str, RouteLimit] = {}
     routes_lock = threading.Lock()
+    #: method_decorator calls the decorator on every request, with a new
+    #: partial: the call for each (method, class) is built once.
+    calls: Dict[Tuple[Any, type], Callable[..., Any]] = {}
 
     def route_for(view: Callable[..., Any]) -> RouteLimit:
-        # One RouteLimit per scope: method_decorator calls this decorator on
-        # every request, and Integration caches guards per RouteLimit.
+        # One RouteLimit per scope: Integration caches guards per RouteLimit.
         scope = _scope(view, name)
         route = routes.get(scope)
         if route is None:
@@ -451,46 +628,37 @@ def ratelimit(
                     routes[scope] = route
         return route
 
+    def prepare(view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
+        inner = _unwrap(view)
+        limited = (route_for(inner),)
+        if _is_async_view(inner):
+            return _async_call(limited), True
+        return _sync_call(limited), False
+
     def decorator(view: F) -> F:
+        key = _method_key(_unwrap(view))
+        if key is not None:
+            # The per-request path of method_decorator: a lookup and a partial.
+            call = calls.get(key)
+            if call is None:
+                call = calls.setdefault(key, prepare(view)[0])
+            return functools.partial(call, view)  # type: ignore[return-value]
         if not callable(view):
             raise TypeError(f"ratelimit decorates a view function, got {view!r:.200}")
-        route = route_for(view)
-        limited = (route,)
-
-        if _is_async_view(view):
+        call, is_async = prepare(view)
+        wrapper: Callable[..., Any]
+        if is_async:
 
             @functools.wraps(view)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                request = _request_of(args)
-                integration = _current().integration
-                guards = integration.guards(limited, request.method or "GET")
-                decision = await _adecide(integration, guards, request)
-                if decision.response is not None:
-                    return _http_response(decision.response, request.method or "GET")
-                response = await view(*args, **kwargs)
-                if decision is not NOT_LIMITED:
-                    _add_headers(response, await decision.aheaders(response.status_code))
-                return response
+                return await call(view, *args, **kwargs)
 
-            wrapper: Callable[..., Any] = async_wrapper
+            wrapper = async_wrapper
         else:
 
             @functools.wraps(view)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                request = _request_of(args)
-                integration = _current().integration
-                guards = integration.guards(limited, request.method or "GET")
-                decision = _decide(integration, guards, request)
-                if decision.response is not None:
-                    return _http_response(decision.response, request.method or "GET")
-                response = view(*args, **kwargs)
-                if inspect.isawaitable(response):
-                    # An async view seen as a sync one (a dispatch not recognised
-                    # by _is_async_view): finish when Django awaits it.
-                    return _finish(response, decision)
-                if decision is not NOT_LIMITED:
-                    _add_headers(response, decision.headers(response.status_code))
-                return response
+                return call(view, *args, **kwargs)
 
             wrapper = sync_wrapper
         setattr(wrapper, _MARK, True)
