@@ -13,7 +13,9 @@ buckets of its own (two views both limited to ``"2/minute"`` do not share
 them); limits given the same ``name`` share one set; the ``default`` limit is
 one set shared by every view it covers.  A limiter built here from a rate
 string is named ``"<scope>|<rate>"`` on the integration's store, where the
-scope is the ``name`` or the view's ``module.qualname``.
+scope is the ``name``, or one the integration derives from the view, stable
+across processes (Flask: the endpoint or the view class; Django: the view's
+``module.qualname`` or class; FastAPI: the ``limit()`` call's module and line).
 """
 
 from __future__ import annotations
