@@ -463,6 +463,167 @@ def test_deduct_when_charges_an_http_exception_401(clock: ManualClock) -> None:
     assert limit_headers(refused) == [*x_headers(2, 0, 60), ("retry-after", "30")]
 
 
+def test_a_later_limit_refusing_gives_back_an_earlier_deduct_when_charge(
+    clock: ManualClock,
+) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+    outer = rl.limit("5/minute", name="outer", deduct_when=lambda s: s == 401)
+
+    @app.get("/x", dependencies=[Depends(outer), Depends(rl.limit("1/minute"))])
+    async def x() -> str:
+        return "x"
+
+    @app.get("/y", dependencies=[Depends(outer)])
+    async def y() -> str:
+        raise HTTPException(status_code=401, detail="no")
+
+    c = client(app)
+    replies = [c.get("/x") for _ in range(6)]
+    assert [r.status_code for r in replies] == [200, *[429] * 5]
+    assert limit_headers(replies[0]) == x_headers(5, 5, 0)  # the outer's, refunded on 200
+    # A refusal carries the refusing limit's headers only.
+    assert limit_headers(replies[1]) == [*x_headers(1, 0, 60), ("retry-after", "60")]
+    # Each refused request's charge on "outer" was given back: all 5 are left,
+    # and a charged 401 takes exactly one.
+    charged = c.get("/y")
+    assert (charged.status_code, limit_headers(charged)) == (401, x_headers(5, 4, 12))
+    assert rl.integration.limiter_for("5/minute", "outer").peek(f"ip:{PEER}").remaining == 4
+
+
+def test_a_crashing_route_keeps_its_deduct_when_charge(clock: ManualClock) -> None:
+    app = FastAPI()
+    rl = RateLimit(app, clock=clock)
+
+    @app.get(
+        "/boom",
+        dependencies=[Depends(rl.limit("5/minute", name="b", deduct_when=lambda s: s == 401))],
+    )
+    async def boom() -> str:
+        raise RuntimeError("crash")
+
+    c = TestClient(app, client=(PEER, 50000), raise_server_exceptions=False)
+    crashed = [c.get("/boom") for _ in range(2)]
+    # The 500 comes from Starlette's outermost error middleware, past ours: it
+    # has no limit headers, and the charge is never settled, so it stays taken.
+    assert [(r.status_code, limit_headers(r)) for r in crashed] == [(500, []), (500, [])]
+    assert rl.integration.limiter_for("5/minute", "b").peek(f"ip:{PEER}").remaining == 3
+
+
+def _middleware(app: Any) -> Any:
+    from limiter.adapters.fastapi import _RateLimitMiddleware
+
+    node = app.middleware_stack
+    while not isinstance(node, _RateLimitMiddleware):
+        node = node.app
+    return node
+
+
+def test_the_default_finds_routes_through_hosts_mounts_routers_and_late_additions(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Host, Route
+
+    import limiter.adapters.fastapi as module
+
+    monkeypatch.setattr(module, "_CACHE_SIZE", 4)  # the cache starts afresh when full
+    app = FastAPI()
+    rl = RateLimit(app, default="2/minute", clock=clock)
+
+    @app.get("/own", dependencies=[Depends(rl.limit("3/minute"))])
+    async def own() -> str:
+        return "own"
+
+    async def page(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("page")
+
+    app.router.routes.append(
+        Host("api.example.com", rl.exempt(Starlette(routes=[Route("/{p:path}", page)])))
+    )
+    router = APIRouter()
+
+    @router.get("/r", dependencies=[Depends(rl.limit("2/minute", name="r"))])
+    def r() -> str:
+        return "r"
+
+    app.include_router(router, prefix="/v1")
+    app.mount("/static", rl.exempt(Starlette(routes=[Route("/{p:path}", page)])))
+
+    @app.get("/plain")
+    def plain() -> str:
+        return "plain"
+
+    c = client(app)
+    api = TestClient(app, base_url="http://api.example.com", client=(PEER, 50000))
+    assert statuses(c, "/own", 4) == [200, 200, 200, 429]
+    for path in ("/plain", "/v1/r", "/anything"):  # the exempt host, routes after it
+        assert [(r.status_code, limit_headers(r)) for r in (api.get(path) for _ in range(3))] == [
+            (200, [])
+        ] * 3
+    assert [(r.status_code, limit_headers(r)) for r in (c.get("/static/a") for _ in range(3))] == [
+        (200, [])
+    ] * 3
+    assert statuses(c, "/v1/r", 3) == [200, 200, 429]
+    assert statuses(c, "/plain", 3) == [200, 200, 429]  # the default
+    assert (c.get("/late").status_code, c.get("/v1/late").status_code) == (429, 429)
+    cache = _middleware(app)._cache
+    assert cache is not None and 0 < len(cache) <= 4
+
+    # Routes added after the first request are found.
+    @app.get("/late", dependencies=[Depends(rl.limit("1/minute"))])
+    def late() -> str:
+        return "late"
+
+    extra = APIRouter()
+
+    @extra.get("/late")
+    @rl.exempt
+    def late_v1() -> str:
+        return "late v1"
+
+    app.include_router(extra, prefix="/v1")
+    first = c.get("/late")
+    assert (first.status_code, limit_headers(first)) == (200, x_headers(1, 0, 60))
+    assert [(r.status_code, limit_headers(r)) for r in (c.get("/v1/late") for _ in range(3))] == [
+        (200, [])
+    ] * 3
+    assert statuses(c, "/plain", 1) == [429]
+
+
+def test_a_custom_route_is_asked_on_every_request(clock: ManualClock) -> None:
+    from starlette.routing import BaseRoute, Match
+
+    app = FastAPI()
+    rl = RateLimit(app, default="1/minute", clock=clock)
+
+    async def beta(scope: Any, receive: Any, send: Any) -> None:
+        await PlainTextResponse("beta")(scope, receive, send)
+
+    class Beta(BaseRoute):  # matches on a header: no answer can be cached by path
+        def __init__(self) -> None:
+            self.endpoint = beta
+
+        def matches(self, scope: Any) -> Tuple[Match, Dict[str, Any]]:
+            beta_header = (b"x-beta", b"1") in scope.get("headers", [])
+            return (Match.FULL if beta_header else Match.NONE), {"endpoint": beta}
+
+        async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+            await beta(scope, receive, send)
+
+    app.router.routes.append(Beta())
+    rl.exempt(beta)
+
+    @app.get("/x")
+    def x() -> str:
+        return "x"
+
+    c = client(app)
+    assert [c.get("/x", headers={"X-Beta": "1"}).text for _ in range(3)] == ["beta"] * 3
+    assert statuses(c, "/x", 2) == [200, 429]
+    assert _middleware(app)._cache is None
+
+
 def test_enabled_false_limits_nothing_and_adds_no_headers(clock: ManualClock) -> None:
     app = FastAPI()
     rl = RateLimit(app, default="1/minute", enabled=False, clock=clock)

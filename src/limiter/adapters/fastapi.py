@@ -16,19 +16,22 @@ How it fits together (``init_app``):
   the exception handler ``init_app`` registers sends it as is, so the client
   gets ``DENIED_BODY`` and the limit headers, not FastAPI's ``{"detail": ...}``.
   The handler runs inside the app: user middleware (CORS) sees a normal 429.
-* A small ASGI middleware, added by ``init_app``, puts a per-request record
-  in the scope, adds the headers of the dependencies' decisions to the
-  route's response on ``http.response.start`` (whatever the route returned:
-  a model, a ``Response`` object, an ``HTTPException``) and settles
-  ``deduct_when`` charges with the status.  The route itself never needs a
-  ``request`` parameter.
+* A small ASGI middleware, added by ``init_app``, puts a per-request list in
+  the scope, where the dependencies put what they decided; it adds the
+  headers of those decisions to the route's response on
+  ``http.response.start`` (whatever the route returned: a model, a
+  ``Response`` object, an ``HTTPException``) and settles ``deduct_when``
+  charges with the status.  A dependency that refuses settles the earlier
+  ones' charges with the refusal's status first.  The route itself never
+  needs a ``request`` parameter.
 * The same middleware applies ``default`` to requests whose route has no
   ``limit`` dependency of its own (anywhere in its dependency tree, router
   and app dependencies included) and is not ``exempt``; it finds the route
-  by matching the app's routes, once per request, before the app runs, and
-  remembers per route whether the default applies.  Requests that match no
-  route (404, 405) are under the default too: scanning costs tokens.
-  WebSocket handshakes are limited by their route's ``limit`` only.
+  by matching the app's routes before the app runs, up to the last route
+  the default does not apply to, and caches the answer per method, path and
+  ``root_path`` (bounded: ``_CACHE_SIZE``).  Requests that match no route
+  (404, 405) are under the default too: scanning costs tokens.  WebSocket
+  handshakes are limited by their route's ``limit`` only.
 
 FastAPI and Starlette are imported by this module only: ``import limiter``
 never loads them.
@@ -55,17 +58,15 @@ from starlette.applications import Starlette
 from starlette.exceptions import WebSocketException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response as StarletteResponse
-from starlette.routing import Match
+from starlette.routing import Host, Match, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..clock import Clock
 from ..request import Cost, KeyFunc
 from ..rules import DeductWhen
 from .asgi import WEBSOCKET_CLOSE_CODE, _encode, request_info
-from .common import Guard, HeaderList, Response
+from .common import Deferred, Guard, HeaderList, Response
 from .integration import (
-    NOT_LIMITED,
-    Decision,
     Integration,
     IntegrationOptions,
     RateSpec,
@@ -92,13 +93,25 @@ class _Refusal(Exception):
         self.response = response
 
 
-class _Record:
-    """What one request's limit dependencies decided, kept in its scope."""
+#: What one request's limits decided, kept in its scope until the response
+#: starts: the headers of each allowed limit, or its pending ``deduct_when`` charge.
+_Pending = Union[HeaderList, Deferred]
 
-    __slots__ = ("decisions",)
 
-    def __init__(self) -> None:
-        self.decisions: List[Decision] = []
+async def _settle(outcomes: List[_Pending], status: int) -> HeaderList:
+    """Settle every pending charge with ``status``; the first limit's headers that has any."""
+    shown: HeaderList = []
+    for outcome in outcomes:
+        if isinstance(outcome, Deferred):
+            if outcome.guard.nonblocking:
+                headers = outcome.settle(status)
+            else:
+                headers = await outcome.asettle(status)
+        else:
+            headers = outcome
+        if not shown:
+            shown = headers
+    return shown
 
 
 def _starlette_response(response: Response, method: str) -> StarletteResponse:
@@ -230,31 +243,42 @@ class RateLimit:
             deduct_when=deduct_when,
         )
         integration = self.integration
-        guards = [integration.guard(route)]  # built now: a bad option fails at start-up
+        guard = integration.guard(route)  # built now: a bad option fails at start-up
+        guards = [guard]
+        enabled = integration.enabled
+        nonblocking = guard.nonblocking
+        decide = guard.decide
+        adecide = guard.adecide
         allowed = route.methods
         key = self._key
 
         async def rate_limit(connection: HTTPConnection) -> None:
             scope = connection.scope
-            if scope["type"] == "websocket":
-                await _websocket(integration, guards, scope)
-                return
-            record = scope.get(key)
-            if record is None:
+            outcomes: Optional[List[_Pending]] = scope.get(key)
+            if outcomes is None:
+                if scope["type"] == "websocket":
+                    await _websocket(integration, guards, scope)
+                    return
                 raise RuntimeError(
                     "a RateLimit.limit() dependency ran on an app without its middleware: "
                     "call rl.init_app(app) (or RateLimit(app)) when you build the app"
                 )
-            if allowed is not None and scope["method"] not in allowed:
+            if not enabled or (allowed is not None and scope["method"] not in allowed):
                 return
-            decision = await integration.adecide(guards, request_info(scope))
-            if decision.response is not None:
-                # An earlier limit's deferred charge is dropped with the request
-                # (as Integration.adecide does for several guards).
-                record.decisions.clear()
-                raise _Refusal(decision.response)
-            if decision is not NOT_LIMITED:
-                record.decisions.append(decision)
+            # A memory store answers at once: no coroutine to build and await.
+            outcome = (
+                decide(request_info(scope)) if nonblocking else await adecide(request_info(scope))
+            )
+            if isinstance(outcome, Response):
+                if outcomes:
+                    # The route will not run: the earlier limits' deduct_when
+                    # charges are settled with the refusal's status (given back
+                    # unless it matches), and their headers are not sent.
+                    await _settle(outcomes, outcome.status)
+                    outcomes.clear()
+                raise _Refusal(outcome)
+            if outcome:  # [] : exempt, allow-listed or a failed store: nothing to add
+                outcomes.append(outcome)
 
         rate_limit.__qualname__ = rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
         setattr(rate_limit, _MARK, self)
@@ -323,6 +347,107 @@ def _flat_routes(routes: List[Any]) -> List[Any]:
     return list(iter_route_contexts(routes))
 
 
+def _routers(router: Any) -> List[Any]:
+    """``router`` and the routers included in it (FastAPI 0.16x keeps them apart)."""
+    found: List[Any] = []
+    stack = [router]
+    while stack:
+        node = stack.pop()
+        if any(known is node for known in found):
+            continue
+        found.append(node)
+        for route in getattr(node, "routes", ()):
+            included = getattr(route, "original_router", None)
+            if included is not None:
+                stack.append(included)
+    return found
+
+
+def _state(routers: List[Any]) -> List[Tuple[int, int]]:
+    # Changes when a route is added to any of them (FastAPI counts versions;
+    # a plain Starlette router only grows).
+    return [(len(r.routes), getattr(r, "_routes_version", 0)) for r in routers]
+
+
+try:
+    from starlette._utils import get_route_path
+except ImportError:  # Starlette before 0.33: every route is asked through matches()
+    get_route_path = None  # type: ignore[assignment]
+try:
+    from fastapi import routing as _fastapi_routing
+except ImportError:  # plain Starlette
+    _fastapi_routing = None  # type: ignore[assignment]
+
+#: The Starlette and FastAPI classes whose matches() of an ``http`` scope is
+#: ``path_regex`` on the route path, then ``methods`` (FULL if allowed).
+_ROUTES: Tuple[Any, ...] = (Route,)
+#: Those whose matches() of an ``http`` scope is ``path_regex`` alone.
+_MOUNTS: Tuple[Any, ...] = (Mount,)
+#: Those that never match an ``http`` scope.
+_SOCKETS: Tuple[Any, ...] = (WebSocketRoute,)
+if _fastapi_routing is not None:
+    _ROUTES += (_fastapi_routing.APIRoute,)
+    _SOCKETS += (_fastapi_routing.APIWebSocketRoute,)
+
+#: A row of the default's table: (path_regex.match, methods, default applies,
+#: matches), with ``path_regex.match`` None when the route's own matches() is
+#: asked (a Host, a custom route).
+_Row = Tuple[Optional[Callable[[str], Any]], Optional[Set[str]], bool, Any]
+_PATH, _HOST, _OTHER = 0, 1, 2
+
+
+def _classify(matches: Any) -> Tuple[int, Any]:
+    """What the bound ``matches`` reads of an ``http`` scope: ``(_PATH, owner)``
+    for a known route (``owner`` has ``path_regex``; ``None``: never matches),
+    ``(_HOST, None)`` for a ``Host``, ``(_OTHER, None)`` for a custom route."""
+    owner = getattr(matches, "__self__", None)
+    func = getattr(type(owner), "matches", None)
+    for kinds in (_ROUTES, _MOUNTS, _SOCKETS):
+        if any(func is kind.matches for kind in kinds):
+            return _PATH, None if kinds is _SOCKETS else owner
+    if func is Host.matches:
+        return _HOST, None
+    context = getattr(_fastapi_routing, "_EffectiveRouteContext", None)
+    if context is not None and type(owner) is context:
+        # An included route: FastAPI matches an APIRoute on the prefixed path,
+        # anything else through the prefixed Starlette route it built.
+        starlette_route = getattr(owner, "starlette_route", None)
+        if starlette_route is not None:
+            return _classify(starlette_route.matches)
+        original = getattr(owner, "original_route", None)
+        api_route = _fastapi_routing.APIRoute
+        if isinstance(original, api_route) and type(original).matches is api_route.matches:
+            return _PATH, owner  # its own path_regex and methods
+    return _OTHER, None  # asked on every request, never cached
+
+
+def _row(matches: Any, applies: bool) -> Tuple[int, Optional[_Row]]:
+    kind, owner = _classify(matches)
+    if kind != _PATH or get_route_path is None:
+        return kind, (None, None, applies, matches)
+    if owner is None:
+        return kind, None  # a WebSocket route: no http request reaches it
+    regex = getattr(owner, "path_regex", None)
+    if regex is None:
+        return kind, (None, None, applies, matches)
+    methods = None if isinstance(owner, _MOUNTS) else (getattr(owner, "methods", None) or None)
+    return kind, (regex.match, methods, applies, None)
+
+
+def _host(scope: Scope) -> Optional[bytes]:
+    for name, value in scope.get("headers") or ():
+        if name == b"host":
+            return bytes(value)
+    return None
+
+
+#: How many answers ``_default_applies`` remembers; full, it starts afresh, so a
+#: flood of made-up paths cannot grow memory.  Paths longer than
+#: ``_LONGEST_CACHED`` are matched without the cache.
+_CACHE_SIZE = 4096
+_LONGEST_CACHED = 512
+
+
 class _RateLimitMiddleware:
     """The ASGI side of ``RateLimit`` on one app (added by ``init_app``)."""
 
@@ -332,44 +457,59 @@ class _RateLimitMiddleware:
         self.routed = routed
         self.key = rate_limit._key
         integration = rate_limit.integration
-        self.integration = integration
         default = integration.default
-        self.default = [default] if default is not None and integration.enabled else []
-        # (the app's route list length, [(route.matches, default applies)]),
-        # rebuilt when routes are added.
-        self._table: Tuple[int, List[Tuple[Any, bool]]] = (-1, [])
+        self.default: Optional[Guard] = (
+            default if default is not None and integration.enabled else None
+        )
+        # The routers whose routes decide, their state when the table was built
+        # (rebuilt when a route is added), and the table itself: (route.matches,
+        # default applies) up to the last route the default does not apply to
+        # (past it, the answer is "applies" whether a route matches or not).
+        self._routers: List[Any] = []
+        self._state: List[Tuple[int, int]] = []
+        self._exempt = -1
+        self._table: List[_Row] = []
+        # (method, path, root_path[, host]) -> answer; None: a custom route
+        # reads more of the request, so nothing is cached.
+        self._cache: Optional[Dict[Tuple[Any, ...], bool]] = None
+        self._by_host = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        record = _Record()
-        scope[self.key] = record
-        if self.default and self._default_applies(scope):
-            decision = await self.integration.adecide(self.default, request_info(scope))
-            if decision.response is not None:
-                await _send_response(decision.response, scope, send)
+        outcomes: List[_Pending] = []
+        scope[self.key] = outcomes
+        default = self.default
+        if default is not None and self._default_applies(scope):
+            request = request_info(scope)
+            if default.nonblocking:
+                outcome = default.decide(request)
+            else:
+                outcome = await default.adecide(request)
+            if isinstance(outcome, Response):
+                await _send_response(outcome, scope, send)
                 return
-            if decision is not NOT_LIMITED:
-                record.decisions.append(decision)
-        decisions = record.decisions
+            if outcome:
+                outcomes.append(outcome)
         started = False
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-            if decisions and message["type"] == "http.response.start":
-                status = int(message.get("status", 0))
-                shown: Optional[HeaderList] = None
-                for decision in decisions:  # settles every deferred charge
-                    headers = await decision.aheaders(status)
-                    if shown is None:
-                        shown = headers  # several limits: the first one's headers
-                decisions.clear()
-                if shown:
-                    message = dict(message)
-                    message["headers"] = [*message.get("headers", ()), *_encode(shown)]
+                if outcomes:
+                    first = outcomes[0]
+                    if len(outcomes) == 1 and isinstance(first, list):
+                        shown = first  # one limit, nothing to settle: no coroutine
+                    else:
+                        shown = await _settle(outcomes, message["status"])
+                    outcomes.clear()
+                    if shown:
+                        message = {
+                            **message,
+                            "headers": [*message.get("headers", ()), *_encode(shown)],
+                        }
             await send(message)
 
         try:
@@ -382,17 +522,68 @@ class _RateLimitMiddleware:
             await _send_response(refusal.response, scope, send)
 
     def _default_applies(self, scope: Scope) -> bool:
-        routes = self.routed.router.routes
-        size, table = self._table
-        if size != len(routes):
-            # The bound matches() of each route (FastAPI's RouteContext resolves
-            # it through __getattr__: once here, not per request).
-            table = [
-                (route.matches, not self.rate_limit._covered(route))
-                for route in _flat_routes(routes)
-            ]
-            self._table = (len(routes), table)
-        for matches, applies in table:
-            if matches(scope)[0] is Match.FULL:
+        routers = self._routers
+        if not routers or self._exempt != len(self.rate_limit._exempt):
+            self._rebuild()
+        else:
+            state = self._state
+            for i, router in enumerate(routers):
+                routes = router.routes
+                if state[i] != (len(routes), getattr(router, "_routes_version", 0)):
+                    self._rebuild()
+                    break
+        table = self._table
+        if not table:
+            return True
+        cache = self._cache
+        if cache is None:
+            return self._scan(table, scope)
+        path = scope["path"]
+        if len(path) > _LONGEST_CACHED:
+            return self._scan(table, scope)
+        if self._by_host:
+            slot: Tuple[Any, ...] = (scope["method"], path, scope.get("root_path"), _host(scope))
+        else:
+            slot = (scope["method"], path, scope.get("root_path"))
+        answer = cache.get(slot)
+        if answer is None:
+            answer = self._scan(table, scope)
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[slot] = answer
+        return answer
+
+    @staticmethod
+    def _scan(table: List[_Row], scope: Scope) -> bool:
+        # As Starlette's router tries them, without building child scopes.
+        path = get_route_path(scope) if get_route_path is not None else ""
+        method = scope["method"]
+        for match, methods, applies, matches in table:
+            if match is not None:
+                if match(path) is not None and (methods is None or method in methods):
+                    return applies
+            elif matches(scope)[0] is Match.FULL:
                 return applies
         return True  # no route: a 404 or 405 is under the default too
+
+    def _rebuild(self) -> None:
+        router = self.routed.router
+        routers = _routers(router)
+        covered = self.rate_limit._covered
+        # The bound matches() of each route (FastAPI's RouteContext resolves
+        # it through __getattr__: once here, not per request).
+        pairs = [(route.matches, not covered(route)) for route in _flat_routes(router.routes)]
+        last = max((i for i, (_, applies) in enumerate(pairs) if not applies), default=-1)
+        table: List[_Row] = []
+        kinds: Set[int] = set()
+        for matches, applies in pairs[: last + 1]:
+            kind, row = _row(matches, applies)
+            kinds.add(kind)
+            if row is not None:
+                table.append(row)
+        self._table = table
+        self._cache = None if _OTHER in kinds else {}
+        self._by_host = _HOST in kinds
+        self._state = _state(routers)
+        self._exempt = len(self.rate_limit._exempt)
+        self._routers = routers
