@@ -233,6 +233,7 @@ def _django(middleware: List[str], view: Any) -> Any:
             MIDDLEWARE=[],
             CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
             RATE_LIMIT={"default": HIGH_TEXT},
+            SECRET_KEY="bench-not-a-secret",
         )
         django.setup()
     settings.MIDDLEWARE = middleware

@@ -53,7 +53,14 @@ class process_urls:
 
 
 if not settings.configured:
-    settings.configure(DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=process_urls, MIDDLEWARE=[])
+    settings.configure(
+        DEBUG=False,
+        ALLOWED_HOSTS=["*"],
+        ROOT_URLCONF=process_urls,
+        MIDDLEWARE=[],
+        # Django 4.2 reads it when it logs a 5xx (the mail_admins handler).
+        SECRET_KEY="limiter-tests-not-a-secret",
+    )
     django.setup()
 
 MIDDLEWARE = ["limiter.adapters.django.RateLimitMiddleware"]
