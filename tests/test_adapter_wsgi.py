@@ -498,3 +498,25 @@ def test_an_async_exempt_hidden_behind_a_plain_function_is_an_error_not_an_open_
     environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "6.6.6.6"}
     with pytest.raises(TypeError, match="exempt returned an awaitable"):
         app(environ, lambda *args: None)
+
+
+def test_shadow_mode_logs_would_be_denials_at_most_once_per_interval(caplog):
+    import logging
+
+    from limiter.adapters import common
+
+    app = RateLimitMiddleware(
+        hello, RateLimiter("1/second", clock=ManualClock(), name="trial"), mode="shadow"
+    )
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "6.6.6.6"}
+    with caplog.at_level(logging.WARNING, logger="limiter.adapters"):
+        statuses = []
+        for _ in range(5):
+            app(dict(environ), lambda status, headers, exc_info=None: statuses.append(status))
+    assert statuses == ["200 OK"] * 5
+    assert [r.getMessage() for r in caplog.records] == [
+        "rate limiter 'trial' (shadow mode) would have refused 1 request(s) "
+        f"(logged at most once per {common.SHADOW_LOG_INTERVAL:g}s)"
+    ]
+    with pytest.raises(ValueError, match="mode must be 'enforce' or 'shadow', got 'dry-run'"):
+        RateLimitMiddleware(hello, RateLimiter("1/second"), mode="dry-run")

@@ -117,6 +117,7 @@ class TestDependencyConformance(TestDefaultConformance):
 
     test_rule_cost = test_rules_use_their_own_limiter_and_key
     test_a_rule_deduct_when_applies_to_its_route_only = test_rules_use_their_own_limiter_and_key
+    test_a_rule_in_shadow_mode_beside_an_enforced_default = test_rules_use_their_own_limiter_and_key
 
 
 # -- specific behaviour -------------------------------------------------------------
@@ -769,8 +770,12 @@ def test_importing_limiter_does_not_import_fastapi() -> None:
 
 
 @pytest.mark.redis
-def test_an_async_redis_store_from_a_url(server: Any, clock: ManualClock) -> None:
+def test_an_async_redis_store_from_a_url(
+    server: Any, clock: ManualClock, current_loop: Any
+) -> None:
     from limiter import store_from_url
+
+    # (current_loop: on Python 3.9 the client is built asking for a current loop.)
 
     store = store_from_url(server.url, asyncio=True)
     app = FastAPI()

@@ -33,6 +33,7 @@ import pytest
 from .adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
 from .bucket import Limit, RateLimitResult, Refund, step
 from .clock import ManualClock
+from .events import DecisionEvent
 from .keys import header_key
 from .ratelimiter import RateLimiter
 from .rules import Rule
@@ -869,3 +870,22 @@ class AdapterConformance:
             429,
         ]
         assert paid.peek("p").remaining == 0
+
+    # -- shadow mode --------------------------------------------------------------
+
+    def test_shadow_mode_refuses_nothing_and_reports_shadow_denials(self) -> None:
+        events: List[DecisionEvent] = []
+        app = self.app(self.limiter("2/second", on_decision=events.append), mode="shadow")
+        replies = [self.send(app) for _ in range(4)]
+        assert [(r.status, r.body) for r in replies] == [(200, b"hello")] * 4
+        assert [e.outcome for e in events] == ["allowed"] * 2 + ["shadow_denied"] * 2
+        assert self.named(replies[3].headers) == self.x_headers(2, 0, 1)  # no Retry-After
+
+    def test_a_rule_in_shadow_mode_beside_an_enforced_default(self) -> None:
+        events: List[DecisionEvent] = []
+        default = self.limiter("1/second", name="default")
+        trial = self.limiter("1/second", name="trial", on_decision=events.append)
+        app = self.app(default, rules=[Rule("/new/*", trial, mode="shadow")])
+        assert [self.send(app, path="/new/x").status for _ in range(3)] == [200] * 3
+        assert [e.outcome for e in events] == ["allowed", "shadow_denied", "shadow_denied"]
+        assert [self.send(app, path="/other").status for _ in range(2)] == [200, 429]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -9,12 +10,14 @@ import inspect
 import logging
 import math
 import threading
+import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from .backends.memory import MemoryStore
 from .bucket import Limit, RateLimitResult, Refund, looks_like_rate
 from .clock import Clock, SystemClock
-from .store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
+from .events import DecisionEvent, Observer, Outcome
+from .store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
 
 __all__ = ["MAX_KEY_LENGTH", "RateLimitExceeded", "RateLimiter"]
 
@@ -129,6 +132,13 @@ class RateLimiter:
     limiters sharing a store do not collide.  Defaults to a name derived from
     the limits (``"10/s:20"``): two limiters with the same limits on one store
     need distinct names.  A limiter that makes its own store uses no prefix.
+    ``on_decision``: ``observer(event)``, called with a
+    ``limiter.events.DecisionEvent`` after each ``check``, ``allow`` and
+    ``acheck`` (and so each adapter decision and each try of ``acquire``),
+    also when the store fails (outcome ``"error"``, then the ``StoreError``
+    propagates).  Peeks, refunds and resets are not decisions and are not
+    reported.  Without an observer no event is built: the checks cost what
+    they cost without the feature.
     """
 
     def __init__(
@@ -139,6 +149,7 @@ class RateLimiter:
         store: Optional[Union[Store, AsyncStore, str]] = None,
         clock: Optional[Clock] = None,
         name: Optional[str] = None,
+        on_decision: Optional[Observer] = None,
     ) -> None:
         self.limits: Tuple[Limit, ...] = _distinct_names(_limits_from(rate, burst))
         self.store: Union[Store, AsyncStore] = _store_from(store)
@@ -172,6 +183,82 @@ class RateLimiter:
         if self._apply is not None and isinstance(self.store, SupportsAllow):
             allow = self.store.allow
             self._allow = allow if callable(allow) else None
+        if on_decision is not None and not callable(on_decision):
+            raise TypeError(f"on_decision must be callable or None, got {on_decision!r}")
+        #: The observer of decisions (``None``: none).
+        self.on_decision: Optional[Observer] = on_decision
+        # How a denial is reported: DENIED, or SHADOW_DENIED on a shadow view.
+        self._denied = Outcome.DENIED
+        #: True for the view ``shadowed()`` returns: its denials refuse nothing.
+        self.shadow = False
+        self._shadow_view: Optional[RateLimiter] = None
+        if on_decision is not None:
+            self._observe()
+
+    def _observe(self) -> None:
+        # Observed versions shadow the methods on this instance only, so a
+        # limiter without an observer keeps the plain hot path.
+        self.check = self._observed_check  # type: ignore[method-assign]
+        self.allow = self._observed_allow  # type: ignore[method-assign]
+        self.acheck = self._observed_acheck  # type: ignore[method-assign]
+
+    def shadowed(self) -> RateLimiter:
+        """The shadow view of this limiter (made once): ``shadow`` is True on it.
+
+        Same limits, store, clock, name and buckets; its observer sees a
+        denial as ``"shadow_denied"``.  Shadow mode (``mode="shadow"`` on the
+        adapters) checks with it and lets every request through.
+        """
+        if self.shadow:
+            return self
+        view = self._shadow_view
+        if view is None:
+            view = copy.copy(self)
+            view.shadow = True
+            view._denied = Outcome.SHADOW_DENIED
+            if view.on_decision is not None:
+                view._observe()
+            self._shadow_view = view
+        return view
+
+    def _report(
+        self, key: str, cost: float, result: Optional[RateLimitResult], seconds: float
+    ) -> None:
+        if result is None:
+            outcome, policy = Outcome.ERROR, ""
+        else:
+            outcome = Outcome.ALLOWED if result[0] else self._denied
+            policy = result[7]
+            if getattr(self.store, "using_fallback", False) is True:
+                outcome = Outcome.FALLBACK
+        observer = self.on_decision
+        assert observer is not None
+        observer(
+            DecisionEvent(self.name, policy, outcome, result, cost, key, seconds, self.clock.now())
+        )
+
+    def _observed_check(self, key: str, cost: float = 1) -> RateLimitResult:
+        start = time.perf_counter()
+        try:
+            result = RateLimiter.check(self, key, cost)
+        except StoreError:
+            self._report(key, cost, None, time.perf_counter() - start)
+            raise
+        self._report(key, cost, result, time.perf_counter() - start)
+        return result
+
+    def _observed_allow(self, key: str, cost: float = 1) -> bool:
+        return self._observed_check(key, cost)[0]
+
+    async def _observed_acheck(self, key: str, cost: float = 1) -> RateLimitResult:
+        start = time.perf_counter()
+        try:
+            result = await RateLimiter.acheck(self, key, cost)
+        except StoreError:
+            self._report(key, cost, None, time.perf_counter() - start)
+            raise
+        self._report(key, cost, result, time.perf_counter() - start)
+        return result
 
     def __repr__(self) -> str:
         limits = "; ".join(str(lim) for lim in self.limits)
@@ -251,7 +338,7 @@ class RateLimiter:
         """
         fast = self._allow
         if fast is None:
-            result: RateLimitResult = self.check(key, cost)
+            result: RateLimitResult = RateLimiter.check(self, key, cost)
             return result[0]
         # storage_key, inlined (see check)
         if type(key) is str and len(key) <= MAX_KEY_LENGTH and "A" <= key < "{":
@@ -264,7 +351,7 @@ class RateLimiter:
     def peek(self, key: str) -> RateLimitResult:
         """``key``'s state now, taking nothing (``allowed`` is always True)."""
         _refuse_rate_key(key)
-        return self.check(key, 0)
+        return RateLimiter.check(self, key, 0)  # a peek is no decision: not observed
 
     def refund(self, key: str, cost: float = 1) -> RateLimitResult:
         """Give back ``cost`` tokens (default 1) that a ``check`` of ``key`` took.
@@ -277,12 +364,12 @@ class RateLimiter:
         (``deduct_when`` on the adapters).
         """
         _refuse_rate_key(key)
-        return self.check(key, Refund(cost))
+        return RateLimiter.check(self, key, Refund(cost))
 
     async def arefund(self, key: str, cost: float = 1) -> RateLimitResult:
         """``refund`` for asyncio."""
         _refuse_rate_key(key)
-        return await self.acheck(key, Refund(cost))
+        return await RateLimiter.acheck(self, key, Refund(cost))
 
     def reset(self, key: str) -> None:
         """Give ``key`` full buckets again."""
@@ -301,10 +388,10 @@ class RateLimiter:
         and so is a store that is synchronous only.
         """
         if self.nonblocking:
-            return self.check(key, cost)
+            return RateLimiter.check(self, key, cost)  # observed once, by acheck's caller
         store = self._async
         if store is None:
-            return self.check(key, cost)
+            return RateLimiter.check(self, key, cost)
         if self._many:
             return await store.aapply_many(self._storage_keys(key), self.limits, cost, self._now())
         return await store.aapply(self.storage_key(key), self._limit, cost, self._now())
@@ -312,7 +399,7 @@ class RateLimiter:
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""
         _refuse_rate_key(key)
-        return await self.acheck(key, 0)
+        return await RateLimiter.acheck(self, key, 0)
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""

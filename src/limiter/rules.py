@@ -35,9 +35,11 @@ __all__ = [
     "check_deduct_when",
     "check_distinct_names",
     "check_limiter_spec",
+    "check_mode",
     "is_async_callable",
     "method_set",
     "path_pattern",
+    "shadowed",
 ]
 
 #: ``deduct_when(status_code) -> bool``: whether a response's status is charged.
@@ -66,6 +68,37 @@ def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
             f"got {deduct_when!r}"
         )
     return deduct_when
+
+
+MODES = ("enforce", "shadow")
+
+
+def check_mode(mode: object) -> str:
+    """``mode`` if it is ``"enforce"`` or ``"shadow"``; else ``ValueError`` (``TypeError``)."""
+    if mode not in MODES:
+        error = ValueError if isinstance(mode, str) else TypeError
+        raise error(f"mode must be 'enforce' or 'shadow', got {mode!r}")
+    return mode
+
+
+def shadowed(limiter: LimiterSpec) -> LimiterSpec:
+    """``limiter``'s shadow view; for a function, one returning shadow views."""
+    if isinstance(limiter, RateLimiter):
+        return limiter.shadowed()
+    choose = limiter
+    if is_async_callable(choose):
+
+        async def achosen(request: RequestInfo) -> Any:
+            chosen = await choose(request)  # type: ignore[misc]
+            return chosen.shadowed() if isinstance(chosen, RateLimiter) else chosen
+
+        return achosen
+
+    def chosen(request: RequestInfo) -> Any:
+        picked = choose(request)
+        return picked.shadowed() if isinstance(picked, RateLimiter) else picked
+
+    return chosen
 
 
 def check_limiter_spec(limiter: object) -> LimiterSpec:
@@ -125,11 +158,22 @@ class Rule:
     ``deduct_when``: ``status_code -> bool``; charge this route's requests
     only when it holds for the response (see ``GuardOptions``); ``None``
     uses the middleware's (by default every request is charged up front).
+    ``mode``: ``"enforce"`` or ``"shadow"`` (decide and count, refuse
+    nothing: see ``GuardOptions``); ``None`` uses the middleware's.
 
     Arguments of a wrong type raise ``TypeError``, wrong values ``ValueError``.
     """
 
-    __slots__ = ("_pattern", "cost", "deduct_when", "key_func", "limiter", "methods", "path")
+    __slots__ = (
+        "_pattern",
+        "cost",
+        "deduct_when",
+        "key_func",
+        "limiter",
+        "methods",
+        "mode",
+        "path",
+    )
 
     def __init__(
         self,
@@ -140,8 +184,10 @@ class Rule:
         key_func: Optional[KeyFunc] = None,
         cost: Optional[Cost] = None,
         deduct_when: Optional[DeductWhen] = None,
+        mode: Optional[str] = None,
     ) -> None:
         self._pattern = path_pattern(path)
+        self.mode = None if mode is None else check_mode(mode)
         self.limiter: LimiterSpec = check_limiter_spec(limiter)
         self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = method_set(methods)

@@ -13,6 +13,7 @@ import http
 import inspect
 import logging
 import math
+import threading
 import time
 from typing import (
     TYPE_CHECKING,
@@ -42,7 +43,9 @@ from ..rules import (
     Rule,
     check_deduct_when,
     check_distinct_names,
+    check_mode,
     is_async_callable,
+    shadowed,
 )
 from ..store import StoreError
 
@@ -76,6 +79,8 @@ UNAVAILABLE_BODY = (
 #: Seconds between two log records about store failures (fail-open is logged
 #: once per interval, not once per request, so an outage cannot flood the log).
 ERROR_LOG_INTERVAL = 60.0
+#: Seconds between two log records of one limiter's would-be denials in shadow mode.
+SHADOW_LOG_INTERVAL = 60.0
 
 _log = logging.getLogger("limiter.adapters")
 _JSON = ("Content-Type", "application/json")
@@ -140,6 +145,7 @@ class IntegrationOptions(TypedDict, total=False):
     deduct_when: Optional[DeductWhen]
     allow_list: Union[str, Iterable[str]]
     enabled: bool
+    mode: str
 
 
 class GuardOptions(IntegrationOptions, total=False):
@@ -185,6 +191,13 @@ class GuardOptions(IntegrationOptions, total=False):
     list itself by sending a header.
     ``enabled`` (``True``): ``False`` turns limiting off (every request
     passes untouched) without removing the adapter: for tests and emergencies.
+    ``mode`` (``"enforce"``): ``"shadow"`` makes every decision, charges and
+    reports it (a limiter's ``on_decision`` sees ``"shadow_denied"``) but
+    refuses nothing: a would-be 429 goes to the app, with the rate-limit
+    headers of ``header_style`` and no ``Retry-After``, and is logged at
+    WARNING to ``limiter.adapters``, at most once per limiter per
+    ``SHADOW_LOG_INTERVAL`` with the count since the last record.  A
+    ``Rule``'s own ``mode`` wins for its route.
     ``header_style`` may also be ``None``: no rate-limit headers at all, only
     ``Retry-After`` on a 429.
 
@@ -366,6 +379,9 @@ class Guard:
         "_cost",
         "_cost_func",
         "_next_log",
+        "_rule_limiters",
+        "_shadow_counts",
+        "_shadow_lock",
         "allow_list",
         "client_ip",
         "deduct_when",
@@ -375,6 +391,7 @@ class Guard:
         "is_async",
         "key_func",
         "limiter",
+        "mode",
         "nonblocking",
         "on_error",
         "on_limited",
@@ -410,7 +427,16 @@ class Guard:
         enabled = options.get("enabled", True)
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be True or False, got {enabled!r}")
-        self.limiter: LimiterSpec = limiter
+        self.mode = check_mode(options.get("mode", "enforce"))
+        shadow = self.mode == "shadow"
+        self.limiter: LimiterSpec = shadowed(limiter) if shadow else limiter
+        # Each rule's limiter as this guard uses it (a shadow view in shadow mode).
+        self._rule_limiters: Tuple[LimiterSpec, ...] = tuple(
+            shadowed(rule.limiter) if (rule.mode or self.mode) == "shadow" else rule.limiter
+            for rule in self.rules
+        )
+        self._shadow_counts: Dict[str, Tuple[int, float]] = {}
+        self._shadow_lock = threading.Lock()
         self.key_func = key_func
         self.exempt = exempt
         self.client_ip = ClientIP(
@@ -507,9 +533,9 @@ class Guard:
         cost_func = self._cost_func
         cost = self._cost
         deduct_when = self.deduct_when
-        for rule in self.rules:
+        for i, rule in enumerate(self.rules):
             if rule.matches(request.method, request.path):
-                limiter = rule.limiter
+                limiter = self._rule_limiters[i]
                 if rule.key_func is not None:
                     key_func = rule.key_func
                 if rule.cost is not None:
@@ -595,6 +621,8 @@ class Guard:
             return self.failed(limiter)
         if deduct_when is not None and result[0]:
             return Deferred(self, limiter, key, cost, deduct_when, result)
+        if not result[0] and limiter.shadow:
+            return self.shadow_denied(result, limiter)
         return self.outcome(request, result, limiter)
 
     async def adecide(self, request: RequestInfo) -> Outcome:
@@ -613,7 +641,32 @@ class Guard:
             return self.failed(limiter)
         if deduct_when is not None and result[0]:
             return Deferred(self, limiter, key, cost, deduct_when, result)
+        if not result[0] and limiter.shadow:
+            return self.shadow_denied(result, limiter)
         return self.outcome(request, result, limiter)
+
+    def shadow_denied(self, result: RateLimitResult, limiter: RateLimiter) -> HeaderList:
+        """A would-be denial in shadow mode: logged (rate-limited), then let through."""
+        now = time.monotonic()
+        name = limiter.name
+        with self._shadow_lock:
+            count, next_log = self._shadow_counts.get(name, (0, -math.inf))
+            count += 1
+            if now >= next_log:
+                self._shadow_counts[name] = (0, now + SHADOW_LOG_INTERVAL)
+            else:
+                self._shadow_counts[name] = (count, next_log)
+                count = 0
+        if count:
+            _log.warning(
+                "rate limiter %r (shadow mode) would have refused %d request(s) "
+                "(logged at most once per %gs)",
+                name,
+                count,
+                SHADOW_LOG_INTERVAL,
+            )
+        # Admitted after all: its headers, without Retry-After.
+        return self.headers(result._replace(allowed=True, retry_after=0.0), limiter)
 
     def headers(self, result: RateLimitResult, limiter: RateLimiter) -> HeaderList:
         """The rate-limit headers of ``result`` in this guard's ``header_style``."""

@@ -1,0 +1,66 @@
+"""Decision events: what a ``RateLimiter`` tells its observers about each decision.
+
+``RateLimiter(..., on_decision=observer)`` calls ``observer(event)`` after
+every check it makes (``check``, ``allow``, ``acheck``, and so every adapter
+and integration), with a ``DecisionEvent``.  Observers count (metrics), log,
+or track heavy hitters (``limiter.metrics.top``).  A limiter without an
+observer builds no event and pays nothing for the feature.
+
+Labels for metrics must stay low-cardinality: ``limiter``, ``policy`` and
+``outcome`` are; ``key`` (the client) is for logs and trackers only.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Callable, NamedTuple, Optional
+
+from .bucket import RateLimitResult
+
+__all__ = ["DecisionEvent", "Observer", "Outcome"]
+
+
+class Outcome(str, enum.Enum):
+    """What happened to a request; a ``str``, so ``outcome == "denied"`` holds."""
+
+    #: Admitted: the tokens were taken.
+    ALLOWED = "allowed"
+    #: Refused: not enough tokens.
+    DENIED = "denied"
+    #: Would have been refused, but the limit runs in shadow mode: admitted.
+    SHADOW_DENIED = "shadow_denied"
+    #: The store failed (``StoreError``): no decision was made.
+    ERROR = "error"
+    #: Decided by the store's in-memory fallback while the primary is down.
+    FALLBACK = "fallback"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class DecisionEvent(NamedTuple):
+    """One decision, as observers see it (immutable).
+
+    ``limiter``: the limiter's name.  ``policy``: the name of the limit that
+    decided (``result.policy``; ``""`` on error).  ``outcome``: an
+    ``Outcome``.  ``result``: the ``RateLimitResult`` (``None`` on error).
+    ``cost``: tokens asked.  ``key``: the client key as passed to the
+    limiter (never a metric label: one series per client would be unbounded).
+    ``store_seconds``: wall time the store took, seconds (``time.perf_counter``).
+    ``at``: the limiter clock's time of the decision, seconds.
+    """
+
+    limiter: str
+    policy: str
+    outcome: Outcome
+    result: Optional[RateLimitResult]
+    cost: float
+    key: str
+    store_seconds: float
+    at: float
+
+
+#: ``observer(event) -> None``: called after each decision, in the caller's
+#: thread (or task).  It must be quick and must not raise: an exception from
+#: it propagates to the caller, like any application error.
+Observer = Callable[[DecisionEvent], None]
