@@ -48,6 +48,7 @@ class DecisionEvent(NamedTuple):
     limiter (never a metric label: one series per client would be unbounded).
     ``store_seconds``: wall time the store took, seconds (``time.perf_counter``).
     ``at``: the limiter clock's time of the decision, seconds.
+    ``store``: the store's class name (``"RedisStore"``), a metric label.
     """
 
     limiter: str
@@ -58,6 +59,7 @@ class DecisionEvent(NamedTuple):
     key: str
     store_seconds: float
     at: float
+    store: str
 
 
 #: ``observer(event) -> None``: called after each decision, in the caller's

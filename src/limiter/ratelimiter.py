@@ -234,7 +234,17 @@ class RateLimiter:
         observer = self.on_decision
         assert observer is not None
         observer(
-            DecisionEvent(self.name, policy, outcome, result, cost, key, seconds, self.clock.now())
+            DecisionEvent(
+                self.name,
+                policy,
+                outcome,
+                result,
+                cost,
+                key,
+                seconds,
+                self.clock.now(),
+                type(self.store).__name__,
+            )
         )
 
     def _observed_check(self, key: str, cost: float = 1) -> RateLimitResult:
