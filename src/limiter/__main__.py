@@ -1,4 +1,5 @@
-"""Command line: ``python -m limiter demo`` serves a small rate-limited JSON API.
+"""Command line: ``python -m limiter demo`` serves a small rate-limited JSON API;
+``inspect`` and ``reset`` look at and refill one client's buckets in a shared store.
 
 The demo runs the standard library's ``ThreadingHTTPServer`` behind
 ``limiter.adapters.httpserver.rate_limited``; it needs nothing else installed
@@ -8,6 +9,12 @@ Its defaults are chosen so that the loop it prints shows the limit on the
 first try on any machine: ``5/minute`` with a burst of 5 refills one token
 every 12 s, and the loop sends burst + 3 requests, so it prints five ``200``
 and three ``429`` unless the eight requests take more than 12 s.
+
+``inspect`` and ``reset`` are the operator's tools (docs/cli.md): they build
+the ``RateLimiter`` the application builds (same limits, same name, so the
+same keys) on the shared store the URL names, without its fallback (an
+operator must see the shared store or an error, never a private stand-in),
+and ``peek`` or ``reset`` one key through it.
 """
 
 from __future__ import annotations
@@ -20,14 +27,16 @@ import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+from urllib.parse import unquote
 
 from . import __version__
 from .adapters.common import RequestInfo
 from .adapters.httpserver import rate_limited
+from .bucket import Limit, RateLimitResult
 from .ratelimiter import RateLimiter
 from .store import StoreError
-from .urls import STORAGE_URL_ENV, redact_url, resolve_store
+from .urls import STORAGE_URL_ENV, redact_url, resolve_store, store_from_url
 
 __all__ = ["demo_handler", "main"]
 
@@ -120,8 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     return _parsers()[0]
 
 
-def _parsers() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """The command line's parser and its ``demo`` subparser (for the demo's usage errors)."""
+def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
+    """The command line's parser and its subparsers by name (for their usage errors)."""
     parser = argparse.ArgumentParser(prog="limiter", description="tokenlimiter tools")
     parser.add_argument("--version", action="version", version=f"tokenlimiter {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -162,7 +171,90 @@ def _parsers() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="rate-limit headers: x (X-RateLimit-*, the default), draft (RateLimit, "
         "RateLimit-Policy: the IETF draft) or both",
     )
-    return parser, demo
+    inspect = _bucket_parser(
+        commands,
+        "inspect",
+        help="show one key's buckets in a shared store (takes no token)",
+        description=(
+            "Show KEY's buckets as RateLimiter(RATE, name=NAME) on the store sees them: "
+            "for each limit its burst, the tokens available, the seconds until the "
+            "bucket is full again and whether a request of cost 1 would pass now. "
+            "Reading takes nothing (a peek)."
+        ),
+    )
+    reset = _bucket_parser(
+        commands,
+        "reset",
+        help="give one key full buckets in a shared store",
+        description="Give KEY full buckets, as RateLimiter(RATE, name=NAME).reset(KEY) does.",
+    )
+    return parser, {"demo": demo, "inspect": inspect, "reset": reset}
+
+
+class _Once(argparse.Action):
+    """An option that may be given once (a second ``--limit`` would silently win)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Union[str, Sequence[Any], None],
+        option_string: Optional[str] = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(
+                f"argument {option_string}: given twice; write several limits as one "
+                f"{option_string} '10/second;1000/hour', as RateLimiter takes them"
+            )
+        setattr(namespace, self.dest, values)
+
+
+def _bucket_parser(
+    commands: Any, name: str, *, help: str, description: str
+) -> argparse.ArgumentParser:
+    """The parser of ``inspect`` or ``reset``: the limiter's arguments, then KEY."""
+    sub: argparse.ArgumentParser = commands.add_parser(name, help=help, description=description)
+    sub.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help=(
+            "the shared store the application uses: sqlite:///path.db, redis://host:6379/0, "
+            f"... (default: ${STORAGE_URL_ENV}; memory:// is refused: it lives in one process)"
+        ),
+    )
+    sub.add_argument(
+        "--limit",
+        metavar="RATE",
+        required=True,
+        action=_Once,
+        help=(
+            "the limit as the application gives it to RateLimiter: 5/minute, "
+            "'10/second;1000/hour', or a number of tokens per second"
+        ),
+    )
+    sub.add_argument(
+        "--burst",
+        type=int,
+        default=None,
+        help="the bucket capacity, if the application gives RateLimiter one",
+    )
+    sub.add_argument(
+        "--name",
+        default=None,
+        help=(
+            "the limiter's name (RateLimiter(name=...)); default: the name RateLimiter "
+            "derives from the limits, 0.0833333/s:5 for 5/minute"
+        ),
+    )
+    sub.add_argument("--json", action="store_true", help="print one JSON object")
+    sub.add_argument(
+        "key",
+        metavar="KEY",
+        help="the client's key as the application checks it (write -- before a key "
+        "that starts with -)",
+    )
+    return sub
 
 
 def _describe_store(given: Optional[str]) -> str:
@@ -243,12 +335,18 @@ def _check_store(store: Any, shown: str) -> Optional[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the command line; returns the exit status."""
-    parser, demo = _parsers()
+    """Run the command line; returns the exit status (0 done, 1 a store failed, 2 usage)."""
+    parser, subparsers = _parsers()
     args = parser.parse_args(argv)
+    if args.command in ("inspect", "reset"):
+        return _bucket_command(args, subparsers[args.command])
     if args.command != "demo":
         parser.print_help()
         return 2
+    return _demo(args, subparsers["demo"])
+
+
+def _demo(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int:
     try:  # the limit first: a bad --rate opens no store
         limits = RateLimiter(args.rate, args.burst).limits
     except (TypeError, ValueError) as exc:
@@ -315,6 +413,226 @@ def _serve(args: argparse.Namespace, limiter: RateLimiter, shown_store: str) -> 
         server.server_close()
     print("limiter demo: stopped", flush=True)
     return 0
+
+
+# -- inspect and reset ---------------------------------------------------------
+
+
+def _rate(text: str) -> Union[str, float]:
+    """``--limit`` as RateLimiter takes it: the string, or a bare number as tokens per second."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if number == number else text  # NaN: the string, refused by RateLimiter
+
+
+def _store_url(given: Optional[str]) -> Tuple[Optional[str], str]:
+    """``(url, where it comes from)``: ``--store``, else ``$LIMITER_STORAGE_URL``."""
+    if given is not None:
+        return given.strip(), "--store"
+    return os.environ.get(STORAGE_URL_ENV, "").strip() or None, STORAGE_URL_ENV
+
+
+def _private_store(url: str) -> Optional[str]:
+    """Why the store of ``url`` cannot be another process's, or ``None``."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme == "memory":
+        return "memory:// is the memory of one process"
+    if scheme == "sqlite" and _sqlite_path(url) == ":memory:":
+        return "sqlite:///:memory: is the memory of one process"
+    return None
+
+
+def _sqlite_path(url: str) -> Optional[str]:
+    """The file of an ``sqlite:///path`` URL (as ``store_from_url`` reads it), else ``None``."""
+    if not url.lower().startswith("sqlite:///"):
+        return None  # not sqlite, or a host: store_from_url explains
+    return unquote(url[len("sqlite:///") :].partition("?")[0]) or None
+
+
+def _one_line(exc: BaseException, url: str) -> str:
+    """``exc`` as one line, without the URL's password should a client library echo it."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    rest = url.partition("://")[2]
+    userinfo = rest.partition("/")[0].partition("?")[0].rpartition("@")[0]
+    password = userinfo.partition(":")[2]
+    for secret in {password, unquote(password)} - {""}:
+        text = text.replace(secret, "***")
+    return text
+
+
+@contextlib.contextmanager
+def _quiet_store_logs() -> Iterator[None]:
+    """Drop the stores' log records: a failure is reported once, on one line, by the command."""
+
+    def quiet(record: logging.LogRecord) -> bool:
+        return False
+
+    stores_log = logging.getLogger("limiter.stores")
+    stores_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        stores_log.removeFilter(quiet)
+
+
+def _bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
+    """``inspect`` or ``reset``: usage errors exit 2, a store that fails exits 1."""
+    command = f"limiter {args.command}"
+    try:  # the limiter and the key first: a usage error opens no store
+        bare = RateLimiter(_rate(args.limit), args.burst, name=args.name)
+    except (TypeError, ValueError) as exc:
+        sub.error(f"argument --limit: {exc}")
+    try:
+        bare.storage_key(args.key)
+    except TypeError as exc:
+        sub.error(f"argument KEY: {exc}")
+    url, source = _store_url(args.store)
+    if url is None:
+        sub.error(f"no store: give --store URL or set {STORAGE_URL_ENV}")
+    shown = redact_url(url)
+    private = _private_store(url)
+    if private is not None:
+        sub.error(
+            f"{source}: {private} ({shown}): {args.command} needs the shared store the "
+            "application uses (sqlite:///path.db, redis://host:6379/0, ...)"
+        )
+    path = _sqlite_path(url)
+    if path is not None and not os.path.exists(path):
+        # SQLiteStore would create an empty database: a typo would show full buckets.
+        print(f"{command}: the store {shown} does not exist: no file {path!r}", file=sys.stderr)
+        return 1
+    try:
+        # No fallback, whatever the URL says: the shared store answers, or an error.
+        store = store_from_url(url, fallback=None)
+    except (ValueError, ImportError) as exc:
+        # A bad URL or scheme (shown with its password as ***) or an extra to install.
+        sub.error(f"{source}: {exc}")
+    except OSError as exc:  # sqlite: not a database, no permission, ...
+        print(f"{command}: cannot open the store {shown}: {_one_line(exc, url)}", file=sys.stderr)
+        return 1
+    try:
+        limiter = RateLimiter(list(bare.limits), store=store, name=bare.name)
+        with _quiet_store_logs():
+            if args.command == "inspect":
+                report = _inspect_report(limiter, args.key, limiter.peek(args.key), shown)
+            else:
+                limiter.reset(args.key)
+                report = _reset_report(limiter, args.key, shown)
+    except StoreError as exc:
+        print(
+            f"{command}: the store {shown} does not answer: {_one_line(exc, url)}", file=sys.stderr
+        )
+        return 1
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+    if args.json:
+        print(json.dumps(report, sort_keys=False))
+    elif args.command == "inspect":
+        print(_inspect_text(report, source))
+    else:
+        print(_reset_text(report, source))
+    return 0
+
+
+def _bucket(limit: Limit, result: RateLimitResult) -> Dict[str, Any]:
+    """One limit's bucket, from a peek's result for it."""
+    # reset_after is the bucket's deficit in seconds: tokens = (window - deficit) * rate.
+    exact = (result.window - result.reset_after) * limit.rate
+    exact = min(max(exact, 0.0), float(limit.burst))
+    # A request of cost 1 passes when the deficit after it fits in the window
+    # (with the limit's slack): the test ``step`` makes.
+    wait = result.reset_after + limit.interval - result.window
+    allowed = wait <= limit.slack
+    return {
+        "name": limit.name,
+        "rate": limit.rate,
+        "burst": limit.burst,
+        "window": limit.window,
+        "tokens": result.remaining,
+        "tokens_exact": exact,
+        "full_in": result.reset_after,
+        "allowed": allowed,
+        "retry_after": 0.0 if allowed else wait,
+    }
+
+
+def _inspect_report(
+    limiter: RateLimiter, key: str, result: RateLimitResult, shown: str
+) -> Dict[str, Any]:
+    by_policy = {r.policy: r for r in result.results or (result,)}
+    buckets = [_bucket(lim, by_policy.get(lim.name, result)) for lim in limiter.limits]
+    return {
+        "key": key,
+        "limiter": limiter.name,
+        "store": shown,
+        "allowed": all(b["allowed"] for b in buckets),
+        "retry_after": max(b["retry_after"] for b in buckets),
+        "limits": buckets,
+    }
+
+
+def _reset_report(limiter: RateLimiter, key: str, shown: str) -> Dict[str, Any]:
+    return {
+        "key": key,
+        "limiter": limiter.name,
+        "store": shown,
+        "reset": True,
+        "limits": [
+            {"name": lim.name, "rate": lim.rate, "burst": lim.burst} for lim in limiter.limits
+        ],
+    }
+
+
+def _seconds(value: float) -> str:
+    """``0 s``, ``0.250 s``, ``35.8 s``: a wait for people."""
+    if value <= 0:
+        return "0 s"
+    return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
+
+
+def _origin(report: Dict[str, Any], source: str) -> str:
+    where = f" (from {STORAGE_URL_ENV})" if source == STORAGE_URL_ENV else ""
+    return f"limiter {report['limiter']!r} on {report['store']}{where}"
+
+
+def _inspect_text(report: Dict[str, Any], source: str) -> str:
+    header = ("limit", "burst", "tokens", "exact", "full in", "request now")
+    rows = [header]
+    for b in report["limits"]:
+        now = "allowed" if b["allowed"] else f"denied, in {_seconds(b['retry_after'])}"
+        rows.append(
+            (
+                b["name"],
+                str(b["burst"]),
+                str(b["tokens"]),
+                f"{b['tokens_exact']:.4f}",
+                _seconds(b["full_in"]),
+                now,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [f"key {report['key']!r} of {_origin(report, source)}"]
+    for row in rows:
+        cells = [
+            cell.ljust(width) if i in (0, len(row) - 1) else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    if len(report["limits"]) > 1:
+        verdict = (
+            "allowed" if report["allowed"] else f"denied, in {_seconds(report['retry_after'])}"
+        )
+        lines.append(f"a request of cost 1 now: {verdict}")
+    return "\n".join(lines)
+
+
+def _reset_text(report: Dict[str, Any], source: str) -> str:
+    limits = ", ".join(f"{lim['name']} (burst {lim['burst']})" for lim in report["limits"])
+    return f"reset key {report['key']!r} of {_origin(report, source)}: full buckets for {limits}"
 
 
 if __name__ == "__main__":
