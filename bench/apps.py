@@ -45,6 +45,15 @@ def asgi_raw_ours() -> Any:
     return RateLimitMiddleware(asgi_raw, RateLimiter(HIGH, HIGH))
 
 
+def wsgi_raw_ours_observed() -> Any:
+    from limiter import RateLimiter
+    from limiter.adapters.wsgi import RateLimitMiddleware
+
+    from .peers import counting_observer
+
+    return RateLimitMiddleware(wsgi_raw, RateLimiter(HIGH, HIGH, on_decision=counting_observer()))
+
+
 def wsgi_raw_ours() -> Any:
     from limiter import RateLimiter
     from limiter.adapters.wsgi import RateLimitMiddleware
@@ -304,6 +313,7 @@ APPS: Dict[str, List[Any]] = {
     "starlette+slowapi": [starlette_slowapi, "asgi", "slowapi"],
     "wsgi.raw": [lambda: wsgi_raw, "wsgi", ""],
     "wsgi.raw+limiter": [wsgi_raw_ours, "wsgi", "tokenlimiter"],
+    "wsgi.raw+limiter+observer": [wsgi_raw_ours_observed, "wsgi", "tokenlimiter"],
     "flask": [flask_bare, "wsgi", ""],
     "flask+limiter": [flask_ours, "wsgi", "tokenlimiter"],
     "flask+flask-limiter": [flask_flask_limiter, "wsgi", "flask-limiter"],

@@ -166,7 +166,7 @@ BATCHERS = {"asgi": asgi_batch, "wsgi": wsgi_batch, "httpserver": httpserver_bat
 GROUPS: List[Tuple[str, str, List[str]]] = [
     ("ASGI, raw app", "asgi.raw", ["asgi.raw+limiter"]),
     ("Starlette", "starlette", ["starlette+limiter", "starlette+slowapi"]),
-    ("WSGI, raw app", "wsgi.raw", ["wsgi.raw+limiter"]),
+    ("WSGI, raw app", "wsgi.raw", ["wsgi.raw+limiter", "wsgi.raw+limiter+observer"]),
     (
         "Flask",
         "flask",

@@ -39,6 +39,31 @@ def make_ours_check(store: Any = None) -> Loop:
     return loop
 
 
+def counting_observer() -> Any:
+    """The simplest useful ``on_decision``: a count per (limiter, policy, outcome)."""
+    counts: Dict[Any, int] = {}
+
+    def count(event: Any) -> None:
+        slot = (event.limiter, event.policy, event.outcome)
+        counts[slot] = counts.get(slot, 0) + 1
+
+    return count
+
+
+def make_ours_check_observed(store: Any = None) -> Loop:
+    from limiter import RateLimiter
+
+    check = RateLimiter(HIGH, HIGH, store=store, on_decision=counting_observer()).check
+
+    def loop(keys: List[str]) -> float:
+        start = time.perf_counter()
+        for k in keys:
+            check(k)
+        return time.perf_counter() - start
+
+    return loop
+
+
 def make_ours_allow(store: Any = None) -> Loop:
     from limiter import RateLimiter
 
@@ -169,6 +194,13 @@ class Lib:
 LIBS: List[Lib] = [
     Lib("ours.check", "limiter check()", "tokenlimiter", make_ours_check, ours=True),
     Lib("ours.allow", "limiter allow()", "tokenlimiter", make_ours_allow, ours=True),
+    Lib(
+        "ours.check+observer",
+        "limiter check(), counting observer",
+        "tokenlimiter",
+        make_ours_check_observed,
+        ours=True,
+    ),
     Lib("limits.fixed", "limits fixed window hit()", "limits", make_limits_fixed, 0.5),
     Lib(
         "limits.moving",

@@ -93,6 +93,13 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
             "n/a" if not o else _span(o, " us"),
             "middleware",
         )
+    r = _ratio_of(core.get("core/1/ours.check+observer"), core.get("core/1/ours.check"))
+    add(
+        "check() with a counting observer <= 1.25x check() (hot key)",
+        None if math.isnan(r["median"]) else 1 / r["median"] <= 1.25,
+        _fmt_ratio(r),
+        "core",
+    )
     for ours, peer in INTEGRATION_PEERS:
         o, p = mw.get(ours), mw.get(peer)
         ratio = p["median"] / o["median"] if o and p and o["median"] > 0 else math.nan

@@ -25,6 +25,9 @@ _Apply = Callable[[str, Limit, float, Optional[float]], RateLimitResult]
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("limiter")
 
+_perf_counter = time.perf_counter
+_ALLOWED = Outcome.ALLOWED
+
 #: Keys longer than this many characters are stored as a SHA-256 digest, so a
 #: 1 MB API key costs 71 bytes of key, not 1 MB.
 MAX_KEY_LENGTH = 256
@@ -196,6 +199,12 @@ class RateLimiter:
             self._observe()
 
     def _observe(self) -> None:
+        # Read once, not per event.
+        self._observer = self.on_decision
+        self._store_name = type(self.store).__name__
+        self._fallback_flag = hasattr(type(self.store), "using_fallback")
+        # SystemClock.now is time.time; calling it directly saves a call per event.
+        self._clock_now_or_time = time.time if type(self.clock) is SystemClock else self.clock.now
         # Observed versions shadow the methods on this instance only, so a
         # limiter without an observer keeps the plain hot path.
         self.check = self._observed_check  # type: ignore[method-assign]
@@ -227,47 +236,70 @@ class RateLimiter:
         if result is None:
             outcome, policy = Outcome.ERROR, ""
         else:
-            outcome = Outcome.ALLOWED if result[0] else self._denied
+            outcome = _ALLOWED if result[0] else self._denied
             policy = result[7]
-            if getattr(self.store, "using_fallback", False) is True:
+            if self._fallback_flag and getattr(self.store, "using_fallback", False) is True:
                 outcome = Outcome.FALLBACK
-        observer = self.on_decision
-        assert observer is not None
-        observer(
-            DecisionEvent(
-                self.name,
-                policy,
-                outcome,
-                result,
-                cost,
-                key,
-                seconds,
-                self.clock.now(),
-                type(self.store).__name__,
+        # tuple.__new__: the NamedTuple's Python-level __new__ would cost as much
+        # as the rest of the report (CONTRIBUTING.md, "Hot paths").
+        self._observer(  # type: ignore[misc]
+            tuple.__new__(
+                DecisionEvent,
+                (
+                    self.name,
+                    policy,
+                    outcome,
+                    result,
+                    cost,
+                    key,
+                    seconds,
+                    self._clock_now_or_time(),
+                    self._store_name,
+                ),
             )
         )
 
     def _observed_check(self, key: str, cost: float = 1) -> RateLimitResult:
-        start = time.perf_counter()
+        start = _perf_counter()
         try:
             result = RateLimiter.check(self, key, cost)
         except StoreError:
-            self._report(key, cost, None, time.perf_counter() - start)
+            self._report(key, cost, None, _perf_counter() - start)
             raise
-        self._report(key, cost, result, time.perf_counter() - start)
+        seconds = _perf_counter() - start
+        if self._fallback_flag:
+            self._report(key, cost, result, seconds)
+            return result
+        # _report, inlined for the usual store (no fallback to ask about).
+        self._observer(  # type: ignore[misc]
+            tuple.__new__(
+                DecisionEvent,
+                (
+                    self.name,
+                    result[7],
+                    _ALLOWED if result[0] else self._denied,
+                    result,
+                    cost,
+                    key,
+                    seconds,
+                    self._clock_now_or_time(),
+                    self._store_name,
+                ),
+            )
+        )
         return result
 
     def _observed_allow(self, key: str, cost: float = 1) -> bool:
         return self._observed_check(key, cost)[0]
 
     async def _observed_acheck(self, key: str, cost: float = 1) -> RateLimitResult:
-        start = time.perf_counter()
+        start = _perf_counter()
         try:
             result = await RateLimiter.acheck(self, key, cost)
         except StoreError:
-            self._report(key, cost, None, time.perf_counter() - start)
+            self._report(key, cost, None, _perf_counter() - start)
             raise
-        self._report(key, cost, result, time.perf_counter() - start)
+        self._report(key, cost, result, _perf_counter() - start)
         return result
 
     def __repr__(self) -> str:
