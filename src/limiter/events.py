@@ -37,6 +37,11 @@ class Outcome(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    # str's hash, not Enum's Python-level one (which hashes the member name):
+    # observers look outcomes up in dicts and sets on every event, and
+    # Outcome.DENIED and "denied" then find the same entry.
+    __hash__ = str.__hash__
+
 
 class DecisionEvent(NamedTuple):
     """One decision, as observers see it (immutable).

@@ -1,0 +1,371 @@
+"""Top offenders: which keys were denied most in the last ``window`` seconds.
+
+``TopOffenders`` is an ``on_decision`` observer (``limiter.events``) that
+counts the keys of chosen outcomes (denials by default) in bounded memory,
+whatever the traffic: at most ``capacity`` counters per time slice, so
+``capacity * slices`` counters in all, however many distinct keys go by::
+
+    top = TopOffenders(capacity=100, window=300.0)
+    limiter = RateLimiter("10/s", on_decision=top)
+    ...
+    top.top(10)  # [Offender(key='10.0.0.7', count=4210, error=0), ...]
+
+How it counts.  Time is cut into slices of ``window / slices`` seconds; an
+event at time ``t`` (seconds) belongs to slice ``floor(t / width)``.  Each
+slice runs the Space-Saving algorithm (Metwally, Agrawal and El Abbadi,
+"Efficient computation of frequent and top-k elements in data streams",
+ICDT 2005): a key already counted is incremented; a new key takes a free
+counter, or, when all ``capacity`` are taken, replaces the key with the
+smallest count ``c``, starting at ``c + 1`` with error ``c``.  The live
+slices are the newest one and the ``slices - 1`` before it, so the window
+covers between ``window - width`` and ``window`` seconds; older slices are
+dropped whole, and an event too old for a live slice is not counted.
+
+Guarantees, for a query at any moment.  Let ``true`` be a key's number of
+counted events in the live slices, ``total`` the number of all counted events
+in them (``TopOffenders.total``), and ``low_s`` the smallest counter of live
+slice ``s`` when it is full (0 when it has a free counter: then it is exact).
+A key's ``count`` adds its counter in the slices that hold it and ``low_s`` in
+the full slices that do not (it may have had up to ``low_s`` events there);
+its ``error`` adds its Space-Saving error and those same ``low_s``.  Then:
+
+* ``count - error <= true <= count`` for every reported key;
+* ``0 <= error <= sum(low_s) <= total / capacity``;
+* every key with ``true > total / capacity`` is in ``top(capacity)``: the
+  counts exceed ``sum(low_s)`` by ``total - capacity * sum(low_s)`` in all, so
+  fewer than ``capacity`` keys can have ``count > total / capacity``, and such
+  a key has ``count >= true > total / capacity``.
+
+With one slice (or all events in one) these are the classic Space-Saving
+bounds.  Each event costs a dict update under one lock (O(1)); an eviction
+finds the smallest counter in a heap with lazy updates (a counter's heap entry
+is refreshed only when it surfaces), O(log capacity) amortized.  Measured with
+CPython 3.11 on a busy 2-core machine: 0.26 µs for an event not counted
+(allowed), 0.85 µs for a counted key that holds a counter, 1.8 µs when every
+event evicts one (a million distinct keys); ``top(10)`` over 500 counters
+takes about 0.2 ms.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
+
+from ..clock import SystemClock
+from ..events import DecisionEvent, Outcome
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+
+__all__ = ["Offender", "TopOffenders"]
+
+
+class Offender(NamedTuple):
+    """A heavy hitter: ``count - error <= true count <= count`` (events in the window)."""
+
+    key: str
+    # The field hides ``tuple.count``: the name the issue and JSON use wins.
+    count: int  # type: ignore[assignment]
+    error: int
+
+
+class _Slice:
+    """One time slice: a Space-Saving summary of at most ``capacity`` counters."""
+
+    __slots__ = ("counts", "errors", "heap", "total")
+
+    def __init__(self) -> None:
+        self.counts: Dict[str, int] = {}
+        # Only keys that replaced another have an error; absent means 0.
+        self.errors: Dict[str, int] = {}
+        # One entry (count, key) per counted key, its count as last pushed: a
+        # lower bound of the key's count, refreshed only when it reaches the
+        # top.  An increment then costs a dict update instead of a heap push.
+        self.heap: List[Tuple[int, str]] = []
+        self.total = 0
+
+    def add_new(self, key: str, capacity: int) -> None:
+        """Give a counter to ``key``, not counted here yet (``total`` is the caller's)."""
+        counts = self.counts
+        heap = self.heap
+        if len(counts) < capacity:
+            counts[key] = 1
+            heapq.heappush(heap, (1, key))
+            return
+        # Full: find the smallest counter.  The top entry is it once its
+        # pushed count is current, since every entry is <= its key's count;
+        # each refresh follows at least one increment, hence O(log n) amortized.
+        while True:
+            low, victim = heap[0]
+            current = counts[victim]
+            if current == low:
+                break
+            heapq.heapreplace(heap, (current, victim))
+        heapq.heapreplace(heap, (low + 1, key))
+        del counts[victim]
+        self.errors.pop(victim, None)
+        counts[key] = low + 1
+        self.errors[key] = low
+
+    def low(self, capacity: int) -> int:
+        """What a key absent from this slice may have had here: 0 unless full."""
+        return min(self.counts.values()) if len(self.counts) >= capacity else 0
+
+
+def _outcome_values(outcomes: Iterable[Any]) -> FrozenSet[str]:
+    if isinstance(outcomes, (str, bytes)) or not isinstance(outcomes, Iterable):
+        raise TypeError(
+            f"outcomes must be a collection of outcomes such as ('denied',), got {outcomes!r}"
+        )
+    known = {member.value for member in Outcome}
+    found: List[str] = []
+    for outcome in outcomes:
+        value = outcome.value if isinstance(outcome, Outcome) else outcome
+        if not isinstance(value, str):
+            raise TypeError(f"an outcome must be a str or an Outcome, got {outcome!r}")
+        if value not in known:
+            raise ValueError(
+                f"unknown outcome {outcome!r}: expected one of {', '.join(sorted(known))}"
+            )
+        found.append(value)
+    if not found:
+        raise ValueError("outcomes must name at least one outcome, got an empty collection")
+    return frozenset(found)
+
+
+def _count_arg(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{what} must be >= 1, got {value!r}")
+    return value
+
+
+class TopOffenders:
+    """Keys of the chosen outcomes counted over the last ``window`` seconds, in bounded memory.
+
+    ``capacity``: counters per slice (int >= 1); keys whose count in the
+    window exceeds ``total / capacity`` are always reported.  ``window``:
+    seconds (finite, > 0).  ``slices``: how many parts the window is cut into
+    (int >= 1); more slices expire old events more smoothly and use more
+    memory (``capacity * slices`` counters at most).  ``outcomes``: which
+    outcomes count (strs or ``Outcome`` members; default the denials).
+    ``clock``: what queries read to expire old slices; give the clock of the
+    limiters that feed it (default ``SystemClock``, as theirs).
+
+    Called as an observer, it counts ``event.key`` at ``event.at`` (the
+    limiter clock's time, so tests with a ``ManualClock`` are exact).  Time
+    never moves back for it: the window ends at the newest time it has seen,
+    from events or from ``clock.now()`` at a query.  Thread-safe.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 100,
+        window: float = 300.0,
+        slices: int = 5,
+        outcomes: Iterable[Any] = (Outcome.DENIED, Outcome.SHADOW_DENIED),
+        clock: Optional[Clock] = None,
+    ) -> None:
+        self._capacity = _count_arg(capacity, "capacity")
+        if isinstance(window, bool) or not isinstance(window, (int, float)):
+            raise TypeError(f"window must be a number of seconds, got {window!r}")
+        if not (math.isfinite(window) and window > 0):
+            raise ValueError(f"window must be a finite number of seconds > 0, got {window!r}")
+        self._slices = _count_arg(slices, "slices")
+        self._window = float(window)
+        self._width = self._window / self._slices
+        if not self._width > 0:  # a subnormal window cut too finely
+            raise ValueError(f"window {window!r} is too small for {slices!r} slices")
+        self._values = _outcome_values(outcomes)
+        # Every member, counted or not, so that a member never needs hashing.
+        self._by_id = {id(member): member.value in self._values for member in Outcome}
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
+        self._clock: Clock = SystemClock() if clock is None else clock
+        self._lock = threading.Lock()
+        self._live: Dict[int, _Slice] = {}
+        # The newest slice index seen; -inf until the first event or query.
+        self._head: float = -math.inf
+        # The slice at ``_head`` once an event has made it: the fast path.
+        self._newest: Optional[_Slice] = None
+
+    def __repr__(self) -> str:
+        outcomes = sorted(self._values)
+        return (
+            f"TopOffenders(capacity={self._capacity}, window={self._window!r}, "
+            f"slices={self._slices}, outcomes={outcomes})"
+        )
+
+    @property
+    def capacity(self) -> int:
+        """Counters per slice."""
+        return self._capacity
+
+    @property
+    def window(self) -> float:
+        """The window's length, in seconds."""
+        return self._window
+
+    @property
+    def slices(self) -> int:
+        """How many slices the window is cut into."""
+        return self._slices
+
+    @property
+    def total(self) -> int:
+        """Events counted in the live slices (exact)."""
+        with self._lock:
+            return sum(piece.total for piece in self._advance())
+
+    @property
+    def counters(self) -> int:
+        """Counters held now: the memory in use, at most ``capacity * slices``."""
+        with self._lock:
+            return sum(len(piece.counts) for piece in self._live.values())
+
+    def __call__(self, event: DecisionEvent) -> None:
+        """The ``on_decision`` observer: counts ``event.key`` at ``event.at`` if tracked."""
+        # Most events are not counted (allowed): decide that first and fast.
+        # An Outcome member is found by identity: hashing one runs Enum's
+        # __hash__ in Python, three times slower than the whole test.
+        outcome = event.outcome
+        counted = self._by_id.get(id(outcome))
+        if counted is None:
+            counted = outcome in self._values  # a plain str
+        if not counted:
+            return
+        try:
+            index = int(event.at // self._width)
+        except (TypeError, ValueError, OverflowError):  # nan, inf, not a number
+            index = int(self._clock.now() // self._width)
+        key = event.key
+        # _count inlined: a call is a tenth of the cost of an event.
+        with self._lock:
+            piece = self._newest if index == self._head else None
+            if piece is None and (piece := self._slice_at(index)) is None:
+                return
+            piece.total += 1
+            counts = piece.counts
+            count = counts.get(key)
+            if count is None:
+                piece.add_new(key, self._capacity)
+            else:
+                counts[key] = count + 1
+
+    def add(self, key: str, at: Optional[float] = None) -> None:
+        """Count one event of ``key`` at time ``at`` (seconds; default ``clock.now()``).
+
+        An event older than the live slices is not counted.  A time that is
+        not a finite number counts as ``clock.now()``: an observer must not raise.
+        """
+        try:
+            index = int((self._clock.now() if at is None else at) // self._width)
+        except (TypeError, ValueError, OverflowError):
+            index = int(self._clock.now() // self._width)
+        self._count(key, index)
+
+    def _count(self, key: str, index: int) -> None:
+        with self._lock:
+            # Nearly every event falls in the newest slice: one comparison.  (No
+            # newest slice yet, after a query moved the head: _slice_at makes it.)
+            piece = self._newest if index == self._head else None
+            if piece is None and (piece := self._slice_at(index)) is None:
+                return  # its slice is gone
+            piece.total += 1
+            counts = piece.counts
+            count = counts.get(key)
+            if count is None:
+                piece.add_new(key, self._capacity)
+            else:
+                counts[key] = count + 1
+
+    def top(self, n: int = 10) -> List[Offender]:
+        """The ``n`` keys with the highest counts in the window, highest first.
+
+        Ties go to the smaller error, then to the key in string order.  See the
+        module's docstring for the bounds; ``n=0`` gives ``[]``.
+        """
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, got {n!r}")
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n!r}")
+        with self._lock:
+            return self._top(n)
+
+    def as_dict(self, n: int = 10) -> Dict[str, Any]:
+        """``top(n)`` and the window's totals, ready for ``json.dumps``.
+
+        ``{"window_seconds": float, "total": int, "capacity": int,
+        "offenders": [{"key": str, "count": int, "error": int}, ...]}``, all
+        read at one instant.
+        """
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, got {n!r}")
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n!r}")
+        with self._lock:
+            offenders = self._top(n)
+            total = sum(piece.total for piece in self._live.values())
+        return {
+            "window_seconds": self._window,
+            "total": total,
+            "capacity": self._capacity,
+            "offenders": [{"key": o.key, "count": o.count, "error": o.error} for o in offenders],
+        }
+
+    def clear(self) -> None:
+        """Forget every count."""
+        with self._lock:
+            self._live.clear()
+            self._newest = None
+
+    # -- under the lock -------------------------------------------------------
+
+    def _move_head(self, head: int) -> None:
+        self._head = head
+        self._newest = None
+        oldest = head - self._slices  # this index and below are out of the window
+        for index in [i for i in self._live if i <= oldest]:
+            del self._live[index]
+
+    def _slice_at(self, index: int) -> Optional[_Slice]:
+        """The slice for ``index``, made if need be; ``None`` if it is out of the window."""
+        if index > self._head:
+            self._move_head(index)
+        elif index <= self._head - self._slices:
+            return None
+        piece = self._live.get(index)
+        if piece is None:
+            piece = self._live[index] = _Slice()
+        if index == self._head:
+            self._newest = piece
+        return piece
+
+    def _advance(self) -> Iterable[_Slice]:
+        """The live slices as of ``clock.now()``."""
+        try:
+            index = int(self._clock.now() // self._width)
+        except (TypeError, ValueError, OverflowError):
+            index = None  # a broken clock: keep the window where the events left it
+        if index is not None and index > self._head:
+            self._move_head(index)
+        return self._live.values()
+
+    def _top(self, n: int) -> List[Offender]:
+        capacity = self._capacity
+        pieces = [(piece, piece.low(capacity)) for piece in self._advance()]
+        # Start every key at the sum of the lows (absent everywhere), then
+        # replace each low by the key's own counter where a slice holds it.
+        base = sum(low for _, low in pieces)
+        counts: Dict[str, int] = {}
+        errors: Dict[str, int] = {}
+        for piece, low in pieces:
+            piece_errors = piece.errors
+            for key, count in piece.counts.items():
+                counts[key] = counts.get(key, base) + count - low
+                errors[key] = errors.get(key, base) + piece_errors.get(key, 0) - low
+        ranked = heapq.nsmallest(n, counts, key=lambda key: (-counts[key], errors[key], key))
+        return [Offender(key, counts[key], errors[key]) for key in ranked]
