@@ -3,7 +3,10 @@
 
 The demo runs the standard library's ``ThreadingHTTPServer`` behind
 ``limiter.adapters.httpserver.rate_limited``; it needs nothing else installed
-(a ``redis://`` store needs the ``redis`` extra).
+(a ``redis://`` store needs the ``redis`` extra).  With the ``prometheus``
+extra installed it also serves the limiter's metrics at ``/metrics``
+(``limiter.metrics.prometheus``, on prometheus_client's default registry);
+without it, ``/metrics`` answers 404 with the extra to install.
 
 Its defaults are chosen so that the loop it prints shows the limit on the
 first try on any machine: ``5/minute`` with a burst of 5 refills one token
@@ -27,7 +30,7 @@ import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import unquote
 
 from . import __version__
@@ -38,11 +41,16 @@ from .ratelimiter import RateLimiter
 from .store import StoreError
 from .urls import STORAGE_URL_ENV, redact_url, resolve_store, store_from_url
 
+if TYPE_CHECKING:
+    from .metrics.prometheus import PrometheusMetrics
+
 __all__ = ["demo_handler", "main"]
 
 #: The demo's default limit: slow enough that no machine refills a token
 #: while the printed loop runs (one every 12 s), so the 429s always show.
 DEFAULT_RATE = "5/minute"
+#: What ``/metrics`` says when prometheus_client is not installed.
+NO_METRICS = 'no metrics: /metrics needs prometheus_client, pip install "tokenlimiter[prometheus]"'
 #: How many requests past the burst the printed loop sends (the 429s it shows).
 EXTRA_REQUESTS = 3
 # A refill interval at least this long (seconds) makes the printed loop's
@@ -74,15 +82,19 @@ def demo_handler(
     *,
     description: Optional[str] = None,
     header_style: str = "x",
+    metrics: Optional[PrometheusMetrics] = None,
 ) -> Type[BaseHTTPRequestHandler]:
-    """The demo's handler class: ``/`` and ``/time`` are limited, ``/health`` is exempt.
+    """The demo's handler class: ``/`` and ``/time`` are limited, ``/health`` and
+    ``/metrics`` are exempt.
 
     ``description`` is the limit as ``/`` reports it (default: ``_describe_limits``);
-    ``header_style`` is the adapters' option (``"x"``, ``"draft"`` or ``"both"``).
+    ``header_style`` is the adapters' option (``"x"``, ``"draft"`` or ``"both"``);
+    ``metrics``: the ``PrometheusMetrics`` ``/metrics`` serves (``None``: a 404
+    that names the extra to install).
     """
 
     def exempt(request: RequestInfo) -> bool:
-        return request.path == "/health"
+        return request.path in ("/health", "/metrics")
 
     @rate_limited(limiter, exempt=exempt, header_style=header_style)
     class DemoHandler(BaseHTTPRequestHandler):
@@ -92,8 +104,11 @@ def demo_handler(
 
         def _json(self, status: int, payload: Dict[str, Any]) -> None:
             body = json.dumps(payload, separators=(",", ":")).encode()
+            self._send(status, body, "application/json")
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
@@ -114,6 +129,12 @@ def demo_handler(
             return 404, {"status": 404, "code": "not_found", "message": "no such endpoint"}
 
         def do_GET(self) -> None:
+            if self.path.partition("?")[0] == "/metrics":
+                if metrics is None:
+                    self._json(404, {"status": 404, "code": "no_metrics", "message": NO_METRICS})
+                else:
+                    self._send(200, metrics.generate_latest(), metrics.content_type)
+                return
             self._json(*self._route())
 
         do_HEAD = do_GET
@@ -362,22 +383,41 @@ def _demo(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int:
         print(f"limiter demo: cannot open the store {shown_store}: {exc}", file=sys.stderr)
         return 1
     try:
-        limiter = RateLimiter(list(limits), store=store, name="demo")
+        metrics = _metrics()
+        limiter = RateLimiter(list(limits), store=store, name="demo", on_decision=metrics)
         with _brief_logging():
             problem = _check_store(store, shown_store)
             if problem is not None:
                 print(f"limiter demo: {problem}", file=sys.stderr)
                 return 1
-            return _serve(args, limiter, shown_store)
+            return _serve(args, limiter, shown_store, metrics)
     finally:
         close = getattr(store, "close", None)
         if callable(close):
             close()
 
 
-def _serve(args: argparse.Namespace, limiter: RateLimiter, shown_store: str) -> int:
+def _metrics() -> Optional[PrometheusMetrics]:
+    """The demo's metrics on prometheus_client's default registry, or ``None`` without it."""
+    try:
+        from .metrics.prometheus import PrometheusMetrics
+    except ImportError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        return None  # /metrics says which extra to install
+    return PrometheusMetrics()
+
+
+def _serve(
+    args: argparse.Namespace,
+    limiter: RateLimiter,
+    shown_store: str,
+    metrics: Optional[PrometheusMetrics] = None,
+) -> int:
     described = _describe_limits(limiter, args.rate)
-    handler = demo_handler(limiter, description=described, header_style=args.headers)
+    handler = demo_handler(
+        limiter, description=described, header_style=args.headers, metrics=metrics
+    )
     try:
         server = ThreadingHTTPServer((args.host, args.port), handler)
     except OSError as exc:

@@ -1,0 +1,241 @@
+"""Prometheus metrics of rate-limit decisions (extra ``prometheus``: ``prometheus_client``).
+
+``PrometheusMetrics`` is an ``on_decision`` observer (``limiter.events``)::
+
+    from limiter.metrics.prometheus import PrometheusMetrics
+
+    metrics = PrometheusMetrics()  # on prometheus_client's default REGISTRY
+    limiter = RateLimiter("10/s", on_decision=metrics)
+
+and the application exposes the registry as it already does
+(``prometheus_client.start_http_server``, ``make_wsgi_app``, ...), or serves
+``metrics.generate_latest()`` with the content type ``metrics.content_type``.
+
+The metrics, labelled only by low-cardinality values (never by client key):
+
+* ``limiter_decisions_total{limiter, policy, outcome}`` (counter): every
+  decision; ``outcome`` is ``allowed``, ``denied``, ``shadow_denied``,
+  ``error`` or ``fallback``; ``policy`` is the limit that decided (``""`` on
+  an error).
+* ``limiter_store_duration_seconds{store, operation}`` (histogram): the time
+  the store took for each decision (``operation="check"``; ``store`` is the
+  store's class name), in buckets from 10 µs to 5 s (``BUCKETS``).  Every
+  outcome but ``fallback`` is timed: a fallback decision is answered by the
+  in-memory fallback, so its time says nothing of the store named and would
+  drag that store's percentiles down; an ``error`` is timed (how long the
+  store took to fail: a timeout shows in the high buckets).
+* ``limiter_store_errors_total{limiter, store}`` (counter): decisions that
+  failed with a ``StoreError`` (outcome ``error``).
+* ``limiter_fallback_active{limiter}`` (gauge): 1 once a decision was made
+  by the store's in-memory fallback, 0 again after a decision by the primary
+  store (``allowed``, ``denied`` or ``shadow_denied``); an error leaves it as
+  it was.  Every limiter seen has the series, at 0 until it falls back.
+
+``registry``: a ``prometheus_client.CollectorRegistry``; ``None`` (the
+default) means prometheus_client's default ``REGISTRY``, the one its
+exporters serve.  The metrics are registered once per registry: every
+``PrometheusMetrics`` on one registry shares them (a second one adds to the
+same series instead of failing with "Duplicated timeseries"), so several
+limiters may each get their own instance or share one.  A registry where
+other code already registered one of these names raises ``ValueError``.
+
+The same metrics, names aside, as ``limiter.metrics.otel``.  Each call costs
+a few dict lookups and the metric updates: the labelled children are cached
+per label values, and the gauge is written (under a lock) only when it changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..events import DecisionEvent
+
+try:
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        REGISTRY,
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        generate_latest,
+    )
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess
+    if exc.name is None or exc.name.partition(".")[0] != "prometheus_client":
+        raise
+    raise ModuleNotFoundError(
+        "limiter.metrics.prometheus needs prometheus_client: "
+        'pip install "tokenlimiter[prometheus]"',
+        name="prometheus_client",
+    ) from exc
+
+__all__ = ["BUCKETS", "PrometheusMetrics"]
+
+#: The store-latency histogram's upper bounds, seconds: from an in-memory store's
+#: 10 µs to a shared store's timeouts (then +Inf); as ``limiter.metrics.otel``'s.
+BUCKETS: Tuple[float, ...] = (
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+_FALLBACK = "fallback"
+_ERROR = "error"
+
+
+class _Metrics:
+    """The four metrics of one registry, and their labelled children by label values."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        made: List[Any] = []  # unregistered again if a later name is taken
+        try:
+            self.decisions = Counter(
+                "limiter_decisions_total",
+                "Rate-limit decisions, by limiter, policy (the limit that decided) and outcome.",
+                ("limiter", "policy", "outcome"),
+                registry=registry,
+            )
+            made.append(self.decisions)
+            self.durations = Histogram(
+                "limiter_store_duration_seconds",
+                "Time the rate limiter's store took per operation, seconds.",
+                ("store", "operation"),
+                buckets=BUCKETS,
+                registry=registry,
+            )
+            made.append(self.durations)
+            self.errors = Counter(
+                "limiter_store_errors_total",
+                "Rate-limit decisions that failed with a store error.",
+                ("limiter", "store"),
+                registry=registry,
+            )
+            made.append(self.errors)
+            self.fallback = Gauge(
+                "limiter_fallback_active",
+                "1 while the limiter's decisions come from its store's in-memory fallback.",
+                ("limiter",),
+                registry=registry,
+            )
+        except ValueError:
+            for collector in made:
+                registry.unregister(collector)
+            raise
+        #: Taken to change a fallback gauge (rare), so that it and its state agree.
+        self.lock = threading.Lock()
+        # Children by label values (any thread may add one: a race makes the
+        # same child twice, which prometheus_client hands back both times).
+        self.decision_children: Dict[Tuple[str, str, str], Counter] = {}
+        self.duration_children: Dict[str, Histogram] = {}
+        self.error_children: Dict[Tuple[str, str], Counter] = {}
+        # limiter -> (its gauge child, whether it reads 1): set only on a change.
+        self.fallback_children: Dict[str, Tuple[Gauge, bool]] = {}
+
+
+_lock = threading.Lock()
+_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, _Metrics] = weakref.WeakKeyDictionary()
+
+
+def _metrics_of(registry: CollectorRegistry) -> _Metrics:
+    with _lock:
+        metrics = _by_registry.get(registry)
+        if metrics is None:
+            metrics = _by_registry[registry] = _Metrics(registry)
+        return metrics
+
+
+class PrometheusMetrics:
+    """An ``on_decision`` observer that counts decisions in Prometheus metrics.
+
+    ``registry``: where the metrics are registered (default: prometheus_client's
+    ``REGISTRY``); see the module's documentation for the metrics and labels.
+    """
+
+    #: The content type to serve ``generate_latest()``'s text with (``CONTENT_TYPE_LATEST``).
+    content_type: str = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None) -> None:
+        if registry is None:
+            registry = REGISTRY
+        elif not isinstance(registry, CollectorRegistry):
+            raise TypeError(
+                f"registry must be a prometheus_client CollectorRegistry or None, got {registry!r}"
+            )
+        #: The registry the metrics are in.
+        self.registry: CollectorRegistry = registry
+        metrics = _metrics_of(registry)
+        self._metrics = metrics
+        self._decisions = metrics.decision_children
+        self._durations = metrics.duration_children
+        self._errors = metrics.error_children
+        self._fallback = metrics.fallback_children
+
+    def __call__(self, event: DecisionEvent) -> None:
+        outcome = event.outcome
+        key = (event.limiter, event.policy, outcome)
+        decisions = self._decisions.get(key)
+        if decisions is None:
+            decisions = self._decisions[key] = self._metrics.decisions.labels(
+                event.limiter, event.policy, str(outcome)
+            )
+        decisions.inc()
+        store = event.store
+        active = outcome == _FALLBACK
+        if not active:  # (a fallback's time is not the store's)
+            duration = self._durations.get(store)
+            if duration is None:
+                duration = self._durations[store] = self._metrics.durations.labels(store, "check")
+            duration.observe(event.store_seconds)
+        state = self._fallback.get(event.limiter)
+        if outcome == _ERROR:
+            errors = self._errors.get((event.limiter, store))
+            if errors is None:
+                errors = self._errors[event.limiter, store] = self._metrics.errors.labels(
+                    event.limiter, store
+                )
+            errors.inc()
+            if state is None:  # a new limiter: its series, at 0
+                self._switch(event.limiter, False, new=True)
+        elif state is None or state[1] is not active:
+            self._switch(event.limiter, active)
+
+    def _switch(self, limiter: str, active: bool, new: bool = False) -> None:
+        """Set ``limiter``'s fallback gauge to ``active`` (a change: rare, so under a lock).
+
+        ``new``: only if the limiter has no gauge yet (an error says nothing more).
+        """
+        metrics = self._metrics
+        with metrics.lock:
+            state = self._fallback.get(limiter)
+            if state is None:
+                gauge = metrics.fallback.labels(limiter)
+            elif state[1] is active or new:
+                return
+            else:
+                gauge = state[0]
+            gauge.set(1 if active else 0)
+            self._fallback[limiter] = (gauge, active)
+
+    def generate_latest(self) -> bytes:
+        """The registry's metrics in the Prometheus text format (serve with ``content_type``)."""
+        return generate_latest(self.registry)
+
+    def __repr__(self) -> str:
+        return f"PrometheusMetrics(registry={self.registry!r})"
