@@ -37,6 +37,8 @@ from . import __version__
 from .adapters.common import RequestInfo
 from .adapters.httpserver import rate_limited
 from .bucket import Limit, RateLimitResult
+from .events import fan_out
+from .metrics.top import TopOffenders
 from .ratelimiter import RateLimiter
 from .store import StoreError
 from .urls import STORAGE_URL_ENV, redact_url, resolve_store, store_from_url
@@ -83,18 +85,20 @@ def demo_handler(
     description: Optional[str] = None,
     header_style: str = "x",
     metrics: Optional[PrometheusMetrics] = None,
+    top: Optional[TopOffenders] = None,
 ) -> Type[BaseHTTPRequestHandler]:
-    """The demo's handler class: ``/`` and ``/time`` are limited, ``/health`` and
-    ``/metrics`` are exempt.
+    """The demo's handler class: ``/`` and ``/time`` are limited, ``/health``,
+    ``/metrics`` and ``/top`` are exempt.
 
     ``description`` is the limit as ``/`` reports it (default: ``_describe_limits``);
     ``header_style`` is the adapters' option (``"x"``, ``"draft"`` or ``"both"``);
     ``metrics``: the ``PrometheusMetrics`` ``/metrics`` serves (``None``: a 404
-    that names the extra to install).
+    that names the extra to install).  ``top``: the ``TopOffenders`` that
+    ``/top`` reports as JSON (``?n=`` keys, default 10; ``None``: a 404).
     """
 
     def exempt(request: RequestInfo) -> bool:
-        return request.path in ("/health", "/metrics")
+        return request.path in ("/health", "/metrics", "/top")
 
     @rate_limited(limiter, exempt=exempt, header_style=header_style)
     class DemoHandler(BaseHTTPRequestHandler):
@@ -129,7 +133,19 @@ def demo_handler(
             return 404, {"status": 404, "code": "not_found", "message": "no such endpoint"}
 
         def do_GET(self) -> None:
-            if self.path.partition("?")[0] == "/metrics":
+            path, _, query = self.path.partition("?")
+            if path == "/top":
+                if top is None:
+                    self._json(404, {"status": 404, "code": "not_found", "message": "no tracker"})
+                    return
+                n = _top_n(query)
+                if n is None:
+                    message = "n must be a whole number from 1 to 1000"
+                    self._json(400, {"status": 400, "code": "bad_request", "message": message})
+                    return
+                self._json(200, top.as_dict(n))
+                return
+            if path == "/metrics":
                 if metrics is None:
                     self._json(404, {"status": 404, "code": "no_metrics", "message": NO_METRICS})
                 else:
@@ -209,7 +225,22 @@ def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentPars
         help="give one key full buckets in a shared store",
         description="Give KEY full buckets, as RateLimiter(RATE, name=NAME).reset(KEY) does.",
     )
-    return parser, {"demo": demo, "inspect": inspect, "reset": reset}
+    top = commands.add_parser(
+        "top",
+        help="show the most denied keys, from a running app's top-offenders endpoint",
+        description=(
+            "Fetch URL (a TopOffenders.as_dict() JSON endpoint, such as the demo's "
+            "http://127.0.0.1:8484/top) and print the most denied keys with their "
+            "counts and error bounds."
+        ),
+    )
+    top.add_argument("--url", required=True, help="the endpoint, http:// or https://")
+    top.add_argument("-n", type=int, default=10, help="how many keys (default 10, 1-1000)")
+    top.add_argument("--json", action="store_true", help="print the JSON as fetched")
+    top.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for the answer (default 2)"
+    )
+    return parser, {"demo": demo, "inspect": inspect, "reset": reset, "top": top}
 
 
 class _Once(argparse.Action):
@@ -361,6 +392,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.command in ("inspect", "reset"):
         return _bucket_command(args, subparsers[args.command])
+    if args.command == "top":
+        return _top_command(args, subparsers["top"])
     if args.command != "demo":
         parser.print_help()
         return 2
@@ -384,17 +417,31 @@ def _demo(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int:
         return 1
     try:
         metrics = _metrics()
-        limiter = RateLimiter(list(limits), store=store, name="demo", on_decision=metrics)
+        top = TopOffenders(capacity=100, window=300.0)
+        limiter = RateLimiter(
+            list(limits), store=store, name="demo", on_decision=fan_out(metrics, top)
+        )
         with _brief_logging():
             problem = _check_store(store, shown_store)
             if problem is not None:
                 print(f"limiter demo: {problem}", file=sys.stderr)
                 return 1
-            return _serve(args, limiter, shown_store, metrics)
+            return _serve(args, limiter, shown_store, metrics, top)
     finally:
         close = getattr(store, "close", None)
         if callable(close):
             close()
+
+
+def _top_n(query: str) -> Optional[int]:
+    """``n`` from ``/top``'s query string (default 10), or ``None`` when it is no count."""
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name == "n":
+            if not value.isdigit() or not 1 <= int(value) <= 1000:
+                return None
+            return int(value)
+    return 10
 
 
 def _metrics() -> Optional[PrometheusMetrics]:
@@ -413,10 +460,11 @@ def _serve(
     limiter: RateLimiter,
     shown_store: str,
     metrics: Optional[PrometheusMetrics] = None,
+    top: Optional[TopOffenders] = None,
 ) -> int:
     described = _describe_limits(limiter, args.rate)
     handler = demo_handler(
-        limiter, description=described, header_style=args.headers, metrics=metrics
+        limiter, description=described, header_style=args.headers, metrics=metrics, top=top
     )
     try:
         server = ThreadingHTTPServer((args.host, args.port), handler)
@@ -677,3 +725,55 @@ def _reset_text(report: Dict[str, Any], source: str) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- top ------------------------------------------------------------------------
+
+
+def _top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
+    import base64
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    url: str = args.url
+    parts = urllib.parse.urlsplit(url)
+    shown = redact_url(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        sub.error(f"--url must be an http:// or https:// URL, got {shown!r}")
+    if not 1 <= args.n <= 1000:
+        sub.error(f"-n must be from 1 to 1000, got {args.n}")
+    if not 0 < args.timeout <= 60:
+        sub.error(f"--timeout must be seconds from 0 to 60, got {args.timeout}")
+    query = urllib.parse.urlencode({"n": args.n})
+    # user:password@ goes in a header: urllib would read it as part of the host.
+    netloc = parts.netloc.rpartition("@")[2]
+    fetch = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path or "/", query, ""))
+    request = urllib.request.Request(fetch, headers={"Accept": "application/json"})
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            payload = json.loads(response.read(1_000_000))
+        offenders = payload["offenders"]
+        rows = [(str(o["key"]), int(o["count"]), int(o["error"])) for o in offenders]
+        window, total = float(payload["window_seconds"]), int(payload["total"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        print(f"limiter top: cannot read {shown}: {reason}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(payload, indent=1))
+        return 0
+    print(f"{total} denials in the last {_duration(window)} ({shown})")
+    if not rows:
+        print("no key denied")
+        return 0
+    width = max(len(key) for key, _, _ in rows)
+    for key, count, error in rows:
+        bound = f"  (up to {error} fewer)" if error else ""
+        print(f"{key:<{width}}  {count}{bound}")
+    return 0

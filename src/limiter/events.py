@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple, Optional
 
 from .bucket import RateLimitResult
 
-__all__ = ["DecisionEvent", "Observer", "Outcome"]
+__all__ = ["DecisionEvent", "Observer", "Outcome", "fan_out"]
 
 
 class Outcome(str, enum.Enum):
@@ -71,3 +71,29 @@ class DecisionEvent(NamedTuple):
 #: thread (or task).  It must be quick and must not raise: an exception from
 #: it propagates to the caller, like any application error.
 Observer = Callable[[DecisionEvent], None]
+
+
+def fan_out(*observers: Optional[Observer]) -> Optional[Observer]:
+    """One observer that calls each of ``observers`` in order (``None`` ones are left out).
+
+    ``None`` when none is left, the observer itself when one is.  A
+    ``TypeError`` names an argument that is neither callable nor ``None``.
+    """
+    chosen = []
+    for observer in observers:
+        if observer is None:
+            continue
+        if not callable(observer):
+            raise TypeError(f"an observer must be callable or None, got {observer!r}")
+        chosen.append(observer)
+    if not chosen:
+        return None
+    if len(chosen) == 1:
+        return chosen[0]
+    calls = tuple(chosen)
+
+    def each(event: DecisionEvent) -> None:
+        for call in calls:
+            call(event)
+
+    return each

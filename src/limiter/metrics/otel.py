@@ -1,0 +1,223 @@
+"""OpenTelemetry metrics: an ``on_decision`` observer recording through the OpenTelemetry API.
+
+``OTelMetrics(meter_provider=None)`` records each ``limiter.events.DecisionEvent``
+on instruments of a meter named ``"limiter"`` (version ``limiter.__version__``)
+from ``meter_provider``, or from the global provider
+(``opentelemetry.metrics.get_meter_provider()``) when it is ``None``::
+
+    limiter = RateLimiter("10/s", name="api", on_decision=OTelMetrics())
+
+The instruments are those of ``limiter.metrics.prometheus``, with the same
+low-cardinality attributes; the client key is never one:
+
+``limiter.decisions`` (counter, ``{decision}``)
+    One per decision; attributes ``limiter``, ``policy``, ``outcome``
+    (``allowed``, ``denied``, ``shadow_denied``, ``error``, ``fallback``).
+``limiter.store.duration`` (histogram, ``s``)
+    The store call's wall time (``event.store_seconds``); attributes ``store``
+    (the store's class name) and ``operation`` (``"check"``).  Recorded for
+    every outcome but ``fallback``: a fallback decision is answered by the
+    in-memory fallback store, so its time says nothing of the store named by
+    the ``store`` attribute and would drag that store's percentiles down.  An
+    ``error`` is recorded: the time a failing store took to fail (a timeout
+    shows up as such in the high buckets).
+``limiter.store.errors`` (counter, ``{error}``)
+    One per ``error`` decision (the store raised ``StoreError``); attributes
+    ``limiter``, ``store``.
+``limiter.fallback.active`` (observable gauge, ``1``)
+    1 while the limiter's decisions come from its store's fallback, else 0;
+    attribute ``limiter``.  Derived from the events: the last ``fallback``,
+    ``allowed``, ``denied`` or ``shadow_denied`` decision of each limiter says
+    which it is (an ``error`` leaves it as it was); every limiter seen is
+    reported, at 0 until it falls back.  A gauge read at collection time
+    rather than an up-down counter: the value is a state, not a sum of
+    changes, and a reader that starts late still sees it right.
+
+Cost.  The attribute dicts are made once per (limiter, store, policy,
+outcome) (the duration's once per store), so a steady-state event allocates
+nothing here: four dict lookups, the counter's ``add`` and the histogram's
+``record``.  The fallback state is written (under a lock) only when it
+changes.  Nearly all the time is the SDK's: measured on CPython 3.11 on a
+loaded 2-core machine (where an empty function call takes ~85 ns), this
+module's own work is ~0.55 µs per event, ~1.1 µs through the API's no-op
+provider, ~24 µs with the SDK and an in-memory reader (one SDK
+``Counter.add`` alone is ~9 µs there).
+
+``opentelemetry-api`` is imported when an ``OTelMetrics`` is made, never by
+``import limiter``: ``pip install "tokenlimiter[otel]"``.  Thread-safe.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from ..events import DecisionEvent, Outcome
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+
+__all__ = ["STORE_SECONDS_BUCKETS", "OTelMetrics"]
+
+#: Bucket boundaries (seconds) advised for ``limiter.store.duration``: from an
+#: in-memory store's microseconds to a shared store's timeouts.  The SDK's
+#: default boundaries (0, 5, 10, ... 10000) are meant for milliseconds.
+STORE_SECONDS_BUCKETS: Tuple[float, ...] = (
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+_INSTALL = 'OTelMetrics needs the OpenTelemetry API: pip install "tokenlimiter[otel]"'
+
+_Attributes = Dict[str, str]
+# What one (limiter, store, policy, outcome) records: the decision's attributes,
+# the duration's (None: not recorded), the error's (None: not an error), and
+# the fallback state it sets (None: leaves it).
+_Plan = Tuple[_Attributes, Optional[_Attributes], Optional[_Attributes], Optional[int]]
+_FALLBACK_STATE = {
+    Outcome.FALLBACK.value: 1,
+    Outcome.ALLOWED.value: 0,
+    Outcome.DENIED.value: 0,
+    Outcome.SHADOW_DENIED.value: 0,
+}
+
+
+class OTelMetrics:
+    """An ``on_decision`` observer recording decisions on OpenTelemetry instruments.
+
+    ``meter_provider``: an ``opentelemetry.metrics.MeterProvider`` (the SDK's
+    ``MeterProvider(metric_readers=[...])``), or ``None`` for the global one.
+    One ``OTelMetrics`` may observe any number of limiters; the ``limiter``
+    attribute (the limiter's ``name``) tells them apart.
+    """
+
+    def __init__(self, meter_provider: Optional[MeterProvider] = None) -> None:
+        try:
+            from opentelemetry import metrics
+        except ImportError as exc:
+            raise ImportError(_INSTALL) from exc
+        if meter_provider is None:
+            meter_provider = metrics.get_meter_provider()
+        elif not callable(getattr(meter_provider, "get_meter", None)):
+            raise TypeError(
+                f"meter_provider must be an OpenTelemetry MeterProvider or None, "
+                f"got {meter_provider!r}"
+            )
+        self._observation = metrics.Observation
+        # The package is loaded whenever one of its modules is: its version is
+        # read there, without an import of the facade from this layer.
+        version = getattr(sys.modules.get("limiter"), "__version__", None)
+        meter = meter_provider.get_meter("limiter", version)
+        self.meter = meter
+        decisions = meter.create_counter(
+            "limiter.decisions",
+            unit="{decision}",
+            description="Rate limiter decisions, by limiter, policy and outcome.",
+        )
+        description = "Wall time of the rate limiter's store calls."
+        try:
+            duration = meter.create_histogram(
+                "limiter.store.duration",
+                unit="s",
+                description=description,
+                explicit_bucket_boundaries_advisory=STORE_SECONDS_BUCKETS,
+            )
+        except TypeError:  # opentelemetry-api < 1.30: no advisory, the SDK's default buckets
+            duration = meter.create_histogram(
+                "limiter.store.duration", unit="s", description=description
+            )
+        errors = meter.create_counter(
+            "limiter.store.errors",
+            unit="{error}",
+            description="Rate limiter store failures (StoreError), by limiter and store.",
+        )
+        self._add: Callable[..., None] = decisions.add
+        self._record: Callable[..., None] = duration.record
+        self._add_error: Callable[..., None] = errors.add
+        # limiter -> store -> policy -> outcome -> plan: nested, so that a hit
+        # builds no key tuple.
+        self._plans: Dict[str, Dict[str, Dict[str, Dict[Any, _Plan]]]] = {}
+        self._lock = threading.Lock()
+        # limiter -> 1 (fallback) or 0, and its gauge attributes; written under
+        # the lock, read by the gauge's callback.
+        self._fallback: Dict[str, int] = {}
+        self._limiter_attributes: Dict[str, _Attributes] = {}
+        self._store_attributes: Dict[str, _Attributes] = {}
+        meter.create_observable_gauge(
+            "limiter.fallback.active",
+            callbacks=[self._observe_fallback],
+            unit="1",
+            description="1 while the limiter's decisions come from its store's fallback, else 0.",
+        )
+
+    def __repr__(self) -> str:
+        return f"OTelMetrics(meter={getattr(self.meter, 'name', self.meter)!r})"
+
+    def __call__(self, event: DecisionEvent) -> None:
+        """Record one decision (the ``on_decision`` hook)."""
+        try:
+            plan = self._plans[event.limiter][event.store][event.policy][event.outcome]
+        except KeyError:
+            plan = self._plan(event)
+        decision, duration, error, state = plan
+        self._add(1, decision)
+        if duration is not None:
+            self._record(event.store_seconds, duration)
+        if error is not None:
+            self._add_error(1, error)
+        if state is not None and self._fallback[event.limiter] != state:
+            with self._lock:
+                self._fallback[event.limiter] = state
+
+    def _plan(self, event: DecisionEvent) -> _Plan:
+        """Make and cache the plan of a new (limiter, store, policy, outcome)."""
+        # Plain strs: an exporter sees "denied", not an Outcome member.
+        limiter, store, policy = str(event.limiter), str(event.store), str(event.policy)
+        outcome = event.outcome
+        value = outcome.value if isinstance(outcome, Outcome) else str(outcome)
+        decision = {"limiter": limiter, "policy": policy, "outcome": value}
+        error: Optional[_Attributes] = None
+        if value == Outcome.ERROR.value:
+            error = {"limiter": limiter, "store": store}
+        with self._lock:
+            duration: Optional[_Attributes] = None
+            if value != Outcome.FALLBACK.value:
+                # One dict per store: every outcome's durations go to one series.
+                duration = self._store_attributes.setdefault(
+                    store, {"store": store, "operation": "check"}
+                )
+            plan: _Plan = (decision, duration, error, _FALLBACK_STATE.get(value))
+            if event.limiter not in self._fallback:
+                self._fallback[event.limiter] = 0
+                self._limiter_attributes[event.limiter] = {"limiter": limiter}
+            by_store = self._plans.setdefault(event.limiter, {})
+            by_policy = by_store.setdefault(event.store, {})
+            by_outcome = by_policy.setdefault(event.policy, {})
+            # Another thread may have made it first: keep one dict per series.
+            return by_outcome.setdefault(outcome, plan)
+
+    def _observe_fallback(self, options: CallbackOptions) -> Iterable[Observation]:
+        make = self._observation
+        attributes = self._limiter_attributes
+        with self._lock:
+            found: List[Observation] = [
+                make(state, attributes[name]) for name, state in self._fallback.items()
+            ]
+        return found
