@@ -54,35 +54,13 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..events import DecisionEvent, Outcome
+from . import STORE_SECONDS_BUCKETS
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 __all__ = ["STORE_SECONDS_BUCKETS", "OTelMetrics"]
 
-#: Bucket boundaries (seconds) advised for ``limiter.store.duration``: from an
-#: in-memory store's microseconds to a shared store's timeouts.  The SDK's
-#: default boundaries (0, 5, 10, ... 10000) are meant for milliseconds.
-STORE_SECONDS_BUCKETS: Tuple[float, ...] = (
-    0.00001,
-    0.000025,
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-)
 
 _INSTALL = 'OTelMetrics needs the OpenTelemetry API: pip install "tokenlimiter[otel]"'
 

@@ -51,6 +51,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..events import DecisionEvent
+from . import STORE_SECONDS_BUCKETS
 
 try:
     from prometheus_client import (
@@ -73,28 +74,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
 
 __all__ = ["BUCKETS", "PrometheusMetrics"]
 
-#: The store-latency histogram's upper bounds, seconds: from an in-memory store's
-#: 10 µs to a shared store's timeouts (then +Inf); as ``limiter.metrics.otel``'s.
-BUCKETS: Tuple[float, ...] = (
-    0.00001,
-    0.000025,
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-)
+BUCKETS = STORE_SECONDS_BUCKETS  # shared with the other exporter
 
 _FALLBACK = "fallback"
 _ERROR = "error"
