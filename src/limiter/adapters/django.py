@@ -44,7 +44,7 @@ from django.http.response import HttpResponseBase  # type: ignore[import-untyped
 
 from ..request import Cost, KeyFunc, RequestInfo
 from ..rules import DeductWhen, path_pattern
-from .common import Guard, GuardOptions, HeaderList, HeaderView, Response
+from .common import Guard, GuardOptions, HeaderList, Response
 from .integration import (
     NOT_LIMITED,
     Decision,
@@ -54,6 +54,7 @@ from .integration import (
     check_rate,
     view_scope,
 )
+from .wsgi import EnvironHeaders
 
 __all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
 
@@ -73,24 +74,8 @@ _DECISION = "_limiter_decision"
 #: ``ratelimit`` (stacked decorators) does not put its headers on them.
 _DENIED = "_limiter_denied"
 
-_SPECIAL = {"CONTENT-TYPE": "CONTENT_TYPE", "CONTENT-LENGTH": "CONTENT_LENGTH"}
-
 
 # -- the request view ---------------------------------------------------------------------
-
-
-class _MetaHeaders(HeaderView):
-    # Reads request.META's HTTP_* variables on demand (same layout under WSGI and ASGI).
-    __slots__ = ("_meta",)
-
-    def __init__(self, meta: Dict[str, Any]) -> None:
-        self._meta = meta
-
-    def get_all(self, name: str) -> List[str]:
-        upper = name.upper()
-        var = _SPECIAL.get(upper) or "HTTP_" + upper.replace("-", "_")
-        value = self._meta.get(var)
-        return [] if value is None else [value]
 
 
 def django_request_info(request: HttpRequest) -> RequestInfo:
@@ -103,7 +88,7 @@ def django_request_info(request: HttpRequest) -> RequestInfo:
     return RequestInfo(
         request.method or "GET",
         request.path,
-        _MetaHeaders(meta),
+        EnvironHeaders(meta),  # META has the WSGI environ layout, under ASGI too
         meta.get("REMOTE_ADDR") or None,
         request,
     )

@@ -27,7 +27,7 @@ from .common import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["RateLimitMiddleware", "request_info"]
+__all__ = ["EnvironHeaders", "RateLimitMiddleware", "request_info"]
 
 Environ = Dict[str, Any]
 StartResponse = Callable[..., Callable[[bytes], object]]
@@ -36,9 +36,13 @@ WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 _SPECIAL = {"CONTENT-TYPE": "CONTENT_TYPE", "CONTENT-LENGTH": "CONTENT_LENGTH"}
 
 
-class _EnvironHeaders(HeaderView):
-    # Reads HTTP_* variables on demand: a request whose key needs no header
-    # pays for no header decoding.
+class EnvironHeaders(HeaderView):
+    """The headers of a WSGI environ, or of any dict laid out like one (Django's ``request.META``).
+
+    Reads the ``HTTP_*`` variables on demand: a request whose key needs no
+    header pays for no header decoding.
+    """
+
     __slots__ = ("_environ",)
 
     def __init__(self, environ: Environ) -> None:
@@ -65,7 +69,7 @@ def request_info(environ: Environ) -> RequestInfo:
     return RequestInfo(
         environ.get("REQUEST_METHOD", "GET"),
         _path(environ),
-        _EnvironHeaders(environ),
+        EnvironHeaders(environ),
         environ.get("REMOTE_ADDR") or None,
         environ,
     )
@@ -106,7 +110,7 @@ class RateLimitMiddleware:
         request = RequestInfo(
             method,
             _path(environ),
-            _EnvironHeaders(environ),
+            EnvironHeaders(environ),
             environ.get("REMOTE_ADDR") or None,
             environ,
         )
