@@ -40,6 +40,7 @@ __all__ = [
     "method_set",
     "path_pattern",
     "shadowed",
+    "then",
 ]
 
 #: ``deduct_when(status_code) -> bool``: whether a response's status is charged.
@@ -81,24 +82,34 @@ def check_mode(mode: object) -> str:
     return mode
 
 
+def then(func: Callable[[RequestInfo], Any], after: Callable[[Any], Any]) -> Callable[..., Any]:
+    """``request -> after(func(request))``, an ``async def`` one when ``func`` is one.
+
+    How a limiter function's answer is adjusted (made a shadow view, a rate
+    string made a limiter) without changing whether the adapters await it.
+    """
+    if is_async_callable(func):
+
+        async def achained(request: RequestInfo) -> Any:
+            return after(await func(request))
+
+        return achained
+
+    def chained(request: RequestInfo) -> Any:
+        return after(func(request))
+
+    return chained
+
+
+def _shadow_of(limiter: Any) -> Any:
+    return limiter.shadowed() if isinstance(limiter, RateLimiter) else limiter
+
+
 def shadowed(limiter: LimiterSpec) -> LimiterSpec:
     """``limiter``'s shadow view; for a function, one returning shadow views."""
     if isinstance(limiter, RateLimiter):
         return limiter.shadowed()
-    choose = limiter
-    if is_async_callable(choose):
-
-        async def achosen(request: RequestInfo) -> Any:
-            chosen = await choose(request)  # type: ignore[misc]
-            return chosen.shadowed() if isinstance(chosen, RateLimiter) else chosen
-
-        return achosen
-
-    def chosen(request: RequestInfo) -> Any:
-        picked = choose(request)
-        return picked.shadowed() if isinstance(picked, RateLimiter) else picked
-
-    return chosen
+    return then(limiter, _shadow_of)
 
 
 def check_limiter_spec(limiter: object) -> LimiterSpec:

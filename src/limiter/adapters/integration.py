@@ -37,7 +37,7 @@ from typing import (
 from ..clock import Clock
 from ..ratelimiter import RateLimiter
 from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, LimiterSpec, check_deduct_when, is_async_callable, method_set
+from ..rules import DeductWhen, LimiterSpec, check_deduct_when, method_set, then
 from .common import (
     Deferred,
     Guard,
@@ -271,19 +271,8 @@ class Integration:
         """``rate`` as a ``Guard`` takes it: a limiter, or a function returning one."""
         if isinstance(rate, (str, RateLimiter)):
             return self.limiter_for(rate, scope)
-        choose = rate
         limiter_for = self.limiter_for
-        if is_async_callable(choose):
-
-            async def achosen(request: RequestInfo) -> RateLimiter:
-                return limiter_for(await choose(request), scope)
-
-            return achosen
-
-        def chosen(request: RequestInfo) -> RateLimiter:
-            return limiter_for(choose(request), scope)
-
-        return chosen
+        return then(rate, lambda chosen: limiter_for(chosen, scope))
 
     # -- guards ------------------------------------------------------------
 
