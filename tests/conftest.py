@@ -27,8 +27,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from typing import TYPE_CHECKING, Iterator, List
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
+import httpx
 import pytest
 
 if TYPE_CHECKING:
@@ -125,3 +130,70 @@ def class_event_loop(request: pytest.FixtureRequest, redis_port: int) -> Iterato
     finally:
         asyncio.set_event_loop(None)
         cls.loop.close()
+
+
+# -- the demo, started as README says -------------------------------------------------------
+
+#: Seconds to wait for a demo process (generous: a busy machine).
+DEMO_TIMEOUT = 60
+
+
+class DemoProcess:
+    """A demo process started by the test, and the four lines it printed at start-up."""
+
+    def __init__(self, args: List[str], out: Path, env: Optional[Dict[str, str]] = None) -> None:
+        environ = dict(os.environ)
+        environ.pop("LIMITER_STORAGE_URL", None)
+        environ.update(env or {})
+        self.err_path = out.with_suffix(".err")
+        with open(self.err_path, "wb") as err:  # a file: the request log never fills a pipe
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "limiter", "demo", "--port", "0", *args],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=environ,
+            )
+        assert self.process.stdout is not None
+        self.lines = [self.process.stdout.readline() for _ in range(4)]
+        if not self.lines[-1]:
+            self.kill()
+            pytest.fail(f"the demo did not start: {self.lines} {self.stderr()}")
+        self.url = self.lines[0].split()[3]  # "limiter demo: serving http://127.0.0.1:PORT/ ..."
+        assert self.url.startswith("http://127.0.0.1:"), self.lines[0]  # loopback only
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=DEMO_TIMEOUT)
+
+    def stop(self) -> str:
+        """Ctrl-C: the demo stops cleanly; returns what it printed after the start-up lines."""
+        self.process.send_signal(signal.SIGINT)
+        out, _ = self.process.communicate(timeout=DEMO_TIMEOUT)
+        assert self.process.returncode == 0, self.stderr()
+        return out
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(DEMO_TIMEOUT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def start_demo(tmp_path: Path) -> Iterator:
+    """``start_demo(*args, env=None)``: ``python -m limiter demo --port 0 *args``, killed after
+    the test; ``env`` is added to the environment (``LIMITER_STORAGE_URL`` is removed first)."""
+    demos: List[DemoProcess] = []
+
+    def start(*args: str, env: Optional[Dict[str, str]] = None) -> DemoProcess:
+        demo = DemoProcess(list(args), tmp_path / f"demo{len(demos)}", env)
+        demos.append(demo)
+        return demo
+
+    yield start
+    for demo in demos:
+        demo.kill()

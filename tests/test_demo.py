@@ -8,17 +8,14 @@ could matter the assertion is bounded by the measured elapsed time.
 from __future__ import annotations
 
 import math
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Iterator
 
-import httpx
 import pytest
 
 from limiter.__main__ import main
@@ -31,67 +28,9 @@ LOOP = re.compile(
 TIMEOUT = 60  # seconds; generous: a busy machine
 
 
-class Demo:
-    """A demo process started by the test, and the four lines it printed at start-up."""
-
-    def __init__(self, args: List[str], out: Path, env: Optional[Dict[str, str]] = None) -> None:
-        environ = dict(os.environ)
-        environ.pop("LIMITER_STORAGE_URL", None)
-        environ.update(env or {})
-        self.err_path = out.with_suffix(".err")
-        with open(self.err_path, "wb") as err:  # a file: the request log never fills a pipe
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "limiter", "demo", "--port", "0", *args],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                env=environ,
-            )
-        assert self.process.stdout is not None
-        self.lines = [self.process.stdout.readline() for _ in range(4)]
-        if not self.lines[-1]:
-            self.kill()
-            pytest.fail(f"the demo did not start: {self.lines} {self.stderr()}")
-        self.url = self.lines[0].split()[3]
-
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=TIMEOUT)
-
-    def stop(self) -> str:
-        """Ctrl-C: the demo stops cleanly; returns what it printed after the start-up lines."""
-        self.process.send_signal(signal.SIGINT)
-        out, _ = self.process.communicate(timeout=TIMEOUT)
-        assert self.process.returncode == 0, self.stderr()
-        return out
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(TIMEOUT)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator:
-    demos: List[Demo] = []
-
-    def start(*args: str, env: Optional[Dict[str, str]] = None) -> Demo:
-        demo = Demo(list(args), tmp_path / f"demo{len(demos)}", env)
-        demos.append(demo)
-        return demo
-
-    yield start
-    for demo in demos:
-        demo.kill()
-
-
-def test_the_printed_loop_shows_the_burst_then_429s(start) -> None:
+def test_the_printed_loop_shows_the_burst_then_429s(start_demo) -> None:
     """Default options: the loop the demo prints gives exactly what it (and the docs) promise."""
-    demo = start()
+    demo = start_demo()
     first, second, third, fourth = demo.lines
     assert re.fullmatch(
         r"limiter demo: serving http://127\.0\.0\.1:\d+/ at 5/minute burst 5 \(Ctrl-C to stop\)\n",
@@ -156,8 +95,8 @@ def test_the_printed_loop_shows_the_burst_then_429s(start) -> None:
     assert demo.stop() == "limiter demo: stopped\n"
 
 
-def test_headers_draft(start) -> None:
-    demo = start("--headers", "draft", "--rate", "1/hour", "--burst", "3")
+def test_headers_draft(start_demo) -> None:
+    demo = start_demo("--headers", "draft", "--rate", "1/hour", "--burst", "3")
     assert demo.lines[1].endswith("; RateLimit and RateLimit-Policy headers\n")
     assert demo.lines[3] == "expect: 200 200 200 429 429 429 (one token back every 60 min)\n"
     with demo.client() as client:
@@ -172,13 +111,15 @@ def test_headers_draft(start) -> None:
     assert responses[3].content == BODY_429
 
 
-def test_two_demos_on_one_sqlite_file_share_the_bucket(start, tmp_path: Path) -> None:
+def test_two_demos_on_one_sqlite_file_share_the_bucket(start_demo, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"  # an absolute path: sqlite:////...
     limit = ("--rate", "1/hour", "--burst", "3")
     # --store wins over the environment (which is not even read: it is invalid here)...
-    one = start("--store", url, "--headers", "both", *limit, env={"LIMITER_STORAGE_URL": "bogus"})
+    one = start_demo(
+        "--store", url, "--headers", "both", *limit, env={"LIMITER_STORAGE_URL": "bogus"}
+    )
     # ...and the environment is the default store.
-    two = start(*limit, env={"LIMITER_STORAGE_URL": url})
+    two = start_demo(*limit, env={"LIMITER_STORAGE_URL": url})
     assert one.lines[1] == (
         f"limiter demo: store {url}; X-RateLimit-*, RateLimit and RateLimit-Policy headers\n"
     )
@@ -254,11 +195,11 @@ def test_unreachable_redis_returns_1_and_never_shows_the_password(capsys, closed
 
 
 def test_unreachable_redis_with_a_fallback_serves_and_never_shows_the_password(
-    start, closed_port
+    start_demo, closed_port
 ) -> None:
     pytest.importorskip("redis", reason="redis-py is not installed: pip install -e '.[dev]'")
     url = f"redis://u:secret@127.0.0.1:{closed_port}/0?fallback=memory"
-    demo = start("--store", url, "--rate", "1/hour", "--burst", "3")
+    demo = start_demo("--store", url, "--rate", "1/hour", "--burst", "3")
     assert demo.lines[1].startswith(f"limiter demo: store redis://u:***@127.0.0.1:{closed_port}/")
     with demo.client() as client:  # the fallback (memory) limits meanwhile
         codes = [client.get("/").status_code for _ in range(4)]

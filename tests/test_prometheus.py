@@ -23,7 +23,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -374,58 +374,6 @@ def test_importing_limiter_does_not_import_prometheus_client() -> None:
 
 
 # -- the demo --------------------------------------------------------------------------------
-
-
-class Demo:
-    """``python -m limiter demo --port 0 ...`` as README starts it, stopped with Ctrl-C."""
-
-    def __init__(self, args: List[str], err: Path, env: Optional[Dict[str, str]] = None) -> None:
-        if env is None:
-            env = dict(os.environ)
-            env.pop("LIMITER_STORAGE_URL", None)
-        self.err_path = err
-        with open(err, "wb") as stderr:  # a file: the request log never fills a pipe
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "limiter", "demo", "--port", "0", *args],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-                env=env,
-            )
-        assert self.process.stdout is not None
-        self.lines = [self.process.stdout.readline() for _ in range(4)]
-        if not self.lines[-1]:
-            self.kill()
-            pytest.fail(f"the demo did not start: {self.lines} {err.read_text()}")
-        self.url = self.lines[0].split()[3]  # "limiter demo: serving http://127.0.0.1:PORT/ ..."
-        assert self.url.startswith("http://127.0.0.1:"), self.lines[0]
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGINT)
-        out, _ = self.process.communicate(timeout=TIMEOUT)
-        assert self.process.returncode == 0, self.err_path.read_text()
-        return out
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(TIMEOUT)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-@pytest.fixture
-def start_demo(tmp_path: Path) -> Iterator[Any]:
-    demos: List[Demo] = []
-
-    def start(*args: str, env: Optional[Dict[str, str]] = None) -> Demo:
-        demo = Demo(list(args), tmp_path / f"demo{len(demos)}.err", env)
-        demos.append(demo)
-        return demo
-
-    yield start
-    for demo in demos:
-        demo.kill()
 
 
 def test_the_demo_serves_metrics_exempt_from_its_limit(start_demo) -> None:
