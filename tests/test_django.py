@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import django
@@ -35,6 +33,7 @@ from limiter.adapters import DENIED_BODY, RequestInfo
 from limiter.adapters.django import RateLimitMiddleware, ratelimit
 from limiter.keys import header_key
 from limiter.testing import T0, AdapterConformance
+from test_servers import uvicorn_running, wait_until_up
 
 
 def index(request: Any) -> JsonResponse:
@@ -778,18 +777,6 @@ def test_importing_limiter_does_not_import_django() -> None:
 # -- real servers on loopback --------------------------------------------------------------
 
 
-def wait_until_up(port: int, deadline: float = 60.0) -> None:  # generous: a busy machine
-    end = time.monotonic() + deadline
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.02)  # polls the socket; rate-limit time is the ManualClock's
-
-
 def check_server(url: str, clock: ManualClock) -> None:
     """The same exchange against either server: default, a decorated view, HEAD, refill."""
     with httpx.Client(base_url=url) as http:
@@ -845,7 +832,6 @@ def test_waitress_serves_the_wsgi_application(clock: ManualClock) -> None:
 
 @pytest.mark.servers
 def test_uvicorn_serves_the_asgi_application(clock: ManualClock) -> None:
-    uvicorn = pytest.importorskip("uvicorn")
     from django.core.asgi import get_asgi_application
 
     with rate_limited({"default": "1/minute", "clock": clock}):
@@ -853,24 +839,5 @@ def test_uvicorn_serves_the_asgi_application(clock: ManualClock) -> None:
         # The middleware runs in async mode: its coroutine process_view, not one
         # adapted with sync_to_async.
         assert [m.__name__ for m in application._view_middleware] == ["_aprocess_view"]
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        config = uvicorn.Config(
-            application, log_level="warning", proxy_headers=False, lifespan="off"
-        )
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
-        thread.start()
-        try:
-            end = time.monotonic() + 60  # generous: a busy machine
-            while not server.started:
-                assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
-                time.sleep(0.01)  # waits for start-up; rate-limit time is the ManualClock's
-            check_server(f"http://127.0.0.1:{sock.getsockname()[1]}", clock)
-        finally:
-            server.should_exit = True
-            thread.join(10)
-            sock.close()
-        assert not thread.is_alive()
+        with uvicorn_running(application, proxy_headers=False) as url:
+            check_server(url, clock)

@@ -13,14 +13,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import threading
-import time
 import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.requests import Request
@@ -32,6 +29,7 @@ from limiter.adapters import DENIED_BODY, RequestInfo
 from limiter.adapters.fastapi import RateLimit
 from limiter.rules import Rule
 from limiter.testing import AdapterConformance
+from test_servers import uvicorn_running
 
 with warnings.catch_warnings():
     # Starlette >= 1.x nudges towards httpx2; the client works the same here.
@@ -821,20 +819,8 @@ def uvicorn_app() -> Iterator[Tuple[str, ManualClock]]:
     async def health() -> str:
         return "ok"
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        end = time.monotonic() + 60  # generous: a busy machine
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
-            time.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}", clock
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with uvicorn_running(app) as url:
+        yield url, clock
 
 
 @pytest.mark.servers

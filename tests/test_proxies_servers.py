@@ -11,20 +11,17 @@ to its key.
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
-import time
 from typing import Iterator, List, Tuple
 
 import httpx
 import pytest
-import uvicorn
 import waitress
 
 from limiter import ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
-from test_servers import wait_until_up
+from test_servers import uvicorn_running, wait_until_up
 
 pytestmark = pytest.mark.servers
 
@@ -93,28 +90,6 @@ def waitress_running(app, **options) -> Iterator[str]:
     finally:
         server.close()
         thread.join(10)
-
-
-@contextlib.contextmanager
-def uvicorn_running(app, **options) -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", **options)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
-    thread.start()
-    try:
-        end = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 # -- item 8: the pinned header, through uvicorn ----------------------------------------

@@ -8,6 +8,7 @@ limit ("3/hour") refills too slowly to matter during the test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import signal
@@ -17,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Any, Iterator
 
 import httpx
 import pytest
@@ -42,6 +44,33 @@ def wait_until_up(port, deadline=60.0):  # generous: a busy machine
             if time.monotonic() > end:
                 raise
             time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def uvicorn_running(app: Any, **options: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread on a free 127.0.0.1 port; yields its base URL.
+
+    ``options`` go to ``uvicorn.Config`` (log level warning, no lifespan).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", **options)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
+    thread.start()
+    try:
+        end = time.monotonic() + 60  # generous: a busy machine
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
+            time.sleep(0.01)  # waits for start-up; rate-limit time is the tests' ManualClock's
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+    assert not thread.is_alive(), "uvicorn did not stop"
 
 
 def free_socket():
@@ -79,23 +108,10 @@ def uvicorn_server():
         proxy_header="x-forwarded-for",
         exempt=lambda r: r.path == "/health",
     )
-    sock = free_socket()
     # proxy_headers=False: uvicorn would otherwise rewrite scope["client"] from
     # X-Forwarded-For itself (see docs/proxies.md).
-    config = uvicorn.Config(app, log_level="warning", proxy_headers=False, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
-    thread.start()
-    try:
-        end = time.monotonic() + 60  # generous: a busy machine
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", limiter, clock
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with uvicorn_running(app, proxy_headers=False) as url:
+        yield url, limiter, clock
 
 
 def test_uvicorn_exact_counts_headers_and_body(uvicorn_server):
