@@ -241,19 +241,7 @@ class TopOffenders:
             index = int(event.at // self._width)
         except (TypeError, ValueError, OverflowError):  # nan, inf, not a number
             index = int(self._clock.now() // self._width)
-        key = event.key
-        # _count inlined: a call is a tenth of the cost of an event.
-        with self._lock:
-            piece = self._newest if index == self._head else None
-            if piece is None and (piece := self._slice_at(index)) is None:
-                return
-            piece.total += 1
-            counts = piece.counts
-            count = counts.get(key)
-            if count is None:
-                piece.add_new(key, self._capacity)
-            else:
-                counts[key] = count + 1
+        self._count(event.key, index)
 
     def add(self, key: str, at: Optional[float] = None) -> None:
         """Count one event of ``key`` at time ``at`` (seconds; default ``clock.now()``).
