@@ -25,10 +25,10 @@ def version(dist: str) -> str:
         return "not installed"
 
 
-def make_ours_check(store: Any = None) -> Loop:
+def make_ours_check(store: Any = None, on_decision: Any = None) -> Loop:
     from limiter import RateLimiter
 
-    check = RateLimiter(HIGH, HIGH, store=store).check
+    check = RateLimiter(HIGH, HIGH, store=store, on_decision=on_decision).check
 
     def loop(keys: List[str]) -> float:
         start = time.perf_counter()
@@ -51,17 +51,7 @@ def counting_observer() -> Any:
 
 
 def make_ours_check_observed(store: Any = None) -> Loop:
-    from limiter import RateLimiter
-
-    check = RateLimiter(HIGH, HIGH, store=store, on_decision=counting_observer()).check
-
-    def loop(keys: List[str]) -> float:
-        start = time.perf_counter()
-        for k in keys:
-            check(k)
-        return time.perf_counter() - start
-
-    return loop
+    return make_ours_check(store, on_decision=counting_observer())
 
 
 def make_ours_allow(store: Any = None) -> Loop:
