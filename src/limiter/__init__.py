@@ -9,6 +9,7 @@
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .backends.denycache import DenyCache
     from .backends.memory import MemoryStore
     from .backends.redis import AsyncRedisStore, RedisStore
     from .backends.sqlite import SQLiteStore
@@ -24,6 +25,7 @@ __all__ = [
     "AsyncRedisStore",
     "AsyncStore",
     "Clock",
+    "DenyCache",
     "Limit",
     "ManualClock",
     "MemoryStore",
@@ -63,6 +65,7 @@ _LAZY = {
     "Store": "limiter.store",
     "StoreError": "limiter.store",
     "MemoryStore": "limiter.backends.memory",
+    "DenyCache": "limiter.backends.denycache",
     "RedisStore": "limiter.backends.redis",
     "AsyncRedisStore": "limiter.backends.redis",
     "SQLiteStore": "limiter.backends.sqlite",

@@ -69,6 +69,8 @@ _DEFAULT_SENTINEL_PORT = 26379
 
 # Query parameters, by what reads them.
 _FALLBACK_PARAMS = ("fallback", "probe_after", "max_probe_after")
+# A DenyCache around a shared store (``deny_cache=N`` entries; see _deny_cache).
+_DENY_CACHE_PARAMS = ("deny_cache", "deny_cache_max_stale")
 _REDIS_PARAMS = (
     "prefix",
     "server_time",
@@ -76,11 +78,12 @@ _REDIS_PARAMS = (
     "connect_timeout",
     "socket_connect_timeout",  # redis-py's name for connect_timeout
     *_FALLBACK_PARAMS,
+    *_DENY_CACHE_PARAMS,
 )
 _TLS_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
 _SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
 _MEMORY_PARAMS = ("max_keys",)
-_SQLITE_PARAMS = ("timeout", "purge_every", *_FALLBACK_PARAMS)
+_SQLITE_PARAMS = ("timeout", "purge_every", *_FALLBACK_PARAMS, *_DENY_CACHE_PARAMS)
 # Keyword options that go to the store itself (the rest go to the client).
 _REDIS_STORE_OPTIONS = ("prefix", "server_time", "probe_clock", *_FALLBACK_PARAMS)
 _SQLITE_STORE_OPTIONS = (*_SQLITE_PARAMS, "probe_clock")
@@ -739,8 +742,9 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
     """The store a URL describes, ready to use (no connection is opened yet).
 
     Returns a ``MemoryStore``, ``SQLiteStore``, ``RedisStore`` or (with
-    ``asyncio=True`` and a Redis scheme) ``AsyncRedisStore``: typed ``Any``,
-    since which one depends on the string.
+    ``asyncio=True`` and a Redis scheme) ``AsyncRedisStore``, or one of the
+    shared ones in a ``DenyCache`` (``deny_cache=N``): typed ``Any``, since
+    which one depends on the string.
 
     ``url``: ``memory://``, ``sqlite:///relative/path.db``,
     ``sqlite:////absolute/path.db``, ``redis://[user:password@]host[:port][/db]``,
@@ -752,7 +756,10 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
     ``connect_timeout`` (seconds), ``fallback=memory``, ``probe_after``,
     ``max_probe_after``; ``db`` (unix, sentinel); ``max_keys`` (memory);
     ``timeout``, ``purge_every`` (sqlite); ``ssl_*`` (TLS);
-    ``sentinel_username``, ``sentinel_password``.  See docs/stores.md.
+    ``sentinel_username``, ``sentinel_password``; ``deny_cache=N`` and
+    ``deny_cache_max_stale`` (Redis, Valkey and sqlite: the store wrapped in a
+    ``DenyCache`` of ``N`` entries, see ``limiter.backends.denycache``).
+    See docs/stores.md.
 
     ``asyncio=True``: an ``AsyncRedisStore`` over an asyncio client for the
     Redis schemes; memory and sqlite stores serve both.  ``options``
@@ -774,9 +781,44 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
     parsed = _Parsed(url.strip())
     if parsed.scheme == "memory":
         return _memory(parsed, options)
-    if parsed.scheme == "sqlite":
-        return _sqlite(parsed, options)
-    return _redis(parsed, asyncio, options)
+    deny_cache = _deny_cache(parsed, options)  # takes its options out of ``options``
+    store = (
+        _sqlite(parsed, options) if parsed.scheme == "sqlite" else _redis(parsed, asyncio, options)
+    )
+    if deny_cache is None:
+        return store
+    from .backends.denycache import DenyCache
+
+    return DenyCache(store, **deny_cache)
+
+
+def _deny_cache(parsed: _Parsed, options: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """``DenyCache``'s arguments from ``deny_cache`` and ``deny_cache_max_stale``, or ``None``.
+
+    ``deny_cache=N`` (an integer >= 1) wraps the store in a ``DenyCache`` of
+    ``N`` entries; ``deny_cache_max_stale`` (seconds > 0, or ``none``) is its
+    ``max_stale`` and needs ``deny_cache``.  The keyword options of the same
+    names override the query (``deny_cache=None``: no cache) and are removed
+    from ``options``, so they never reach the client.
+    """
+    kwargs: Dict[str, Any] = {}
+    if "deny_cache" in parsed.query:
+        kwargs["max_keys"] = parsed.integer("deny_cache", 1)
+    stale = parsed.query.get("deny_cache_max_stale")
+    if stale is not None:
+        if stale.lower() == "none":
+            kwargs["max_stale"] = None
+        else:
+            kwargs["max_stale"] = parsed.seconds("deny_cache_max_stale")
+    if "deny_cache" in options:
+        kwargs["max_keys"] = options.pop("deny_cache")
+    if "deny_cache_max_stale" in options:
+        kwargs["max_stale"] = options.pop("deny_cache_max_stale")
+    if kwargs.get("max_keys") is None:
+        if "max_stale" in kwargs and "deny_cache" not in parsed.query:
+            parsed.fail("deny_cache_max_stale needs deny_cache=N (the entries to keep)")
+        return None
+    return kwargs
 
 
 def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:

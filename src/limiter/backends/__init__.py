@@ -1,5 +1,23 @@
-"""Stores that keep bucket state: in memory, Redis (``limiter.backends.redis``), SQLite."""
+"""Stores that keep bucket state: in memory, Redis (``limiter.backends.redis``), SQLite.
+
+``DenyCache`` (``limiter.backends.denycache``) wraps a shared store so that
+repeated denials are answered in this process; it loads on first use.
+"""
+
+from typing import TYPE_CHECKING
 
 from .memory import MemoryStore
 
-__all__ = ["MemoryStore"]
+if TYPE_CHECKING:
+    from .denycache import DenyCache
+
+__all__ = ["DenyCache", "MemoryStore"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy: most processes never wrap a store.
+    if name == "DenyCache":
+        from .denycache import DenyCache
+
+        return DenyCache
+    raise AttributeError(f"module 'limiter.backends' has no attribute {name!r}")

@@ -1,0 +1,509 @@
+"""``DenyCache``: a store wrapper that answers repeated denials without asking the store.
+
+Under attack most checks are denials, and on a shared store each costs a
+round trip.  A denial takes nothing from the bucket, so until its
+``retry_after`` has passed the same check (same key, same limits, same cost)
+is denied again, with fields that follow from the first answer and the time
+elapsed: ``remaining``, ``reset_after`` and ``retry_after`` are what
+``limiter.bucket.step`` computes from the debt the store reported
+(``reset_after`` of a denial is the bucket's debt at that time).  So the
+wrapper remembers each denial and replays it through ``step`` (``step_all``
+for several limits): ``bucket.py`` stays the only place with the arithmetic.
+
+When a replayed answer is the store's answer
+---------------------------------------------
+A replay is served only for a check with the same key (or keys), equal limits
+and the same positive ``int``/``float`` cost as the remembered denial, in the
+same clock domain, no earlier than it and before its deadline.  Anything else
+goes to the store: peeks (cost 0), refunds, other costs, other limits, other
+cost types.  What only the store can know is bounded rather than guessed:
+
+* Time.  A caller's ``now`` (an injected clock) is used as is, as the store
+  would use it.  With ``now=None`` the store reads its own clock (Redis's
+  ``TIME``); the wrapper times the replay on ``time.monotonic()`` from just
+  *before* the store call, so it counts the store's answer as older than it
+  is: a replayed ``retry_after`` is short by at most one round trip (plus the
+  drift between the two clocks, parts per million of the elapsed time), and
+  the replay stops at the earliest moment the store could admit.  A replayed
+  denial is never one the store would have admitted.  A store applies a
+  ``now`` that lags the key's last update at that update's time
+  (``limiter.bucket.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
+  one already sent through this wrapper is not remembered; one behind a
+  reading of another process (skewed clocks) is replayed from ``now``: still
+  denied rightly, with a ``retry_after`` short by up to that skew.
+* Other writers.  Another process can change the bucket in between.  One
+  that charges the key (a smaller cost passes where this one does not) only
+  makes the bucket emptier: the replayed denial stays right and its
+  ``retry_after`` errs short (the client comes back early and the store
+  answers).  One that *resets* or *refunds* the key makes the replay wrong:
+  this process keeps denying that key until the remembered deadline, at most
+  ``min(retry_after, max_stale)`` seconds after the store's answer.  That is
+  the bounded staleness; ``max_stale`` (default 1 second, ``None``: only
+  ``retry_after``) caps it.  A reset or refund through this wrapper (any
+  thread or task) drops the key's entry at once, and a denial that was in
+  flight meanwhile is not remembered.
+* Floats.  The replay computes from the store's reported debt rather than
+  from its stored state, so a field may differ from the store's by a rounding
+  of one subtraction (~1e-16 of the window; the headers, rounded with
+  ``limiter.bucket.TIME_EPSILON`` of slack, never show it).  Within a few
+  such roundings of the moment the key could pass, the store is asked.
+* Outages.  The inner store's ``StoreError`` passes through unchanged, and an
+  answer given by the inner store's fallback is not remembered (it is this
+  process's bucket, not the shared one).  Denials remembered before the
+  outage are still replayed.
+
+Memory and concurrency
+----------------------
+At most ``max_keys`` entries (one per key, or per key tuple of
+``apply_many``), in an ``OrderedDict`` in the order their denials arrived.
+A new entry in a full cache first drops up to ``_PURGE_SCAN`` of the oldest
+entries that have expired, then the oldest one: a flood of distinct keys
+cannot grow it, and losing an entry only costs a round trip.  Lookups are a
+single ``OrderedDict.get`` (atomic in CPython); every change takes a
+``threading.Lock`` for a few dict operations and never across an ``await``,
+so the wrapper is safe from threads and from asyncio tasks alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+from ..bucket import Limit, RateLimitResult, Refund, step, step_all
+from ..store import is_nonblocking
+
+__all__ = ["DenyCache"]
+
+_monotonic = time.monotonic
+
+#: How many of the oldest entries an insertion into a full cache checks for expiry.
+_PURGE_SCAN = 16
+#: A replay stops this many roundings (ulps of twice the largest window) before
+#: the moment it computes the key may pass: the store's own arithmetic may put
+#: that moment a rounding or two earlier (see "Floats" above).
+_MARGIN_ULPS = 16
+
+_CacheKey = Union[str, Tuple[str, ...]]
+
+
+class _Denial:
+    """One remembered denial: enough to replay it through ``step``."""
+
+    __slots__ = ("at", "cost", "debts", "injected", "limits", "many", "until")
+
+    def __init__(
+        self,
+        limits: Tuple[Limit, ...],
+        cost: float,
+        debts: Tuple[float, ...],
+        at: float,
+        until: float,
+        injected: bool,
+        many: bool,
+    ) -> None:
+        self.limits = limits  # the limits it was denied under
+        self.cost = cost
+        self.debts = debts  # seconds each bucket lacked to be full at ``at``
+        self.at = at  # when: the caller's ``now``, or time.monotonic() before the call
+        self.until = until  # replays stop here (seconds, same clock as ``at``)
+        self.injected = injected  # ``at`` is the caller's clock, not time.monotonic()
+        self.many = many  # from apply_many (the result carries ``results``)
+
+
+def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) -> bool:
+    """Whether no rounding of the store's own arithmetic could give another ``result``.
+
+    A replay computes from the reported debts, the store from its stored state:
+    the two may differ by a rounding or two (~1e-16 of a window).  That changes
+    nothing unless a value sits that close to a threshold: a limit's admission
+    (``after`` against ``window + slack``), a whole token of ``remaining``, or,
+    with several limits, a tie for the most restrictive one (``combine``).
+    Then the store is asked.
+    """
+    parts = result[6] or (result,)
+    top: List[float] = []
+    widest = 0.0
+    for part, limit in zip(parts, limits):
+        debt = part[3]  # a denial's reset_after is the debt; so is a peek's
+        margin = _MARGIN_ULPS * math.ulp(2.0 * limit.window)
+        widest = max(widest, margin)
+        if abs(debt + cost * limit.interval - limit.window - limit.slack) <= margin:
+            return False
+        tokens = (limit.window - debt + limit.slack) * limit.rate
+        if tokens < limit.burst:
+            fraction = tokens - math.floor(tokens)
+            slack = margin * limit.rate + _MARGIN_ULPS * math.ulp(tokens)
+            if fraction <= slack or fraction >= 1.0 - slack:
+                return False
+        if not part[0]:
+            top.append(part[4])
+    if len(top) > 1:
+        top.sort()
+        if top[-1] - top[-2] <= widest:
+            return False
+    return True
+
+
+def _positive_cost(cost: object) -> bool:
+    """Whether a denial at ``cost`` may be remembered and replayed (a plain positive number)."""
+    cls = cost.__class__
+    # A Refund is a float subclass and a bool an int subclass: neither passes.
+    return (cls is int or cls is float) and cost > 0  # type: ignore[operator]
+
+
+class DenyCache:
+    """Wrap a (shared) store so that repeated denials are answered in this process.
+
+    ``DenyCache(RedisStore(client), max_keys=10_000)``: a check that the store
+    denied is answered from memory, with the fields the store would give at
+    that time, until the key may pass again (its ``retry_after``) or
+    ``max_stale`` seconds have passed, whichever is first; then the store is
+    asked again.  Everything else goes to the store (``store``), whose
+    ``StoreError`` passes through unchanged.  See the module docstring for
+    when a replay is exactly the store's answer and what bounds it when
+    another process resets or refunds a key: a key reset elsewhere may still
+    be denied here for up to ``min(retry_after, max_stale)`` seconds.
+
+    ``store``: a ``Store`` and/or ``AsyncStore``; the wrapper offers the same
+    ones (the methods the store lacks are ``None`` on the instance, as
+    ``RateLimiter`` and the adapters test with ``callable``), and is
+    ``Nonblocking`` when the store is.  ``max_keys``: entries kept (an
+    integer >= 1; default 10,000); a full cache drops expired entries, then
+    the oldest.  ``max_stale``: seconds (> 0, or ``None`` for no cap beyond
+    ``retry_after``; default 1.0) a remembered denial may be replayed.
+    Thread-safe and asyncio-safe.
+    """
+
+    nonblocking: bool
+
+    def __init__(
+        self, store: Any, *, max_keys: int = 10_000, max_stale: Optional[float] = 1.0
+    ) -> None:
+        sync = callable(getattr(store, "apply", None))
+        asynchronous = callable(getattr(store, "aapply", None))
+        if not (sync or asynchronous):
+            raise TypeError(f"store must implement Store or AsyncStore, got {store!r:.100}")
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int):
+            raise TypeError(f"max_keys must be an integer >= 1, got {max_keys!r:.100}")
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be an integer >= 1, got {max_keys!r}")
+        if max_stale is not None:
+            if isinstance(max_stale, bool) or not isinstance(max_stale, (int, float)):
+                raise TypeError(
+                    f"max_stale must be None or a number of seconds > 0, got {max_stale!r:.100}"
+                )
+            if not max_stale > 0:  # also NaN
+                raise ValueError(
+                    f"max_stale must be None or a number of seconds > 0, got {max_stale!r}"
+                )
+        #: The wrapped store.
+        self.store = store
+        self._max_keys = max_keys
+        self._max_stale = math.inf if max_stale is None else float(max_stale)
+        self._entries: OrderedDict[_CacheKey, _Denial] = OrderedDict()
+        # Store key -> the apply_many key tuples that hold it, so reset(key) finds them.
+        self._members: Dict[str, Set[Tuple[str, ...]]] = {}
+        self._lock = threading.Lock()
+        # Bumped by every reset or refund through the wrapper: a denial whose store
+        # call overlapped one may predate it and is not remembered.
+        self._epoch = 0
+        # The latest ``now`` a caller passed (injected clocks; see _after).  Updated
+        # without the lock: a lost update only makes it lower, which _after's test
+        # tolerates (the store's answer is then still conservative, see "Time").
+        self._latest = -math.inf
+        self.nonblocking = is_nonblocking(store)
+        # Offer exactly the store's sides: RateLimiter and the adapters tell a
+        # sync store from an asyncio-only one by callable(store.apply).
+        if not sync:
+            self.apply = self.apply_many = self.reset = None  # type: ignore[assignment]
+        if not asynchronous:
+            self.aapply = self.aapply_many = self.areset = None  # type: ignore[assignment]
+        for name in ("ping", "aping", "close"):
+            if not callable(getattr(store, name, None)):
+                setattr(self, name, None)
+
+    @property
+    def max_keys(self) -> int:
+        """The most entries kept."""
+        return self._max_keys
+
+    @property
+    def max_stale(self) -> Optional[float]:
+        """Seconds a denial may be replayed at most; ``None``: until its ``retry_after``."""
+        return None if self._max_stale == math.inf else self._max_stale
+
+    @property
+    def using_fallback(self) -> bool:
+        """The wrapped store's ``using_fallback`` (False when it has none)."""
+        return getattr(self.store, "using_fallback", False) is True
+
+    @property
+    def fallback(self) -> Any:
+        """The wrapped store's ``fallback`` store, or ``None``."""
+        return getattr(self.store, "fallback", None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return (
+            f"DenyCache({self.store!r}, max_keys={self._max_keys!r}, "
+            f"max_stale={self.max_stale!r}, entries={len(self._entries)})"
+        )
+
+    def clear(self) -> None:
+        """Forget every remembered denial (the store is not touched)."""
+        with self._lock:
+            self._entries.clear()
+            self._members.clear()
+            self._epoch += 1
+
+    # -- the Store side ------------------------------------------------------
+
+    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+        """The store's ``apply``, or the replay of its last denial of this check."""
+        entry = self._entries.get(key) if key.__class__ is str else None
+        if entry is not None and not entry.many:
+            replayed = self._replay(entry, (limit,), cost, now)
+            if replayed is not None:
+                return replayed
+        if cost.__class__ is Refund:
+            try:
+                refunded: RateLimitResult = self.store.apply(key, limit, cost, now)
+                return refunded
+            finally:
+                self._forget(key)  # tokens given back: a denial may be wrong now
+        epoch, at = self._before(now)
+        result: RateLimitResult = self.store.apply(key, limit, cost, now)
+        self._after(key, (limit,), cost, now, result, epoch, at, False)
+        return result
+
+    def apply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """The store's ``apply_many``, or the replay of its last denial of this check."""
+        ckey = self._tuple_key(keys)
+        limits = tuple(limits)
+        entry = None if ckey is None else self._entries.get(ckey)
+        if entry is not None and entry.many:
+            replayed = self._replay(entry, limits, cost, now)
+            if replayed is not None:
+                return replayed
+        if cost.__class__ is Refund:
+            try:
+                refunded: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
+                return refunded
+            finally:
+                self._forget(*keys)
+        epoch, at = self._before(now)
+        result: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
+        if ckey is not None:
+            self._after(ckey, limits, cost, now, result, epoch, at, True)
+        return result
+
+    def reset(self, key: str) -> None:
+        """Reset ``key`` in the store, and forget its remembered denials."""
+        try:
+            self.store.reset(key)
+        finally:
+            self._forget(key)
+
+    def ping(self) -> None:
+        """The wrapped store's ``ping()`` (``None`` on the instance when it has none)."""
+        self.store.ping()
+
+    def close(self) -> None:
+        """The wrapped store's ``close()`` (``None`` on the instance when it has none)."""
+        self.store.close()
+
+    # -- the AsyncStore side -------------------------------------------------
+
+    async def aapply(
+        self, key: str, limit: Limit, cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """``apply`` for asyncio: the store's ``aapply``, or a replay (no I/O, no await)."""
+        entry = self._entries.get(key) if key.__class__ is str else None
+        if entry is not None and not entry.many:
+            replayed = self._replay(entry, (limit,), cost, now)
+            if replayed is not None:
+                return replayed
+        if cost.__class__ is Refund:
+            try:
+                refunded: RateLimitResult = await self.store.aapply(key, limit, cost, now)
+                return refunded
+            finally:
+                self._forget(key)
+        epoch, at = self._before(now)
+        result: RateLimitResult = await self.store.aapply(key, limit, cost, now)
+        self._after(key, (limit,), cost, now, result, epoch, at, False)
+        return result
+
+    async def aapply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """``apply_many`` for asyncio."""
+        ckey = self._tuple_key(keys)
+        limits = tuple(limits)
+        entry = None if ckey is None else self._entries.get(ckey)
+        if entry is not None and entry.many:
+            replayed = self._replay(entry, limits, cost, now)
+            if replayed is not None:
+                return replayed
+        if cost.__class__ is Refund:
+            try:
+                refunded: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
+                return refunded
+            finally:
+                self._forget(*keys)
+        epoch, at = self._before(now)
+        result: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
+        if ckey is not None:
+            self._after(ckey, limits, cost, now, result, epoch, at, True)
+        return result
+
+    async def areset(self, key: str) -> None:
+        """``reset`` for asyncio."""
+        try:
+            await self.store.areset(key)
+        finally:
+            self._forget(key)
+
+    async def aping(self) -> None:
+        """The wrapped store's ``aping()`` (``None`` on the instance when it has none)."""
+        await self.store.aping()
+
+    # -- the cache -------------------------------------------------------------
+
+    @staticmethod
+    def _tuple_key(keys: Sequence[str]) -> Optional[Tuple[str, ...]]:
+        # Only str keys are remembered: anything else goes to the store, which judges it.
+        ckey = tuple(keys) if isinstance(keys, (list, tuple)) else None
+        if ckey is None or not all(k.__class__ is str for k in ckey):
+            return None
+        return ckey
+
+    def _replay(
+        self, entry: _Denial, limits: Tuple[Limit, ...], cost: float, now: Optional[float]
+    ) -> Optional[RateLimitResult]:
+        """The store's answer now, computed from ``entry``; ``None``: ask the store."""
+        if cost != entry.cost or not _positive_cost(cost) or limits != entry.limits:
+            return None
+        if now is None:
+            if entry.injected:
+                return None
+            t = _monotonic()
+        elif not entry.injected or not (now.__class__ is float or now.__class__ is int):
+            return None
+        else:
+            t = now
+        if not entry.at <= t < entry.until:
+            return None  # earlier than the denial (another frame) or past its deadline
+        at = entry.at
+        if entry.many:
+            _, result = step_all([complex(d, at) for d in entry.debts], t, limits, cost)
+        else:
+            _, result = step(complex(entry.debts[0], at), t, limits[0], cost)
+        if result[0] or not _settled(result, limits, cost):
+            return None  # may pass now, or a rounding could tip a field: ask the store
+        return result
+
+    def _before(self, now: Optional[float]) -> Tuple[int, float]:
+        """What a store call must note first: the epoch, and the time its answer counts from."""
+        if now is None:
+            return self._epoch, _monotonic()
+        if (now.__class__ is float or now.__class__ is int) and now > self._latest:
+            self._latest = now
+        return self._epoch, 0.0
+
+    def _after(
+        self,
+        ckey: _CacheKey,
+        limits: Tuple[Limit, ...],
+        cost: float,
+        now: Optional[float],
+        result: RateLimitResult,
+        epoch: int,
+        at: float,
+        many: bool,
+    ) -> None:
+        """Remember a denial; forget the key's entry when the store changed its bucket."""
+        if result[0]:
+            if cost != 0 and ckey in self._entries:
+                # An admission took tokens: the entry's debts are out of date.
+                with self._lock:
+                    self._drop(ckey)
+            return
+        if not _positive_cost(cost) or self.using_fallback:
+            return
+        injected = now is not None
+        if injected:
+            if not (now.__class__ is float or now.__class__ is int) or now < self._latest:
+                # Behind a reading already sent: the store may have applied this
+                # check at that later time (limiter.bucket.CLOCK_TOLERANCE), and
+                # its debt is then not this ``now``'s.
+                return
+            at = now
+        parts = result[6] if many else (result,)
+        if len(parts) != len(limits):
+            return  # not a result this wrapper can replay: never guess
+        debts = tuple(part[3] for part in parts)
+        until = at + min(result[4], self._max_stale)
+        entry = _Denial(limits, cost, debts, at, until, injected, many)
+        with self._lock:
+            if self._epoch != epoch:
+                return  # a reset or refund overlapped the store call
+            entries = self._entries
+            if ckey in entries:
+                self._drop(ckey)
+            elif len(entries) >= self._max_keys:
+                self._make_room(at if injected else None)
+            entries[ckey] = entry
+            if many:
+                for member in ckey:
+                    self._members.setdefault(member, set()).add(ckey)  # type: ignore[arg-type]
+
+    def _make_room(self, injected_now: Optional[float]) -> None:
+        # Caller holds the lock and the cache is full: expired entries first
+        # (among the oldest, which expire first when max_stale bounds them), then
+        # the oldest.  An entry on the caller's clock can be judged only against a
+        # reading of that clock (``injected_now``, the new entry's).
+        entries = self._entries
+        mono = _monotonic()
+        oldest = list(itertools.islice(entries.items(), _PURGE_SCAN))
+        for ckey, entry in oldest:
+            if entry.injected:
+                if injected_now is not None and entry.until <= injected_now:
+                    self._drop(ckey)
+            elif entry.until <= mono:
+                self._drop(ckey)
+        if len(entries) >= self._max_keys:
+            self._drop(next(iter(entries)))
+
+    def _drop(self, ckey: _CacheKey) -> None:
+        # Caller holds the lock.
+        entry = self._entries.pop(ckey, None)
+        if entry is not None and entry.many:
+            for member in ckey:
+                holders = self._members.get(member)
+                if holders is not None:
+                    holders.discard(ckey)
+                    if not holders:
+                        del self._members[member]
+
+    def _forget(self, *keys: str) -> None:
+        """Drop every entry that holds one of ``keys`` (a reset or refund through the wrapper).
+
+        The epoch moves on too, so a denial whose store call overlapped the
+        reset or refund (and may predate it) is not remembered.
+        """
+        with self._lock:
+            self._epoch += 1
+            for key in keys:
+                if key.__class__ is str:
+                    self._drop(key)
+                    for ckey in list(self._members.get(key, ())):
+                        self._drop(ckey)
