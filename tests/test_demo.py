@@ -33,13 +33,14 @@ def test_the_printed_loop_shows_the_burst_then_429s(start_demo) -> None:
     demo = start_demo()
     first, second, third, fourth = demo.lines
     assert re.fullmatch(
-        r"limiter demo: serving http://127\.0\.0\.1:\d+/ at 5/minute burst 5 \(Ctrl-C to stop\)\n",
+        r"limiter demo: serving http://127\.0\.0\.1:\d+/ at 5/minute burst 5 "
+        r"\(open it in a browser; Ctrl-C to stop\)\n",
         first,
     )
     assert second == "limiter demo: store memory:// (this process only); X-RateLimit-* headers\n"
     loop = LOOP.fullmatch(third)
     assert loop is not None, third
-    assert loop.group(2) == demo.url
+    assert loop.group(2) == demo.url + "api/"  # the JSON API; the page is at /
     count = int(loop.group(1))
     assert count == 8  # burst + 3
     expected = "200 200 200 200 200 429 429 429"
@@ -50,12 +51,20 @@ def test_the_printed_loop_shows_the_burst_then_429s(start_demo) -> None:
             health = client.get("/health")
             assert health.json() == {"status": "ok"}
             assert "X-RateLimit-Limit" not in health.headers
+            page = client.get("/")  # the page: a browser opening it spends nothing
+            assert page.status_code == 200
+            assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+            assert "X-RateLimit-Limit" not in page.headers
+            bucket = client.get("/api/bucket")  # what the page charts: a peek
+            assert bucket.json()["tokens"] == 5.0
+            assert "X-RateLimit-Limit" not in bucket.headers
+            assert client.get("/favicon.ico").status_code == 404  # exempt too
         # The printed loop's requests, as curl sends them (one connection each).
         started_wall, started = time.time(), time.monotonic()
         responses = []
         for _ in range(count):
             with demo.client() as once:
-                responses.append(once.get("/"))
+                responses.append(once.get("/api/"))
         elapsed = time.monotonic() - started
         codes = [r.status_code for r in responses]
         # One token comes back every 12 s: none can unless the loop took that long.
@@ -70,7 +79,7 @@ def test_the_printed_loop_shows_the_burst_then_429s(start_demo) -> None:
         assert ok.json() == {
             "hello": "world",
             "limit": "5/minute burst 5",
-            "endpoints": ["/", "/time", "/health"],
+            "endpoints": ["/api/", "/api/time", "/api/bucket", "/health"],
         }
         assert ok.headers["X-RateLimit-Limit"] == "5"
 
@@ -88,9 +97,15 @@ def test_the_printed_loop_shows_the_burst_then_429s(start_demo) -> None:
         reset = int(limited.headers["X-RateLimit-Reset"])
         assert started_wall - 1 <= reset <= time.time() + 61
 
-        assert client.get("/time").status_code == 429  # limited too, same bucket
-        assert client.head("/").status_code == 429
+        assert client.get("/api/time").status_code == 429  # limited too, same bucket
+        assert client.head("/api/").status_code == 429
         assert client.get("/health").status_code == 200
+        assert client.get("/").status_code == 200  # the page still loads
+        bucket = client.get("/api/bucket").json()
+        assert bucket["key"] == "ip:127.0.0.1"
+        assert (bucket["burst"], bucket["full"]) == (5, False)
+        assert 0 <= bucket["tokens"] < 1
+        assert [lim["name"] for lim in bucket["limits"]] == ["5/minute"]
 
     assert demo.stop() == "limiter demo: stopped\n"
 
@@ -100,7 +115,7 @@ def test_headers_draft(start_demo) -> None:
     assert demo.lines[1].endswith("; RateLimit and RateLimit-Policy headers\n")
     assert demo.lines[3] == "expect: 200 200 200 429 429 429 (one token back every 60 min)\n"
     with demo.client() as client:
-        responses = [client.get("/") for _ in range(4)]
+        responses = [client.get("/api/") for _ in range(4)]
     assert [r.status_code for r in responses] == [200, 200, 200, 429]
     for response in responses:
         assert response.headers["RateLimit-Policy"] == '"1/hour";q=3;w=10800'  # 3 tokens per 3 h
@@ -127,9 +142,9 @@ def test_two_demos_on_one_sqlite_file_share_the_bucket(start_demo, tmp_path: Pat
         f"limiter demo: store {url} (from LIMITER_STORAGE_URL); X-RateLimit-* headers\n"
     )
     with one.client() as a, two.client() as b:
-        first = [a.get("/") for _ in range(2)]
-        second = [b.get("/") for _ in range(2)]
-        third = a.get("/")
+        first = [a.get("/api/") for _ in range(2)]
+        second = [b.get("/api/") for _ in range(2)]
+        third = a.get("/api/")
     assert [r.status_code for r in first] == [200, 200]
     assert first[1].headers["X-RateLimit-Remaining"] == "1"
     assert first[1].headers["RateLimit"].startswith('"1/hour";r=1;')
@@ -202,7 +217,7 @@ def test_unreachable_redis_with_a_fallback_serves_and_never_shows_the_password(
     demo = start_demo("--store", url, "--rate", "1/hour", "--burst", "3")
     assert demo.lines[1].startswith(f"limiter demo: store redis://u:***@127.0.0.1:{closed_port}/")
     with demo.client() as client:  # the fallback (memory) limits meanwhile
-        codes = [client.get("/").status_code for _ in range(4)]
+        codes = [client.get("/api/").status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]
     out = "".join(demo.lines) + demo.stop()
     err = demo.stderr()
@@ -236,3 +251,58 @@ def test_port_in_use_returns_1(capsys) -> None:
         taken.listen(1)
         assert main(["demo", "--port", str(taken.getsockname()[1])]) == 1
     assert "cannot listen" in capsys.readouterr().err
+
+
+def test_the_json_api_moved_under_api_and_old_paths_say_so(start_demo) -> None:
+    demo = start_demo("--rate", "1/hour", "--burst", "3")
+    with demo.client() as client:
+        old = client.get("/time")
+        page = client.get("/")
+        assert client.get("/api/time").status_code == 200
+    assert old.status_code == 404
+    assert old.json() == {
+        "status": 404,
+        "code": "not_found",
+        "message": "no such endpoint: the JSON API is under /api/",
+    }
+    assert old.headers["X-RateLimit-Remaining"] == "2"  # any other path is limited
+    html = page.text
+    assert html.startswith("<!doctype html>")
+    assert '<strong id="limit">1/hour burst 3</strong>' in html
+    assert 'data-burst="3"' in html and 'value="6"' in html  # burst + 3, as the loop
+    # Works offline: nothing is fetched from anywhere but the demo itself.
+    assert "http://" not in html and "https://" not in html and "src=" not in html
+    assert demo.stop() == "limiter demo: stopped\n"
+    log = demo.stderr()
+    assert '"GET /time HTTP/1.1" 404' in log and '"GET /api/time HTTP/1.1" 200' in log
+
+
+def test_bucket_peeks_every_limit_and_charts_the_emptiest(start_demo) -> None:
+    demo = start_demo("--rate", "3/hour;100/day")
+    with demo.client() as client:
+        assert [client.get("/api/").status_code for _ in range(4)] == [200, 200, 200, 429]
+        bucket = client.get("/api/bucket").json()
+        again = client.get("/api/bucket").json()
+    assert [lim["name"] for lim in bucket["limits"]] == ["3/hour", "100/day"]
+    assert [lim["tokens"] for lim in bucket["limits"]] == [0, 97]
+    assert bucket["burst"] == 3 and bucket["tokens"] < 0.01 and bucket["full"] is False
+    assert again["limits"][1]["tokens"] == 97  # peeking takes nothing
+    assert demo.stop() == "limiter demo: stopped\n"
+    log = demo.stderr()
+    assert "/api/bucket" not in log  # polled by the page every second: not logged
+
+
+def test_python_m_limiter_top_reads_the_demo(start_demo) -> None:
+    """``python -m limiter top``, as docs/cli.md runs it (the module's guard is its last line)."""
+    demo = start_demo("--rate", "1/hour", "--burst", "1")
+    with demo.client() as client:
+        assert [client.get("/api/").status_code for _ in range(3)] == [200, 429, 429]
+    done = subprocess.run(
+        [sys.executable, "-m", "limiter", "top", "--url", demo.url + "top"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"2 denials in the last 5 min ({demo.url}top)\nip:127.0.0.1  2\n")
+    assert demo.stop() == "limiter demo: stopped\n"

@@ -379,7 +379,7 @@ def test_importing_limiter_does_not_import_prometheus_client() -> None:
 def test_the_demo_serves_metrics_exempt_from_its_limit(start_demo) -> None:
     demo = start_demo("--rate", "1/hour", "--burst", "2")
     with httpx.Client(base_url=demo.url, timeout=TIMEOUT) as client:
-        codes = [client.get("/").status_code for _ in range(3)]
+        codes = [client.get("/api/").status_code for _ in range(3)]
         assert codes == [200, 200, 429]
         for _ in range(3):  # exempt: never limited, takes no token, no rate-limit headers
             scrape = client.get("/metrics")
@@ -412,7 +412,7 @@ def test_the_demo_without_prometheus_client_answers_404_naming_the_extra(
             'pip install "tokenlimiter[prometheus]"',
         }
         assert "X-RateLimit-Limit" not in missing.headers  # exempt all the same
-        assert client.get("/").status_code == 200  # the demo works without the extra
+        assert client.get("/api/").status_code == 200  # the demo works without the extra
     assert demo.stop() == "limiter demo: stopped\n"
 
 
@@ -544,7 +544,7 @@ def test_a_real_prometheus_scrape_of_the_demo_returns_the_denials(
     # 1/hour: no token comes back while the test runs, so exactly `extra` denials.
     demo = start_demo("--rate", "1/hour", "--burst", str(burst))
     with httpx.Client(base_url=demo.url, timeout=TIMEOUT) as client:
-        codes = [client.get("/").status_code for _ in range(burst + extra)]
+        codes = [client.get("/api/").status_code for _ in range(burst + extra)]
     assert codes == [200] * burst + [429] * extra
 
     target = demo.url[len("http://") :].rstrip("/")  # 127.0.0.1:PORT

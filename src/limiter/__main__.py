@@ -1,9 +1,13 @@
-"""Command line: ``python -m limiter demo`` serves a small rate-limited JSON API;
-``inspect`` and ``reset`` look at and refill one client's buckets in a shared store.
+"""Command line: ``python -m limiter demo`` serves a small rate-limited JSON API
+and a page to watch it; ``inspect`` and ``reset`` look at and refill one client's
+buckets in a shared store; ``top`` prints a running app's most denied keys.
 
 The demo runs the standard library's ``ThreadingHTTPServer`` behind
 ``limiter.adapters.httpserver.rate_limited``; it needs nothing else installed
-(a ``redis://`` store needs the ``redis`` extra).  With the ``prometheus``
+(a ``redis://`` store needs the ``redis`` extra).  ``/`` is an HTML page (no
+external assets) that fires requests at ``/api/`` and charts the bucket from
+``/api/bucket``; the JSON API is under ``/api/`` so that a browser opening the
+page spends no token.  With the ``prometheus``
 extra installed it also serves the limiter's metrics at ``/metrics``
 (``limiter.metrics.prometheus``, on prometheus_client's default registry);
 without it, ``/metrics`` answers 404 with the extra to install.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import json
 import logging
 import os
@@ -35,9 +40,10 @@ from urllib.parse import unquote
 
 from . import __version__
 from .adapters.common import RequestInfo
-from .adapters.httpserver import rate_limited
+from .adapters.httpserver import rate_limited, request_info
 from .bucket import Limit, RateLimitResult
 from .events import fan_out
+from .keys import ClientIP
 from .metrics.top import TopOffenders
 from .ratelimiter import RateLimiter
 from .store import StoreError
@@ -58,6 +64,12 @@ EXTRA_REQUESTS = 3
 # A refill interval at least this long (seconds) makes the printed loop's
 # output certain: its burst + 3 requests take well under a second.
 _SURE_INTERVAL = 10.0
+
+#: The paths that take no token: the page, its chart's data and the operator's endpoints.
+#: (``/favicon.ico``: a browser asks for it with the page, and must not spend a token.)
+EXEMPT_PATHS = frozenset(("/", "/api/bucket", "/health", "/metrics", "/top", "/favicon.ico"))
+#: The JSON endpoints ``/api/`` lists.
+ENDPOINTS = ["/api/", "/api/time", "/api/bucket", "/health"]
 
 _HEADER_STYLES = {
     "x": "X-RateLimit-* headers",
@@ -87,20 +99,26 @@ def demo_handler(
     metrics: Optional[PrometheusMetrics] = None,
     top: Optional[TopOffenders] = None,
 ) -> Type[BaseHTTPRequestHandler]:
-    """The demo's handler class: ``/`` and ``/time`` are limited, ``/health``,
-    ``/metrics`` and ``/top`` are exempt.
+    """The demo's handler class.
 
-    ``description`` is the limit as ``/`` reports it (default: ``_describe_limits``);
+    ``/api/`` and ``/api/time`` are limited (one bucket per client IP, which
+    any other path but the exempt ones also spends); ``/`` (the HTML page),
+    ``/api/bucket`` (the client's bucket, peeked: the tokens, exact, and each
+    limit's state), ``/health``, ``/metrics``, ``/top`` and ``/favicon.ico``
+    are exempt: they take no token and get no rate-limit headers.
+
+    ``description`` is the limit as ``/api/`` reports it (default: ``_describe_limits``);
     ``header_style`` is the adapters' option (``"x"``, ``"draft"`` or ``"both"``);
     ``metrics``: the ``PrometheusMetrics`` ``/metrics`` serves (``None``: a 404
     that names the extra to install).  ``top``: the ``TopOffenders`` that
     ``/top`` reports as JSON (``?n=`` keys, default 10; ``None``: a 404).
     """
+    client_key = ClientIP()
 
     def exempt(request: RequestInfo) -> bool:
-        return request.path in ("/health", "/metrics", "/top")
+        return request.path in EXEMPT_PATHS
 
-    @rate_limited(limiter, exempt=exempt, header_style=header_style)
+    @rate_limited(limiter, key_func=client_key, exempt=exempt, header_style=header_style)
     class DemoHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         wbufsize = -1  # one send per response: no Nagle stalls on kept-alive connections
@@ -120,20 +138,22 @@ def demo_handler(
 
         def _route(self) -> Tuple[int, Dict[str, Any]]:
             path = self.path.partition("?")[0]
-            if path == "/":
-                return 200, {
-                    "hello": "world",
-                    "limit": described,
-                    "endpoints": ["/", "/time", "/health"],
-                }
-            if path == "/time":
+            if path == "/api/":
+                return 200, {"hello": "world", "limit": described, "endpoints": ENDPOINTS}
+            if path == "/api/time":
                 return 200, {"unix": time.time()}
+            if path == "/api/bucket":
+                return _bucket_state(limiter, client_key(request_info(self)), described)
             if path == "/health":
                 return 200, {"status": "ok"}
-            return 404, {"status": 404, "code": "not_found", "message": "no such endpoint"}
+            message = "no such endpoint: the JSON API is under /api/"
+            return 404, {"status": 404, "code": "not_found", "message": message}
 
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
+            if path == "/":
+                self._send(200, page, "text/html; charset=utf-8")
+                return
             if path == "/top":
                 if top is None:
                     self._json(404, {"status": 404, "code": "not_found", "message": "no tracker"})
@@ -155,11 +175,54 @@ def demo_handler(
 
         do_HEAD = do_GET
 
+        def log_request(self, code: Union[int, str] = "-", size: Union[int, str] = "-") -> None:
+            # The page polls /api/bucket every second while the bucket refills:
+            # its answers would bury the requests worth reading.
+            if code != 200 or self.path.partition("?")[0] != "/api/bucket":
+                super().log_request(code, size)
+
         def log_message(self, format: str, *args: Any) -> None:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
     described = _describe_limits(limiter) if description is None else description
+    page = _page(described, limiter.burst)
     return DemoHandler
+
+
+def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, Dict[str, Any]]:
+    """``/api/bucket``: ``key``'s buckets, peeked (nothing taken), for the page's chart.
+
+    ``tokens`` and ``burst`` are those of the bucket with the fewest tokens (the
+    one that refuses first); ``full`` is whether every bucket is full (the page
+    stops polling then).  A store that fails without a fallback is a 503.
+    """
+    try:
+        result = limiter.peek(key)
+    except StoreError as exc:
+        message = f"the store does not answer: {exc}"
+        return 503, {"status": 503, "code": "store_unavailable", "message": message}
+    by_policy = {r.policy: r for r in result.results or (result,)}
+    buckets = [_bucket(lim, by_policy.get(lim.name, result)) for lim in limiter.limits]
+    fewest = min(buckets, key=lambda b: float(b["tokens_exact"]))
+    return 200, {
+        "key": key,
+        "limit": described,
+        "tokens": round(fewest["tokens_exact"], 4),
+        "burst": fewest["burst"],
+        "full": all(b["full_in"] <= 0 for b in buckets),
+        "limits": buckets,
+    }
+
+
+def _page(described: str, burst: int) -> bytes:
+    """The demo's HTML page for a limit: its text, its burst (the chart's scale) and the
+    burst button's default size (burst + ``EXTRA_REQUESTS``, as the printed loop)."""
+    return (
+        _PAGE.replace("{{LIMIT}}", html.escape(described))
+        .replace("{{BURST}}", str(burst))
+        .replace("{{BURST_SIZE}}", str(burst + EXTRA_REQUESTS))
+        .encode()
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -173,9 +236,10 @@ def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentPars
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
-        help="serve a small rate-limited JSON API",
+        help="serve a small rate-limited JSON API and a page to watch it",
         description=(
-            "Serve a small JSON API on http.server behind the rate limiter, and print "
+            "Serve a small JSON API (/api/) on http.server behind the rate limiter, "
+            "and a page (/) that fires requests at it and charts the bucket; print "
             "a curl loop that shows the 200s and then the 429s."
         ),
     )
@@ -485,12 +549,12 @@ def _serve(
     note = f"one token back every {_duration(interval)}"
     if interval < _SURE_INTERVAL:
         note += "; a slower loop shows fewer 429s"
-    print(f"limiter demo: serving {url} at {described} (Ctrl-C to stop)")
+    print(f"limiter demo: serving {url} at {described} (open it in a browser; Ctrl-C to stop)")
     print(f"limiter demo: store {shown_store}; {_HEADER_STYLES[args.headers]}")
     print(
         "watch the 429s: "
         f"for i in $(seq {burst + EXTRA_REQUESTS}); "
-        f"do curl -s -o /dev/null -w '%{{http_code}} ' {url}; done; echo"
+        f"do curl -s -o /dev/null -w '%{{http_code}} ' {url}api/; done; echo"
     )
     print(f"expect: {expected} ({note})", flush=True)
     try:
@@ -501,6 +565,231 @@ def _serve(
         server.server_close()
     print("limiter demo: stopped", flush=True)
     return 0
+
+
+# -- the demo page ----------------------------------------------------------------
+
+# Served at "/": plain HTML and a little JavaScript, no external asset (it works
+# offline).  The counters and the chart's data-* attributes are what
+# tests/test_demo_page.py reads in a headless browser; keep their ids.
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>limiter demo</title>
+<style>
+body { font: 15px/1.45 system-ui, sans-serif; margin: 1.2em auto; max-width: 62em;
+       padding: 0 1em; color: #1f2328; }
+h1 { margin-bottom: .2em; } h2 { font-size: 1.1em; margin: 1.2em 0 .4em; }
+code { background: #f0f2f4; padding: 0 .25em; border-radius: 3px; }
+button { font: inherit; padding: .35em .9em; margin-right: .4em; cursor: pointer; }
+input { font: inherit; width: 4em; }
+.counts b { display: inline-block; min-width: 2.5em; }
+.counts span { margin-right: 1.5em; }
+.ok { color: #1a7f37; } .no { color: #cf222e; }
+#chart { border: 1px solid #d0d7de; width: 100%; height: auto; }
+pre { background: #f6f8fa; padding: .6em; margin: 0; min-height: 4.5em; }
+.cols { display: flex; gap: 2em; flex-wrap: wrap; } .cols > div { flex: 1 1 22em; }
+table { border-collapse: collapse; width: 100%; }
+th, td { padding: .05em .5em; text-align: right; border-bottom: 1px solid #eaeef2; }
+#log-box { max-height: 16em; overflow-y: auto; }
+</style>
+</head>
+<body>
+<h1>limiter demo</h1>
+<p>Your bucket: <strong id="limit">{{LIMIT}}</strong>, one bucket per client IP.
+Each request to <code>/api/</code> takes a token; one that finds the bucket empty
+gets a <code>429</code> and waits for the refill. This page and
+<code>/api/bucket</code>, which it reads for the chart, take none.</p>
+<p>
+<button id="send-one" type="button">Send one request</button>
+<button id="burst" type="button">Send a burst</button> of
+<input id="burst-size" type="number" min="1" max="100" value="{{BURST_SIZE}}"> requests at once
+</p>
+<p class="counts">
+<span>sent <b id="count-sent">0</b></span>
+<span class="ok">200 <b id="count-200">0</b></span>
+<span class="no">429 <b id="count-429">0</b></span>
+<span>other <b id="count-other">0</b></span>
+</p>
+<h2>Tokens in your bucket</h2>
+<canvas id="chart" width="960" height="260" data-burst="{{BURST}}"
+ data-points="0" data-last-tokens=""></canvas>
+<p><small>Line: the tokens, as <code>/api/bucket</code> peeks them (polled while the
+bucket refills). Dots: the remaining count of each response, green for a
+<code>200</code>, red for a <code>429</code>. Time in seconds since the page opened.</small></p>
+<div class="cols">
+<div><h2>Last response</h2><pre id="headers">(none yet)</pre></div>
+<div><h2>Responses</h2><div id="log-box"><table>
+<thead><tr><th>#</th><th>at (s)</th><th>status</th><th>remaining</th><th>retry after (s)</th>
+</tr></thead><tbody id="log"></tbody></table></div></div>
+</div>
+<script>
+"use strict";
+const chart = document.getElementById("chart");
+const counts = {sent: 0, 200: 0, 429: 0, other: 0};
+let answered = 0;  // the responses' numbers, in the order they came back
+const points = [];  // {t: seconds, tokens, status: 0 for a peek, else the response's}
+const started = performance.now();
+const WINDOW = 120;  // seconds of history the chart shows
+let scale = Number(chart.dataset.burst);  // the y axis, in tokens; then /api/bucket's burst
+let polling = null;
+let peekQueued = false;
+
+function now() { return (performance.now() - started) / 1000; }
+
+function text(id, value) { document.getElementById(id).textContent = String(value); }
+
+function showCounts() {
+  for (const name of ["sent", "200", "429", "other"]) text("count-" + name, counts[name]);
+}
+
+function remainingOf(response) {
+  const x = response.headers.get("X-RateLimit-Remaining");
+  if (x !== null) return Number(x);
+  const draft = /(?:^|;)\\s*r=(\\d+)/.exec(response.headers.get("RateLimit") || "");
+  return draft ? Number(draft[1]) : null;
+}
+
+function showResponse(response, at) {
+  const lines = ["HTTP " + response.status];
+  response.headers.forEach(function (value, name) {
+    if (/^(x-ratelimit-|ratelimit|retry-after)/i.test(name)) lines.push(name + ": " + value);
+  });
+  if (lines.length === 1) lines.push("(no rate-limit headers)");
+  text("headers", lines.join("\\n"));
+  const row = document.createElement("tr");
+  const retry = response.headers.get("Retry-After");
+  const remaining = remainingOf(response);
+  answered += 1;
+  for (const cell of [answered, at.toFixed(1), response.status,
+                      remaining === null ? "" : remaining, retry === null ? "" : retry]) {
+    const td = document.createElement("td");
+    td.textContent = String(cell);
+    row.appendChild(td);
+  }
+  row.className = response.status === 200 ? "ok" : response.status === 429 ? "no" : "";
+  const log = document.getElementById("log");
+  log.insertBefore(row, log.firstChild);
+  while (log.children.length > 200) log.removeChild(log.lastChild);
+  if (remaining !== null) points.push({t: at, tokens: remaining, status: response.status});
+}
+
+async function fire() {
+  counts.sent += 1;
+  showCounts();
+  try {
+    const response = await fetch("/api/", {cache: "no-store"});
+    await response.text();
+    const key = response.status === 200 || response.status === 429 ? response.status : "other";
+    counts[key] += 1;
+    showResponse(response, now());
+  } catch (err) {
+    counts.other += 1;
+    text("headers", "no answer: " + err);
+  }
+  showCounts();
+  draw();
+  peekSoon();
+}
+
+async function burst() {
+  const size = Math.max(1, Math.min(100, Number(document.getElementById("burst-size").value)));
+  const all = [];
+  for (let i = 0; i < size; i += 1) all.push(fire());
+  await Promise.all(all);
+}
+
+async function peek() {
+  try {
+    const response = await fetch("/api/bucket", {cache: "no-store"});
+    if (!response.ok) return null;
+    const bucket = await response.json();
+    scale = bucket.burst;
+    points.push({t: now(), tokens: bucket.tokens, status: 0});
+    draw();
+    return bucket;
+  } catch (err) {
+    return null;
+  }
+}
+
+function peekSoon() {
+  // One peek for a whole burst of answers, then a poll while the bucket refills.
+  if (peekQueued) return;
+  peekQueued = true;
+  setTimeout(async function () {
+    peekQueued = false;
+    const bucket = await peek();
+    if (bucket && !bucket.full && polling === null) polling = setInterval(poll, 1000);
+  }, 50);
+}
+
+async function poll() {
+  const bucket = await peek();
+  if (bucket && bucket.full && polling !== null) {
+    clearInterval(polling);
+    polling = null;
+  }
+}
+
+function draw() {
+  const ctx = chart.getContext("2d");
+  const W = chart.width, H = chart.height, left = 44, right = 12, top = 12, bottom = 28;
+  const end = Math.max(now(), points.length ? points[points.length - 1].t : 0);
+  const start = Math.max(0, end - WINDOW);
+  const span = Math.max(10, end - start);
+  let most = scale;
+  for (const p of points) most = Math.max(most, p.tokens);
+  const x = function (t) { return left + (t - start) / span * (W - left - right); };
+  const y = function (v) { return H - bottom - v / Math.max(most, 1) * (H - top - bottom); };
+  ctx.clearRect(0, 0, W, H);
+  ctx.font = "12px system-ui, sans-serif";
+  ctx.fillStyle = "#57606a";
+  ctx.strokeStyle = "#d0d7de";
+  ctx.lineWidth = 1;
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (const v of [0, Math.round(most / 2), most]) {
+    ctx.beginPath(); ctx.moveTo(left, y(v)); ctx.lineTo(W - right, y(v)); ctx.stroke();
+    ctx.fillText(String(v), left - 6, y(v));
+  }
+  ctx.textAlign = "center";
+  ctx.textBaseline = "top";
+  const step = span > 60 ? 20 : span > 30 ? 10 : 5;
+  for (let t = Math.ceil(start / step) * step; t <= start + span; t += step) {
+    ctx.fillText(t + " s", x(t), H - bottom + 6);
+  }
+  const shown = points.filter(function (p) { return p.t >= start; });
+  ctx.strokeStyle = "#0969da";
+  ctx.lineWidth = 2;
+  ctx.beginPath();
+  let first = true;
+  for (const p of shown) {
+    if (p.status !== 0) continue;
+    if (first) ctx.moveTo(x(p.t), y(p.tokens)); else ctx.lineTo(x(p.t), y(p.tokens));
+    first = false;
+  }
+  ctx.stroke();
+  for (const p of shown) {
+    if (p.status === 0) continue;
+    ctx.fillStyle = p.status === 200 ? "#1a7f37" : "#cf222e";
+    ctx.beginPath(); ctx.arc(x(p.t), y(p.tokens), 4, 0, 2 * Math.PI); ctx.fill();
+  }
+  chart.dataset.points = String(shown.length);
+  if (points.length) chart.dataset.lastTokens = points[points.length - 1].tokens.toFixed(2);
+}
+
+document.getElementById("send-one").addEventListener("click", fire);
+document.getElementById("burst").addEventListener("click", burst);
+peekSoon();
+draw();
+</script>
+</body>
+</html>
+"""
 
 
 # -- inspect and reset ---------------------------------------------------------
@@ -723,10 +1012,6 @@ def _reset_text(report: Dict[str, Any], source: str) -> str:
     return f"reset key {report['key']!r} of {_origin(report, source)}: full buckets for {limits}"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # -- top ------------------------------------------------------------------------
 
 
@@ -777,3 +1062,8 @@ def _top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
         bound = f"  (up to {error} fewer)" if error else ""
         print(f"{key:<{width}}  {count}{bound}")
     return 0
+
+
+# Last: main() calls functions defined anywhere above.
+if __name__ == "__main__":
+    sys.exit(main())

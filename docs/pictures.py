@@ -1,0 +1,313 @@
+"""Draw the pictures of the docs from the library itself: ``python docs/pictures.py``.
+
+Writes into ``docs/img/`` (or ``--out DIR``):
+
+* ``tokens-over-time.png``: one client's bucket, ``RateLimiter("2/second",
+  burst=10)`` on a ``ManualClock``, through a burst and then a steady stream
+  faster than the refill; the line is the bucket's tokens as ``peek`` sees
+  them, the dots the ``remaining`` of each ``check``.
+* ``bucket-vs-window.png``: the same requests under ``RateLimiter("10/minute")``
+  and under a fixed window of 10 requests per clock minute, computed here (the
+  library has no fixed window): why "10/minute" admits 19 in the first minute
+  of a steady client, and why a fixed window admits 20 in two seconds at its
+  edge.
+* ``demo.png``: a screenshot of ``python -m limiter demo``'s page after a
+  burst, when Debian's ``chromium`` and ``chromedriver`` and selenium are
+  installed (``--no-screenshot`` skips it; without them it is skipped with a
+  note).
+
+Needs matplotlib (the ``docs`` extra).  The figures are deterministic: time
+moves only through ``ManualClock``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display needed
+
+import matplotlib.pyplot as plt
+
+from limiter import ManualClock, RateLimiter, RateLimitResult
+
+IMG = Path(__file__).resolve().parent / "img"
+GREEN, RED, BLUE, ORANGE = "#1a7f37", "#cf222e", "#0969da", "#bc4c00"
+# No software version in the files: regenerating with another matplotlib does
+# not change a PNG for nothing.
+METADATA = {"Software": None}
+
+
+def tokens(result: RateLimitResult, rate: float) -> float:
+    """The exact tokens in a bucket, from a peek: ``reset_after`` is its deficit in seconds."""
+    return max(0.0, (result.window - result.reset_after) * rate)
+
+
+def tokens_over_time(out: Path) -> Path:
+    """A burst of 15 at t = 1 s, then 3 requests a second from t = 4 s to t = 16 s."""
+    rate, burst = 2.0, 10
+    clock = ManualClock(start=0.0)
+    limiter = RateLimiter(rate, burst, clock=clock)
+    arrivals = [1.0 + i * 0.02 for i in range(15)]
+    arrivals += [4.0 + i / 3 for i in range(36)]
+    line: List[Tuple[float, float]] = []
+    requests: List[Tuple[float, int, bool]] = []
+    step = 0.05
+    t = 0.0
+    pending = sorted(arrivals)
+    while t <= 24.0 + 1e-9:
+        while pending and pending[0] <= t + 1e-9:
+            clock.set(pending.pop(0))
+            result = limiter.check("client")
+            requests.append((clock.now(), result.remaining, result.allowed))
+            line.append((clock.now(), tokens(limiter.peek("client"), rate)))
+        clock.set(t)
+        line.append((t, tokens(limiter.peek("client"), rate)))
+        t = round(t + step, 10)
+    line.sort()
+    admitted = sum(ok for _, _, ok in requests)
+
+    fig, ax = plt.subplots(figsize=(9, 3.8), dpi=110)
+    ax.plot([p[0] for p in line], [p[1] for p in line], color=BLUE, lw=2, label="tokens (peek)")
+    for ok, colour, label in ((True, GREEN, "200: allowed"), (False, RED, "429: denied")):
+        xs = [r[0] for r in requests if r[2] is ok]
+        ys = [r[1] for r in requests if r[2] is ok]
+        ax.scatter(xs, ys, s=22, color=colour, zorder=3, label=f"{label} (remaining)")
+    ax.axhline(burst, color="#8c959f", lw=0.8, ls="--")
+    ax.annotate(
+        "burst of 15:\n10 pass, 5 are refused",
+        (1.3, 0.2),
+        xytext=(1.6, 7.5),
+        arrowprops={"arrowstyle": "->", "color": "#57606a"},
+        fontsize=9,
+    )
+    ax.annotate(
+        "3/s against a refill of 2/s:\nabout one in three refused",
+        (12.5, 0.3),
+        xytext=(11.0, 5.0),
+        arrowprops={"arrowstyle": "->", "color": "#57606a"},
+        fontsize=9,
+    )
+    ax.annotate(
+        "idle: back to full\nin burst / rate = 5 s", (17.5, 6.0), xytext=(17.3, 2.5), fontsize=9
+    )
+    ax.set_title(
+        f'RateLimiter("2/second", burst=10): {len(requests)} requests, {admitted} admitted',
+        fontsize=11,
+    )
+    ax.set_xlabel("seconds (ManualClock)")
+    ax.set_ylabel("tokens")
+    ax.set_ylim(-0.5, burst + 1.5)
+    ax.set_xlim(0, 24)
+    ax.legend(loc="upper right", fontsize=8, ncol=3)
+    ax.grid(alpha=0.25)
+    fig.tight_layout()
+    path = out / "tokens-over-time.png"
+    fig.savefig(path, metadata=METADATA)
+    plt.close(fig)
+    return path
+
+
+def fixed_window(arrivals: Sequence[float], count: int, width: float) -> List[bool]:
+    """The comparison, not the library: ``count`` requests per clock window of ``width`` s."""
+    used: dict = {}
+    admitted = []
+    for t in arrivals:
+        window = math.floor(t / width)
+        ok = used.get(window, 0) < count
+        if ok:
+            used[window] = used.get(window, 0) + 1
+        admitted.append(ok)
+    return admitted
+
+
+def token_bucket(arrivals: Sequence[float], rate: str) -> List[bool]:
+    clock = ManualClock(start=0.0)
+    limiter = RateLimiter(rate, clock=clock)
+    admitted = []
+    for t in arrivals:
+        clock.set(t)
+        admitted.append(limiter.allow("client"))
+    return admitted
+
+
+def cumulative(
+    arrivals: Sequence[float], admitted: Sequence[bool]
+) -> Tuple[List[float], List[int]]:
+    xs, ys, total = [0.0], [0], 0
+    for t, ok in zip(arrivals, admitted):
+        if ok:
+            total += 1
+            xs.append(t)
+            ys.append(total)
+    xs.append(arrivals[-1])  # flat to the last request: the refused ones add nothing
+    ys.append(total)
+    return xs, ys
+
+
+def bucket_vs_window(out: Path) -> Tuple[Path, int, int]:
+    """Two clients, each under both policies; returns the path and the first minute's counts."""
+    steady = [float(s) for s in range(0, 180)]  # one request a second for three minutes
+    bucket = token_bucket(steady, "10/minute")
+    window = fixed_window(steady, 10, 60.0)
+    first_bucket = sum(ok for t, ok in zip(steady, bucket) if t < 60)
+    first_window = sum(ok for t, ok in zip(steady, window) if t < 60)
+    # An idle client that sends 10 a second from 59 s to 61 s: across the window's edge.
+    edge = [59.0 + i / 10 for i in range(21)]
+    edge_bucket = token_bucket(edge, "10/minute")
+    edge_window = fixed_window(edge, 10, 60.0)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    for ax, arrivals, b, w in (
+        (left, steady, bucket, window),
+        (right, edge, edge_bucket, edge_window),
+    ):
+        bx, by = cumulative(arrivals, b)
+        wx, wy = cumulative(arrivals, w)
+        ax.step(
+            bx,
+            by,
+            where="post",
+            color=BLUE,
+            lw=2,
+            label=f'token bucket, RateLimiter("10/minute"): {sum(b)}',
+        )
+        ax.step(
+            wx,
+            wy,
+            where="post",
+            color=ORANGE,
+            lw=2,
+            ls="--",
+            label=f"fixed window, 10 per clock minute (comparison): {sum(w)}",
+        )
+        ax.set_ylabel("requests admitted (cumulative)")
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.25)
+        ax.legend(loc="upper left", fontsize=8)
+    left.set_title(
+        f"One request a second: {first_bucket} vs {first_window} in the first minute", fontsize=10
+    )
+    left.set_xlabel("seconds")
+    left.set_xlim(0, 180)
+    for edge_t in (60, 120):
+        left.axvline(edge_t, color="#8c959f", lw=0.8, ls=":")
+    left.annotate(
+        "burst 10 + 9 refilled\n(one token every 6 s)",
+        (59, first_bucket),
+        xytext=(70, 8),
+        arrowprops={"arrowstyle": "->", "color": "#57606a"},
+        fontsize=8,
+    )
+    right.set_title("An idle client, 10 a second across a window's edge", fontsize=10)
+    right.set_xlabel("seconds")
+    right.set_xlim(58.5, 61.5)
+    right.axvline(60, color="#8c959f", lw=0.8, ls=":")
+    right.annotate(
+        "the window resets at 60 s:\n20 admitted in 2 s",
+        (60.15, 12),
+        xytext=(60.25, 3),
+        arrowprops={"arrowstyle": "->", "color": "#57606a"},
+        fontsize=8,
+    )
+    fig.tight_layout()
+    path = out / "bucket-vs-window.png"
+    fig.savefig(path, metadata=METADATA)
+    plt.close(fig)
+    return path, first_bucket, first_window
+
+
+def chromium() -> Optional[Tuple[str, str]]:
+    """``(browser, driver)`` paths when a headless Chromium can be driven, else ``None``."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return None
+    return (browser, driver) if browser and driver else None
+
+
+def demo_screenshot(out: Path, browser: str, driver: str) -> Path:
+    """Start the demo on a free port, press the burst button, let a token come back, shoot."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "limiter", "demo", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        url = demo.stdout.readline().split()[3]  # "limiter demo: serving http://... at ..."
+        options = Options()
+        options.binary_location = browser
+        for arg in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-dev-shm-usage",
+            "--window-size=1100,1000",
+            "--hide-scrollbars",
+        ):
+            options.add_argument(arg)
+        page = webdriver.Chrome(service=Service(driver), options=options)
+        try:
+            page.get(url)
+            page.find_element(By.ID, "send-one").click()
+            time.sleep(2)
+            page.find_element(By.ID, "burst").click()
+            WebDriverWait(page, 30).until(
+                lambda p: (
+                    int(p.find_element(By.ID, "count-200").text)
+                    + int(p.find_element(By.ID, "count-429").text)
+                    == 9
+                )
+            )
+            time.sleep(14)  # one token back (5/minute: one every 12 s), drawn by the poll
+            path = out / "demo.png"
+            page.save_screenshot(str(path))
+        finally:
+            page.quit()
+    finally:
+        demo.terminate()
+        demo.wait(30)
+    return path
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="Draw the docs' pictures from the library.")
+    parser.add_argument("--out", type=Path, default=IMG, help=f"directory (default {IMG})")
+    parser.add_argument(
+        "--no-screenshot",
+        action="store_true",
+        help="do not take the demo page's screenshot (it needs chromium)",
+    )
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(tokens_over_time(args.out))
+    path, first_bucket, first_window = bucket_vs_window(args.out)
+    print(f"{path} (first minute: token bucket {first_bucket}, fixed window {first_window})")
+    if not args.no_screenshot:
+        found = chromium()
+        if found is None:
+            print("demo.png: skipped, needs chromium, chromedriver and selenium")
+        else:
+            print(demo_screenshot(args.out, *found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

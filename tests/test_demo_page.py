@@ -1,0 +1,128 @@
+"""The demo's page in a real browser: Debian's ``chromium`` driven headless by selenium
+through ``chromedriver``, against a real ``python -m limiter demo`` on a free loopback port.
+
+Without chromium, chromedriver or selenium the tests skip and say what to
+install, except under ``CI=true`` where they fail (.ci/run installs them).
+Nothing depends on this machine's speed: the limit refills one token an hour.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Iterator
+
+import pytest
+
+TIMEOUT = 60  # seconds; generous: a busy machine
+
+
+def _need(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason}; CI=true, so the browser tests must run", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.options import Options
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _need("selenium is not installed: pip install -e '.[dev]'")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if binary is None or driver is None:
+        _need(
+            "chromium or chromedriver not found on PATH: apt-get install chromium chromium-driver"
+        )
+    options = Options()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    page = webdriver.Chrome(service=Service(driver), options=options)
+    page.set_page_load_timeout(TIMEOUT)
+    try:
+        yield page
+    finally:
+        page.quit()
+
+
+def number(page: Any, element_id: str) -> int:
+    from selenium.webdriver.common.by import By
+
+    return int(page.find_element(By.ID, element_id).text)
+
+
+def wait(page: Any, condition: Any) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(page, TIMEOUT, poll_frequency=0.05).until(lambda p: condition())
+
+
+def test_a_burst_shows_the_429s_the_limit_implies_and_the_chart_follows(
+    start_demo, browser
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    demo = start_demo("--rate", "1/hour", "--burst", "3")
+    browser.get(demo.url)
+    chart = browser.find_element(By.ID, "chart")
+    assert browser.find_element(By.ID, "limit").text == "1/hour burst 3"
+    assert chart.get_attribute("data-burst") == "3"
+    # The burst button sends burst + 3 at once, as the printed loop does.
+    size = browser.find_element(By.ID, "burst-size")
+    assert size.get_attribute("value") == "6"
+    # The page's first peek: a full bucket, one point; loading the page took no token.
+    wait(browser, lambda: chart.get_attribute("data-points") == "1")
+    assert chart.get_attribute("data-last-tokens") == "3.00"
+
+    size.clear()
+    size.send_keys("10")
+    browser.find_element(By.ID, "burst").click()
+    wait(browser, lambda: number(browser, "count-200") + number(browser, "count-429") == 10)
+    # 3 tokens, none back within the hour: 3 pass and exactly 7 are refused.
+    assert number(browser, "count-sent") == 10
+    assert number(browser, "count-200") == 3
+    assert number(browser, "count-429") == 7
+    assert number(browser, "count-other") == 0
+    # The chart: the first peek, a dot per response, and the peek after the burst (0 tokens).
+    wait(browser, lambda: int(chart.get_attribute("data-points")) >= 12)
+    wait(browser, lambda: chart.get_attribute("data-last-tokens") == "0.00")
+    # The last response's headers, as the page shows them.
+    shown = browser.find_element(By.ID, "headers").text.splitlines()
+    assert shown[0] == "HTTP 429"
+    assert "x-ratelimit-limit: 3" in shown
+    assert "x-ratelimit-remaining: 0" in shown
+    assert any(line.startswith("retry-after: ") for line in shown)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#log tr")
+    assert len(rows) == 10
+    statuses = sorted(row.find_elements(By.TAG_NAME, "td")[2].text for row in rows)
+    assert statuses == ["200"] * 3 + ["429"] * 7
+
+    # One more, from the button: refused, and the server agrees with the page.
+    browser.find_element(By.ID, "send-one").click()
+    wait(browser, lambda: number(browser, "count-429") == 8)
+    with demo.client() as client:
+        assert client.get("/api/").status_code == 429
+        bucket = client.get("/api/bucket").json()
+    assert bucket["burst"] == 3 and bucket["tokens"] < 0.01 and bucket["full"] is False
+    assert demo.stop() == "limiter demo: stopped\n"
+
+
+def test_the_page_reads_the_draft_headers_too(start_demo, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    demo = start_demo("--rate", "1/hour", "--burst", "2", "--headers", "draft")
+    browser.get(demo.url)
+    browser.find_element(By.ID, "send-one").click()
+    wait(browser, lambda: number(browser, "count-200") == 1)
+    shown = browser.find_element(By.ID, "headers").text.splitlines()
+    assert shown[0] == "HTTP 200"
+    assert any(line.startswith('ratelimit: "1/hour";r=1;t=') for line in shown)
+    assert 'ratelimit-policy: "1/hour";q=2;w=7200' in shown
+    # The remaining count comes from RateLimit's r= when there is no X-RateLimit-Remaining.
+    remaining = browser.find_elements(By.CSS_SELECTOR, "#log tr td")[3].text
+    assert remaining == "1"
