@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import signal
 import socket
 import threading
@@ -637,3 +638,147 @@ def test_async_malformed_reply_and_a_sync_only_fallback() -> None:
         assert len(fallback.store) == 2
 
     asyncio.run(scenario())
+
+
+# -- the connection-level fast path (issue 14 item 2) ------------------------------------
+#
+# A plain redis.Redis client's checks are sent on the store's own connections
+# (limiter.backends._redis_conn); these tests hold it to the client path's
+# behaviour: the same results, StoreError on failure, and a broken connection
+# never reused.
+
+
+class _ThroughClient:
+    """A client the fast path does not recognise: every check goes through ``evalsha``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def evalsha(self, *args: Any) -> Any:
+        return self.client.evalsha(*args)
+
+    def eval(self, *args: Any) -> Any:
+        return self.client.eval(*args)
+
+    def delete(self, *args: Any) -> Any:
+        return self.client.delete(*args)
+
+
+def test_fast_path_gives_the_client_paths_results(server: RedisServer) -> None:
+    client = short_timeouts(server)
+    fast = RedisStore(client, prefix="fast:")
+    slow = RedisStore(_ThroughClient(client), prefix="slow:")
+    assert fast._conns is not None and slow._conns is None  # both paths are under test
+    limits = [Limit(2, 3), Limit(0.5, 10), Limit(1000, 1)]
+    now = T0
+    for i in range(200):
+        now += (i % 7) * 0.11
+        cost = (0, 1, 2, 0.5)[i % 4]
+        limit = limits[i % 3]
+        assert fast.apply(f"k{i % 5}", limit, cost, now) == slow.apply(
+            f"k{i % 5}", limit, cost, now
+        )
+        keys = [f"{{m{i % 3}}}a", f"{{m{i % 3}}}b"]
+        assert fast.apply_many(keys, limits[:2], cost, now) == slow.apply_many(
+            keys, limits[:2], cost, now
+        )
+    fast.reset("k1")
+    slow.reset("k1")
+    assert fast.apply("k1", limits[0], 1, now) == slow.apply("k1", limits[0], 1, now)
+    assert fast.apply("srv", limits[1], 1, None).remaining == 9  # the server's TIME
+
+
+def test_fast_path_restart_is_a_store_error_then_a_fresh_connection(server: RedisServer) -> None:
+    store = RedisStore(short_timeouts(server), prefix="app:")
+    assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(2)] == [4, 3]
+    server.stop()
+    for _ in range(3):
+        with pytest.raises(StoreError, match="ConnectionError"):
+            store.apply("k", LIMIT, 1, T0)
+    server.start()  # empty, no script cached: the next check reconnects and sends EVAL
+    assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(2)] == [4, 3]
+
+
+def test_fast_path_honours_socket_timeout_and_drops_the_late_reply(server: RedisServer) -> None:
+    store = RedisStore(short_timeouts(server), prefix="app:")
+    assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(2)] == [4, 3]
+    admin = server.client()
+    admin.execute_command("CLIENT", "PAUSE", 800)  # every other client's commands wait
+    seconds, error = timed(lambda: store.apply("k", LIMIT, 0, T0))  # a peek: charges nothing
+    assert 0.15 < seconds < 0.75, seconds  # one socket_timeout (0.2 s), no retry
+    assert "Timeout" in str(error)
+    assert admin.ping()  # waits for the pause to end; the peek's reply is late by now
+    # The connection that timed out was dropped with the late reply unread: the
+    # next check reads its own reply (remaining 2), not the peek's (3).
+    assert store.apply("k", LIMIT, 1, T0).remaining == 2
+    admin.close()
+
+
+def test_fast_path_recovers_transparently_from_client_kill(server: RedisServer) -> None:
+    client = short_timeouts(server)
+    store = RedisStore(client, prefix="app:")
+    assert store.apply("k", LIMIT, 1, T0).remaining == 4
+    admin = server.client()
+    assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+    # The store sees the idle connection closed (one poll() before each use)
+    # and reconnects: the check goes through, as the client's pool would do.
+    assert store.apply("k", LIMIT, 1, T0).remaining == 3
+    admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    store.ping()
+    assert store.apply("k", LIMIT, 1, T0).remaining == 2
+    admin.close()
+
+
+def test_fast_path_threads_get_exact_counts(server: RedisServer) -> None:
+    store = RedisStore(server.client(), prefix="app:")
+    limit = Limit(0.001, 1000)  # a frozen clock: nothing refills
+    admitted: List[int] = []
+    start = threading.Barrier(8)
+
+    def hammer() -> None:
+        start.wait()
+        admitted.append(sum(store.apply("hot", limit, 1, T0).allowed for _ in range(300)))
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sum(admitted) == 1000 and len(admitted) == 8
+    # At most one connection per thread, each used by one thread at a time.
+    admin = server.client()
+    assert len(admin.client_list()) <= 8 + 1
+    admin.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fast_path_is_fork_safe(server: RedisServer) -> None:
+    """gunicorn --preload: a store used in the parent goes on working in forked children."""
+    store = RedisStore(short_timeouts(server), prefix="app:")
+    limit = Limit(0.001, 100)
+    assert store.apply("hot", limit, 30, T0).remaining == 70  # the parent holds a connection
+    admin = server.client()
+    admin.ping()
+    received = int(admin.info("stats")["total_connections_received"])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection, never the parent's socket
+        code = 1
+        try:
+            admitted = sum(store.apply("hot", limit, 1, T0).allowed for _ in range(50))
+            os.write(write, str(admitted).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    try:
+        with os.fdopen(read) as pipe:
+            child = int(pipe.read() or -1)
+    finally:
+        _, status = os.waitpid(pid, 0)
+    assert status == 0 and child == 50
+    # The parent's connection is intact (the child neither used nor shut it
+    # down): the parent reconnects nothing, and the counts are shared.
+    assert [store.apply("hot", limit, 1, T0).allowed for _ in range(21)] == [True] * 20 + [False]
+    assert int(admin.info("stats")["total_connections_received"]) == received + 1
+    admin.close()

@@ -19,8 +19,9 @@
 -- file, so the text sent to Redis (and its SHA-1) carries the numbers.
 --
 -- The rules, as limiter.bucket's module docstring states them:
--- * State: "debt updated_at" (seconds, exact: %.17g, or the caller's repr of
---   now); a missing key is a full bucket.  It is full again at updated_at + debt.
+-- * State: "debt updated_at" (seconds, exact: %.17g, the caller's repr of
+--   now, or the server's TIME as "seconds.microseconds"); a missing key is a
+--   full bucket.  It is full again at updated_at + debt.
 -- * now < updated_at - tolerance (limiter.bucket's clock tolerance, 1 s; a
 --   clock stepped back): keep the debt, re-anchor at now, and store that even
 --   on denial.  now < updated_at within the tolerance (read before a later
@@ -69,9 +70,11 @@ if nows == '' then
   if not redis.REDIS_VERSION_NUM and redis.replicate_commands then
     pcall(redis.replicate_commands)
   end
+  -- "seconds.microseconds" as text: read as now and stored as is, so no
+  -- double is formatted for it (%.17g costs more than the TIME call).
   local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-  nows = nil
+  nows = t[1] .. '.' .. string.sub('00000' .. t[2], -6)
+  now = tonumber(nows)
 else
   -- A Python repr: tonumber reads back the very double, so it is stored as is.
   now = tonumber(nows)
@@ -101,7 +104,7 @@ local function store(key, d, at)
   if ms < 1 then ms = 1 end
   if ms > 1e15 then ms = 1e15 end
   local ds = format('%.17g', d)
-  redis.call('SET', key, ds .. ' ' .. (at or nows or format('%.17g', now)), 'PX', format('%d', ms))
+  redis.call('SET', key, ds .. ' ' .. (at or nows), 'PX', format('%d', ms))
   return ds
 end
 

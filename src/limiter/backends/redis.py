@@ -43,6 +43,7 @@ from ..bucket import (
 )
 from ..store import StoreError
 from ._fallback import Failover
+from ._redis_conn import Connections
 
 __all__ = ["SCRIPT", "AsyncRedisStore", "RedisStore", "hash_tag", "redis_key"]
 
@@ -347,6 +348,7 @@ class _RedisBase:
         self.fallback: Any = fallback
         self._cluster = _is_cluster(client)
         self._limit_args: Dict[Limit, bytes] = {}
+        self._conns = self._connections(client)
         # Every operation but ping goes through it: Redis, or the fallback.
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
@@ -363,6 +365,10 @@ class _RedisBase:
                 "; ".join(problems),
                 _ADVICE,
             )
+
+    def _connections(self, client: Any) -> Optional[Connections]:
+        """The store's own connections for the fast path, or ``None``: the client's path."""
+        return None
 
     def __repr__(self) -> str:
         return (
@@ -498,6 +504,19 @@ class RedisStore(_RedisBase):
 
     Each check is exactly one round trip (EVALSHA); after ``SCRIPT FLUSH``, a
     restart or a failover the script is sent again with EVAL, transparently.
+    With a plain ``redis.Redis`` or ``valkey.Valkey`` client (a plain
+    ``ConnectionPool``), checks skip the client's per-command machinery: the
+    store sends the pre-packed EVALSHA on connections of its own, made with
+    the client's connection class and settings (so authentication, TLS, the
+    RESP version, timeouts and the retry policy stay the client's), at most
+    one per thread checking at the same moment, never shared by two threads,
+    never the parent's after a fork, and not counted in the client's
+    ``max_connections`` nor closed by ``client.close()``.  A connection that
+    failed is disconnected before reuse; one the server closed while idle is
+    reconnected before use, so the check goes through.  Cluster, Sentinel,
+    blocking-pool, single-connection and client-side-caching clients, and a
+    client whose ``execute_command`` is wrapped (a tracer), keep the client's
+    own path: see ``limiter.backends._redis_conn``.
     Every failure is a ``StoreError`` wrapping the client's exception.  A
     reply the script cannot have given (malformed: a proxy in between, or
     another script under its SHA-1) is a ``StoreError`` like any other
@@ -561,8 +580,28 @@ class RedisStore(_RedisBase):
 
         self._failover.run(delete)
 
+    def _connections(self, client: Any) -> Optional[Connections]:
+        # A cluster routes each key to its node (MOVED/ASK, topology refresh):
+        # it keeps the client's own path, as do clients for_client turns down.
+        if self._cluster:
+            return None
+        return Connections.for_client(client, SCRIPT, _SHA)
+
     def _eval(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         """The script's reply; any failure of the client is a ``StoreError``."""
+        conns = self._conns
+        if conns is not None:
+            numkeys = _NUMKEYS[len(rkeys)] if len(rkeys) < 33 else b"%d" % len(rkeys)
+            try:
+                try:
+                    return conns.execute(conns.evalsha(numkeys, rkeys, args))
+                except Exception as exc:
+                    if not _is_noscript(exc):
+                        raise
+                    # Flushed, restarted or failed over: EVAL runs and caches it again.
+                    return conns.execute(conns.eval(numkeys, rkeys, args))
+            except Exception as exc:
+                raise self._error(exc) from exc
         client = self.client
         numkeys = _numkeys(rkeys)
         try:
@@ -583,10 +622,41 @@ class AsyncRedisStore(_RedisBase):
     Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
     or async (its ``aapply`` is used when it has one).  A client is bound to
     the event loop it first runs in.  ``aping()`` is ``RedisStore.ping()``.
+
+    ``pipelining`` (default True): a check issued while none is in flight is
+    sent at once (no added latency); checks issued while one is in flight
+    wait for it, then go out together as one non-transactional pipeline on
+    one connection of the client's pool (one round trip for all of them).
+    So one check or pipeline is in flight per store and event loop, and a
+    check may wait for the one ahead of it: against a server that stops
+    answering, up to twice the client's ``socket_timeout`` (seconds) rather
+    than once.  Each check still gets its own
+    result or its own ``StoreError`` (an error reply fails that check only; a
+    lost connection fails every check of its batch not yet answered), and
+    the fallback, the probing and the ``NOSCRIPT`` recovery work per check as
+    without it.  A pipelined check is sent once: the client's retry policy
+    applies to connecting, never to resending a check that may have reached
+    the server.  A Redis Cluster client, a single-connection client
+    (``single_connection_client=True``) and clients without redis-py's
+    asyncio connection pool always send each check on its own, through the
+    client, as ``pipelining=False`` does.
     """
 
     _kind = "AsyncRedisStore"
     _asyncio = True
+
+    def __init__(self, client: Any, *, pipelining: bool = True, **options: Any) -> None:
+        super().__init__(client, **options)
+        if not isinstance(pipelining, bool):
+            raise TypeError(f"pipelining must be True or False, got {pipelining!r:.100}")
+        self.pipelining = pipelining
+        # A cluster routes each key to its node (MOVED/ASK, topology refresh):
+        # its checks keep the client's own per-call path.
+        self._pipeline: Any = None  # a _pipeline.ScriptPipeline
+        if pipelining and not self._cluster:
+            from ._pipeline import ScriptPipeline
+
+            self._pipeline = ScriptPipeline.for_client(client, SCRIPT, _SHA)
 
     async def aping(self) -> None:
         """Check that the server answers and runs the script, or raise ``StoreError``.
@@ -644,9 +714,15 @@ class AsyncRedisStore(_RedisBase):
         return combine(self._results(await self._eval(rkeys, args), limits))
 
     async def _eval(self, rkeys: List[bytes], args: List[bytes]) -> Any:
-        """``RedisStore._eval`` awaited."""
-        client = self.client
+        """``RedisStore._eval`` awaited (pipelined when the store pipelines)."""
         numkeys = _numkeys(rkeys)
+        pipeline = self._pipeline
+        if pipeline is not None:
+            try:
+                return await pipeline.run([numkeys, *rkeys, *args])
+            except Exception as exc:
+                raise self._error(exc) from exc
+        client = self.client
         try:
             try:
                 return await client.evalsha(_SHA, numkeys, *rkeys, *args)

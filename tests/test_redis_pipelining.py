@@ -1,0 +1,383 @@
+"""AsyncRedisStore's auto-pipelining (on by default) against a real redis-server.
+
+Checks issued while one is in flight go out as one pipeline; these tests pin
+what a caller relies on: its own result or its own ``StoreError``, exact
+admitted counts, ``NOSCRIPT`` never seen, the fallback after a kill, and a
+cancelled caller that breaks nothing.  Round trips are counted by the server
+(``INFO stats`` ``total_reads_processed``, ``INFO commandstats``), not timed.
+The clock is frozen (``now=T0``), so counts are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable, Coroutine, Dict, List
+
+import pytest
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+
+from limiter import Limit, ManualClock, MemoryStore, RateLimitResult, StoreError
+from limiter.backends.redis import AsyncRedisStore, redis_key
+from limiter.testing import T0
+from redis_servers import RedisServer, unique_prefix
+
+pytestmark = pytest.mark.redis
+
+LIMIT = Limit(0.001, 5)  # with a frozen clock, exactly 5 per key pass
+
+
+def async_client(server: RedisServer, timeout: float = 5.0, **kwargs: Any) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis(
+        host="127.0.0.1",
+        port=server.port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=AsyncRetry(NoBackoff(), 0),
+        **kwargs,
+    )
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
+
+
+def reads(sync: redis.Redis) -> int:
+    """Reads the server has processed (one per batch of bytes it read), this INFO included."""
+    return int(sync.info("stats")["total_reads_processed"])
+
+
+def calls(sync: redis.Redis, command: str) -> int:
+    stat = sync.info("commandstats").get(f"cmdstat_{command}")
+    return int(stat["calls"]) if stat else 0
+
+
+def blocked(sync: redis.Redis) -> int:
+    return int(sync.info("clients")["blocked_clients"])
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the event loop run until ``condition()`` (which may ask the server) holds.
+
+    What the caller does next, without awaiting, happens before any batch is
+    sent: the store sends nothing while the loop is not running.
+    """
+    deadline = time.monotonic() + 30  # generous: a busy machine
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0)
+
+
+def test_on_by_default_off_with_a_keyword_and_bad_values_rejected(server: RedisServer) -> None:
+    async def scenario() -> None:
+        client = async_client(server)
+        assert AsyncRedisStore(client).pipelining is True
+        assert AsyncRedisStore(client, pipelining=False).pipelining is False
+        with pytest.raises(TypeError, match="'yes'"):
+            AsyncRedisStore(client, pipelining="yes")  # type: ignore[arg-type]
+        # Off, a check is the client's own EVALSHA call: same answers.
+        plain = AsyncRedisStore(client, prefix=unique_prefix(), pipelining=False)
+        results = await asyncio.gather(*(plain.aapply("k", LIMIT, 1, T0) for _ in range(7)))
+        assert sum(r.allowed for r in results) == 5  # in the order the connections got there
+        await client.aclose()
+        # A single-connection client keeps the per-call path (it locks its connection).
+        single = async_client(server, single_connection_client=True)
+        store = AsyncRedisStore(single, prefix=unique_prefix())
+        results = await asyncio.gather(*(store.aapply("k", LIMIT, 1, T0) for _ in range(7)))
+        assert [r.allowed for r in results] == [True] * 5 + [False] * 2
+        await single.aclose()
+
+    run(scenario)
+
+
+def blocking_pool_client(server: RedisServer) -> Any:
+    pool = redis.asyncio.BlockingConnectionPool(
+        host="127.0.0.1", port=server.port, max_connections=5, timeout=5, socket_timeout=5
+    )
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
+def valkey_client(server: RedisServer) -> Any:
+    valkey = pytest.importorskip("valkey.asyncio")
+    return valkey.Valkey(host="127.0.0.1", port=server.port, socket_timeout=5)
+
+
+@pytest.mark.parametrize("make_client", [async_client, blocking_pool_client, valkey_client])
+def test_a_lone_call_is_one_round_trip_and_a_burst_is_two(
+    server: RedisServer, make_client: Callable[[RedisServer], Any]
+) -> None:
+    sync = server.client()
+
+    async def scenario() -> None:
+        client = make_client(server)
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        await store.aapply("warm-up", LIMIT, 1, T0)  # connection open, script cached
+        evalsha, before = calls(sync, "evalsha"), reads(sync)
+        assert (await store.aapply("k", LIMIT, 1, T0)).remaining == 4
+        # One read for the check, one for the INFO that counts it.
+        assert reads(sync) - before == 2
+        assert calls(sync, "evalsha") == evalsha + 1
+
+        # 21 checks in one tick: the first goes at once, the 20 others queue
+        # behind it and go as one pipeline (one write) when it returns.
+        keys = [f"burst{i}" for i in range(21)]
+        before = reads(sync)
+        results = await asyncio.gather(*(store.aapply(k, LIMIT, 2, T0) for k in keys))
+        assert reads(sync) - before == 3
+        assert [r.remaining for r in results] == [3] * 21
+        assert calls(sync, "evalsha") == evalsha + 22
+        await client.aclose()
+
+    try:
+        run(scenario)
+    finally:
+        sync.close()
+
+
+def test_an_error_reply_fails_only_its_caller(server: RedisServer) -> None:
+    sync = server.client()
+    prefix = unique_prefix()
+    sync.set(redis_key("garbage", prefix), "not a bucket")  # the script's own check: corrupt
+    sync.hset(redis_key("hash", prefix), "a", "b")  # GET on a hash: WRONGTYPE
+
+    async def scenario() -> None:
+        client = async_client(server)
+        store = AsyncRedisStore(client, prefix=prefix)
+        for bad, message in (("hash", "WRONGTYPE"), ("garbage", "corrupt")):
+            for position in (0, 10, 21):  # the lone call, mid-batch, last in the batch
+                keys = [f"{bad}-{position}-{i}" for i in range(21)]
+                keys.insert(position, bad)
+                outcomes = await asyncio.gather(
+                    *(store.aapply(k, LIMIT, 1 + i % 3, T0) for i, k in enumerate(keys)),
+                    return_exceptions=True,
+                )
+                for i, (key, outcome) in enumerate(zip(keys, outcomes)):
+                    if key == bad:
+                        assert isinstance(outcome, StoreError), outcome
+                        assert message in str(outcome)
+                        assert isinstance(outcome.__cause__, redis.ResponseError)
+                    else:
+                        assert isinstance(outcome, RateLimitResult), (key, outcome)
+                        assert outcome.allowed and outcome.remaining == 5 - (1 + i % 3)
+        # The connection is in step: the next checks get their own replies.
+        assert (await store.aapply("after", LIMIT, 3, T0)).remaining == 2
+        await client.aclose()
+
+    try:
+        run(scenario)
+    finally:
+        sync.close()
+
+
+def test_200_concurrent_tasks_on_5_keys_admit_exactly_burst(server: RedisServer) -> None:
+    async def scenario() -> None:
+        client = async_client(server)
+        limit = Limit(0.001, 30)
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        keys = [f"user{i % 5}" for i in range(200)]
+        results = await asyncio.gather(*(store.aapply(k, limit, 1, T0) for k in keys))
+        by_key: Dict[str, List[Any]] = {}
+        for key, result in zip(keys, results):
+            by_key.setdefault(key, []).append(result)
+        for key, got in by_key.items():
+            admitted = [r for r in got if r.allowed]
+            assert len(admitted) == 30, key
+            assert sorted(r.remaining for r in admitted) == list(range(30))
+            assert all(r.retry_after > 0 for r in got if not r.allowed)
+        # aapply_many in a burst too: all or nothing, per call, exactly.
+        pair = [Limit(0.001, 4), Limit(0.001, 6)]
+        many = await asyncio.gather(
+            *(store.aapply_many(["{m}:a", "{m}:b"], pair, 1, T0) for _ in range(10))
+        )
+        assert [r.allowed for r in many] == [True] * 4 + [False] * 6
+        await client.aclose()
+
+    run(scenario)
+
+
+def test_script_flush_then_a_burst_of_50(server: RedisServer) -> None:
+    sync = server.client()
+
+    async def scenario() -> None:
+        client = async_client(server)
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        limit = Limit(0.001, 100)
+        await store.aapply("warm-up", limit, 1, T0)
+
+        # Flushed before the burst: the first check meets NOSCRIPT alone.
+        sync.script_flush()
+        results = await asyncio.gather(*(store.aapply("k", limit, 1, T0) for _ in range(50)))
+        assert all(r.allowed for r in results)
+        assert sorted(r.remaining for r in results) == list(range(50, 100))
+
+        # Flushed while the first check is in flight, so every entry of the
+        # batch queued behind it meets NOSCRIPT: each is sent again with EVAL.
+        evals, evalsha = calls(sync, "eval"), calls(sync, "evalsha")
+
+        async def flush_after_the_first() -> None:
+            await until(lambda: calls(sync, "evalsha") == evalsha + 1)
+            sync.script_flush()
+
+        checks = [store.aapply("k2", limit, 1, T0) for _ in range(50)]
+        results = await asyncio.gather(checks[0], flush_after_the_first(), *checks[1:])
+        del results[1]
+        assert all(r.allowed for r in results)
+        assert sorted(r.remaining for r in results) == list(range(50, 100))
+        assert calls(sync, "eval") - evals == 49  # the whole batch, nothing charged twice
+        assert (await store.aapply("k2", limit, 50, T0)).remaining == 0
+        await client.aclose()
+
+    try:
+        run(scenario)
+    finally:
+        sync.close()
+
+
+@pytest.mark.parametrize("with_fallback", [False, True])
+def test_server_killed_mid_burst_then_recovery(
+    own_server: RedisServer, with_fallback: bool
+) -> None:
+    server = own_server
+    sync = server.client()
+    probes = ManualClock()
+
+    async def scenario() -> None:
+        client = async_client(server, timeout=0.5)
+        fallback = MemoryStore() if with_fallback else None
+        store = AsyncRedisStore(client, prefix="app:", fallback=fallback, probe_clock=probes)
+        await store.aapply("warm-up", LIMIT, 1, T0)
+        evalsha = calls(sync, "evalsha")
+
+        async def kill_after_the_first() -> None:
+            await until(lambda: calls(sync, "evalsha") == evalsha + 1)
+            # Its reply is written before the server reads a later command.
+            sync.ping()
+            server.stop()  # SIGKILL, with the batch still queued behind the first check
+
+        checks = [store.aapply("k", LIMIT, 1, T0) for _ in range(30)]
+        outcomes = await asyncio.gather(
+            checks[0], kill_after_the_first(), *checks[1:], return_exceptions=True
+        )
+        del outcomes[1]
+        first, batch = outcomes[0], outcomes[1:]
+        assert isinstance(first, RateLimitResult) and first.remaining == 4  # answered by Redis
+        if with_fallback:
+            # Each failed check got the fallback's answer: a fresh bucket of 5 there.
+            assert all(isinstance(r, RateLimitResult) for r in batch), batch
+            assert [r.allowed for r in batch] == [True] * 5 + [False] * 24  # type: ignore[union-attr]
+            assert store.using_fallback
+        else:
+            assert all(isinstance(e, StoreError) for e in batch), batch
+            assert len({id(e) for e in batch}) == 29  # each caller its own StoreError
+            assert all(isinstance(e.__cause__, redis.ConnectionError) for e in batch)  # type: ignore[union-attr]
+
+        server.start()  # same port, empty, no script cached
+        probes.advance(0.5)  # a probe is due (with the fallback)
+        deadline = time.monotonic() + 30  # generous: a busy machine
+        while True:
+            try:
+                first = await store.aapply("probe", LIMIT, 1, T0)
+            except StoreError:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+                continue
+            if not store.using_fallback:
+                break
+            probes.advance(30)
+        results = await asyncio.gather(*(store.aapply("k", LIMIT, 1, T0) for _ in range(7)))
+        assert [r.allowed for r in results] == [True] * 5 + [False] * 2  # Redis again, fresh
+        await client.aclose()
+
+    try:
+        run(scenario)
+    finally:
+        sync.close()
+
+
+def test_cancelled_callers_break_nothing(server: RedisServer) -> None:
+    sync = server.client()
+
+    async def scenario() -> None:
+        client = async_client(server)
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        limit = Limit(0.001, 100)
+        await store.aapply("warm-up", limit, 1, T0)
+
+        # Each key is charged its own cost, so a reply given to the wrong caller shows.
+        def burst(tag: str) -> List[asyncio.Task[RateLimitResult]]:
+            return [
+                asyncio.ensure_future(store.aapply(f"{tag}{i}", limit, i + 1, T0))
+                for i in range(12)
+            ]
+
+        def check(tasks: List[asyncio.Task[RateLimitResult]], cancelled: List[int]) -> None:
+            for i, task in enumerate(tasks):
+                if i in cancelled:
+                    assert task.cancelled()
+                else:
+                    assert task.result().remaining == 100 - (i + 1), i
+
+        # CLIENT PAUSE WRITE holds every check at the server (INFO still
+        # answers), so a caller can be cancelled while its check is in flight.
+        def pause() -> None:
+            sync.execute_command("CLIENT", "PAUSE", 3000, "WRITE")  # < the 5 s socket_timeout
+
+        def unpause() -> None:
+            sync.execute_command("CLIENT", "UNPAUSE")
+
+        # A queued caller cancelled before its batch is sent, another while it is in flight.
+        pause()
+        tasks = burst("a")
+        await until(lambda: blocked(sync) == 1)  # the first check waits at the server
+        tasks[3].cancel()
+        unpause()
+        await until(tasks[0].done)
+        pause()
+        others = [t for i, t in enumerate(tasks) if i not in (0, 3)]
+        await until(lambda: blocked(sync) == 1 or all(t.done() for t in others))
+        tasks[7].cancel()
+        unpause()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert tasks[3].cancelled()
+        check(tasks, [i for i in (3, 7) if tasks[i].cancelled()])
+
+        # The lone call cancelled mid-read: its connection is dropped, the
+        # calls queued behind it still get their own replies.
+        pause()
+        tasks = burst("b")
+        await until(lambda: blocked(sync) == 1)
+        # Python < 3.12's wait_for (in redis-py's send) ignores a cancel that
+        # lands as the write completes: let the caller get to its read first.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        tasks[0].cancel()
+        await until(tasks[0].done)
+        unpause()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        check(tasks, [0])
+
+        # And the next batches are in step.
+        tasks = burst("c")
+        await asyncio.gather(*tasks)
+        check(tasks, [])
+        assert (await store.aapply("a1", limit, 1, T0)).remaining == 97
+        await client.aclose()
+
+    try:
+        run(scenario)
+    finally:
+        sync.close()
+
+
+def test_decoded_replies_and_server_time(server: RedisServer) -> None:
+    async def scenario() -> None:
+        client = async_client(server, decode_responses=True)
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        results = await asyncio.gather(*(store.aapply("k", LIMIT, 1, None) for _ in range(7)))
+        assert [r.allowed for r in results] == [True] * 5 + [False] * 2
+        await client.aclose()
+
+    run(scenario)
