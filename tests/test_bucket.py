@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter.bucket import CLOCK_TOLERANCE, Limit, step, step_all
+from limiter.bucket import CLOCK_TOLERANCE, Limit, Refund, admit, step, step_all
 
 T0 = 1_700_000_000.0
 
@@ -956,3 +956,85 @@ class TestRefund:
         # validate_cost still refuses every negative cost, a Refund's value included.
         with pytest.raises(ValueError):
             step(None, 0.0, Limit(1, 1), -1.0)
+
+
+# -- admit: step applied to a dict in place (MemoryStore's allow) ---------------
+
+T0 = 1_700_000_000.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.sampled_from([0.5, 1.0, 3.0, 10.0, 1e4, 1e9, 1e-290]),
+    burst=st.sampled_from([1, 2, 5, 40, 10**9, 2**53]),
+    other=st.sampled_from([None, Limit(1.0, 1), Limit(0.01, 2**20)]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 1e-7, 0.001, 0.1, 0.5, 1.0, 7.0, -0.3, -1.0, -2.0, -1e9]),
+            st.sampled_from([1, 1, 1, 0, 2, 0.5, 3.0, 10**30, Refund(1)]),
+        ),
+        max_size=40,
+    ),
+)
+def test_admit_agrees_with_step_exactly(
+    rate: float, burst: int, other: Optional[Limit], ops: list
+) -> None:
+    """Same decision and same stored state (bit for bit) as ``step`` after any history,
+    including a state left by another limit and clocks that go back."""
+    limit = Limit(rate, burst)
+    table: dict = {}
+    state: Optional[complex] = None
+    now = T0
+    if other is not None:  # a deficit written under another limit
+        state, _ = step(None, now, other, other.burst)
+    if state is not None:
+        table["k"] = state
+    for delta, cost in ops:
+        now += delta
+        state = table.get("k")
+        expected_state, expected = step(state, now, limit, cost, False)
+        got = admit(table, "k", now, limit, cost)
+        if state is None:
+            assert got is None and table == {}  # a new key is the caller's to insert
+            got = expected
+            if expected_state is not None:
+                table["k"] = expected_state
+        assert got is expected
+        stored = table.get("k")
+        assert stored == expected_state and repr(stored) == repr(expected_state)
+        if expected_state is state:
+            assert stored is state  # nothing written when step changed nothing
+
+
+def test_admit_of_a_full_bucket_at_the_burst_of_one() -> None:
+    # Idle: the debt is clamped to 0 and one token (interval) fits a burst of 1.
+    limit = Limit(3.0, 1)
+    table = {"k": complex(limit.interval, T0)}
+    assert admit(table, "k", T0 + 10.0, limit) is True
+    assert table["k"] == complex(limit.interval, T0 + 10.0)
+    assert admit(table, "k", T0 + 10.0, limit) is False
+    assert table["k"] == complex(limit.interval, T0 + 10.0)
+
+
+@pytest.mark.parametrize("now", [math.nan, math.inf, -math.inf])
+def test_admit_refuses_a_non_finite_now_like_step(now: float) -> None:
+    limit = Limit(1.0, 2)
+    table = {"k": complex(0.5, T0)}
+    with pytest.raises(ValueError, match="now must be a finite"):
+        admit(table, "k", now, limit)
+    assert table == {"k": complex(0.5, T0)}
+
+
+@pytest.mark.parametrize("cost", [-1, math.nan, "1", True])
+def test_admit_refuses_a_bad_cost_like_step(cost: object) -> None:
+    table = {"k": complex(0.0, T0)}
+    with pytest.raises((TypeError, ValueError)) as info:
+        admit(table, "k", T0, Limit(1.0, 2), cost)  # type: ignore[arg-type]
+    with pytest.raises(type(info.value)) as expected:
+        step(complex(0.0, T0), T0, Limit(1.0, 2), cost)  # type: ignore[arg-type]
+    assert str(info.value) == str(expected.value)
+
+
+def test_ceiling_is_window_plus_slack() -> None:
+    for limit in (Limit(10, 20), Limit(1e6, 5), Limit(2.5e-300, 1)):
+        assert limit.ceiling == limit.window + limit.slack

@@ -372,3 +372,62 @@ class TestSweep:
                 store.sweep(clock.now())
             assert len(store) <= 100
         assert not slow.allow("abuser")
+
+
+# -- RateLimiter's check and allow bound to the store (MemoryStore.bind) --------
+
+
+def _class_paths(*args: object, **kwargs: object) -> RateLimiter:
+    """A limiter that goes through its store's apply and allow (no bound fast path)."""
+    limiter = RateLimiter(*args, **kwargs)  # type: ignore[arg-type]
+    limiter._fast_check = limiter._fast_allow = None
+    return limiter
+
+
+@pytest.mark.parametrize("own_store", [True, False])
+def test_bound_check_and_allow_answer_as_the_methods_do(own_store: bool) -> None:
+    fast_clock, slow_clock = ManualClock(1_700_000_000.0), ManualClock(1_700_000_000.0)
+    stores = (None, None) if own_store else (MemoryStore(max_keys=3), MemoryStore(max_keys=3))
+    fast = RateLimiter(2, 3, clock=fast_clock, store=stores[0])
+    slow = _class_paths(2, 3, clock=slow_clock, store=stores[1])
+    assert fast._fast_check is not None and slow._fast_check is None
+    keys = ["user:1", "user:2", "x" * 300, "1abc", "user/42", "é", "", "{a}", "~", "zz", "Z"]
+    steps = [0.0, 0.1, 0.0, 0.7, -0.2, 2.0, -5.0, 0.3]
+    for i in range(200):
+        key, dt = keys[i % len(keys)], steps[i % len(steps)]
+        for clock in (fast_clock, slow_clock):  # back as well as forward
+            clock.set(clock.now() + dt)
+        cost = (1, 1, 2, 0.5, 0, 4)[i % 6]
+        if i % 3:
+            assert fast.check(key, cost) == slow.check(key, cost)
+        else:
+            assert fast.allow(key, cost) is slow.allow(key, cost)
+        if i % 17 == 0:
+            assert fast.refund(key) == slow.refund(key)
+    assert len(fast.store) == len(slow.store)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "key, error", [("5/minute", TypeError), (42, TypeError), (None, TypeError)]
+)
+def test_bound_check_and_allow_refuse_keys_as_the_methods_do(key: object, error: type) -> None:
+    fast, slow = RateLimiter(2, 3), _class_paths(2, 3)
+    for name in ("check", "allow"):
+        with pytest.raises(error) as got:
+            getattr(fast, name)(key)
+        with pytest.raises(error) as expected:
+            getattr(slow, name)(key)
+        assert str(got.value) == str(expected.value)
+    with pytest.raises(ValueError, match="cost must be a number of tokens >= 0, got -1"):
+        fast.allow("user:1", -1)
+
+
+def test_allow_steps_a_young_key_in_place_and_a_new_one_through_insert() -> None:
+    store = MemoryStore(max_keys=2)
+    limit = Limit(1, 1)
+    assert store.allow("a", limit, 1, 100.0) is True
+    assert store.allow("a", limit, 1, 100.0) is False
+    assert store.allow("b", limit, 1, 100.0) is True
+    assert store.allow("c", limit, 1, 100.0) is True  # evicts one: the cap holds
+    assert len(store) == 2
+    assert store.allow("a", limit, 1, 101.0) is True  # refilled, or evicted and new

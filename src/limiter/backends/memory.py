@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..bucket import Limit, RateLimitResult, full_at, step, step_all
+from ..bucket import Limit, RateLimitResult, admit, full_at, step, step_all
 
 __all__ = ["MemoryStore"]
 
@@ -121,26 +121,89 @@ class MemoryStore:
 
     def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
         """``apply(...).allowed`` without building a result (``RateLimiter.allow``)."""
-        # apply's body with step(..., detail=False), on purpose: see CONTRIBUTING.md "Hot paths".
         if now is None:
             now = time.time()
         self._lock.acquire()
         try:
-            young = self._young
-            packed = young.get(key)
-            if packed is None:
-                packed = self._promote(key)
-                if packed is None:
-                    new_state, allowed = step(None, now, limit, cost, False)
-                    if new_state is not None:
-                        self._insert(key, new_state, now)
-                    return allowed
-            new_state, allowed = step(packed, now, limit, cost, False)
-            if new_state is not packed:
-                young[key] = new_state  # type: ignore[assignment]
-            return allowed
+            # bucket.admit steps a young key in place; others take the long way.
+            allowed = admit(self._young, key, now, limit, cost)
+            return self._allow_new(key, limit, cost, now) if allowed is None else allowed
         finally:
             self._lock.release()
+
+    def _allow_new(self, key: str, limit: Limit, cost: float, now: float) -> bool:
+        # Caller holds the lock and found no young entry for ``key``.
+        packed = self._promote(key)
+        new_state, allowed = step(packed, now, limit, cost, False)
+        if packed is None:
+            if new_state is not None:
+                self._insert(key, new_state, now)
+        elif new_state is not packed:
+            self._young[key] = new_state  # type: ignore[assignment]
+        return allowed
+
+    def bind(
+        self,
+        limit: Limit,
+        prefix: str,
+        now: Optional[Callable[[], float]],
+        storage_key: Callable[[str], str],
+        max_length: int,
+    ) -> Tuple[Callable[[str, float], RateLimitResult], Callable[[str, float], bool]]:
+        """``(check, allow)`` of a one-limit ``RateLimiter`` on this store, as functions.
+
+        Each takes ``(key, cost=1)`` like ``RateLimiter.check`` and ``.allow``
+        and gives the very same answers.  A key that is a ``str`` of at most
+        ``max_length`` characters starting with a character from ``"A"`` to
+        ``"z"`` is stored as ``prefix + key``; any other goes through
+        ``storage_key`` (which hashes long keys and refuses rates).  ``now``
+        reads the clock in seconds (``None``: ``time.time``).
+        """
+        # The limiter's check and the store's apply in one frame, where they
+        # were two calls: see CONTRIBUTING.md "Hot paths".  The key test is
+        # RateLimiter.check's (unchained: two fewer stack operations); the
+        # body is apply's (allow's for allow).
+        lock = self._lock
+        clock = time.time if now is None else now
+
+        def check(key: str, cost: float = 1) -> RateLimitResult:
+            if type(key) is str and len(key) <= max_length and key >= "A" and key < "{":
+                key = prefix + key
+            else:
+                key = storage_key(key)
+            at = clock()
+            lock.acquire()
+            try:
+                young = self._young
+                packed = young.get(key)
+                if packed is None:
+                    packed = self._promote(key)
+                    if packed is None:
+                        new_state, result = step(None, at, limit, cost)
+                        if new_state is not None:
+                            self._insert(key, new_state, at)
+                        return result
+                new_state, result = step(packed, at, limit, cost)
+                if new_state is not packed:
+                    young[key] = new_state  # type: ignore[assignment]
+                return result
+            finally:
+                lock.release()
+
+        def allow(key: str, cost: float = 1) -> bool:
+            if type(key) is str and len(key) <= max_length and key >= "A" and key < "{":
+                key = prefix + key
+            else:
+                key = storage_key(key)
+            at = clock()
+            lock.acquire()
+            try:
+                allowed = admit(self._young, key, at, limit, cost)
+                return self._allow_new(key, limit, cost, at) if allowed is None else allowed
+            finally:
+                lock.release()
+
+        return check, allow
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
