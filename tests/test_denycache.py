@@ -495,6 +495,10 @@ def test_the_url_option_wraps_a_shared_store() -> None:
     assert type(store_from_url("redis://127.0.0.1:1/0?deny_cache=5", deny_cache=None)).__name__ == (
         "RedisStore"
     )
+    # close() reaches the RedisStore, which closes its own connections (none yet here).
+    assert callable(store.close)
+    store.close()
+    store.close()
 
 
 def test_the_url_option_on_sqlite(tmp_path: Any) -> None:
@@ -658,3 +662,26 @@ class TestDenyCacheOverRedis(StoreConformance):
         from redis_servers import unique_prefix
 
         return DenyCache(RedisStore(self.client, prefix=unique_prefix()))
+
+
+class _Key(str):
+    """A str subclass, as a framework's "safe string" type can be."""
+
+
+@pytest.mark.parametrize("forget", ["reset", "refund"])
+def test_a_str_subclass_key_is_never_replayed_after_a_reset_through_the_wrapper(
+    forget: str,
+) -> None:
+    cache = DenyCache(MemoryStore())
+    limit = Limit(1, 1)
+    assert cache.apply(_Key("k"), limit, 1, T0).allowed
+    assert not cache.apply(_Key("k"), limit, 1, T0).allowed
+    if forget == "reset":
+        cache.reset(_Key("k"))
+    else:
+        from limiter.bucket import Refund
+
+        cache.apply(_Key("k"), limit, Refund(1), T0)
+    # The store admits "k" now; so must the wrapper, whichever str the key is.
+    assert cache.store.apply("k", limit, 0, T0 + 0.1).remaining == 1
+    assert cache.apply("k", limit, 1, T0 + 0.1).allowed

@@ -782,3 +782,113 @@ def test_fast_path_is_fork_safe(server: RedisServer) -> None:
     assert [store.apply("hot", limit, 1, T0).allowed for _ in range(21)] == [True] * 20 + [False]
     assert int(admin.info("stats")["total_connections_received"]) == received + 1
     admin.close()
+
+
+# -- review of the fast path: instrumented clients, no poll(), close() -------------------
+
+
+def _evalsha_seen(calls: List[Any]) -> int:
+    return sum(1 for args in calls if args and args[0] == "EVALSHA")
+
+
+def test_fast_path_skips_a_tracer_that_patches_the_class_without_wraps(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sentry-sdk's redis integration: ``cls.execute_command = patched`` (no ``__wrapped__``)."""
+    seen: List[Any] = []
+    original = redis.Redis.execute_command
+
+    def patched(self: Any, *args: Any, **options: Any) -> Any:
+        seen.append(args)
+        return original(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", patched)
+    store = RedisStore(short_timeouts(server), prefix="traced:")
+    assert store._conns is None
+    assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(3)] == [4, 3, 2]
+    assert _evalsha_seen(seen) == 3  # the tracer saw every check
+
+
+def test_fast_path_skips_a_client_patched_on_the_instance(server: RedisServer) -> None:
+    client = short_timeouts(server)
+    seen: List[Any] = []
+    original = client.execute_command
+
+    def patched(*args: Any, **options: Any) -> Any:
+        seen.append(args)
+        return original(*args, **options)
+
+    client.execute_command = patched  # type: ignore[method-assign]
+    store = RedisStore(client, prefix="traced:")
+    assert store._conns is None
+    assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(2)] == [4, 3]
+    assert _evalsha_seen(seen) == 2
+
+
+def test_fast_path_without_poll_reconnects_a_connection_closed_while_idle(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``select.poll`` is missing (Windows), ``can_read()`` tests the idle connection."""
+    from limiter.backends import _redis_conn
+
+    monkeypatch.setattr(_redis_conn, "_HAS_POLL", False)
+    store = RedisStore(short_timeouts(server), prefix="app:")
+    assert store.apply("k", LIMIT, 1, T0).remaining == 4
+    admin = server.client()
+    assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+    assert store.apply("k", LIMIT, 1, T0).remaining == 3  # reconnected, not a StoreError
+    admin.close()
+
+
+def _store_connections(admin: redis.Redis, name: str) -> int:
+    return sum(1 for c in admin.client_list() if c.get("name") == name)
+
+
+def test_close_disconnects_the_fast_path_connections_and_the_store_reconnects(
+    server: RedisServer,
+) -> None:
+    client = server.client(client_name="limiter-close-test")
+    store = RedisStore(client, prefix="app:")
+    admin = server.client()
+    assert store.apply("k", LIMIT, 1, T0).remaining == 4
+    assert _store_connections(admin, "limiter-close-test") == 1
+    store.close()
+    assert _store_connections(admin, "limiter-close-test") == 0
+    store.close()  # twice is fine
+    assert store.apply("k", LIMIT, 1, T0).remaining == 3  # reconnects
+    assert _store_connections(admin, "limiter-close-test") == 1
+    store.close()
+    assert _store_connections(admin, "limiter-close-test") == 0
+    # The client is the caller's: close() leaves it working.
+    assert client.ping()
+    # A store on the client's own path has nothing of its own to close.
+    slow = RedisStore(_ThroughClient(client), prefix="app:")
+    slow.close()
+    assert slow.apply("k", LIMIT, 1, T0).remaining == 2
+    admin.close()
+    client.close()
+
+
+def test_close_while_a_check_is_in_flight_disconnects_it_when_it_ends(
+    server: RedisServer,
+) -> None:
+    client = server.client(client_name="limiter-inflight-test")
+    store = RedisStore(client, prefix="app:")
+    admin = server.client()
+    assert store.apply("k", LIMIT, 1, T0).remaining == 4
+    admin.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+    results: List[int] = []
+    thread = threading.Thread(
+        target=lambda: results.append(store.apply("k", LIMIT, 1, T0).remaining)
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while int(admin.info("clients")["blocked_clients"]) != 1:
+        assert time.monotonic() < deadline
+    store.close()  # the connection in use is not in the free list now
+    admin.execute_command("CLIENT", "UNPAUSE")
+    thread.join(30)
+    assert results == [3]
+    assert _store_connections(admin, "limiter-inflight-test") == 0
+    admin.close()
+    client.close()

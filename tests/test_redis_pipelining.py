@@ -381,3 +381,116 @@ def test_decoded_replies_and_server_time(server: RedisServer) -> None:
         await client.aclose()
 
     run(scenario)
+
+
+def test_a_caller_cancelled_before_its_batch_is_sent_is_not_charged(server: RedisServer) -> None:
+    """As without pipelining: a check cancelled before it was written charges nothing."""
+    sync = server.client()
+
+    async def scenario() -> None:
+        client = async_client(server)
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        limit = Limit(0.001, 100)
+        await store.aapply("warm-up", limit, 1, T0)
+        sync.execute_command("CLIENT", "PAUSE", 3000, "WRITE")  # < the 5 s socket_timeout
+        try:
+            lone = asyncio.ensure_future(store.aapply("lone", limit, 1, T0))
+            await until(lambda: blocked(sync) == 1)  # in flight, held at the server
+            queued = [asyncio.ensure_future(store.aapply(f"q{i}", limit, 10, T0)) for i in range(3)]
+            await until(lambda: len(store._pipeline._state.queue) == 3)  # behind the lone call
+            queued[1].cancel()  # e.g. asyncio.wait_for gave up on it
+        finally:
+            sync.execute_command("CLIENT", "UNPAUSE")
+        await asyncio.gather(lone, *queued, return_exceptions=True)
+        assert queued[1].cancelled()
+        assert [queued[i].result().remaining for i in (0, 2)] == [90, 90]
+        # A peek: q1's check never reached the server.
+        assert (await store.aapply("q1", limit, 0, T0)).remaining == 100
+        await client.aclose()
+
+    try:
+        run(scenario)
+    finally:
+        sync.close()
+
+
+class _TracedAsyncRedis(redis.asyncio.Redis):
+    """A tracer's subclass: it must see every check."""
+
+    seen: List[Any]
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.seen.append(args)
+        return await super().execute_command(*args, **options)
+
+
+def _wrapped_patch(seen: List[Any]) -> Any:
+    import functools
+
+    original = redis.asyncio.Redis.execute_command
+
+    @functools.wraps(original)  # as wrapt and OpenTelemetry do: it has __wrapped__
+    async def traced(self: Any, *args: Any, **options: Any) -> Any:
+        seen.append(args)
+        return await original(self, *args, **options)
+
+    return traced
+
+
+def _plain_patch(seen: List[Any]) -> Any:
+    original = redis.asyncio.Redis.execute_command
+
+    async def traced(self: Any, *args: Any, **options: Any) -> Any:  # as sentry-sdk does
+        seen.append(args)
+        return await original(self, *args, **options)
+
+    return traced
+
+
+@pytest.mark.parametrize("how", ["subclass", "wrapped", "plain", "instance"])
+def test_instrumented_clients_keep_the_per_call_path(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """As RedisStore's fast path: a tracer wrapping execute_command sees every check."""
+    seen: List[Any] = []
+
+    async def scenario() -> None:
+        if how == "subclass":
+            client: Any = _TracedAsyncRedis(host="127.0.0.1", port=server.port, socket_timeout=5)
+            client.seen = seen
+        else:
+            if how in ("wrapped", "plain"):
+                patch = _wrapped_patch if how == "wrapped" else _plain_patch
+                monkeypatch.setattr(redis.asyncio.Redis, "execute_command", patch(seen))
+            client = async_client(server)
+            if how == "instance":
+                original = client.execute_command
+
+                async def traced(*args: Any, **options: Any) -> Any:
+                    seen.append(args)
+                    return await original(*args, **options)
+
+                client.execute_command = traced
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        assert store._pipeline is None
+        results = await asyncio.gather(*(store.aapply("k", LIMIT, 1, T0) for _ in range(7)))
+        assert sum(r.allowed for r in results) == 5
+        assert sum(1 for args in seen if args and args[0] == "EVALSHA") == 7
+        await client.aclose()
+
+    run(scenario)
+
+
+def test_a_plain_subclass_still_pipelines(server: RedisServer) -> None:
+    class Quiet(redis.asyncio.Redis):
+        pass
+
+    async def scenario() -> None:
+        client = Quiet(host="127.0.0.1", port=server.port, socket_timeout=5)
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        assert store._pipeline is not None
+        results = await asyncio.gather(*(store.aapply("k", LIMIT, 1, T0) for _ in range(7)))
+        assert [r.allowed for r in results] == [True] * 5 + [False] * 2
+        await client.aclose()
+
+    run(scenario)

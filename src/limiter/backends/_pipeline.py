@@ -26,8 +26,10 @@ sends them together instead:
   ``EVAL`` on the same connection, so no caller ever sees ``NOSCRIPT``; a
   connection failure fails every entry of the batch not yet answered (the
   connection is dropped, so no reply is left unread on it).
-* A caller cancelled while its batch is in flight stops waiting; the batch
-  goes on and its reply is read and dropped.  A lone call cancelled mid-read
+* A caller cancelled while queued is dropped from its batch: its check is
+  never sent, so it charges nothing.  A caller cancelled while its batch is
+  in flight stops waiting; the batch goes on and its reply is read and
+  dropped.  A lone call cancelled mid-read
   drops its connection (redis-py does), so nothing unread goes back to the
   pool.
 
@@ -46,6 +48,8 @@ import asyncio
 import contextlib
 import inspect
 from typing import Any, Callable, List, Optional, Set, Tuple
+
+from ._redis_conn import plain_client
 
 __all__ = ["ScriptPipeline"]
 
@@ -110,10 +114,14 @@ class ScriptPipeline:
         """A pipeline on ``client``'s pool, or ``None`` when it has no pool this can use.
 
         ``None`` for a single-connection client (it shares one connection under
-        its own lock), a cluster client (the caller decides), and anything
+        its own lock), a cluster client (the caller decides), a client whose
+        ``execute_command`` is overridden, wrapped or replaced (``plain_client``,
+        the sync fast path's test: a tracer sees every check), and anything
         without redis-py's asyncio pool (a test double, another library).
         """
         if getattr(client, "connection", None) is not None:
+            return None
+        if not plain_client(client, asyncio=True):  # instrumented: it keeps seeing calls
             return None
         pool = getattr(client, "connection_pool", None)
         # get_connection may be wrapped by a deprecation decorator (a plain
@@ -163,6 +171,11 @@ class ScriptPipeline:
         try:
             while state.queue:
                 queue, state.queue = state.queue, []
+                # A caller cancelled while queued is not sent (as without
+                # pipelining, a check never written charges nothing).
+                queue = [entry for entry in queue if not entry[2].done()]
+                if not queue:
+                    continue
                 outcomes: Optional[List[_Outcome]] = None
                 try:
                     outcomes = await self._send([c for c, _, _ in queue], [a for _, a, _ in queue])

@@ -17,8 +17,9 @@ connection, half a PING):
   a check pops one (so no two threads ever share one), uses it, and pushes it
   back.  There are at most as many as threads that checked at the same
   moment; they are not taken from the client's pool, so they never exhaust
-  its ``max_connections``, and ``client.close()`` does not close them (they
-  are closed when the store is collected).
+  its ``max_connections``, and ``client.close()`` does not close them:
+  ``RedisStore.close()`` does (and the next check connects again), or the
+  store's collection.
 * A connection that failed (timeout, reset, a protocol error, an interrupt)
   was disconnected by redis-py before the error reached us (and is
   disconnected again here to be sure): it never keeps unread bytes, and the
@@ -43,15 +44,19 @@ and Sentinel-managed or blocking pools, keeps the client's own path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import select
 import sys
 from typing import Any, Dict, List, Optional, Type
 
-__all__ = ["Connections"]
+__all__ = ["Connections", "plain_client"]
 
 _CLIENT_CLASSES = {("redis.client", "Redis"), ("valkey.client", "Valkey")}
+_ASYNC_CLIENT_CLASSES = {("redis.asyncio.client", "Redis"), ("valkey.asyncio.client", "Valkey")}
+# The methods a check goes through on the client's own path.
+_CHECK_METHODS = ("evalsha", "eval", "execute_command")
 _POOL_CLASSES = {("redis.connection", "ConnectionPool"), ("valkey.connection", "ConnectionPool")}
 
 _getpid = os.getpid
@@ -63,11 +68,44 @@ def _bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
-def _library_class(client: Any) -> Optional[type]:
+def _library_class(client: Any, asyncio: bool = False) -> Optional[type]:
+    classes = _ASYNC_CLIENT_CLASSES if asyncio else _CLIENT_CLASSES
     for cls in type(client).__mro__:
-        if (cls.__module__, cls.__name__) in _CLIENT_CLASSES:
+        if (cls.__module__, cls.__name__) in classes:
             return cls
     return None
+
+
+def plain_client(client: Any, *, asyncio: bool = False) -> bool:
+    """Whether ``client``'s checks may skip its ``execute_command`` (nobody watches it).
+
+    True for a ``redis.Redis`` or ``valkey.Valkey`` (``asyncio``: their
+    ``redis.asyncio``/``valkey.asyncio`` twins), or a subclass, whose
+    ``evalsha``, ``eval`` and ``execute_command`` are the library's own: not
+    overridden by the subclass, not set on the instance, not replaced on the
+    library's class by another module (sentry-sdk assigns a plain function)
+    and ``execute_command`` not wrapped (wrapt, ``functools.wraps``:
+    OpenTelemetry, ddtrace).  Anything else keeps the client's own path, so
+    a tracer or a test double sees every check.  Shared by ``RedisStore``'s
+    fast path and ``AsyncRedisStore``'s pipelining.
+    """
+    base = _library_class(client, asyncio)
+    if base is None:
+        return False
+    kind = type(client)
+    package = base.__module__.split(".")[0] + "."
+    instance = getattr(client, "__dict__", None) or {}
+    for name in _CHECK_METHODS:
+        if name in instance:  # patched on the instance
+            return False
+        method = getattr(kind, name, None)
+        if method is None or method is not getattr(base, name, None):
+            return False  # overridden by a subclass
+        if not str(getattr(method, "__module__", "")).startswith(package):
+            return False  # replaced on the library's class by another module
+    # A wrapper made with functools.wraps or wrapt carries the library's
+    # __module__ and __qualname__, and __wrapped__.
+    return not hasattr(getattr(kind, "execute_command", None), "__wrapped__")
 
 
 class _Held:
@@ -106,16 +144,7 @@ class Connections:
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[Connections]:
         """A ``Connections`` for ``client``, or ``None`` when it must keep its own path."""
         base = _library_class(client)
-        if base is None:
-            return None
-        kind = type(client)
-        for name in ("evalsha", "eval", "execute_command"):
-            method = getattr(kind, name, None)
-            if method is None or method is not getattr(base, name, None):
-                return None
-        if hasattr(
-            getattr(base, "execute_command", None), "__wrapped__"
-        ):  # instrumented: keep it seeing calls
+        if base is None or not plain_client(client):  # instrumented: it keeps seeing calls
             return None
         if getattr(client, "connection", None) is not None:  # single_connection_client
             return None
@@ -174,7 +203,7 @@ class Connections:
                 if sock is not held.sock:
                     held.sock = sock
                     held.poll = _poller(sock)
-                if held.poll() if held.poll is not None else conn.can_read():
+                if held.poll() if held.poll is not None else _can_read(conn):
                     conn.disconnect()  # closed by the server while idle, or stray bytes
 
             chunks = (packed,)  # an iterable of chunks (bytes would be read as ints)
@@ -188,6 +217,8 @@ class Connections:
             reply = conn.retry.call_with_retry(roundtrip, lambda error: conn.disconnect())
         except self._response_error:
             free.append(held)  # an error reply, read whole: the connection is clean
+            if free is not self._free:
+                _drain(free)  # close() ran meanwhile
             raise
         except BaseException:
             # Unread bytes may remain (a timeout mid-reply): never reuse that socket.
@@ -197,7 +228,21 @@ class Connections:
                 free.append(held)  # the next use reconnects it
             raise
         free.append(held)
+        if free is not self._free:
+            _drain(free)  # close() ran meanwhile: it could not disconnect this one
         return reply
+
+    def close(self) -> None:
+        """Disconnect this process's connections; the next ``execute`` connects again.
+
+        A connection in use by another thread is disconnected when its
+        command ends (it goes back to the list ``close`` took away).
+        """
+        if self._pid != _getpid():
+            self._forked()  # the parent's sockets are the parent's to close
+            return
+        free, self._free = self._free, []
+        _drain(free)
 
     def _forked(self) -> None:
         # The parent's connections and sockets stay the parent's: the child
@@ -205,6 +250,25 @@ class Connections:
         # of the descriptor without shutting the socket down).
         self._free = []
         self._pid = _getpid()
+
+
+def _can_read(conn: Any) -> bool:
+    """``conn.can_read()`` where there is no ``poll``: True also when it finds the socket closed."""
+    try:
+        return bool(conn.can_read())
+    except Exception:  # "Connection closed by server.": reconnect, as the client's pool does
+        return True
+
+
+def _drain(free: List[_Held]) -> None:
+    """Disconnect every connection in ``free``, emptying it (safe from several threads)."""
+    while True:
+        try:
+            held = free.pop()
+        except IndexError:
+            return
+        with contextlib.suppress(Exception):  # already broken: nothing more to close
+            held.conn.disconnect()
 
 
 def _poller(sock: Any) -> Any:

@@ -439,6 +439,8 @@ class DenyCache:
             return
         if not _positive_cost(cost) or self.using_fallback:
             return
+        if not many and ckey.__class__ is not str:
+            return  # only str keys are remembered (a subclass may compare as another key)
         injected = now is not None
         if injected:
             if not (now.__class__ is float or now.__class__ is int) or now < self._latest:
@@ -503,7 +505,7 @@ class DenyCache:
         with self._lock:
             self._epoch += 1
             for key in keys:
-                if key.__class__ is str:
+                if isinstance(key, str):  # a subclass too: it drops the equal str's entry
                     self._drop(key)
                     for ckey in list(self._members.get(key, ())):
                         self._drop(ckey)

@@ -511,12 +511,14 @@ class RedisStore(_RedisBase):
     RESP version, timeouts and the retry policy stay the client's), at most
     one per thread checking at the same moment, never shared by two threads,
     never the parent's after a fork, and not counted in the client's
-    ``max_connections`` nor closed by ``client.close()``.  A connection that
+    ``max_connections`` nor closed by ``client.close()``: ``close()`` closes
+    them (the store stays usable and connects again).  A connection that
     failed is disconnected before reuse; one the server closed while idle is
     reconnected before use, so the check goes through.  Cluster, Sentinel,
     blocking-pool, single-connection and client-side-caching clients, and a
-    client whose ``execute_command`` is wrapped (a tracer), keep the client's
-    own path: see ``limiter.backends._redis_conn``.
+    client whose ``execute_command`` (or ``evalsha``/``eval``) is overridden,
+    wrapped or replaced (a tracer: OpenTelemetry, ddtrace, sentry-sdk), keep
+    the client's own path: see ``limiter.backends._redis_conn.plain_client``.
     Every failure is a ``StoreError`` wrapping the client's exception.  A
     reply the script cannot have given (malformed: a proxy in between, or
     another script under its SHA-1) is a ``StoreError`` like any other
@@ -580,6 +582,18 @@ class RedisStore(_RedisBase):
 
         self._failover.run(delete)
 
+    def close(self) -> None:
+        """Disconnect the store's own connections (the fast path's); safe to call again.
+
+        The client, which is the caller's, stays open (``client.close()``
+        closes it).  The store remains usable: its next check connects again.
+        A check in flight in another thread finishes, then its connection is
+        disconnected.  Nothing to do for a client that keeps its own path.
+        """
+        conns = self._conns
+        if conns is not None:
+            conns.close()
+
     def _connections(self, client: Any) -> Optional[Connections]:
         # A cluster routes each key to its node (MOVED/ASK, topology refresh):
         # it keeps the client's own path, as do clients for_client turns down.
@@ -636,10 +650,13 @@ class AsyncRedisStore(_RedisBase):
     the fallback, the probing and the ``NOSCRIPT`` recovery work per check as
     without it.  A pipelined check is sent once: the client's retry policy
     applies to connecting, never to resending a check that may have reached
-    the server.  A Redis Cluster client, a single-connection client
-    (``single_connection_client=True``) and clients without redis-py's
-    asyncio connection pool always send each check on its own, through the
-    client, as ``pipelining=False`` does.
+    the server; a check cancelled before its batch goes out is not sent.  A
+    Redis Cluster client, a single-connection client
+    (``single_connection_client=True``), a client whose ``execute_command``
+    (or ``evalsha``/``eval``) is overridden, wrapped or replaced (a tracer,
+    which must see every check: the same test as ``RedisStore``'s fast
+    path), and clients without redis-py's asyncio connection pool always send
+    each check on its own, through the client, as ``pipelining=False`` does.
     """
 
     _kind = "AsyncRedisStore"
