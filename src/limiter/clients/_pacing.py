@@ -1,0 +1,302 @@
+"""What the outbound clients share: argument checks, per-host keys, server hints, pauses.
+
+No HTTP library is imported here: headers come in as a ``get(name)`` function
+(``httpx.Headers.get``, requests' ``CaseInsensitiveDict.get``), both of which
+join repeated fields with ``", "``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import math
+import re
+import threading
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from ..bucket import TIME_EPSILON
+from ..ratelimiter import RateLimiter
+
+__all__ = ["DEFAULT_MAX_WAIT", "RETRY_STATUSES", "KeySpec", "Pacer", "host_key", "server_delay"]
+
+#: A request's key: ``None`` (its host), a fixed string, or ``key(request) -> str``.
+KeySpec = Union[None, str, Callable[[Any], str]]
+HeaderGet = Callable[[str], Optional[str]]
+
+#: The statuses whose hints pause a host and retry the request.
+RETRY_STATUSES = frozenset({429, 503})
+
+#: Seconds: a server hint longer than this is not waited for (the response is returned).
+DEFAULT_MAX_WAIT = 300.0
+
+# An X-RateLimit-Reset at or above this is a Unix time (GitHub's style, about
+# 2001 onwards); below it, seconds from now (some APIs send a delta there).
+_UNIX_TIME_FLOOR = 1e9
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# Keys pause entries above this count trigger a sweep of the expired ones.
+_PAUSES_SWEEP_AT = 1024
+
+
+def host_key(scheme: str, host: str, port: Optional[int]) -> str:
+    """The default key of a request: ``host`` lowercased, with ``:port`` unless it is the default.
+
+    ``"https://API.example.com:443/x"`` and ``"https://api.example.com/y"``
+    share ``"api.example.com"``; ``"http://127.0.0.1:8080/"`` is
+    ``"127.0.0.1:8080"``; an IPv6 host gets its brackets back (``"[::1]:8080"``).
+    """
+    host = host.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    if port is None or _DEFAULT_PORTS.get(scheme.lower()) == port:
+        return host
+    return f"{host}:{port}"
+
+
+def _seconds(text: Optional[str]) -> Optional[float]:
+    """A non-negative decimal number of seconds, or ``None`` for anything else."""
+    if text is None:
+        return None
+    text = text.strip()
+    if not _NUMBER.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _http_date(text: Optional[str]) -> Optional[float]:
+    """An HTTP-date (RFC 9110, section 5.6.7, obsolete forms too) as Unix seconds, or ``None``."""
+    if text is None:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None:  # some Python versions return None instead of raising
+        return None
+    if when.tzinfo is None:  # "-0000": RFC 5322's "UTC, origin unknown"
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    try:
+        return when.timestamp()
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def _split(text: str, sep: str) -> List[str]:
+    """``text`` split on ``sep`` outside double-quoted strings (Structured Fields' sf-string)."""
+    parts: List[str] = []
+    start = 0
+    quoted = escaped = False
+    for i, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == sep and not quoted:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _draft_wait(text: Optional[str]) -> Optional[float]:
+    """Seconds from a draft ``RateLimit`` field: the largest ``t`` of the items with ``r=0``.
+
+    ``RateLimit: "default";r=0;t=3, "daily";r=40;t=7200`` gives 3: only an
+    exhausted policy (``r=0``) explains a refusal.  No exhausted item with a
+    valid ``t``: ``None``.
+    """
+    if text is None:
+        return None
+    waits: List[float] = []
+    for member in _split(text, ","):
+        params: Dict[str, str] = {}
+        for param in _split(member, ";")[1:]:
+            name, _, value = param.partition("=")
+            params[name.strip().lower()] = value.strip()
+        remaining = _seconds(params.get("r"))
+        wait = _seconds(params.get("t"))
+        if remaining == 0 and wait is not None:
+            waits.append(wait)
+    return max(waits) if waits else None
+
+
+def server_delay(get: HeaderGet, now: float) -> Optional[float]:
+    """Seconds the server asks a client to wait, from the first hint found, or ``None``.
+
+    In this order: ``Retry-After`` (delay-seconds, or an HTTP-date);
+    ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers: the largest ``t`` of
+    the exhausted items, ``r=0``); ``RateLimit-Reset`` (the earlier drafts:
+    seconds); ``X-RateLimit-Reset`` (a Unix time when at least 10**9, else
+    seconds).  ``RateLimit-Policy`` says how large a quota is, not when it
+    returns, so it is not read.  A hint that does not parse (negative, not a
+    number, not a date) is skipped for the next one.  Absolute times are
+    measured against the response's ``Date`` (the server's own clock, so a
+    skewed client clock does not matter), or against ``now`` (Unix seconds)
+    when it has none; one already past is a wait of 0.
+    """
+    server_now = _http_date(get("Date"))
+    reference = now if server_now is None else server_now
+    retry_after = get("Retry-After")
+    if retry_after is not None:
+        delay = _seconds(retry_after)
+        if delay is not None:
+            return delay
+        at = _http_date(retry_after)
+        if at is not None:
+            return max(0.0, at - reference)
+    delay = _draft_wait(get("RateLimit"))
+    if delay is not None:
+        return delay
+    delay = _seconds(get("RateLimit-Reset"))
+    if delay is not None:
+        return delay
+    reset = _seconds(get("X-RateLimit-Reset"))
+    if reset is not None:
+        return max(0.0, reset - reference) if reset >= _UNIX_TIME_FLOOR else reset
+    return None
+
+
+def _check_limiter(limiter: object, owner: str) -> RateLimiter:
+    if not isinstance(limiter, RateLimiter):
+        raise TypeError(f"{owner}: limiter must be a limiter.RateLimiter, got {limiter!r:.100}")
+    return limiter
+
+
+class Pacer:
+    """One client's pacing: its limiter, key choice, retry policy and per-key pauses.
+
+    Thread-safe; shared by every request of one transport or adapter, so a
+    pause one response asks for holds the concurrent requests to that key too.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        limiter: object,
+        key: KeySpec,
+        respect_server: object,
+        max_retries: object,
+        max_wait: object,
+    ) -> None:
+        self.limiter = _check_limiter(limiter, owner)
+        if isinstance(key, str):
+            limiter_key = self.limiter.storage_key  # raises TypeError for a rate-like key
+            limiter_key(key)
+        elif key is not None and not callable(key):
+            raise TypeError(
+                f"{owner}: key must be None (the host), a str or a function of the request "
+                f"returning a str, got {key!r:.100}"
+            )
+        self.key: KeySpec = key
+        if not isinstance(respect_server, bool):
+            raise TypeError(
+                f"{owner}: respect_server must be True or False, got {respect_server!r}"
+            )
+        self.respect_server = respect_server
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int):
+            raise TypeError(f"{owner}: max_retries must be an int >= 0, got {max_retries!r:.100}")
+        if max_retries < 0:
+            raise ValueError(f"{owner}: max_retries must be an int >= 0, got {max_retries!r}")
+        self.max_retries = max_retries
+        if max_wait is not None:
+            if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)):
+                raise TypeError(
+                    f"{owner}: max_wait must be None or a number of seconds >= 0, "
+                    f"got {max_wait!r:.100}"
+                )
+            if not (max_wait >= 0 and math.isfinite(max_wait)):
+                raise ValueError(
+                    f"{owner}: max_wait must be None or a finite number of seconds >= 0, "
+                    f"got {max_wait!r}"
+                )
+            max_wait = float(max_wait)
+        self.max_wait: Optional[float] = max_wait
+        self._owner = owner
+        # key -> the limiter clock's time before which no request to it is sent.
+        self._pauses: Dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def key_of(self, request: object, scheme: str, host: str, port: Optional[int]) -> str:
+        """The limiter key of ``request`` (see ``KeySpec``)."""
+        key = self.key
+        if key is None:
+            return host_key(scheme, host, port)
+        if isinstance(key, str):
+            return key
+        value = key(request)
+        if not isinstance(value, str):
+            raise TypeError(
+                f"{self._owner}: key({request!r:.100}) must return a str, got {value!r:.100}"
+            )
+        return value
+
+    def _pause_left(self, key: str, now: float) -> float:
+        """Seconds until ``key``'s pause ends (0 when it has none)."""
+        with self._lock:
+            until = self._pauses.get(key)
+            if until is None:
+                return 0.0
+            left = until - now
+            # A microsecond, the bucket's own slack: float rounding in now + left
+            # must not cost another sleep.
+            if left > TIME_EPSILON:
+                return left
+            del self._pauses[key]
+            return 0.0
+
+    def turn(self, key: str) -> None:
+        """Block until ``key`` is not paused and its limiter token is taken."""
+        limiter = self.limiter
+        clock = limiter.clock
+        while True:
+            left = self._pause_left(key, clock.now())
+            if left > 0.0:
+                clock.sleep(left)
+                continue
+            limiter.acquire(key)
+            if self._pause_left(key, clock.now()) == 0.0:
+                return
+            # A pause began while this request waited for its token: give the
+            # token back and wait out the pause, or every waiter would be sent
+            # together the moment it ends.
+            limiter.refund(key)
+
+    async def aturn(self, key: str) -> None:
+        """``turn`` for asyncio: waits with ``await clock.asleep``."""
+        limiter = self.limiter
+        clock = limiter.clock
+        while True:
+            left = self._pause_left(key, clock.now())
+            if left > 0.0:
+                await clock.asleep(left)
+                continue
+            await limiter.aacquire(key)
+            if self._pause_left(key, clock.now()) == 0.0:
+                return
+            await limiter.arefund(key)
+
+    def pause(self, key: str, status: int, get: HeaderGet) -> Optional[float]:
+        """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).
+
+        ``None`` unless ``respect_server``, ``status`` is 429 or 503 and a hint
+        (``server_delay``) asks for at most ``max_wait`` seconds.  A longer
+        hint is not recorded either: the caller gets the response at once.
+        """
+        if not self.respect_server or status not in RETRY_STATUSES:
+            return None
+        now = self.limiter.clock.now()
+        delay = server_delay(get, now)
+        if delay is None or (self.max_wait is not None and delay > self.max_wait):
+            return None
+        until = now + delay
+        with self._lock:
+            pauses = self._pauses
+            if until > pauses.get(key, -math.inf):
+                pauses[key] = until
+            if len(pauses) > _PAUSES_SWEEP_AT:
+                for stale in [k for k, at in pauses.items() if at <= now]:
+                    del pauses[stale]
+        return delay

@@ -1,0 +1,169 @@
+"""httpx transports that wait for a ``RateLimiter``'s tokens and obey the server's 429s.
+
+Extra ``httpx`` (``pip install "tokenlimiter[httpx]"``)::
+
+    from limiter.clients.httpx import RateLimitTransport
+
+    client = httpx.Client(transport=RateLimitTransport(RateLimiter("5/second")))
+
+``AsyncRateLimitTransport`` is the same for ``httpx.AsyncClient``.  What a
+retry needs and when it happens is described on ``RateLimitTransport``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import httpx
+
+from ._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
+
+__all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
+
+
+def _rewindable(request: httpx.Request) -> bool:
+    # httpx keeps a body it was given whole (content=bytes, data=, json=) in
+    # memory and can send it again; a streamed one (a generator, a file upload)
+    # has been consumed by the first attempt.
+    try:
+        request.content  # noqa: B018
+    except httpx.RequestNotRead:
+        return False
+    return True
+
+
+def _key(pacer: Pacer, request: httpx.Request) -> str:
+    url = request.url
+    return pacer.key_of(request, url.scheme, url.host, url.port)
+
+
+class RateLimitTransport(httpx.BaseTransport):
+    """An ``httpx`` transport that paces requests with ``limiter`` before sending them.
+
+    Each request first waits (on ``limiter.clock``: a ``ManualClock`` moves
+    instead of sleeping) until its key is not paused and one token of its key
+    is taken (``RateLimiter.acquire``, no timeout), then goes to
+    ``transport`` (default: a new ``httpx.HTTPTransport()``).
+
+    ``key``: ``None`` (default) keys each request by its host
+    (``"api.example.com"``, ``"127.0.0.1:8080"``: the port unless it is the
+    scheme's default); a ``str`` puts every request in one bucket; a function
+    ``key(request) -> str`` chooses per ``httpx.Request``.
+
+    ``respect_server``: when True (default), a 429 or 503 response carrying a
+    hint (``Retry-After`` in seconds or as an HTTP-date, the draft
+    ``RateLimit`` field's ``t``, ``RateLimit-Reset``, ``X-RateLimit-Reset``:
+    ``limiter.clients._pacing.server_delay``) pauses its key for that many
+    seconds, for every request of this transport, and the request is sent
+    again after the pause, up to ``max_retries`` times (an int >= 0, default
+    3); the caller then gets the last response as it came.  Each retry waits
+    for a token again.  The response is returned as is, without retrying,
+    when it has no hint, when the hint asks for more than ``max_wait``
+    seconds (default 300; ``None``: no cap; such a hint does not pause the
+    key either), or when the body was streamed (a generator, a file upload:
+    it cannot be sent twice).  A discarded response is closed.
+
+    The wait for a token raises ``limiter.RateLimitExceeded`` only if the
+    limiter can never admit a request (a burst below 1).  Wrong argument
+    types are ``TypeError``, out-of-range values ``ValueError``.  The limiter
+    must have a synchronous store; for ``httpx.AsyncClient`` use
+    ``AsyncRateLimitTransport``.
+    """
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: KeySpec = None,
+        transport: Optional[httpx.BaseTransport] = None,
+        respect_server: bool = True,
+        max_retries: int = 3,
+        max_wait: Optional[float] = DEFAULT_MAX_WAIT,
+    ) -> None:
+        self._pacer = pacer = Pacer(
+            "RateLimitTransport", limiter, key, respect_server, max_retries, max_wait
+        )
+        if not callable(getattr(pacer.limiter.store, "apply", None)):
+            raise TypeError(
+                f"RateLimitTransport: {pacer.limiter.store!r} is async only: "
+                "use AsyncRateLimitTransport"
+            )
+        if transport is None:
+            transport = httpx.HTTPTransport()
+        elif not isinstance(transport, httpx.BaseTransport):
+            raise TypeError(
+                f"RateLimitTransport: transport must be an httpx.BaseTransport, "
+                f"got {transport!r:.100}"
+            )
+        #: The limiter whose tokens each request takes.
+        self.limiter = pacer.limiter
+        #: The transport that sends the requests.
+        self.transport = transport
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Wait for ``request``'s turn, send it, and retry it as the server asks."""
+        pacer = self._pacer
+        key = _key(pacer, request)
+        retries = pacer.max_retries if _rewindable(request) else 0
+        while True:
+            pacer.turn(key)
+            response = self.transport.handle_request(request)
+            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
+                return response
+            retries -= 1
+            response.close()
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.transport.close()
+
+
+class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
+    """``RateLimitTransport`` for ``httpx.AsyncClient``; waits with ``await clock.asleep``.
+
+    Same arguments and behaviour; ``transport`` is an
+    ``httpx.AsyncBaseTransport`` (default: a new ``httpx.AsyncHTTPTransport()``).
+    The limiter's store may be synchronous or asyncio (``aacquire``).
+    """
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: KeySpec = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+        respect_server: bool = True,
+        max_retries: int = 3,
+        max_wait: Optional[float] = DEFAULT_MAX_WAIT,
+    ) -> None:
+        self._pacer = pacer = Pacer(
+            "AsyncRateLimitTransport", limiter, key, respect_server, max_retries, max_wait
+        )
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport()
+        elif not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError(
+                f"AsyncRateLimitTransport: transport must be an httpx.AsyncBaseTransport, "
+                f"got {transport!r:.100}"
+            )
+        #: The limiter whose tokens each request takes.
+        self.limiter = pacer.limiter
+        #: The transport that sends the requests.
+        self.transport = transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Wait for ``request``'s turn, send it, and retry it as the server asks."""
+        pacer = self._pacer
+        key = _key(pacer, request)
+        retries = pacer.max_retries if _rewindable(request) else 0
+        while True:
+            await pacer.aturn(key)
+            response = await self.transport.handle_async_request(request)
+            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
+                return response
+            retries -= 1
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.transport.aclose()

@@ -1,0 +1,104 @@
+"""A requests adapter that waits for a ``RateLimiter``'s tokens and obeys the server's 429s.
+
+Extra ``requests`` (``pip install "tokenlimiter[requests]"``)::
+
+    from limiter.clients.requests import RateLimitAdapter
+
+    session = requests.Session()
+    session.mount("https://", RateLimitAdapter(RateLimiter("5/second")))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+from urllib.parse import urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from ._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
+
+__all__ = ["RateLimitAdapter"]
+
+
+def _rewindable(body: object) -> bool:
+    # A body prepared as bytes or str can be sent again; a generator or a file
+    # object was consumed by the first attempt.
+    return body is None or isinstance(body, (bytes, str))
+
+
+class RateLimitAdapter(HTTPAdapter):
+    """A ``requests`` transport adapter that paces requests with ``limiter``.
+
+    Mount it on a ``requests.Session`` for the prefixes to pace
+    (``session.mount("https://", adapter)``).  Each request first waits (on
+    ``limiter.clock``) until its key is not paused and one token of its key is
+    taken (``RateLimiter.acquire``), then is sent by ``HTTPAdapter.send``.
+    Each hop of a redirect is a request of its own.
+
+    ``key``, ``respect_server``, ``max_retries`` (an int >= 0, default 3) and
+    ``max_wait`` (seconds, default 300, ``None``: no cap) work as on
+    ``limiter.clients.httpx.RateLimitTransport``: a 429 or 503 with a hint of
+    at most ``max_wait`` seconds pauses the key and is retried after the
+    pause, up to ``max_retries`` times, then returned as it came.  A body
+    that is a generator or a file object is not retried (it was consumed).
+    A discarded response is closed.
+
+    ``connection_retries`` is what ``HTTPAdapter`` calls ``max_retries`` (an
+    int or a ``urllib3.util.Retry``: retries of failed connections by
+    urllib3, default 0); every other keyword (``pool_connections``,
+    ``pool_maxsize``, ``pool_block``) goes to ``HTTPAdapter``.  The limiter
+    must have a synchronous store.  Wrong argument types are ``TypeError``,
+    out-of-range values ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: KeySpec = None,
+        respect_server: bool = True,
+        max_retries: int = 3,
+        max_wait: Optional[float] = DEFAULT_MAX_WAIT,
+        connection_retries: Any = 0,
+        **kwargs: Any,
+    ) -> None:
+        pacer = Pacer("RateLimitAdapter", limiter, key, respect_server, max_retries, max_wait)
+        if not callable(getattr(pacer.limiter.store, "apply", None)):
+            raise TypeError(
+                f"RateLimitAdapter: {pacer.limiter.store!r} is async only: "
+                "requests needs a limiter with a synchronous store"
+            )
+        super().__init__(max_retries=connection_retries, **kwargs)
+        self._pacer = pacer
+        #: The limiter whose tokens each request takes.
+        self.limiter = pacer.limiter
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
+        """Wait for ``request``'s turn, send it, and retry it as the server asks.
+
+        The other arguments go to ``HTTPAdapter.send`` untouched (typed ``Any``:
+        their types differ across requests versions).
+        """
+        pacer = self._pacer
+        url: str = request.url or ""
+        parts = urlsplit(url)
+        key = pacer.key_of(request, parts.scheme, parts.hostname or "", parts.port)
+        retries = pacer.max_retries if _rewindable(request.body) else 0
+        while True:
+            pacer.turn(key)
+            response: requests.Response = super().send(
+                request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+            )
+            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
+                return response
+            retries -= 1
+            response.close()

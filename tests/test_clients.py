@@ -1,0 +1,610 @@
+"""Outbound clients (limiter.clients): httpx transports and the requests adapter.
+
+Every request goes to a real ThreadingHTTPServer on a loopback port: either
+this library's own http.server middleware, or a scripted app that answers
+what a test lists (a 429 with an HTTP-date, an absurd Retry-After...).  The
+server's limiter and the client's share one ManualClock, so the client's
+waits move the server's time too and nothing really sleeps.  Every arrival is
+logged with its time on that clock, its status and its Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import email.utils
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import httpx
+import pytest
+import requests
+
+from limiter import ManualClock, MemoryStore, RateLimiter
+from limiter.adapters.httpserver import rate_limited
+from limiter.clients._pacing import host_key, server_delay
+from limiter.clients.httpx import AsyncRateLimitTransport, RateLimitTransport
+from limiter.clients.requests import RateLimitAdapter
+
+pytestmark = pytest.mark.servers
+
+NOW = 1_700_000_000.0
+EPS = 1e-6
+_CLOCK_DATE = object()  # send the Date of the shared clock
+
+
+@dataclasses.dataclass
+class Arrival:
+    at: float  # seconds since NOW, on the shared clock
+    status: int
+    path: str
+    body: Optional[bytes] = None
+    retry_after: Optional[str] = None
+
+
+Script = List[Tuple[int, Dict[str, Optional[str]]]]
+
+
+def app(clock: ManualClock, log: List[Arrival], script: Optional[Script] = None) -> type:
+    """A handler class answering from ``script`` (FIFO; 200 "ok" once empty), logging arrivals.
+
+    A scripted ``"Date": None`` leaves the Date header out; a scripted Date
+    replaces the clock's.
+    """
+
+    class App(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        wbufsize = -1  # one write per response: no Nagle / delayed-ACK stalls
+        _date: object = _CLOCK_DATE
+        _body: Optional[bytes] = None
+
+        def parse_request(self) -> bool:
+            self._date, self._body = _CLOCK_DATE, None
+            return super().parse_request()
+
+        def send_response(self, code: int, message: Optional[str] = None) -> None:
+            # BaseHTTPRequestHandler.send_response, with the Date of the shared clock.
+            log.append(Arrival(round(clock.now() - NOW, 9), code, self.path, self._body))
+            self.send_response_only(code, message)
+            self.send_header("Server", self.version_string())
+            date = self._date
+            if date is _CLOCK_DATE:
+                date = email.utils.formatdate(clock.now(), usegmt=True)
+            if date is not None:
+                self.send_header("Date", str(date))
+
+        def send_header(self, keyword: str, value: str) -> None:
+            if keyword.lower() == "retry-after":
+                log[-1].retry_after = value
+            super().send_header(keyword, value)
+
+        def _read_body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                chunks = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0], 16)
+                    chunk = self.rfile.read(size)
+                    self.rfile.readline()
+                    if not size:
+                        return b"".join(chunks)
+                    chunks.append(chunk)
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _reply(self) -> None:
+            self._body = self._read_body()
+            status, headers = script.pop(0) if script else (200, {})
+            headers = dict(headers)
+            if "Date" in headers:
+                self._date = headers.pop("Date")
+            body = b"ok" if status == 200 else b"slow down"
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, str(value))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _reply
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return App
+
+
+class Server(ThreadingHTTPServer):
+    request_queue_size = 64  # the default 5 drops concurrent SYNs: 1 s retransmits
+    daemon_threads = True
+
+
+@contextlib.contextmanager
+def serve(handler: type) -> Iterator[str]:
+    server = Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@contextlib.contextmanager
+def limited_server(
+    clock: ManualClock, rate: str = "5/second", **options: Any
+) -> Iterator[Tuple[str, List[Arrival]]]:
+    """This library's http.server middleware, limiting every client to ``rate``."""
+    log: List[Arrival] = []
+    handler = rate_limited(RateLimiter(rate, clock=clock), **options)(app(clock, log))
+    with serve(handler) as url:
+        yield url, log
+
+
+@contextlib.contextmanager
+def scripted_server(clock: ManualClock, script: Script) -> Iterator[Tuple[str, List[Arrival]]]:
+    log: List[Arrival] = []
+    with serve(app(clock, log, script)) as url:
+        yield url, log
+
+
+def client(limiter: RateLimiter, **options: Any) -> httpx.Client:
+    return httpx.Client(transport=RateLimitTransport(limiter, **options), timeout=10)
+
+
+def session(limiter: RateLimiter, **options: Any) -> requests.Session:
+    s = requests.Session()
+    s.mount("http://", RateLimitAdapter(limiter, **options))
+    return s
+
+
+def no_retry_before_its_retry_after(log: List[Arrival]) -> bool:
+    """Every arrival after a 429 came at least its Retry-After later (sequential clients)."""
+    for i, arrival in enumerate(log):
+        if arrival.status == 429:
+            assert arrival.retry_after is not None
+            not_before = arrival.at + float(arrival.retry_after) - EPS
+            if any(later.at < not_before for later in log[i + 1 :]):
+                return False
+    return True
+
+
+# The server allows 5 at once, then one per 0.2 s; an unpaced client of 12
+# requests gets 5, a 429 with "Retry-After: 1", 5 more a second later (the
+# bucket is full again), a 429, and the last 2 a second after that.
+UNPACED = [(0.0, 200)] * 5 + [(0.0, 429)] + [(1.0, 200)] * 5 + [(1.0, 429)] + [(2.0, 200)] * 2
+
+
+# -- (1), (2): httpx against this library's middleware ------------------------------
+
+
+def test_a_client_paced_like_the_server_sends_no_wasted_request():
+    clock = ManualClock(NOW)
+    with limited_server(clock) as (url, log), client(RateLimiter("5/second", clock=clock)) as c:
+        statuses = [c.get(f"{url}/item/{i}").status_code for i in range(12)]
+    assert statuses == [200] * 12
+    assert [a.status for a in log] == [200] * 12  # the server saw exactly the 12
+    # 5 at once, then one every 0.2 s
+    assert [a.at for a in log] == pytest.approx([0.0] * 5 + [0.2 * i for i in range(1, 8)])
+
+
+def test_an_unpaced_client_waits_out_each_retry_after_and_gets_every_200():
+    clock = ManualClock(NOW)
+    with limited_server(clock) as (url, log), client(RateLimiter("1000/second", clock=clock)) as c:
+        responses = [c.get(f"{url}/item/{i}") for i in range(12)]
+    assert [r.status_code for r in responses] == [200] * 12
+    assert [r.text for r in responses] == ["ok"] * 12
+    assert [(a.at, a.status) for a in log] == UNPACED
+    assert [a.retry_after for a in log if a.status == 429] == ["1", "1"]
+    assert no_retry_before_its_retry_after(log)
+    # The retried request is the one refused: the same path, sent again.
+    assert [a.path for a in log][5:7] == ["/item/5", "/item/5"]
+
+
+def test_a_body_in_memory_is_sent_again_and_a_streamed_one_is_not():
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"Retry-After": "2"}), (200, {}), (429, {"Retry-After": "2"})]
+    with scripted_server(clock, script) as (url, log), client(RateLimiter(100, clock=clock)) as c:
+        sent = c.post(f"{url}/upload", content=b"payload")
+        streamed = c.post(f"{url}/upload", content=iter([b"pay", b"load"]))
+    assert sent.status_code == 200
+    assert streamed.status_code == 429  # returned as is: the stream is spent
+    assert streamed.headers["Retry-After"] == "2"
+    assert [(a.at, a.status, a.body) for a in log] == [
+        (0.0, 429, b"payload"),
+        (2.0, 200, b"payload"),
+        (2.0, 429, b"payload"),
+    ]
+
+
+def test_discarded_responses_are_closed():
+    clock = ManualClock(NOW)
+    seen: List[httpx.Response] = []
+
+    class Recording(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx.HTTPTransport()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = self.inner.handle_request(request)
+            seen.append(response)
+            return response
+
+    script: Script = [(429, {"Retry-After": "1"}), (503, {"Retry-After": "1"})]
+    transport = RateLimitTransport(RateLimiter(100, clock=clock), transport=Recording())
+    with scripted_server(clock, script) as (url, log), httpx.Client(transport=transport) as c:
+        response = c.get(url)
+    assert response.status_code == 200
+    assert [r.status_code for r in seen] == [429, 503, 200]
+    assert [r.is_closed for r in seen[:2]] == [True, True]
+    assert [(a.at, a.status) for a in log] == [(0.0, 429), (1.0, 503), (2.0, 200)]
+
+
+# -- (3) max_retries ----------------------------------------------------------------
+
+
+def test_when_max_retries_is_spent_the_last_429_is_returned_as_it_came():
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"Retry-After": "1", "X-Try": str(i)}) for i in range(5)]
+    with scripted_server(clock, script) as (url, log):
+        with client(RateLimiter(100, clock=clock), max_retries=2) as c:
+            response = c.get(url)
+        assert response.status_code == 429
+        assert response.headers["X-Try"] == "2" and response.text == "slow down"
+        assert [(a.at, a.status) for a in log] == [(0.0, 429), (1.0, 429), (2.0, 429)]
+        # max_retries=0: no retry, but the pause still holds the next request.
+        with client(RateLimiter(100, clock=clock), max_retries=0) as c:
+            first = c.get(url)
+            second = c.get(url)
+        assert (first.status_code, second.status_code) == (429, 429)
+        assert [a.at for a in log[3:]] == [2.0, 3.0]
+
+
+def test_respect_server_false_returns_the_429_and_does_not_pause():
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"Retry-After": "5"})]
+    lim = RateLimiter(100, clock=clock)
+    with scripted_server(clock, script) as (url, log), client(lim, respect_server=False) as c:
+        assert [c.get(url).status_code, c.get(url).status_code] == [429, 200]
+    assert [(a.at, a.status) for a in log] == [(0.0, 429), (0.0, 200)]
+
+
+def test_a_429_or_503_without_a_hint_is_returned_and_other_statuses_are_never_retried():
+    clock = ManualClock(NOW)
+    script: Script = [
+        (429, {}),
+        (503, {}),
+        (500, {"Retry-After": "1"}),
+        (200, {"Retry-After": "1"}),
+    ]
+    with scripted_server(clock, script) as (url, log), client(RateLimiter(100, clock=clock)) as c:
+        statuses = [c.get(url).status_code for _ in range(4)]
+    assert statuses == [429, 503, 500, 200]
+    assert [a.at for a in log] == [0.0] * 4
+
+
+# -- (4) asyncio ---------------------------------------------------------------------
+
+
+def async_get_all(limiter: RateLimiter, urls: List[str], concurrent: bool) -> List[httpx.Response]:
+    async def run() -> List[httpx.Response]:
+        transport = AsyncRateLimitTransport(limiter)
+        async with httpx.AsyncClient(transport=transport, timeout=10) as c:
+            if concurrent:
+                return list(await asyncio.gather(*(c.get(u) for u in urls)))
+            return [await c.get(u) for u in urls]
+
+    return asyncio.run(run())
+
+
+def test_async_transport_paced_and_unpaced_against_the_middleware():
+    clock = ManualClock(NOW)
+    with limited_server(clock) as (url, log):
+        urls = [f"{url}/item/{i}" for i in range(12)]
+        paced = async_get_all(RateLimiter("5/second", clock=clock), urls, concurrent=False)
+        assert [r.status_code for r in paced] == [200] * 12
+        assert [a.status for a in log] == [200] * 12
+        clock.set(NOW + 20)  # the server's bucket is full again
+        del log[:]
+        unpaced = async_get_all(RateLimiter("1000/second", clock=clock), urls, concurrent=False)
+    assert [r.status_code for r in unpaced] == [200] * 12
+    assert [(a.at - 20, a.status) for a in log] == UNPACED
+    assert no_retry_before_its_retry_after(log)
+
+
+def test_concurrent_async_requests_share_the_pause_of_their_host():
+    clock = ManualClock(NOW)
+    with limited_server(clock) as (url, log):
+        responses = async_get_all(
+            RateLimiter("1000/second", clock=clock), [f"{url}/{i}" for i in range(12)], True
+        )
+    assert [r.status_code for r in responses] == [200] * 12
+    assert [a.status for a in log].count(200) == 12
+    refused = [a for a in log if a.status == 429]
+    assert refused and all(a.retry_after == "1" for a in refused)
+    # The clock moves only when a client waits: every request sent after a 429
+    # arrived came at least its Retry-After after it (those in flight with it
+    # arrived at the same instant).
+    for first in refused:
+        assert not [a for a in log if first.at < a.at < first.at + 1 - EPS]
+
+
+# -- (5) requests --------------------------------------------------------------------
+
+
+def test_requests_adapter_paced_sends_no_wasted_request():
+    clock = ManualClock(NOW)
+    with limited_server(clock) as (url, log), session(RateLimiter("5/second", clock=clock)) as s:
+        statuses = [s.get(f"{url}/item/{i}", timeout=10).status_code for i in range(12)]
+    assert statuses == [200] * 12
+    assert [a.status for a in log] == [200] * 12
+    assert [a.at for a in log] == pytest.approx([0.0] * 5 + [0.2 * i for i in range(1, 8)])
+
+
+def test_requests_adapter_unpaced_waits_out_each_retry_after():
+    clock = ManualClock(NOW)
+    with limited_server(clock) as (url, log), session(RateLimiter(1000, clock=clock)) as s:
+        responses = [s.get(f"{url}/item/{i}", timeout=10) for i in range(12)]
+    assert [(r.status_code, r.text) for r in responses] == [(200, "ok")] * 12
+    assert [(a.at, a.status) for a in log] == UNPACED
+    assert no_retry_before_its_retry_after(log)
+
+
+def test_requests_adapter_retries_bytes_not_generators_and_returns_the_last_429():
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"Retry-After": "2"}), (200, {}), (429, {"Retry-After": "2"})]
+    script += [(429, {"Retry-After": "1", "X-Try": str(i)}) for i in range(4)]
+    with scripted_server(clock, script) as (url, log), session(RateLimiter(100, clock=clock)) as s:
+        sent = s.post(f"{url}/u", data=b"payload", timeout=10)
+        streamed = s.post(f"{url}/u", data=iter([b"pay", b"load"]), timeout=10)
+        spent = s.get(url, timeout=10)
+    assert (sent.status_code, streamed.status_code, spent.status_code) == (200, 429, 429)
+    assert spent.headers["X-Try"] == "3" and spent.text == "slow down"
+    assert [(a.at, a.status, a.body) for a in log] == [
+        (0.0, 429, b"payload"),
+        (2.0, 200, b"payload"),
+        (2.0, 429, b"payload"),  # sent chunked, read whole by the app
+        (4.0, 429, b""),  # the streamed request's pause held this one
+        (5.0, 429, b""),
+        (6.0, 429, b""),
+        (7.0, 429, b""),  # max_retries=3 spent: this one is returned
+    ]
+
+
+def test_requests_adapter_keeps_httpadapter_options():
+    limiter = RateLimiter(10)
+    adapter = RateLimitAdapter(limiter, connection_retries=2, pool_maxsize=3)
+    assert adapter.max_retries.total == 2  # urllib3's Retry, as HTTPAdapter makes it
+    assert adapter._pool_maxsize == 3
+    assert adapter.limiter is limiter
+
+
+# -- (6) HTTP-date, (7) absurd waits -------------------------------------------------
+
+
+def http_date(t: float) -> str:
+    return email.utils.formatdate(t, usegmt=True)
+
+
+def test_an_http_date_retry_after_is_measured_against_the_server_date():
+    clock = ManualClock(NOW)
+    skewed = NOW - 1000  # the server's clock is 1000 s behind: only the difference counts
+    script: Script = [
+        (429, {"Date": http_date(skewed), "Retry-After": http_date(skewed + 30)}),
+        (200, {}),
+        # No Date: the date is measured against the limiter's clock (Unix seconds).
+        (503, {"Date": None, "Retry-After": http_date(NOW + 30 + 20)}),
+        (200, {}),
+        # A date already past: retry at once.
+        (429, {"Retry-After": http_date(NOW - 5)}),
+    ]
+    with scripted_server(clock, script) as (url, log), client(RateLimiter(100, clock=clock)) as c:
+        statuses = [c.get(url).status_code for _ in range(3)]
+    assert statuses == [200] * 3
+    assert [(a.at, a.status) for a in log] == [
+        (0.0, 429),
+        (30.0, 200),
+        (30.0, 503),
+        (50.0, 200),
+        (50.0, 429),
+        (50.0, 200),
+    ]
+
+
+def test_an_absurd_retry_after_is_returned_not_slept():
+    clock = ManualClock(NOW)
+    script: Script = [
+        (429, {"Retry-After": "3600"}),
+        (200, {}),
+        (429, {"Retry-After": http_date(NOW + 86400)}),
+        (429, {"Retry-After": "301"}),
+        (429, {"Retry-After": "3600"}),
+    ]
+    with scripted_server(clock, script) as (url, log):
+        with client(RateLimiter(100, clock=clock)) as c:
+            hour = c.get(url)
+            after = c.get(url)  # no pause was recorded: sent at once
+            day = c.get(url)
+        with client(RateLimiter(100, clock=clock), max_wait=10) as c:
+            over = c.get(url)
+        with client(RateLimiter(100, clock=clock), max_wait=None) as c:
+            uncapped = c.get(url)  # no cap: an hour on the ManualClock
+    assert [r.status_code for r in (hour, after, day, over, uncapped)] == [429, 200, 429, 429, 200]
+    assert hour.headers["Retry-After"] == "3600"
+    assert [(a.at, a.status) for a in log] == [
+        (0.0, 429),
+        (0.0, 200),
+        (0.0, 429),
+        (0.0, 429),
+        (0.0, 429),
+        (3600.0, 200),
+    ]
+
+
+def test_draft_ratelimit_fields_and_x_ratelimit_reset_pause_the_key():
+    clock = ManualClock(NOW)
+    script: Script = [
+        (429, {"RateLimit": '"burst";r=0;t=3, "day";r=500;t=80000'}),
+        (429, {"RateLimit-Reset": "4"}),
+        (429, {"X-RateLimit-Reset": str(int(NOW) + 3 + 4 + 5)}),  # a Unix time
+        (200, {}),
+        (429, {"Retry-After": "soon", "X-RateLimit-Reset": "2"}),  # bad hint skipped; seconds
+    ]
+    with scripted_server(clock, script) as (url, log), client(RateLimiter(100, clock=clock)) as c:
+        assert c.get(url).status_code == 200
+        assert c.get(url).status_code == 200
+    assert [(a.at, a.status) for a in log] == [
+        (0.0, 429),
+        (3.0, 429),
+        (7.0, 429),
+        (12.0, 200),
+        (12.0, 429),
+        (14.0, 200),
+    ]
+
+
+def test_our_own_draft_style_429_is_understood():
+    clock = ManualClock(NOW)
+    server = limited_server(clock, "2/second", header_style="draft")
+    with server as (url, log), client(RateLimiter(1000, clock=clock)) as c:
+        assert [c.get(url).status_code for _ in range(3)] == [200] * 3
+    assert [(a.at, a.status) for a in log] == [(0.0, 200), (0.0, 200), (0.0, 429), (1.0, 200)]
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Retry-After": "7"}, 7.0),
+        ({"Retry-After": " 1.5 "}, 1.5),
+        (
+            {
+                "Retry-After": "Sun, 06 Nov 1994 08:49:37 GMT",
+                "Date": "Sun, 06 Nov 1994 08:49:07 GMT",
+            },
+            30.0,
+        ),
+        (
+            {
+                "Retry-After": "Sunday, 06-Nov-94 08:49:37 GMT",
+                "Date": "Sun, 06 Nov 1994 08:49:27 GMT",
+            },
+            10.0,
+        ),
+        ({"Retry-After": "Sun Nov  6 08:49:37 1994", "Date": "Sun, 06 Nov 1994 08:49:36 GMT"}, 1.0),
+        ({"Retry-After": "-3"}, None),
+        ({"Retry-After": "1e3"}, None),
+        ({"Retry-After": "9" * 400}, None),
+        ({"RateLimit": '"a,b;c";r=0;t=9'}, 9.0),  # quoted names may hold , and ;
+        ({"RateLimit": '"a";r=1;t=9'}, None),  # nothing exhausted
+        ({"RateLimit": '"a";r=0'}, None),
+        ({"RateLimit": '"a";r=0;t=2, "b";r=0;t=5'}, 5.0),
+        ({"X-RateLimit-Reset": "1000000060"}, 60.0),
+        ({"X-RateLimit-Reset": "999999999"}, 999999999.0),
+        ({"X-RateLimit-Reset": "1"}, 1.0),
+        ({}, None),
+    ],
+)
+def test_server_delay(headers: Dict[str, str], expected: Optional[float]):
+    folded = {k.lower(): v for k, v in headers.items()}
+    assert server_delay(lambda name: folded.get(name.lower()), 1_000_000_000.0) == expected
+
+
+# -- (8) keys ------------------------------------------------------------------------
+
+
+def test_hosts_have_independent_buckets_and_pauses():
+    clock = ManualClock(NOW)
+    server_a = scripted_server(clock, [(429, {"Retry-After": "5"})])
+    paced = client(RateLimiter("2/second", clock=clock), max_retries=0)
+    with server_a as (a, log_a), scripted_server(clock, []) as (b, log_b), paced as c:
+        assert c.get(a).status_code == 429  # pauses host a for 5 s
+        assert [c.get(b).status_code for _ in range(2)] == [200, 200]  # b: at once
+        assert c.get(a).status_code == 200  # waited out a's pause
+        assert c.get(b).status_code == 200  # b's bucket refilled meanwhile
+    assert [a.at for a in log_a] == [0.0, 5.0]
+    assert [a.at for a in log_b] == [0.0, 0.0, 5.0]
+
+
+def test_a_string_or_callable_key_chooses_the_bucket():
+    clock = ManualClock(NOW)
+    with scripted_server(clock, []) as (a, log_a), scripted_server(clock, []) as (b, log_b):
+        with client(RateLimiter("2/second", clock=clock), key="partner-api") as c:
+            [c.get(a), c.get(b), c.get(b)]  # one bucket for both hosts
+        with client(RateLimiter("1/second", clock=clock), key=lambda r: r.url.path) as c:
+            [c.get(f"{a}/x"), c.get(f"{a}/y"), c.get(f"{a}/x")]
+    assert [x.at for x in log_a] == [0.0, 0.5, 0.5, 1.5]
+    assert [x.at for x in log_b] == [0.0, 0.5]
+
+
+def test_host_key():
+    assert host_key("https", "API.example.com", None) == "api.example.com"
+    assert host_key("https", "api.example.com", 443) == "api.example.com"
+    assert host_key("http", "api.example.com", 443) == "api.example.com:443"
+    assert host_key("http", "127.0.0.1", 8080) == "127.0.0.1:8080"
+    assert host_key("http", "::1", 8080) == "[::1]:8080"
+
+
+def test_a_key_function_must_return_a_str():
+    transport = RateLimitTransport(RateLimiter(10), key=lambda request: 42)
+    with httpx.Client(transport=transport) as c, pytest.raises(TypeError, match="got 42"):
+        c.get("http://127.0.0.1:9/")
+
+
+# -- arguments and imports -----------------------------------------------------------
+
+
+class AsyncOnly:
+    async def aapply(self, key: str, limit: Any, cost: float, now: Any) -> Any:
+        raise AssertionError("not called")
+
+
+@pytest.mark.parametrize("make", [RateLimitTransport, AsyncRateLimitTransport, RateLimitAdapter])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "named"),
+    [
+        ({"limiter": "5/second"}, TypeError, "'5/second'"),
+        ({"max_retries": -1}, ValueError, "-1"),
+        ({"max_retries": 1.5}, TypeError, "1.5"),
+        ({"max_retries": True}, TypeError, "True"),
+        ({"respect_server": 1}, TypeError, "respect_server"),
+        ({"max_wait": -1}, ValueError, "-1"),
+        ({"max_wait": float("nan")}, ValueError, "nan"),
+        ({"max_wait": "300"}, TypeError, "'300'"),
+        ({"key": 42}, TypeError, "42"),
+        ({"key": "5/minute"}, TypeError, "looks like a rate"),
+    ],
+)
+def test_bad_arguments(make: Any, kwargs: Dict[str, Any], error: type, named: str):
+    kwargs = dict(kwargs)  # the parameters are shared by the three classes
+    limiter = kwargs.pop("limiter", RateLimiter(10))
+    with pytest.raises(error, match=named.replace("(", r"\(").replace("[", r"\[")):
+        make(limiter, **kwargs)
+
+
+def test_bad_transports_and_stores():
+    with pytest.raises(TypeError, match=r"httpx\.BaseTransport"):
+        RateLimitTransport(RateLimiter(10), transport=httpx.AsyncHTTPTransport())
+    with pytest.raises(TypeError, match=r"httpx\.AsyncBaseTransport"):
+        AsyncRateLimitTransport(RateLimiter(10), transport=httpx.HTTPTransport())
+    async_only = RateLimiter(10, store=AsyncOnly())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="async only"):
+        RateLimitTransport(async_only)
+    with pytest.raises(TypeError, match="async only"):
+        RateLimitAdapter(async_only)
+    assert AsyncRateLimitTransport(async_only).limiter is async_only
+    assert RateLimitTransport(RateLimiter(10, store=MemoryStore())).transport is not None
+
+
+def test_importing_the_package_imports_no_http_library():
+    code = (
+        "import json, sys, limiter.clients, limiter.clients._pacing\n"
+        "print(json.dumps(sorted(m for m in ('httpx', 'requests') if m in sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
