@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .backends.memory import MemoryStore
     from .backends.redis import AsyncRedisStore, RedisStore
     from .backends.sqlite import SQLiteStore
-    from .bucket import Limit, RateLimitResult, step
+    from .bucket import Limit, Quota, RateLimitResult, step
     from .clock import Clock, ManualClock, SystemClock
     from .headers import rate_limit_headers
     from .ratelimiter import RateLimiter, RateLimitExceeded
@@ -29,6 +29,7 @@ __all__ = [
     "Limit",
     "ManualClock",
     "MemoryStore",
+    "Quota",
     "RateLimitExceeded",
     "RateLimitResult",
     "RateLimiter",
@@ -52,6 +53,7 @@ _LAZY = {
     # Every name loads on first use, the core too: the pytest plugin (limiter.testing) imports
     # this package in every pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
     "Limit": "limiter.bucket",
+    "Quota": "limiter.bucket",
     "RateLimitResult": "limiter.bucket",
     "step": "limiter.bucket",
     "Clock": "limiter.clock",

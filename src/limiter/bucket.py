@@ -72,6 +72,10 @@ Comparisons carry a slack of ``TIME_EPSILON`` seconds (less at rates above
 today's Unix time are only precise to about 0.24 microseconds, and a client
 that waits exactly ``retry_after`` must get in.
 
+A ``Quota`` (a ``Limit`` subclass) counts units per calendar window
+instead; ``step`` hands it to ``step_quota``, whose comment gives its rules
+and state encoding.
+
 This module does no I/O and reads no clock; stores call ``step`` under their
 own atomicity (a lock, a transaction); ``backends/bucket.lua`` mirrors
 ``step`` and ``step_all`` for Redis, checked against this file by a property
@@ -93,6 +97,7 @@ __all__ = [
     "CLOCK_TOLERANCE",
     "TIME_EPSILON",
     "Limit",
+    "Quota",
     "RateLimitResult",
     "Refund",
     "State",
@@ -101,6 +106,7 @@ __all__ = [
     "full_at",
     "step",
     "step_all",
+    "step_quota",
     "validate_cost",
 ]
 
@@ -455,6 +461,244 @@ def _cost_or_inf(cost: object, burst: int) -> float:
     return value if value <= burst else math.inf
 
 
+#: Seconds in each quota period's nominal window, for ``Quota.rate`` and
+#: ``Quota.interval`` only: a real window is its calendar span.  A month is a
+#: Gregorian average (365.2425 days / 12).
+_QUOTA_PERIODS = {"hour": 3600.0, "day": 86400.0, "week": 604800.0, "month": 2629746.0}
+
+#: A quota stores ``used * _QUOTA_SCALE`` as the state's real part (see ``step_quota``).
+_QUOTA_SCALE = 2.0**-600
+_QUOTA_UNSCALE = 2.0**600
+
+
+class Quota(Limit):
+    """A calendar quota: ``count`` units per ``per`` ("hour", "day", "week", "month").
+
+    A window starts at the calendar boundary in the time zone ``tz`` (an IANA
+    name such as ``"Europe/Paris"``; default ``"UTC"``) and lasts until the
+    next one: a day is local midnight to midnight (23 or 25 hours on a
+    daylight-saving change), a week starts on Monday 00:00 (ISO), a month on
+    the 1st 00:00 and has its real length, an hour starts on the local hour
+    and lasts 3600 seconds.  At most ``count`` units (any real cost, as for
+    ``Limit``) are admitted per window; at exhaustion ``retry_after`` is the
+    exact number of seconds to the next boundary, and so is ``reset_after``.
+    A cost above ``count`` is never admitted (``retry_after`` is ``inf``).
+    Usable alone or beside token-bucket limits in one ``RateLimiter``, with
+    which it is atomic (all admit or none is charged).
+
+    ``count`` is an int from 1 to 2**53 (``TypeError`` for another type);
+    ``per`` or ``tz`` not recognised is a ``ValueError``.  ``name`` labels the
+    policy in headers (default ``"<count>/<per>"``, plus ``" <tz>"`` when not
+    UTC).  ``burst`` is ``count``; ``rate`` and ``interval`` are nominal
+    (``count`` per 3600, 86400, 604800 or 2629746 seconds) and only describe
+    the quota; ``window`` is the length in seconds of the last window the
+    quota computed (the current one), so a month's is 28 to 31 days.
+    """
+
+    count: int
+    per: str
+    tz: str
+    _tzinfo: Any
+    _bounds: Tuple[float, float]
+
+    def __init__(
+        self, count: int, per: str = "day", tz: str = "UTC", name: Optional[str] = None
+    ) -> None:
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"quota count must be an int, got {_show(count)}")
+        if not 1 <= count <= _MAX_BURST:
+            raise ValueError(f"quota count must be from 1 to 2**53, got {_show(count)}")
+        if per not in _QUOTA_PERIODS:
+            raise ValueError(f"quota per must be 'hour', 'day', 'week' or 'month', got {per!r}")
+        if not isinstance(tz, str):
+            raise TypeError(f"quota tz must be a time zone name (str), got {_show(tz)}")
+        tzinfo = _time_zone(tz)
+        if name is None:
+            name = f"{count}/{per}" if tz == "UTC" else f"{count}/{per} {tz}"
+        if not isinstance(name, str):
+            raise TypeError(f"limit name must be a str, got {_show(name)}")
+        if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
+            raise ValueError(
+                f"limit name must be printable ASCII without quotes or backslashes, got {name!r}"
+            )
+        nominal = _QUOTA_PERIODS[per]
+        for attr, value in (
+            ("count", count),
+            ("per", per),
+            ("tz", tz),
+            ("name", name),
+            ("burst", count),
+            ("rate", count / nominal),
+            ("interval", nominal / count),
+            ("slack", TIME_EPSILON),
+            # -inf: step sends every state of a quota down its rare "debt above
+            # the ceiling" branch, where it hands over to step_quota, so a plain
+            # Limit pays no test for quotas on its path.
+            ("ceiling", -math.inf),
+            ("_tzinfo", tzinfo),
+            ("_bounds", (0.0, 0.0)),
+            ("window", nominal),
+        ):
+            object.__setattr__(self, attr, value)
+
+    def bounds(self, now: float) -> Tuple[float, float]:
+        """``(start, end)`` in Unix seconds of the window holding ``now`` (``start <= now < end``).
+
+        The last window found is cached, so a check within it does no time-zone
+        arithmetic.  ``now`` outside the years 1 to 9998 is a ``ValueError``.
+        """
+        cached = self._bounds
+        if cached[0] <= now < cached[1]:
+            return cached
+        from datetime import datetime, timedelta
+
+        tz = self._tzinfo
+        try:
+            # Whole seconds: every boundary is one, and fromtimestamp would round
+            # a reading a fraction of a microsecond before one up onto it.
+            local = datetime.fromtimestamp(math.floor(now), tz)
+            if self.per == "hour":
+                start = local.replace(minute=0, second=0, microsecond=0).timestamp()
+                end = start + 3600.0
+            else:
+                first = local.date()
+                if self.per == "day":
+                    after = first + timedelta(days=1)
+                elif self.per == "week":
+                    first -= timedelta(days=first.weekday())
+                    after = first + timedelta(days=7)
+                else:
+                    first = first.replace(day=1)
+                    if first.month == 12:
+                        after = first.replace(year=first.year + 1, month=1)
+                    else:
+                        after = first.replace(month=first.month + 1)
+                # Midnight as a wall time: in a daylight-saving gap it maps to the
+                # first instant of the day (PEP 495, fold=0).
+                start = datetime(first.year, first.month, first.day, tzinfo=tz).timestamp()
+                end = datetime(after.year, after.month, after.day, tzinfo=tz).timestamp()
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(
+                f"now must be a number of seconds within the years 1 to 9998, got {now!r}"
+            ) from None
+        found = (start, end)
+        object.__setattr__(self, "_bounds", found)
+        object.__setattr__(self, "window", end - start)
+        return found
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.count, self.per, self.tz) == (other.count, other.per, other.tz)
+
+    def __hash__(self) -> int:
+        return hash((Quota, self.count, self.per, self.tz))
+
+    def __repr__(self) -> str:
+        return f"Quota({self.count!r}, per={self.per!r}, tz={self.tz!r}, name={self.name!r})"
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.per} ({self.name})"
+
+
+def _time_zone(tz: str) -> Any:
+    """The ``tzinfo`` of ``tz``: UTC without the tz database, else ``zoneinfo``."""
+    import datetime
+
+    if tz == "UTC":
+        return datetime.timezone.utc
+    import zoneinfo
+
+    try:
+        return zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(
+            f"quota tz must be an IANA time zone name such as 'Europe/Paris', got {tz!r} "
+            "(on a system without a time zone database, pip install tzdata)"
+        ) from None
+
+
+def step_quota(
+    state: Optional[State], now: float, quota: Quota, cost: float = 1
+) -> Tuple[Optional[State], RateLimitResult]:
+    """Apply one request of ``cost`` units at ``now`` (seconds) to a calendar quota.
+
+    ``step`` and ``step_all`` call it for a ``Quota``; the same conventions
+    hold (``state`` ``None`` for a key never seen, the very same ``state``
+    returned when nothing is to be stored, the same cost rules).
+    """
+    # Theory.  A quota counts the units used in the current calendar window
+    # and forgets them at its end.  Its state is complex(used * 2**-600, end):
+    # full_at (real + imag) is then exactly ``end`` (the scaled count is far
+    # below half a unit in the last place of any end), so every store expires
+    # or sweeps a quota at its window end with no change and no schema of its
+    # own, and ``used`` comes back exactly (scaling by a power of two).
+    #
+    # * A state whose end is at or before now (+ TIME_EPSILON, so a client
+    #   waiting exactly retry_after gets in) is spent: the window is fresh.
+    # * A live state is counted in its own window, so a reading taken just
+    #   before a boundary and applied after a later one counts in the later
+    #   window.  But when its end lies beyond the current window and now is
+    #   more than CLOCK_TOLERANCE before the current end, the clock stepped
+    #   back: the units used are kept and moved to the current window (stored
+    #   even on denial), as step keeps a bucket's deficit.
+    # * Admitted when used + cost <= count; a Refund lowers used, never below 0.
+    # Windows come from Quota.bounds (time zones: the Redis script is given the
+    # current end by the client, and does the rest of this arithmetic itself).
+    if now - now != 0.0:
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    return _apply_quota(state, now, quota, _cost_or_inf(cost, quota.burst))
+
+
+def _apply_quota(
+    state: Optional[State], now: float, quota: Quota, cost: float
+) -> Tuple[Optional[State], RateLimitResult]:
+    # step_quota once ``cost`` is checked: a float, inf above the count,
+    # negative for a Refund (step checks it the same way before handing over).
+    moment = now + TIME_EPSILON
+    start, end = quota.bounds(moment)
+    window = end - start
+    used = 0.0
+    if state is not None and moment < state.imag:
+        used = state.real * _QUOTA_UNSCALE
+        if state.imag > end and now < end - CLOCK_TOLERANCE:
+            state = complex(state.real, end)  # a clock stepped back: keep what was used
+        else:
+            end = state.imag
+    count = quota.burst
+    reset = end - now
+    if cost <= 0.0:
+        new_state = state
+        if cost < 0.0 and used > 0.0:  # a Refund: gives back up to what was used
+            used += cost
+            if used < 0.0:
+                used = 0.0
+            new_state = complex(used * _QUOTA_SCALE, end)
+        remaining = _trunc(count - used)
+        return new_state, _new_result(
+            RateLimitResult,
+            (True, count, remaining if remaining > 0 else 0, reset, 0.0, window, (), quota.name),
+        )
+    after = used + cost
+    if after <= count:
+        return complex(after * _QUOTA_SCALE, end), _new_result(
+            RateLimitResult,
+            (True, count, _trunc(count - after), reset, 0.0, window, (), quota.name),
+        )
+    remaining = _trunc(count - used)
+    retry = reset if cost <= count else math.inf
+    return state, _new_result(
+        RateLimitResult,
+        (False, count, remaining if remaining > 0 else 0, reset, retry, window, (), quota.name),
+    )
+
+
 def full_at(state: State) -> float:
     """When the bucket of ``state`` is full again: ``updated_at + debt`` (seconds).
 
@@ -538,6 +782,8 @@ def step(
         debt = state.real
         updated_at = state.imag
         if now < updated_at:
+            if limit.__class__ is Quota:  # a live quota's end lies ahead: see Quota
+                return _quota_step(state, now, limit, cost, detail)
             if now < updated_at - CLOCK_TOLERANCE:
                 # Backwards clock: keep the deficit as it was, re-anchored at
                 # ``now``.  The re-anchored state is returned even on denial (same
@@ -554,6 +800,8 @@ def step(
                 debt = 0.0
     ceiling = limit.ceiling  # window + slack
     if debt > ceiling:
+        if limit.__class__ is Quota:  # every quota comes here: its ceiling is -inf
+            return _quota_step(state, now, limit, cost, detail)
         # State written under a larger limit: a bucket never holds fewer than 0
         # tokens.  Stored (like a re-anchoring) so refilling starts from here.
         debt = limit.window
@@ -611,9 +859,10 @@ def admit(
         updated_at = state.imag
         if now >= updated_at:
             debt = state.real - (now - updated_at)
-            if debt < 0.0:
+            if debt < 0.0 and limit.__class__ is not Quota:
                 # Full again: step clamps the debt to 0.0, and 0.0 + interval
                 # (1 / rate) is interval, never above window (burst / rate).
+                # (A quota's ceiling is -inf, so it goes to step below.)
                 table[key] = limit.interval + now * 1j
                 return True
             ceiling = limit.ceiling
@@ -627,6 +876,14 @@ def admit(
     if new_state is not state:
         table[key] = new_state  # type: ignore[assignment]  # never None from a state
     return allowed
+
+
+def _quota_step(
+    state: Optional[State], now: float, quota: Quota, cost: float, detail: bool
+) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+    # step's hand-over to step_quota, with step's detail=False shape.
+    new_state, result = _apply_quota(state, now, quota, cost)
+    return new_state, (result if detail else result[0])
 
 
 def step_all(

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from .backends.memory import MemoryStore
-from .bucket import Limit, RateLimitResult, Refund, looks_like_rate
+from .bucket import Limit, Quota, RateLimitResult, Refund, looks_like_rate
 from .clock import Clock, SystemClock
 from .events import DecisionEvent, Observer, Outcome
 from .store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
@@ -97,7 +97,9 @@ def _distinct_names(limits: Tuple[Limit, ...]) -> Tuple[Limit, ...]:
     if len({lim.name for lim in limits}) == len(limits):
         return limits
     return tuple(
-        Limit(lim.rate, lim.burst, f"{lim.burst}per{lim.window:g}s#{i}")
+        Quota(lim.count, lim.per, lim.tz, f"{lim.count}/{lim.per}#{i}")
+        if isinstance(lim, Quota)
+        else Limit(lim.rate, lim.burst, f"{lim.burst}per{lim.window:g}s#{i}")
         for i, lim in enumerate(limits)
     )
 
@@ -121,9 +123,9 @@ class RateLimiter:
 
     ``rate``: tokens per second (a positive number), a string such as
     ``"100/minute"``, ``"5 per second"`` or ``"10/second;1000/hour"``, a
-    ``Limit``, or a list of ``Limit``s and strings.  With several limits a
-    request passes only if every one allows it, and a refused request takes
-    nothing from any of them.
+    ``Limit``, a calendar ``Quota``, or a list of ``Limit``s, ``Quota``s and
+    strings.  With several limits a request passes only if every one allows
+    it, and a refused request takes nothing from any of them.
     ``burst``: bucket capacity in tokens for a single limit; defaults to N for
     ``"N/unit"`` and to ``ceil(rate)`` (at least 1) for a number.
     ``store``: where state lives (default: a new ``MemoryStore()``), or a URL
@@ -161,7 +163,12 @@ class RateLimiter:
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
         if name is None:
-            name = "+".join(f"{lim.rate:g}/s:{lim.burst}" for lim in self.limits)
+            name = "+".join(
+                f"{lim.count}/{lim.per}@{lim.tz}"  # its window is no rate
+                if isinstance(lim, Quota)
+                else f"{lim.rate:g}/s:{lim.burst}"
+                for lim in self.limits
+            )
         elif not isinstance(name, str):
             raise TypeError(f"name must be a str, got {name!r}")
         self.name = name
@@ -191,7 +198,11 @@ class RateLimiter:
         # call them first (CONTRIBUTING.md, "Hot paths").
         self._fast_check: Optional[Callable[[str, float], RateLimitResult]] = None
         self._fast_allow: Optional[Callable[[str, float], bool]] = None
-        if type(self.store) is MemoryStore and not self._many:
+        if (
+            type(self.store) is MemoryStore
+            and not self._many
+            and not isinstance(self._limit, Quota)
+        ):
             self._fast_check, self._fast_allow = self.store.bind(
                 self._limit, self._prefix, self._clock_now, self.storage_key, MAX_KEY_LENGTH
             )

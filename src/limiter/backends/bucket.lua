@@ -13,6 +13,8 @@
 --   trunc                              int() in step
 --   the loop over several keys         step_all (the peeks on denial); combine
 --                                      is applied to the replies in Python
+--   quota                              step_quota (a Quota's window end comes
+--                                      from Python, see below)
 --
 -- Two placeholders in capitals, in step, stand for limiter.bucket's time
 -- epsilon and clock tolerance constants: redis.py substitutes their Python reprs when it loads this
@@ -43,6 +45,11 @@
 -- * Every write sets PX to the time until the bucket is full again, so an
 --   expired key is a full bucket and nothing needs sweeping.  A written state
 --   is anchored at now, or at updated_at for a now just behind it.
+-- * A calendar quota (limiter.bucket.step_quota) comes as "q<end> count" in
+--   place of "rate burst": end is the end of the window holding now +
+--   epsilon, which the client computes (time zones are beyond this script),
+--   and now is then always the client's.  Its state is "used*2^-600 end", so
+--   updated_at + debt is its end, and PX is the time left to that end.
 -- KEYS: one per limit.  ARGV[1]: "now cost rate burst [rate burst ...]", one
 -- rate and burst per key, Python reprs; now is empty to read the server's
 -- TIME.  cost is at most 2^54: a larger one (even inf, which tonumber may not
@@ -99,8 +106,8 @@ end
 -- Mirrors limiter.bucket.full_at: the key expires when the bucket is full
 -- again.  Writes debt d anchored at the text at, or at now when at is nil
 -- (full again in d seconds); returns d formatted.
-local function store(key, d, at)
-  local ms = math.ceil(d * 1000)
+local function store(key, d, at, px)
+  local ms = math.ceil((px or d) * 1000)
   if ms < 1 then ms = 1 end
   if ms > 1e15 then ms = 1e15 end
   local ds = format('%.17g', d)
@@ -114,11 +121,54 @@ local function trunc(x)
   return math.ceil(x)
 end
 
+-- Mirrors limiter.bucket.step_quota: d, u, us as for step; ends: the text of
+-- the current window's end; count: the quota.  Returns what step returns,
+-- and the seconds until the written state's end (for PX).
+local QSCALE, QUNSCALE = 2^-600, 2^600
+local function quota(d, u, us, ends, count, cost)
+  count = tonumber(count)
+  local qend, endtext = tonumber(ends), ends
+  local used = 0.0
+  local write, at = nil, nil
+  if d ~= nil and now + EPSILON < u then
+    used = d * QUNSCALE
+    if u > qend and now < qend - TOLERANCE then
+      write, at = d, ends  -- a clock stepped back: keep what was used
+    else
+      qend, endtext = u, us  -- counted in its own window
+    end
+  end
+  local reset = qend - now
+  local rem
+  if cost <= 0 then
+    if cost < 0 and used > 0 then  -- a refund: never below 0 used
+      used = used + cost
+      if used < 0.0 then used = 0.0 end
+      write, at = used * QSCALE, endtext
+    end
+    rem = trunc(count - used)
+    if rem < 0 then rem = 0 end
+    return write, at, 1, rem, reset, 0, reset
+  end
+  if cost <= count and used + cost <= count then
+    local after = used + cost
+    return after * QSCALE, endtext, 1, trunc(count - after), reset, 0, reset
+  end
+  rem = trunc(count - used)
+  if rem < 0 then rem = 0 end
+  local retry = math.huge
+  if cost <= count then retry = reset end
+  return write, at, 0, rem, reset, retry, reset
+end
+
 -- Mirrors limiter.bucket.step.
 -- d, u, us: the stored debt, updated_at and its text (nil for a new key).
 -- Returns the debt to store (nil: nothing to store), its anchor (nil: now, or
 -- us), and allowed, remaining, reset_after, retry_after.
 local function step(d, u, us, rate, burst, cost)
+  if string.byte(rate) == 113 then  -- "q": a quota
+    return quota(d, u, us, string.sub(rate, 2), burst, cost)
+  end
   rate, burst = tonumber(rate), tonumber(burst)
   local window = burst / rate
   local slack = 1e-3 / rate
@@ -159,9 +209,9 @@ end
 
 -- Stores what step returned and formats the reply: reset_after is the stored
 -- debt when charged, so its text is reused.
-local function finish(key, write, at, ok, rem, reset, retry)
+local function finish(key, write, at, ok, rem, reset, retry, px)
   local ds
-  if write then ds = store(key, write, at) end
+  if write then ds = store(key, write, at, px) end
   if rem >= 2^53 or rem <= -2^53 then  -- beyond %d's exact range
     return format('%d %.17g %.17g %.17g', ok, rem, reset, retry)
   end
@@ -202,6 +252,6 @@ for i = 1, n do
   if not all and o[3] == 1 then
     o = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], 0)}
   end
-  parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5], o[6])
+  parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5], o[6], o[7])
 end
 return table.concat(parts, ' ')

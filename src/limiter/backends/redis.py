@@ -30,12 +30,13 @@ import hashlib
 import inspect
 import logging
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..bucket import (
     CLOCK_TOLERANCE,
     TIME_EPSILON,
     Limit,
+    Quota,
     RateLimitResult,
     Refund,
     combine,
@@ -401,21 +402,38 @@ class _RedisBase:
 
     def _args(self, limits: Sequence[Limit], cost: float, now: Optional[float]) -> List[bytes]:
         # One argument, "now cost rate burst [rate burst ...]": see CONTRIBUTING.md "Hot paths".
-        head = (self._now_arg(now) + " " + _cost_arg(cost)).encode("ascii")
+        # The limits first: a Quota (never cached) may fix now (see _quota_arg).
         cache = self._limit_args
         if len(limits) == 1:
             limit = limits[0]
             packed = cache.get(limit)
             if packed is None:
-                packed = self._cache_limit(limit)
-            return [head + packed]
-        parts = [head]
+                if limit.__class__ is Quota:
+                    now, packed = self._quota_arg(limit, now)
+                else:
+                    packed = self._cache_limit(limit)
+            return [(self._now_arg(now) + " " + _cost_arg(cost)).encode("ascii") + packed]
+        parts = [b""]
         for limit in limits:
             packed = cache.get(limit)
             if packed is None:
-                packed = self._cache_limit(limit)
+                if limit.__class__ is Quota:
+                    now, packed = self._quota_arg(limit, now)
+                else:
+                    packed = self._cache_limit(limit)
             parts.append(packed)
+        parts[0] = (self._now_arg(now) + " " + _cost_arg(cost)).encode("ascii")
         return [b"".join(parts)]
+
+    def _quota_arg(self, quota: Quota, now: Optional[float]) -> Tuple[float, bytes]:
+        # " q<end> <count>": the script cannot do time-zone arithmetic, so it is
+        # given the end of the current window, found here from the same now it
+        # is sent (+ TIME_EPSILON, as step_quota does).  That needs the client's
+        # clock: with now=None a quota call reads time.time() even when the
+        # store uses the server's TIME, for every limit of the call (one now).
+        value = float(self._now_arg(time.time() if now is None else now))
+        end = quota.bounds(value + TIME_EPSILON)[1]
+        return value, f" q{end!r} {quota.burst}".encode("ascii")
 
     def _cache_limit(self, limit: Limit) -> bytes:
         packed = _limit_arg(limit)
