@@ -11,6 +11,10 @@ Writes into ``docs/img/`` (or ``--out DIR``):
   library has no fixed window): why "10/minute" admits 19 in the first minute
   of a steady client, and why a fixed window admits 20 in two seconds at its
   edge.
+* ``quota-midnight.png``: ``Quota(8, per="day", tz="Europe/Paris")`` on a
+  ``ManualClock``, one request an hour from noon on 30 March 2024 to noon on
+  1 April: each day's eighth request empties it, the rest wait for local
+  midnight, and 31 March (clocks go forward) lasts 23 hours.
 * ``demo.png``: a screenshot of ``python -m limiter demo``'s page after a
   burst, when Debian's ``chromium`` and ``chromedriver`` and selenium are
   installed (``--no-screenshot`` skips it; without them it is skipped with a
@@ -37,7 +41,7 @@ matplotlib.use("Agg")  # files only: no display needed
 
 import matplotlib.pyplot as plt
 
-from limiter import ManualClock, RateLimiter, RateLimitResult
+from limiter import ManualClock, Quota, RateLimiter, RateLimitResult
 
 IMG = Path(__file__).resolve().parent / "img"
 GREEN, RED, BLUE, ORANGE = "#1a7f37", "#cf222e", "#0969da", "#bc4c00"
@@ -225,6 +229,65 @@ def bucket_vs_window(out: Path) -> Tuple[Path, int, int]:
     return path, first_bucket, first_window
 
 
+def quota_midnight(out: Path) -> Tuple[Path, List[int]]:
+    """One request an hour under a daily quota in Paris; returns the path and admissions per day."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    paris = ZoneInfo("Europe/Paris")
+    start = datetime(2024, 3, 30, 12, 0, tzinfo=paris).timestamp()
+    clock = ManualClock(start=start)
+    limiter = RateLimiter(Quota(8, per="day", tz="Europe/Paris"), clock=clock)
+    points: List[Tuple[float, int, bool, float]] = []
+    per_day: dict = {}
+    for hour in range(49):
+        clock.set(start + hour * 3600)
+        result = limiter.check("client")
+        day = datetime.fromtimestamp(clock.now(), paris).date()
+        per_day[day] = per_day.get(day, 0) + int(result.allowed)
+        points.append(
+            ((clock.now() - start) / 3600, result.remaining, result.allowed, result.retry_after)
+        )
+    midnights = [
+        (datetime(2024, 3, d, tzinfo=paris) + timedelta(days=1)).timestamp() for d in (30, 31)
+    ]
+
+    fig, ax = plt.subplots(figsize=(9, 3.6), dpi=110)
+    for ok, colour, label in ((True, GREEN, "200: allowed"), (False, RED, "429: denied")):
+        xs = [p[0] for p in points if p[2] is ok]
+        ys = [p[1] for p in points if p[2] is ok]
+        ax.scatter(xs, ys, s=22, color=colour, zorder=3, label=f"{label} (remaining)")
+    for at, text in zip(midnights, ("midnight, 31 March\n(a 23-hour day)", "midnight, 1 April")):
+        x = (at - start) / 3600
+        ax.axvline(x, color="#8c959f", lw=1, ls="--")
+        ax.text(x + 0.4, 6.2, text, fontsize=8.5, color="#57606a")
+    first_denial = next(p for p in points if not p[2])
+    ax.annotate(
+        f"retry_after = {first_denial[3] / 3600:.0f} h:\nthe time to midnight",
+        (first_denial[0], 0),
+        xytext=(first_denial[0] - 1.0, 3.0),
+        arrowprops={"arrowstyle": "->", "color": "#57606a"},
+        fontsize=8.5,
+    )
+    counts = list(per_day.values())
+    ax.set_title(
+        'Quota(8, per="day", tz="Europe/Paris"), one request an hour; admitted per day: '
+        + ", ".join(f"{n} on {d:%d %b}" for d, n in per_day.items()),
+        fontsize=10,
+    )
+    ax.set_xlabel("hours since noon, 30 March 2024 (Paris)")
+    ax.set_ylabel("remaining")
+    ax.set_ylim(-0.6, 8)
+    ax.set_xlim(-1, 49)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(alpha=0.25)
+    fig.tight_layout()
+    path = out / "quota-midnight.png"
+    fig.savefig(path, metadata=METADATA)
+    plt.close(fig)
+    return path, counts
+
+
 def chromium() -> Optional[Tuple[str, str]]:
     """``(browser, driver)`` paths when a headless Chromium can be driven, else ``None``."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -300,6 +363,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(tokens_over_time(args.out))
     path, first_bucket, first_window = bucket_vs_window(args.out)
     print(f"{path} (first minute: token bucket {first_bucket}, fixed window {first_window})")
+    path, per_day = quota_midnight(args.out)
+    print(f"{path} (admitted per day: {per_day})")
     if not args.no_screenshot:
         found = chromium()
         if found is None:

@@ -160,7 +160,12 @@ def test_every_picture_the_docs_show_is_committed() -> None:
     for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
         for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", page.read_text(encoding="utf-8")):
             shown.add((page.parent / target).resolve())
-    assert {p.name for p in shown} >= {"tokens-over-time.png", "bucket-vs-window.png", "demo.png"}
+    assert {p.name for p in shown} >= {
+        "tokens-over-time.png",
+        "bucket-vs-window.png",
+        "quota-midnight.png",
+        "demo.png",
+    }
     for path in shown:
         assert is_png(path), path
 
@@ -187,8 +192,11 @@ def test_the_pictures_script_draws_its_pngs(tmp_path: Path) -> None:
     # The figure's claim, computed by the script from the library: "10/minute"
     # admits 19 in the first minute of one request a second; a fixed window, 10.
     assert "(first minute: token bucket 19, fixed window 10)" in done.stdout
+    # A daily quota of 8 in Paris, one request an hour over two midnights
+    # (one of them a 23-hour day): 8 admitted on each calendar day.
+    assert "(admitted per day: [8, 8, 8])" in done.stdout
     drawn = sorted(p.name for p in tmp_path.iterdir())
-    assert drawn == ["bucket-vs-window.png", "tokens-over-time.png"]
+    assert drawn == ["bucket-vs-window.png", "quota-midnight.png", "tokens-over-time.png"]
     for name in drawn:
         assert is_png(tmp_path / name), name
 
