@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -47,7 +48,8 @@ class Arrival:
     retry_after: Optional[str] = None
 
 
-Script = List[Tuple[int, Dict[str, Optional[str]]]]
+# A header value: a str, None (Date only: leave it out), or a list (one field each).
+Script = List[Tuple[int, Dict[str, Any]]]
 
 
 def app(clock: ManualClock, log: List[Arrival], script: Optional[Script] = None) -> type:
@@ -104,7 +106,8 @@ def app(clock: ManualClock, log: List[Arrival], script: Optional[Script] = None)
             body = b"ok" if status == 200 else b"slow down"
             self.send_response(status)
             for name, value in headers.items():
-                self.send_header(name, str(value))
+                for one in value if isinstance(value, list) else [value]:
+                    self.send_header(name, str(one))
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -608,3 +611,161 @@ def test_importing_the_package_imports_no_http_library():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+# -- review: hostile hints, refunds, leaks ---------------------------------------------
+
+
+def test_a_hint_no_clock_can_sleep_is_returned_and_pauses_nothing_even_uncapped():
+    # max_wait=None on the real clock: a Retry-After of 1e308 seconds, a date in
+    # the year 9999 or an X-RateLimit-Reset in ms read as seconds used to make
+    # time.sleep raise OverflowError, and the pause stayed, so every later
+    # request to the host raised too.  Nothing here really sleeps.
+    server_clock = ManualClock(time.time())
+    script: Script = [
+        (429, {"Retry-After": "1" + "0" * 308}),
+        (200, {}),
+        (503, {"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}),
+        (200, {}),
+    ]
+    uncapped = client(RateLimiter(100), max_wait=None)  # the real clock
+    with scripted_server(server_clock, script) as (url, log), uncapped as c:
+        statuses = [c.get(url).status_code for _ in range(4)]
+    assert statuses == [429, 200, 503, 200]
+    assert len(log) == 4
+
+
+def test_x_ratelimit_reset_in_milliseconds_is_a_unix_time_in_milliseconds():
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"X-RateLimit-Reset": str(int((NOW + 7) * 1000))})]
+    with scripted_server(clock, script) as (url, log), client(RateLimiter(100, clock=clock)) as c:
+        assert c.get(url).status_code == 200
+    assert [(a.at, a.status) for a in log] == [(0.0, 429), (7.0, 200)]
+
+
+def test_a_repeated_retry_after_is_obeyed_with_its_longest_delay():
+    # Two Retry-After fields (a proxy adding its own) reach the client joined
+    # as "3, 5"; both are valid waits: the longer one is kept.
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"Retry-After": ["3", "5"]}), (503, {"Retry-After": ["2", "2"]})]
+    with scripted_server(clock, script) as (url, log), client(RateLimiter(100, clock=clock)) as c:
+        assert c.get(url).status_code == 200
+    assert [(a.at, a.status) for a in log] == [(0.0, 429), (5.0, 503), (7.0, 200)]
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Retry-After": "3, 5"}, 5.0),
+        ({"Retry-After": "120 , 120"}, 120.0),
+        ({"Retry-After": "3, soon"}, None),
+        ({"Retry-After": "1" + "0" * 308}, None),  # no clock can sleep that long
+        ({"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}, None),
+        ({"X-RateLimit-Reset": "1000000060000"}, 60.0),  # a Unix time in ms
+        ({"X-RateLimit-Reset": "1000000060500.0"}, 60.5),
+    ],
+)
+def test_server_delay_review(headers: Dict[str, str], expected: Optional[float]):
+    folded = {k.lower(): v for k, v in headers.items()}
+    assert server_delay(lambda name: folded.get(name.lower()), 1_000_000_000.0) == expected
+
+
+class PausingClock(ManualClock):
+    """A ManualClock on which, during the first wait for a token, a 429 pauses the host.
+
+    It stands for another thread or task whose request got "Retry-After: 5"
+    while this one waited: deterministic, where real threads are not.
+    """
+
+    pacer: Any = None
+    key = ""
+
+    def _first_wait(self) -> None:
+        pacer, self.pacer = self.pacer, None
+        if pacer is not None:
+            pacer.pause(self.key, 429, {"Retry-After": "5"}.get)
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self._first_wait()
+
+    async def asleep(self, seconds: float) -> None:
+        await super().asleep(seconds)
+        self._first_wait()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async", "requests"])
+def test_a_token_taken_during_a_pause_is_given_back(flavour: str):
+    # One token per 30 s, burst 2.  The third request waits 30 s for its token;
+    # meanwhile a 429 pauses the host until 35.  It takes its token at 30, sees
+    # the pause, gives the token back and is sent at 35 with that same token.
+    # Kept instead of refunded, the token would be missing: sent at 60.
+    clock = PausingClock(NOW)
+    limiter = RateLimiter("2/minute", clock=clock)
+    with scripted_server(clock, []) as (url, log):
+        clock.key = url.split("//")[1]
+        if flavour == "sync":
+            transport = RateLimitTransport(limiter)
+            clock.pacer = transport._pacer
+            with httpx.Client(transport=transport, timeout=10) as c:
+                statuses = [c.get(url).status_code for _ in range(3)]
+        elif flavour == "requests":
+            adapter = RateLimitAdapter(limiter)
+            clock.pacer = adapter._pacer
+            with requests.Session() as s:
+                s.mount("http://", adapter)
+                statuses = [s.get(url, timeout=10).status_code for _ in range(3)]
+        else:
+
+            async def run() -> List[int]:
+                transport = AsyncRateLimitTransport(limiter)
+                clock.pacer = transport._pacer
+                async with httpx.AsyncClient(transport=transport, timeout=10) as c:
+                    return [(await c.get(url)).status_code for _ in range(3)]
+
+            statuses = asyncio.run(run())
+    assert statuses == [200] * 3
+    assert [a.at for a in log] == [0.0, 0.0, 35.0]
+    assert limiter.peek(clock.key).remaining == 0  # and the bucket holds no extra token
+
+
+def test_a_failing_key_function_surfaces_unchanged_and_takes_nothing():
+    class Boom(Exception):
+        pass
+
+    def key(request: Any) -> str:
+        raise Boom("from the application")
+
+    limiter = RateLimiter(1)
+    with client(limiter, key=key) as c, pytest.raises(Boom, match="from the application"):
+        c.get("http://127.0.0.1:9/")
+    with session(limiter, key=key) as s, pytest.raises(Boom, match="from the application"):
+        s.get("http://127.0.0.1:9/")
+
+    async def run() -> None:
+        transport = AsyncRateLimitTransport(limiter, key=key)
+        async with httpx.AsyncClient(transport=transport) as c:
+            await c.get("http://127.0.0.1:9/")
+
+    with pytest.raises(Boom, match="from the application"):
+        asyncio.run(run())
+
+
+def test_retries_release_their_connection_to_a_pool_of_one():
+    # A discarded 429 left checked out would leave the retry no connection:
+    # httpx's pool times out, a blocking urllib3 pool waits forever.
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"Retry-After": "1"})] * 3 + [(200, {})]
+    script += [(503, {"Retry-After": "1"})] * 3
+    with scripted_server(clock, script) as (url, log):
+        transport = RateLimitTransport(
+            RateLimiter(100, clock=clock),
+            transport=httpx.HTTPTransport(limits=httpx.Limits(max_connections=1)),
+        )
+        with httpx.Client(transport=transport, timeout=httpx.Timeout(5, pool=2)) as c:
+            assert c.get(url).status_code == 200
+        adapter = RateLimitAdapter(RateLimiter(100, clock=clock), pool_maxsize=1, pool_block=True)
+        with requests.Session() as s:
+            s.mount("http://", adapter)
+            assert s.get(url, timeout=5).status_code == 200
+    assert [a.status for a in log] == [429, 429, 429, 200, 503, 503, 503, 200]

@@ -32,6 +32,13 @@ DEFAULT_MAX_WAIT = 300.0
 # An X-RateLimit-Reset at or above this is a Unix time (GitHub's style, about
 # 2001 onwards); below it, seconds from now (some APIs send a delta there).
 _UNIX_TIME_FLOOR = 1e9
+# At or above this, a Unix time in milliseconds (10**12 ms is 2001; 10**12 s
+# would be the year 33658).
+_UNIX_MS_FLOOR = 1e12
+# Seconds: a longer hint is garbage, skipped like one that does not parse, even
+# with max_wait=None (about 32 years; time.sleep overflows past 2**31 s on a
+# 32-bit time_t, past about 9.2e9 s on a 64-bit one).
+_LONGEST_HINT = 1e9
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 # Keys pause entries above this count trigger a sweep of the expired ones.
@@ -62,6 +69,11 @@ def _seconds(text: Optional[str]) -> Optional[float]:
         return None
     value = float(text)
     return value if math.isfinite(value) else None
+
+
+def _hint(delay: Optional[float]) -> Optional[float]:
+    """``delay`` if a clock can wait that long (at most ``_LONGEST_HINT``), else ``None``."""
+    return delay if delay is not None and delay <= _LONGEST_HINT else None
 
 
 def _http_date(text: Optional[str]) -> Optional[float]:
@@ -130,32 +142,51 @@ def server_delay(get: HeaderGet, now: float) -> Optional[float]:
     ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers: the largest ``t`` of
     the exhausted items, ``r=0``); ``RateLimit-Reset`` (the earlier drafts:
     seconds); ``X-RateLimit-Reset`` (a Unix time when at least 10**9, else
-    seconds).  ``RateLimit-Policy`` says how large a quota is, not when it
-    returns, so it is not read.  A hint that does not parse (negative, not a
-    number, not a date) is skipped for the next one.  Absolute times are
-    measured against the response's ``Date`` (the server's own clock, so a
-    skewed client clock does not matter), or against ``now`` (Unix seconds)
-    when it has none; one already past is a wait of 0.
+    seconds, or milliseconds when at least 10**12).  Repeated ``Retry-After``
+    fields of seconds give the longest.  ``RateLimit-Policy`` says how large a
+    quota is, not when it returns, so it is not read.  A hint that does not
+    parse (negative, not a number, not a date) or asks for more than 10**9
+    seconds (no clock's sleep takes that) is skipped for the next one.
+    Absolute times are measured against the response's ``Date`` (the server's
+    own clock, so a skewed client clock does not matter), or against ``now``
+    (Unix seconds) when it has none; one already past is a wait of 0.
     """
     server_now = _http_date(get("Date"))
     reference = now if server_now is None else server_now
-    retry_after = get("Retry-After")
-    if retry_after is not None:
-        delay = _seconds(retry_after)
-        if delay is not None:
-            return delay
-        at = _http_date(retry_after)
-        if at is not None:
-            return max(0.0, at - reference)
-    delay = _draft_wait(get("RateLimit"))
+    delay = _hint(_retry_after(get("Retry-After"), reference))
     if delay is not None:
         return delay
-    delay = _seconds(get("RateLimit-Reset"))
+    delay = _hint(_draft_wait(get("RateLimit")))
+    if delay is not None:
+        return delay
+    delay = _hint(_seconds(get("RateLimit-Reset")))
     if delay is not None:
         return delay
     reset = _seconds(get("X-RateLimit-Reset"))
-    if reset is not None:
-        return max(0.0, reset - reference) if reset >= _UNIX_TIME_FLOOR else reset
+    if reset is not None and reset >= _UNIX_TIME_FLOOR:
+        if reset >= _UNIX_MS_FLOOR:
+            reset /= 1000.0
+        return _hint(max(0.0, reset - reference))
+    return _hint(reset)
+
+
+def _retry_after(text: Optional[str], reference: float) -> Optional[float]:
+    """``Retry-After`` in seconds: delay-seconds, or an HTTP-date less ``reference``.
+
+    Repeated fields arrive joined (``"3, 5"``): when every one is a number of
+    seconds, the longest is the wait.
+    """
+    if text is None:
+        return None
+    delay = _seconds(text)
+    if delay is not None:
+        return delay
+    at = _http_date(text)
+    if at is not None:
+        return max(0.0, at - reference)
+    delays = [_seconds(part) for part in text.split(",")]
+    if all(d is not None for d in delays):
+        return max(d for d in delays if d is not None)
     return None
 
 
