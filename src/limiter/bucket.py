@@ -370,6 +370,10 @@ class Limit:
         """
         if isinstance(rate, Limit):
             if burst is not None and burst != rate.burst:
+                if isinstance(rate, Quota):  # its count is its burst: no token bucket
+                    raise ValueError(
+                        f"burst={_show(burst)} does not apply to {rate!r}: its count is its burst"
+                    )
                 return cls(rate.rate, burst, rate.name)
             return rate
         if isinstance(rate, str):
@@ -479,7 +483,8 @@ class Quota(Limit):
     next one: a day is local midnight to midnight (23 or 25 hours on a
     daylight-saving change), a week starts on Monday 00:00 (ISO), a month on
     the 1st 00:00 and has its real length, an hour starts on the local hour
-    and lasts 3600 seconds.  At most ``count`` units (any real cost, as for
+    and lasts until the next (3600 seconds, but 30 or 90 minutes across a
+    change of half an hour, see ``_hour_bounds``).  At most ``count`` units (any real cost, as for
     ``Limit``) are admitted per window; at exhaustion ``retry_after`` is the
     exact number of seconds to the next boundary, and so is ``reset_after``.
     A cost above ``count`` is never admitted (``retry_after`` is ``inf``).
@@ -558,8 +563,7 @@ class Quota(Limit):
             # a reading a fraction of a microsecond before one up onto it.
             local = datetime.fromtimestamp(math.floor(now), tz)
             if self.per == "hour":
-                start = local.replace(minute=0, second=0, microsecond=0).timestamp()
-                end = start + 3600.0
+                start, end = _hour_bounds(local, math.floor(now), tz)
             else:
                 first = local.date()
                 if self.per == "day":
@@ -605,6 +609,41 @@ class Quota(Limit):
 
     def __str__(self) -> str:
         return f"{self.count}/{self.per} ({self.name})"
+
+
+def _hour_bounds(local: Any, now: int, tz: Any) -> Tuple[float, float]:
+    """The local hour holding ``now`` (whole seconds; ``local`` is it in ``tz``).
+
+    An hour starts where the local clock reads a whole hour, or jumps over
+    one (a daylight-saving gap), and ends at the next such instant: not
+    always 3600 s later, as some zones change by 30 minutes (Lord Howe's
+    90- and 30-minute hours) or to or from a half-hour offset (Caracas 2007,
+    Pyongyang 2015).  A whole hour read twice (a fold) starts a window each
+    time.  The window holds ``now`` whatever the zone does.
+    """
+    from datetime import timedelta
+
+    base = local.replace(minute=0, second=0, microsecond=0, tzinfo=None, fold=0)
+    found = []
+    for hours in (-2, -1, 0, 1, 2, 3):
+        wall = base + timedelta(hours=hours)
+        # fold=0 is the first reading, or for a wall time in a gap the instant
+        # the clock jumped over it; fold=1 counts only when it is a second reading.
+        found.append(wall.replace(tzinfo=tz).timestamp())
+        second = wall.replace(tzinfo=tz, fold=1).timestamp()
+        if second != found[-1] and _wall(second, tz) == wall:
+            found.append(second)
+    before = [t for t in found if t <= now]
+    after = [t for t in found if t > now]
+    start = max(before) if before else float(now)
+    return start, (min(after) if after else start + 3600.0)
+
+
+def _wall(t: float, tz: Any) -> Any:
+    """The naive local wall time of the Unix time ``t`` in ``tz``."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(t, tz).replace(tzinfo=None)
 
 
 def _time_zone(tz: str) -> Any:

@@ -47,6 +47,10 @@ cost types.  What only the store can know is bounded rather than guessed:
   of one subtraction (~1e-16 of the window; the headers, rounded with
   ``limiter.bucket.TIME_EPSILON`` of slack, never show it).  Within a few
   such roundings of the moment the key could pass, the store is asked.
+* Calendar quotas.  A denial under a ``limiter.Quota`` (alone or beside
+  token buckets) is never remembered: its ``reset_after`` is the time to its
+  window's end, not a debt, and its windows are on the wall clock.  Such
+  checks always go to the store.
 * Outages.  The inner store's ``StoreError`` passes through unchanged, and an
   answer given by the inner store's fallback is not remembered (it is this
   process's bucket, not the shared one).  Denials remembered before the
@@ -73,7 +77,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from ..bucket import Limit, RateLimitResult, Refund, step, step_all
+from ..bucket import Limit, Quota, RateLimitResult, Refund, step, step_all
 from ..store import is_nonblocking
 
 __all__ = ["DenyCache"]
@@ -439,6 +443,11 @@ class DenyCache:
             return
         if not _positive_cost(cost) or self.using_fallback:
             return
+        for limit in limits:
+            if limit.__class__ is Quota:
+                # A quota's reset_after is its window's end, no debt, and its
+                # window is on the wall clock (not time.monotonic()): never replayed.
+                return
         if not many and ckey.__class__ is not str:
             return  # only str keys are remembered (a subclass may compare as another key)
         injected = now is not None
