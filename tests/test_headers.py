@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import limiter.headers as headers_module
 from limiter import Limit, ManualClock, RateLimiter, RateLimitResult, rate_limit_headers
-from limiter.bucket import step
-from limiter.headers import SF_INT_MAX, build_headers
+from limiter.bucket import TIME_EPSILON, step
+from limiter.headers import SF_INT_MAX, build_headers, build_raw_headers
 
 NOW = 1_700_000_000.25
 STYLES = ("x", "draft", "both")
@@ -634,3 +634,68 @@ def test_a_subclass_of_the_result_is_accepted() -> None:
             rate_limit_headers(result(), now=NOW, style=style)
         )
     assert rate_limit_headers(Annotated(*result()), now=NOW)[0] == ("X-RateLimit-Limit", "20")
+
+
+def reference_x(result: RateLimitResult, now: float, style: Optional[str]) -> Headers:
+    """The "x" and None styles as first written, without the caches of build_headers."""
+
+    def up(seconds: float) -> int:
+        return max(0, math.ceil(seconds - TIME_EPSILON))
+
+    headers = []
+    if style == "x":
+        headers = [
+            ("X-RateLimit-Limit", str(result[1])),
+            ("X-RateLimit-Remaining", str(result[2])),
+            ("X-RateLimit-Reset", str(up(now + result[3]))),
+        ]
+    if not result[0] and result[4] < math.inf:
+        headers.append(("Retry-After", str(max(1, up(result[4])))))
+    return headers
+
+
+# Limits include what a hand-built result may hold: True == 1 and 2.0 == 2 must
+# not be taken for the cached ints (str(True) is "True").
+limits = st.one_of(st.integers(0, 10**20), st.sampled_from([True, False, 2.0, 1, 2]))
+results = st.builds(
+    RateLimitResult,
+    allowed=st.booleans(),
+    limit=limits,
+    remaining=st.integers(-5, 10**20),
+    reset_after=st.floats(0, 1e9),
+    retry_after=st.one_of(st.floats(0, 1e9), st.just(math.inf), st.just(math.nan)),
+    window=st.floats(0.001, 1e6),
+    results=st.just(()),
+    policy=st.sampled_from(["default", "per-minute"]),
+)
+nows = st.one_of(
+    st.floats(-1e6, 4e9),
+    st.sampled_from([0.0, -0.5, NOW, 1_700_000_000.0, 1_700_000_000.999999]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(results, nows), min_size=1, max_size=6))
+def test_cached_builders_match_the_plain_one(calls: List[Tuple[RateLimitResult, float]]) -> None:
+    # In sequence: the limit and reset caches hit, miss and are replaced between calls.
+    for res, now in calls:
+        for style in ("x", None):
+            assert build_headers(res, now, style) == reference_x(res, now, style)
+        for style in ("x", "draft", "both", None):
+            try:
+                text = build_headers(res, now, style)
+            except ArithmeticError:  # the draft's t of a result no bucket gives
+                continue
+            encoded = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in text]
+            assert build_raw_headers(res, now, style) == encoded
+
+
+def test_raw_headers_are_the_bytes_asgi_sends() -> None:
+    denied = result(allowed=False, remaining=0, retry_after=1.5)
+    assert build_raw_headers(denied, NOW, "x") == [
+        (b"X-RateLimit-Limit", b"20"),
+        (b"X-RateLimit-Remaining", b"0"),
+        (b"X-RateLimit-Reset", b"1700000002"),
+        (b"Retry-After", b"2"),
+    ]
+    assert build_raw_headers(result(), NOW, None) == []

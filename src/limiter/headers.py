@@ -23,6 +23,13 @@ _NAME_RE = re.compile(r"[ !#-\[\]-~]+")
 # handful of policies; the bound only stops a caller's ever-new names from growing it.
 _POLICIES: Dict[Tuple[str, int, float], Tuple[str, str]] = {}
 _POLICIES_MAX = 256
+# A limit's value is the same on every response: int -> (str, latin-1 bytes),
+# bounded like _POLICIES.  Only exact ints are looked up (True == 1, 2.0 == 2).
+_LIMITS: Dict[int, Tuple[str, bytes]] = {}
+# X-RateLimit-Reset changes once a second at most: the last one, as an int
+# (math.ceil's), str and bytes.  One tuple, replaced whole: threads see either.
+_RESET: Tuple[int, str, bytes] = (0, "0", b"0")
+_ceil = math.ceil
 
 
 def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
@@ -157,10 +164,15 @@ def build_headers(
     on a denied result: it is HTTP's own answer to "when may I retry".
     """
     if style == "x":  # the common case, kept to the bare minimum of work per request
+        limit = result[1]
+        cached = _LIMITS.get(limit) if limit.__class__ is int else None
+        # _up, inline (a call costs as much as the rest of the line)
+        reset = _ceil(now + result[3] - TIME_EPSILON)
+        last = _RESET
         headers = [
-            ("X-RateLimit-Limit", str(result[1])),
+            ("X-RateLimit-Limit", _limit_text(limit)[0] if cached is None else cached[0]),
             ("X-RateLimit-Remaining", str(result[2])),
-            ("X-RateLimit-Reset", str(_up(now + result[3]))),
+            ("X-RateLimit-Reset", last[1] if last[0] == reset else _reset_text(reset)[1]),
         ]
         if not result[0] and result[4] < _INF:  # neither inf nor NaN
             headers.append(("Retry-After", str(max(1, _up(result[4])))))
@@ -197,3 +209,49 @@ def build_headers(
     if retry is not None:
         headers.append(("Retry-After", str(retry)))
     return headers
+
+
+def _limit_text(limit: int) -> Tuple[str, bytes]:
+    """``limit`` as ``str`` and as bytes, cached for exact ints."""
+    text = str(limit)
+    pair = (text, text.encode("latin-1"))
+    if limit.__class__ is int:
+        if len(_LIMITS) >= _POLICIES_MAX:
+            _LIMITS.clear()
+        _LIMITS[limit] = pair
+    return pair
+
+
+def _reset_text(reset: int) -> Tuple[int, str, bytes]:
+    """``_RESET`` for ``reset`` (math.ceil's value; below 0 it is sent as 0)."""
+    global _RESET
+    text = str(reset) if reset > 0 else "0"
+    _RESET = last = (reset, text, text.encode("latin-1"))
+    return last
+
+
+def build_raw_headers(
+    result: RateLimitResult, now: float, style: Optional[str]
+) -> List[Tuple[bytes, bytes]]:
+    """``build_headers(result, now, style)`` with names and values encoded as latin-1.
+
+    The form ASGI sends: the same headers, in the same order, built without
+    the ``str`` step for the common ``"x"`` style.
+    """
+    if style == "x":  # build_headers' first branch, in bytes
+        limit = result[1]
+        cached = _LIMITS.get(limit) if limit.__class__ is int else None
+        reset = _ceil(now + result[3] - TIME_EPSILON)
+        last = _RESET
+        headers = [
+            (b"X-RateLimit-Limit", _limit_text(limit)[1] if cached is None else cached[1]),
+            (b"X-RateLimit-Remaining", str(result[2]).encode("latin-1")),
+            (b"X-RateLimit-Reset", last[2] if last[0] == reset else _reset_text(reset)[2]),
+        ]
+        if not result[0] and result[4] < _INF:
+            headers.append((b"Retry-After", str(max(1, _up(result[4]))).encode("latin-1")))
+        return headers
+    return [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in build_headers(result, now, style)
+    ]

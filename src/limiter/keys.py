@@ -14,7 +14,7 @@ import functools
 import ipaddress
 import re
 from collections.abc import Iterable as _IterableABC
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .request import KeyFunc, RequestInfo
 
@@ -183,9 +183,21 @@ class ClientIP:
     data.  Results per peer string and header entry are cached (4096 entries
     per ``ClientIP``).  A wrong type is a ``TypeError``, a wrong value a
     ``ValueError``.
+
+    ``peer_keys``: the key of every peer seen lately that is not a trusted
+    proxy (at most 4096, ``str`` peer to ``str`` key), so the common request
+    costs one dict lookup; the adapters read it, nothing may write it.
     """
 
-    __slots__ = ("_classify", "_nets", "_trust_unix", "header", "ipv6_prefix", "trusted_proxies")
+    __slots__ = (
+        "_classify",
+        "_nets",
+        "_trust_unix",
+        "header",
+        "ipv6_prefix",
+        "peer_keys",
+        "trusted_proxies",
+    )
 
     def __init__(
         self,
@@ -219,6 +231,8 @@ class ClientIP:
         self._classify: Callable[[str], Tuple[Optional[str], bool]] = functools.lru_cache(
             maxsize=_CACHE_SIZE
         )(self._classify_uncached)
+        # Filled by __call__; cleared, never replaced, when full (Guard holds it).
+        self.peer_keys: Dict[str, str] = {}
 
     def __repr__(self) -> str:
         return (
@@ -245,11 +259,20 @@ class ClientIP:
     def __call__(self, request: RequestInfo) -> str:
         """The key of ``request``'s client (see the class docstring)."""
         peer = request.peer
+        # The common case: a peer seen before that is no trusted proxy.
+        key = self.peer_keys.get(peer)  # type: ignore[arg-type]
+        if key is not None:
+            return key
         if peer is None or len(peer) > _MAX_ENTRY:  # checked first: never cached
             key, trusted = UNKNOWN_CLIENT, self._trust_unix
         else:
             found, trusted = self._classify(peer)
             key = found or UNKNOWN_CLIENT
+            if not trusted and type(peer) is str:
+                peer_keys = self.peer_keys
+                if len(peer_keys) >= _CACHE_SIZE:
+                    peer_keys.clear()  # rare: a flood of new peers pays it once per 4096
+                peer_keys[peer] = key
         if not trusted:
             return key
         return self.from_headers(key, request.headers.get_all)

@@ -37,6 +37,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+RawHeaders = List[Tuple[bytes, bytes]]
 
 #: The close code sent to refuse a limited WebSocket handshake when the server
 #: lacks the ``websocket.http.response`` extension: 1013, "try again later".
@@ -120,44 +121,45 @@ class RateLimitMiddleware:
         if not callable(app):
             raise TypeError(f"app must be an ASGI callable, got {app!r}")
         self.app = app
-        self.guard = adapter_guard("RateLimitMiddleware", limiter, options)
+        # Encoded: the headers of admitted requests come as bytes, as ASGI sends them.
+        self.guard = adapter_guard("RateLimitMiddleware", limiter, options, encoded=True)
         self._decide = self.guard.decider()
         self._adecide = self.guard.adecider()
         self._nonblocking = self.guard.nonblocking or not self.guard.enabled
+        # Set only when the store never waits (the decision is then not awaited).
+        self._decide_peer = self.guard.peer_decider() if self.guard.nonblocking else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "websocket":
-            await self._websocket(scope, receive, send)
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await self._websocket(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        # The http path is inline, a coroutine less (CONTRIBUTING.md, "Hot paths").
+        decide_peer = self._decide_peer
+        if decide_peer is not None:
+            client = scope.get("client")
+            peer = client[0] if client else None
+            # Anything but a str is not looked up: request_info decides what it means.
+            outcome = decide_peer(peer if peer.__class__ is str else None, scope, request_info)
+        elif self._nonblocking:
+            # Stores that never wait are called, not awaited (CONTRIBUTING.md, "Hot paths").
+            outcome = self._decide(request_info(scope))
         else:
-            await self.app(scope, receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = RequestInfo(
-            scope.get("method", "GET"),
-            scope.get("path", "/"),
-            _ScopeHeaders(scope.get("headers") or ()),
-            _peer(scope),
-            scope,
-        )
-        # Stores that never wait are called, not awaited (CONTRIBUTING.md, "Hot paths").
-        if self._nonblocking:
-            outcome = self._decide(request)
-        else:
-            outcome = await self._adecide(request)
+            outcome = await self._adecide(request_info(scope))
         if isinstance(outcome, list):
             if not outcome:
                 await self.app(scope, receive, send)
                 return
-            extra = _encode(outcome)
+            extra: RawHeaders = outcome  # type: ignore[assignment]  # an encoded guard's
 
-            async def send_with_headers(message: Message) -> None:
+            def send_with_headers(message: Message) -> Awaitable[None]:
+                # A plain function returning send's awaitable: no coroutine of its own.
                 if message["type"] == "http.response.start":
                     message = dict(message)
                     message["headers"] = [*message.get("headers", ()), *extra]
-                await send(message)
+                return send(message)
 
             await self.app(scope, receive, send_with_headers)
             return
@@ -204,7 +206,7 @@ def _settling(send: Send, deferred: Deferred) -> Send:
     async def send_settled(message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start" or kind == "websocket.http.response.start":
-            extra = _encode(await deferred.asettle(int(message.get("status", 0))))
+            extra: RawHeaders = await deferred.asettle(int(message.get("status", 0)))  # type: ignore[assignment]
             message = dict(message)
             message["headers"] = [*message.get("headers", ()), *extra]
         elif kind == "websocket.accept":

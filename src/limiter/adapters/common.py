@@ -29,11 +29,13 @@ from typing import (
     Sequence,
     Tuple,
     TypedDict,
+    TypeVar,
     Union,
 )
 
 from ..bucket import RateLimitResult, validate_cost
-from ..headers import build_headers, validate_style
+from ..clock import SystemClock
+from ..headers import build_headers, build_raw_headers, validate_style
 from ..keys import AllowList, ClientIP
 from ..ratelimiter import RateLimiter
 from ..request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
@@ -126,6 +128,7 @@ def status_line(status: int) -> str:
 Selection = Tuple[RateLimiter, str, float, Optional[DeductWhen]]
 
 _NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
+_N = TypeVar("_N")  # an adapter's native request (environ, scope, handler)
 
 
 class IntegrationOptions(TypedDict, total=False):
@@ -242,15 +245,20 @@ def check_options(owner: str, options: Mapping[str, object]) -> None:
 
 
 def adapter_guard(
-    owner: str, limiter: LimiterSpec, options: GuardOptions, *, sync: Optional[str] = None
+    owner: str,
+    limiter: LimiterSpec,
+    options: GuardOptions,
+    *,
+    sync: Optional[str] = None,
+    encoded: bool = False,
 ) -> Guard:
     """The ``Guard`` of an adapter called ``owner`` (named by an unknown-option ``TypeError``).
 
     ``sync``: the adapter's name (``"WSGI"``) when it needs synchronous stores
-    and callables.
+    and callables.  ``encoded``: ``Guard``'s (headers as bytes pairs).
     """
     check_options(owner, options)
-    guard = Guard(limiter, **options)
+    guard = Guard(limiter, encoded=encoded, **options)
     if sync is not None:
         guard.require_sync(sync)
     return guard
@@ -301,7 +309,7 @@ class Deferred:
         if self.settled is not None:
             return self.settled
         if _charged(self.deduct_when, status):
-            return self._done(build_headers(self.result, self.at, self.guard.header_style))
+            return self._done(self.guard.build(self.result, self.at, self.guard.header_style))
         try:
             refunded = self.limiter.refund(self.key, self.cost)
         except StoreError:  # the response is under way: log it, send no headers
@@ -314,7 +322,7 @@ class Deferred:
         if self.settled is not None:
             return self.settled
         if _charged(self.deduct_when, status):
-            return self._done(build_headers(self.result, self.at, self.guard.header_style))
+            return self._done(self.guard.build(self.result, self.at, self.guard.header_style))
         try:
             refunded = await self.limiter.arefund(self.key, self.cost)
         except StoreError:
@@ -350,6 +358,8 @@ def _flag(value: object, name: str) -> bool:
 #: proceeds; the list may be empty), a ``Response`` to send instead, or a
 #: ``Deferred`` charge to settle when the response starts.
 Outcome = Union[HeaderList, Response, Deferred]
+#: ``Guard.decide_peer``'s signature: ``(peer, native, to_request) -> Outcome``.
+PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Outcome]
 
 
 class Guard:
@@ -363,6 +373,10 @@ class Guard:
     response status is known (``deduct_when``).  ``select(request)`` chooses
     ``(limiter, key, cost, deduct_when)`` or ``None`` (not limited): ``exempt``
     and ``allow_list`` first, then the first matching rule, then the defaults.
+    ``encoded=True`` (the ASGI adapter's): every list of headers it returns,
+    from ``decide``, ``adecide``, ``decide_peer``, ``headers`` and
+    ``Deferred.settle``, holds latin-1 ``bytes`` pairs instead of ``str``
+    ones; ``on_limited`` still gets ``str`` pairs.
 
     Errors: only ``StoreError`` (a store that cannot answer) is handled, by
     ``on_error``.  Every other exception propagates, as any application error
@@ -379,10 +393,14 @@ class Guard:
         "_cost",
         "_cost_func",
         "_next_log",
+        "_now",
+        "_peer_keys",
+        "_plain",
         "_rule_limiters",
         "_shadow_counts",
         "_shadow_lock",
         "allow_list",
+        "build",
         "client_ip",
         "deduct_when",
         "enabled",
@@ -398,7 +416,9 @@ class Guard:
         "rules",
     )
 
-    def __init__(self, limiter: LimiterSpec, **options: Unpack[GuardOptions]) -> None:
+    def __init__(
+        self, limiter: LimiterSpec, *, encoded: bool = False, **options: Unpack[GuardOptions]
+    ) -> None:
         check_options("Guard", options)
         if not isinstance(limiter, RateLimiter) and not callable(limiter):
             raise TypeError(
@@ -448,6 +468,11 @@ class Guard:
         #: The ``allow_list`` (``None`` when empty: no per-request cost).
         self.allow_list: Optional[AllowList] = allow_list if allow_list else None
         self.header_style = validate_style(header_style)
+        #: ``build_headers``, or ``build_raw_headers`` with ``encoded=True``: what
+        #: makes the rate-limit headers of the lists this guard returns.
+        self.build: Callable[[RateLimitResult, float, Optional[str]], HeaderList] = (
+            build_raw_headers if encoded else build_headers  # type: ignore[assignment]
+        )
         self.on_error = on_error
         self.on_limited: OnLimited = default_on_limited if on_limited is None else on_limited
         self.deduct_when = check_deduct_when(options.get("deduct_when"))
@@ -483,6 +508,30 @@ class Guard:
             and len(limiters) == 1 + len(self.rules)
             and all(lim.nonblocking for lim in limiters)
         )
+        # The limiter of a guard whose decision needs the client address alone
+        # (see decide_peer), else None.
+        plain = self.limiter
+        self._plain: Optional[RateLimiter] = (
+            plain
+            if isinstance(plain, RateLimiter)
+            and enabled
+            and not self.is_async
+            and not self.rules
+            and key_func is None
+            and exempt is None
+            and self.allow_list is None
+            and self._cost_func is None
+            and self.deduct_when is None
+            else None
+        )
+        # A RateLimiter's clock is fixed when it is built (it keeps clock.now too).
+        # time.time when the clock is the system's, one call less than its now().
+        clock = None if self._plain is None else self._plain.clock
+        self._now: Callable[[], float] = (
+            time.time if clock is None or type(clock) is SystemClock else clock.now
+        )
+        # The same dict object for the guard's life: ClientIP clears it, never replaces it.
+        self._peer_keys: Dict[str, str] = self.client_ip.peer_keys
 
     def limiters(self) -> List[RateLimiter]:
         """The limiters known up front: the default one, then the rules' (not functions')."""
@@ -495,6 +544,42 @@ class Guard:
     def decider(self) -> Callable[[RequestInfo], Outcome]:
         """``decide``, or a function that limits nothing when the guard is disabled."""
         return self.decide if self.enabled else _no_decision
+
+    def peer_decider(self) -> Optional[PeerDecider]:
+        """``decide_peer`` when this guard can use it, else ``None`` (use ``decider``).
+
+        It can when the guard is enabled and its decision needs only the client
+        address: one ``RateLimiter`` with a synchronous store, no ``key_func``,
+        ``exempt``, ``allow_list``, ``rules``, ``deduct_when`` nor cost function.
+        """
+        return self.decide_peer if self._plain is not None else None
+
+    def decide_peer(
+        self, peer: Optional[str], native: _N, to_request: Callable[[_N], RequestInfo]
+    ) -> Outcome:
+        """``decide(to_request(native))``, building the request only when it is needed.
+
+        For the guards of ``peer_decider`` only.  ``peer`` is the request's
+        peer address as ``to_request`` would find it, or anything that is not
+        a known peer (such as ``None``): a peer whose key is not cached yet,
+        or a trusted proxy's, takes the full path through ``decide``.
+        """
+        # The hot path of the adapters (CONTRIBUTING.md, "Hot paths"): the key is
+        # one dict lookup, and the RequestInfo is built only for on_limited.
+        limiter = self._plain
+        key = self._peer_keys.get(peer)  # type: ignore[arg-type]
+        if key is None or limiter is None:
+            return self.decide(to_request(native))
+        try:
+            result = limiter.check(key, self._cost)
+        except StoreError:  # only a store failure goes to on_error; the rest propagates
+            return self.failed(limiter)
+        if result[0]:
+            return self.build(result, self._now(), self.header_style)
+        if limiter.shadow:
+            return self.shadow_denied(result, limiter)
+        headers = build_headers(result, self._now(), self.header_style)
+        return self.on_limited(to_request(native), result, headers)
 
     def adecider(self) -> Callable[[RequestInfo], Awaitable[Outcome]]:
         """``adecide``, or a coroutine function that limits nothing when disabled."""
@@ -672,15 +757,15 @@ class Guard:
         """The rate-limit headers of ``result`` in this guard's ``header_style``."""
         # The limiter's own clock: Unix time in production, and exact,
         # reproducible header values under a ManualClock in tests.
-        return build_headers(result, limiter.clock.now(), self.header_style)
+        return self.build(result, limiter.clock.now(), self.header_style)
 
     def outcome(
         self, request: RequestInfo, result: RateLimitResult, limiter: RateLimiter
     ) -> Outcome:
         """The headers for an allowed ``result``, or ``on_limited``'s response."""
-        headers = build_headers(result, limiter.clock.now(), self.header_style)
         if result[0]:
-            return headers
+            return self.build(result, limiter.clock.now(), self.header_style)
+        headers = build_headers(result, limiter.clock.now(), self.header_style)
         return self.on_limited(request, result, headers)
 
     def failed(self, limiter: Optional[RateLimiter] = None) -> Outcome:

@@ -102,6 +102,7 @@ def rate_limited(
 def _limited_subclass(cls: H, guard: Guard) -> H:
     """``cls`` with the decision after ``parse_request`` and its headers at ``end_headers``."""
     decide = guard.decider()
+    decide_peer = guard.peer_decider()
 
     class Limited(cls):  # type: ignore[valid-type,misc]
         _limiter_pending: Union[HeaderList, Deferred] = _NONE
@@ -110,7 +111,14 @@ def _limited_subclass(cls: H, guard: Guard) -> H:
             self._limiter_pending = _NONE
             if not super().parse_request():
                 return False
-            outcome = decide(request_info(self))
+            if decide_peer is not None:
+                # The request view is built only if the decision needs it
+                # (CONTRIBUTING.md, "Hot paths"); anything but a str is not looked up.
+                address = self.client_address
+                peer = address[0] if address.__class__ is tuple and address else None
+                outcome = decide_peer(peer if peer.__class__ is str else None, self, request_info)
+            else:
+                outcome = decide(request_info(self))
             if isinstance(outcome, (list, Deferred)):
                 self._limiter_pending = outcome
                 return True

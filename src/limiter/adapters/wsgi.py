@@ -104,17 +104,17 @@ class RateLimitMiddleware:
         self.app = app
         self.guard = adapter_guard("RateLimitMiddleware", limiter, options, sync="WSGI")
         self._decide = self.guard.decider()
+        self._decide_peer = self.guard.peer_decider()
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        method = environ.get("REQUEST_METHOD", "GET")
-        request = RequestInfo(
-            method,
-            _path(environ),
-            EnvironHeaders(environ),
-            environ.get("REMOTE_ADDR") or None,
-            environ,
-        )
-        outcome = self._decide(request)
+        decide_peer = self._decide_peer
+        if decide_peer is not None:
+            # The request view is built only if the decision needs it
+            # (CONTRIBUTING.md, "Hot paths"); anything but a str is not looked up.
+            peer = environ.get("REMOTE_ADDR")
+            outcome = decide_peer(peer if peer.__class__ is str else None, environ, request_info)
+        else:
+            outcome = self._decide(request_info(environ))
         if isinstance(outcome, list):
             if not outcome:
                 return self.app(environ, start_response)
@@ -133,7 +133,7 @@ class RateLimitMiddleware:
             return self.app(environ, _settling(start_response, outcome))
         status, headers, body = outcome
         start_response(status_line(status), list(headers))
-        return [b"" if method == "HEAD" else body]
+        return [b"" if environ.get("REQUEST_METHOD", "GET") == "HEAD" else body]
 
 
 def _settling(start_response: StartResponse, deferred: Deferred) -> StartResponse:
