@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from limiter import Limit, ManualClock, MemoryStore, Quota, RateLimiter, SQLiteStore
-from limiter.bucket import CLOCK_TOLERANCE, Refund, full_at, step, step_all, step_quota
+from limiter.bucket import CLOCK_TOLERANCE, QuotaResult, Refund, full_at, step, step_all, step_quota
 from limiter.headers import rate_limit_headers
 
 PARIS = timezone(timedelta(hours=1))  # Europe/Paris in winter (CET)
@@ -558,17 +558,15 @@ def test_deny_cache_does_not_replay_quota_fields_from_a_bucket_debt() -> None:
     assert len(alone) == 0 and len(cache) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="headers.py (edited elsewhere): _until_more computes a quota's t= as a bucket's",
-)
 def test_draft_t_of_a_quota_is_the_time_to_its_boundary() -> None:
     clock = ManualClock(T0)  # 12:00 UTC: the day's window ends in 43200 s
     limiter = RateLimiter(Quota(10, per="day"), clock=clock)
     for _ in range(5):
         result = limiter.check("k")
     fields = dict(rate_limit_headers(result, now=T0, style="draft"))
-    assert fields["RateLimit"] == '"10/day";r=5;t=43200'  # is t=8640: sooner than it returns
+    # All five used units come back at midnight (a bucket's t would be 8640).
+    assert fields["RateLimit"] == '"10/day";r=5;t=43200'
+    assert type(result) is QuotaResult
 
 
 @pytest.mark.redis
@@ -590,3 +588,30 @@ def test_redis_key_reused_between_a_limit_and_a_quota(client: Any) -> None:
     ]:
         states, expected = step(states, now, limit, cost)
         assert store.apply("k", limit, cost, now) == expected
+
+
+@pytest.mark.redis
+def test_quota_results_carry_their_kind_through_every_store(client: Any, tmp_path: Any) -> None:
+    from limiter.backends.redis import RedisStore
+    from redis_servers import unique_prefix
+
+    stores = {
+        "memory": MemoryStore(),
+        "sqlite": SQLiteStore(str(tmp_path / "q.db")),
+        "redis": RedisStore(client, prefix=unique_prefix()),
+    }
+    for name, store in stores.items():
+        clock = ManualClock(T0)  # 12:00 UTC
+        limiter = RateLimiter(["2/second", Quota(3, per="day")], store=store, clock=clock)
+        answers = [limiter.check("k") for _ in range(2)]
+        clock.advance(1)
+        answers.append(limiter.check("k"))
+        answers.append(limiter.check("k"))  # the quota's fourth: refused until midnight
+        kinds = [[type(part).__name__ for part in a.results] for a in answers]
+        assert kinds == [["RateLimitResult", "QuotaResult"]] * 4, name
+        denied = answers[-1]
+        assert type(denied) is QuotaResult and denied.retry_after == 43200 - 1, name
+        fields = dict(rate_limit_headers(denied, now=clock.now(), style="draft"))
+        # The bucket is back to one token in 0.5 s; the quota's units, at midnight.
+        assert fields["RateLimit"] == '"2/second";r=1;t=1, "3/day";r=0;t=43199', name
+        assert fields["Retry-After"] == "43199", name

@@ -98,6 +98,7 @@ __all__ = [
     "TIME_EPSILON",
     "Limit",
     "Quota",
+    "QuotaResult",
     "RateLimitResult",
     "Refund",
     "State",
@@ -663,6 +664,17 @@ def _time_zone(tz: str) -> Any:
         ) from None
 
 
+class QuotaResult(RateLimitResult):
+    """A ``RateLimitResult`` given by a ``Quota``: the same fields, another kind of limit.
+
+    A quota's units do not come back one by one as a bucket's tokens do: all
+    of them come back at once, ``reset_after`` seconds from now (the window's
+    end).  Headers read that from the type (the draft's ``t``).
+    """
+
+    __slots__ = ()
+
+
 def step_quota(
     state: Optional[State], now: float, quota: Quota, cost: float = 1
 ) -> Tuple[Optional[State], RateLimitResult]:
@@ -721,19 +733,19 @@ def _apply_quota(
             new_state = complex(used * _QUOTA_SCALE, end)
         remaining = _trunc(count - used)
         return new_state, _new_result(
-            RateLimitResult,
+            QuotaResult,
             (True, count, remaining if remaining > 0 else 0, reset, 0.0, window, (), quota.name),
         )
     after = used + cost
     if after <= count:
         return complex(after * _QUOTA_SCALE, end), _new_result(
-            RateLimitResult,
+            QuotaResult,
             (True, count, _trunc(count - after), reset, 0.0, window, (), quota.name),
         )
     remaining = _trunc(count - used)
     retry = reset if cost <= count else math.inf
     return state, _new_result(
-        RateLimitResult,
+        QuotaResult,
         (False, count, remaining if remaining > 0 else 0, reset, retry, window, (), quota.name),
     )
 

@@ -6,7 +6,7 @@ import math
 import re
 from typing import Dict, List, Literal, Optional, Tuple
 
-from .bucket import TIME_EPSILON, RateLimitResult
+from .bucket import TIME_EPSILON, QuotaResult, RateLimitResult
 
 __all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style"]
 
@@ -94,12 +94,15 @@ def _until_more(result: RateLimitResult) -> int:
 
     A token bucket makes quota available continuously; ``r`` (whole tokens) grows
     when the next token is complete, ``interval`` seconds apart, the last one at
-    ``reset_after`` (full).  A full bucket gets no more: 0.
+    ``reset_after`` (full).  A full bucket gets no more: 0.  A calendar quota
+    (``QuotaResult``) gets all its units back at once, at ``reset_after``.
     """
     limit = result[1]
     missing = limit - result[2]
     if missing <= 0:
         return 0
+    if result.__class__ is QuotaResult:
+        return _up(result[3]) if result[3] > 0.0 else 0
     seconds = result[3] - (missing - 1) * (result[5] / limit)
     return _up(seconds) if seconds > 0.0 else 0
 

@@ -37,6 +37,7 @@ from ..bucket import (
     TIME_EPSILON,
     Limit,
     Quota,
+    QuotaResult,
     RateLimitResult,
     Refund,
     combine,
@@ -319,7 +320,7 @@ def _result(
     ]
     if _EXTRA_FIELDS:
         values.append(getattr(limit, "name", "default"))
-    return tuple.__new__(RateLimitResult, values)
+    return tuple.__new__(QuotaResult if isinstance(limit, Quota) else RateLimitResult, values)
 
 
 class _RedisBase:
