@@ -2,9 +2,13 @@
 
 Run it from the repository root::
 
-    pip install -e ".[bench]" && python -m bench
+    pip install -e ".[bench]" && python -m bench            # results in bench/results/
+    python -m bench --quick                                  # under a minute, small sizes
+    python -m bench --publish                                # also docs/benchmarks.md
 
 ``python -m bench --help`` lists the options (``--only SECTION``, ``--rounds``,
-``--quick``).  Results go to ``bench/results/latest.json`` and are rendered into
-``docs/benchmarks.md`` and ``docs/bench-*.png``.
+``--quick``, ``--publish``).  Results go to ``bench/results/latest.json`` and
+``latest.md`` (git-ignored); only ``--publish`` rewrites ``docs/benchmarks.md``
+and ``docs/bench-*.png``.  Redis: ``REDIS_URL`` if set, else a throwaway
+``redis-server`` on a free loopback port (``bench/redisenv.py``).
 """

@@ -98,6 +98,56 @@ def starlette_slowapi() -> Any:
     return app
 
 
+def _redis_url() -> str:
+    import os
+
+    url = os.environ.get("BENCH_REDIS_URL")
+    if not url:
+        raise RuntimeError("BENCH_REDIS_URL is not set: the bench passes its one Redis URL here")
+    return url
+
+
+def starlette_ours_redis() -> Any:
+    """The middleware with ``AsyncRedisStore`` on the bench's Redis (its default settings)."""
+    import redis.asyncio as aredis
+
+    from limiter import RateLimiter
+    from limiter.adapters.asgi import RateLimitMiddleware
+    from limiter.backends.redis import AsyncRedisStore
+
+    from .redisenv import CLIENT_OPTIONS
+
+    client = aredis.Redis.from_url(_redis_url(), **CLIENT_OPTIONS)
+    store = AsyncRedisStore(client, prefix="bench:servers:")
+    app = starlette_bare()
+    app.add_middleware(RateLimitMiddleware, limiter=RateLimiter(HIGH, HIGH, store=store))
+    return app
+
+
+def starlette_slowapi_redis() -> Any:
+    """slowapi on the same Redis, with the same connection settings (its own pool)."""
+    import redis
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.middleware import SlowAPIMiddleware
+    from slowapi.util import get_remote_address
+
+    from .redisenv import CLIENT_OPTIONS
+
+    url = _redis_url()
+    app = starlette_bare()
+    app.state.limiter = Limiter(
+        key_func=get_remote_address,
+        default_limits=[HIGH_TEXT],
+        storage_uri=url,
+        storage_options={"connection_pool": redis.ConnectionPool.from_url(url, **CLIENT_OPTIONS)},
+        key_prefix="bench:servers:slowapi",
+    )
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+    app.add_middleware(SlowAPIMiddleware)
+    return app
+
+
 # -- Flask -----------------------------------------------------------------------
 
 

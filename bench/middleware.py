@@ -202,7 +202,7 @@ def build(name: str) -> Callable[[int], float]:
 
 def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     section = new_section("middleware")
-    n = settings.scale(20_000, 3_000, 50)
+    n = settings.scale(20_000, 500, 50)
     rounds = max(settings.rounds, 3) if not settings.tiny else 1
     overheads: Dict[str, Any] = {}
     any_ours = False
@@ -251,7 +251,7 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             + "; ".join(section["notes"])
         )
     section["data"]["overhead_us"] = overheads
-    if "asgi.raw+limiter" in APPS and not settings.tiny:
+    if "asgi.raw+limiter" in APPS and not (settings.tiny or settings.quick):
         try:
             batch = build("asgi.raw+limiter")
             section["data"]["profile"] = profile_text(lambda: batch(n // 4), top=12)

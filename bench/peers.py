@@ -113,6 +113,20 @@ def make_token_bucket() -> Loop:
     return loop
 
 
+def make_floor() -> Loop:
+    from .floor import FloorBucket
+
+    allow = FloorBucket(HIGH, HIGH).allow
+
+    def loop(keys: List[str]) -> float:
+        start = time.perf_counter()
+        for k in keys:
+            allow(k)
+        return time.perf_counter() - start
+
+    return loop
+
+
 def make_pyrate() -> Loop:
     from pyrate_limiter import (
         BucketFactory,
@@ -208,6 +222,12 @@ LIBS: List[Lib] = [
         0.5,
     ),
     Lib("token_bucket", "token-bucket consume()", "token-bucket", make_token_bucket),
+    Lib(
+        "floor",
+        "floor: dict + threading.Lock + two floats (bench/floor.py)",
+        "(floor)",
+        make_floor,
+    ),
     Lib(
         "pyrate",
         "pyrate-limiter try_acquire() (token bucket)",

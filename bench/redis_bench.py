@@ -1,33 +1,47 @@
-"""Section ``redis``: round trips and latency against a PING, async throughput, several limits.
+"""Section ``redis``: round trips and latency against a PING, async throughput, several
+limits, and a flood of denied requests.
 
-Needs the Redis server at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/9``;
-database 9 so a test suite flushing database 0 does not meet us, and every key
-is under a ``bench:`` prefix that is deleted afterwards).
+The server is this run's one Redis (``bench/redisenv.py``: ``REDIS_URL``, else a
+throwaway ``redis-server``); every key is under a ``bench:`` prefix that is
+deleted afterwards.  Every client, ours and the peers', is built from the same
+URL with the same settings (``redisenv.CLIENT_OPTIONS``: timeouts, RESP
+version, pool size).
 
 * Sequential: one ``check`` on a hot key against one ``PING`` on the same
   connection; limits' fixed window ``hit`` and pyrate-limiter's Redis token
   bucket do the same.  Round trips per operation are counted at the socket
   (``send_packed_command`` calls), not inferred.
-* Async: 64 tasks on one event loop, each checking the hot key in a loop,
-  against 64 tasks sending PINGs; ops/s.
+* Async: 64 tasks on one event loop, and 1 task, each checking the hot key in
+  a loop, against the same number of tasks sending un-pipelined PINGs; ops/s.
+  ``AsyncRedisStore`` runs with its defaults and, when the keyword exists,
+  with ``pipelining=False``.
 * Several limits per request: ``RedisStore.apply_many`` with 1, 3 and 5
   limits; round trips stay at one.
+* Deny flood: one client hammering a denied key, checks/s with and without
+  ``DenyCache``, and the EVALSHA calls Redis saw (``INFO commandstats``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import math
 import os
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import redisenv
 from .common import Measure, Progress, Settings, Unavailable, interleave, new_section, ratios
 from .common import summary as _summary
 from .peers import HIGH
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
 PREFIX = f"bench:{os.getpid()}:"
 TASKS = 64
+
+OURS_ASYNC = "limiter acheck()"
+OURS_ASYNC_UNPIPELINED = "limiter acheck(), pipelining=False"
+LIMITS_ASYNC = "limits fixed window hit() (limits.aio)"
+PYRATE_ASYNC = "pyrate-limiter try_acquire_async()"
 
 
 class _Timer:
@@ -68,8 +82,7 @@ def _counting_client() -> Any:
             CountingConnection.sends += 1
             super().send_packed_command(command, check_health)
 
-    pool = redis.ConnectionPool.from_url(REDIS_URL, connection_class=CountingConnection)
-    client = redis.Redis(connection_pool=pool)
+    client = redisenv.sync_client(CountingConnection)
     client.counter = CountingConnection  # type: ignore[attr-defined]
     return client
 
@@ -106,7 +119,7 @@ def _sync_ops() -> Tuple[Dict[str, Callable[[], Any]], Dict[str, Any]]:
         from limits import RateLimitItemPerSecond, storage, strategies
 
         counter = _counting_client().counter
-        lstorage = storage.RedisStorage(REDIS_URL, connection_class=counter)
+        lstorage = storage.RedisStorage(redisenv.url(), connection_pool=redisenv.sync_pool(counter))
         counters["limits fixed window hit()"] = counter
         hit = strategies.FixedWindowRateLimiter(lstorage).hit
         item = RateLimitItemPerSecond(HIGH)
@@ -144,30 +157,45 @@ def _round_trips(op: Callable[[], Any], counter: Any) -> float:
     return (counter.sends - before) / 20
 
 
-async def _async_case(name: str, n: int) -> float:
-    """ops/s of ``TASKS`` tasks sharing one client, ``n`` operations in all."""
-    import redis.asyncio as aredis
+def pipelining_keyword() -> Optional[str]:
+    """None when ``AsyncRedisStore`` takes ``pipelining=``, else why the row is not measured."""
+    try:
+        from limiter.backends.redis import AsyncRedisStore
+    except ImportError as exc:
+        return f"limiter.backends.redis not available ({exc})"
+    if "pipelining" not in inspect.signature(AsyncRedisStore.__init__).parameters:
+        return "AsyncRedisStore has no pipelining= keyword in this tree"
+    return None
 
-    per_task = max(1, n // TASKS)
-    client = aredis.Redis.from_url(REDIS_URL, max_connections=TASKS)
+
+async def _async_case(name: str, n: int, tasks: int) -> float:
+    """ops/s of ``tasks`` tasks sharing one client, ``n`` operations in all."""
+    per_task = max(1, n // tasks)
+    client = redisenv.async_client()
     op: Callable[[], Any]
     closers: List[Any] = [client]
     if name == "PING":
         op = client.ping
-    elif name == "limiter acheck()":
+    elif name in (OURS_ASYNC, OURS_ASYNC_UNPIPELINED):
         from limiter import RateLimiter
         from limiter.backends.redis import AsyncRedisStore
 
-        acheck = RateLimiter(HIGH, HIGH, store=AsyncRedisStore(client, prefix=PREFIX)).acheck
+        options = {"pipelining": False} if name == OURS_ASYNC_UNPIPELINED else {}
+        store = AsyncRedisStore(client, prefix=PREFIX, **options)
+        acheck = RateLimiter(HIGH, HIGH, store=store).acheck
 
         def op() -> Any:
             return acheck("hot")
 
-    elif name == "limits fixed window hit() (limits.aio)":
+    elif name == LIMITS_ASYNC:
         from limits import RateLimitItemPerSecond
         from limits.aio import storage, strategies
 
-        lstorage = storage.RedisStorage("async+" + REDIS_URL, implementation="redispy")
+        pool = redisenv.async_pool()
+        lstorage = storage.RedisStorage(
+            "async+" + redisenv.url(), implementation="redispy", connection_pool=pool
+        )
+        closers.append(pool)
         hit = strategies.FixedWindowRateLimiter(lstorage).hit
         item = RateLimitItemPerSecond(HIGH)
 
@@ -199,30 +227,29 @@ async def _async_case(name: str, n: int) -> float:
             await op()
 
     await op()  # warm-up: scripts loaded, connection open
+    await asyncio.gather(*(op() for _ in range(min(tasks, 8))))  # a few connections open
     with _Timer() as timer:
-        await asyncio.gather(*(worker() for _ in range(TASKS)))
+        await asyncio.gather(*(worker() for _ in range(tasks)))
     for c in closers:
-        await c.aclose()
-    return per_task * TASKS / timer.seconds
+        close = getattr(c, "aclose", None) or c.disconnect
+        await close()
+    return per_task * tasks / timer.seconds
 
 
 def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     try:
-        import redis
+        import redis  # noqa: F401
     except ImportError:
         raise Unavailable("redis-py is not installed") from None
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_timeout=1).ping()
-    except Exception as exc:
-        raise Unavailable(f"no Redis server at {REDIS_URL} ({exc})") from None
+    url = redisenv.url()
     section = new_section("redis")
     if not settings.with_peers:
         section["notes"].append("peers skipped (--no-peers)")
     ops, counters = _sync_ops()
     if not settings.with_peers:
         ops = {k: v for k, v in ops.items() if k == "PING" or k.startswith("limiter")}
-    n = settings.scale(3_000, 600, 50)
-    rounds = max(3, settings.rounds) if not settings.tiny else 1
+    n = settings.scale(3_000, 300, 50)
+    rounds = settings.rounds if not settings.tiny else 1
     trips: Dict[str, float] = {}
     for name, op in ops.items():
         op()  # script load, connection
@@ -248,60 +275,193 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
         for name, values in samples.items()
         if name != "PING"
     }
-    anames = ["PING", "limiter acheck()"]
-    if settings.with_peers:
-        anames += ["limits fixed window hit() (limits.aio)", "pyrate-limiter try_acquire_async()"]
-    an = settings.scale(20_000, 4_000, 128)
+    limits_hit = samples.get("limits fixed window hit()")
+    vs_limits = {
+        name: _summary(ratios(values, limits_hit))
+        for name, values in samples.items()
+        if limits_hit and name.startswith("limiter")
+    }
+    no_pipelining = pipelining_keyword()
+    if no_pipelining is not None:
+        section["notes"].append(f"{OURS_ASYNC_UNPIPELINED}: not measured, {no_pipelining}")
+    async_data: Dict[str, Any] = {}
+    for tasks in (TASKS, 1):
+        anames = ["PING", OURS_ASYNC]
+        if no_pipelining is None:
+            anames.append(OURS_ASYNC_UNPIPELINED)
+        if settings.with_peers:
+            anames.append(LIMITS_ASYNC)
+            if tasks > 1 and not settings.quick:  # the slowest peer: full runs only
+                anames.append(PYRATE_ASYNC)
+        an = settings.scale(20_000, 1_500, 128) if tasks > 1 else settings.scale(3_000, 200, 32)
 
-    def acase(name: str) -> Callable[[], float]:
-        return lambda: asyncio.run(_async_case(name, an))
+        def acase(name: str, an: int = an, tasks: int = tasks) -> Callable[[], float]:
+            return lambda: asyncio.run(_async_case(name, an, tasks))
 
-    errors: Dict[str, str] = {}
-    asamples = interleave(
-        {name: acase(name) for name in anames},
-        rounds,
-        progress,
-        "redis async",
-        lambda name, exc: errors.update({name: repr(exc)}),
-    )
-    for name, values in asamples.items():
-        section["measures"].append(
-            Measure(
-                id=f"redis/async/{name}",
-                label=name,
-                library="redis" if name == "PING" else _lib(name),
-                unit="ops/s",
-                samples=values,
-                group=f"asyncio, {TASKS} concurrent tasks",
-                note=errors.get(name, ""),
-            ).as_dict()
+        errors: Dict[str, str] = {}
+        asamples = interleave(
+            {name: acase(name) for name in anames},
+            rounds,
+            progress,
+            f"redis async x{tasks}",
+            lambda name, exc, errors=errors: errors.update({name: repr(exc)}),
         )
+        for name, values in asamples.items():
+            section["measures"].append(
+                Measure(
+                    id=f"redis/async{tasks}/{name}",
+                    label=name,
+                    library="redis" if name == "PING" else _lib(name),
+                    unit="ops/s",
+                    samples=values,
+                    group=f"asyncio, {tasks} task{'s' if tasks > 1 else ''}",
+                    note=errors.get(name, ""),
+                ).as_dict()
+            )
+        # ratios of throughputs: > 1 means more ops/s than the other row
+        async_data[str(tasks)] = {
+            other: {
+                name: _summary(ratios(values, asamples[other]))
+                for name, values in asamples.items()
+                if name != other and values and asamples.get(other)
+            }
+            for other in ("PING", LIMITS_ASYNC, OURS_ASYNC_UNPIPELINED)
+            if asamples.get(other)
+        }
     section["data"] = {
-        "url": REDIS_URL,
+        "url": url,
+        "client_options": redisenv.CLIENT_OPTIONS,
         "round_trips": trips,
         "vs_ping": vs_ping,
-        "async_vs_ping": {
-            name: _summary(ratios(values, asamples["PING"]))
-            for name, values in asamples.items()
-            if name != "PING" and values
-        },
+        "vs_limits": vs_limits,
+        "async": async_data,
     }
     try:
-        section["data"]["breakdown"] = _breakdown(n, rounds, progress)
+        if not settings.quick:
+            section["data"]["breakdown"] = _breakdown(n, rounds, progress)
     except Exception as exc:  # internals moved: the breakdown is a diagnostic only
         section["notes"].append(f"breakdown not measured: {exc!r}")
+    try:
+        flood_rounds = 1 if settings.quick else min(rounds, 3)
+        section["data"]["deny_flood"] = deny_flood(settings, flood_rounds, progress)
+    except Unavailable as exc:
+        section["data"]["deny_flood"] = {"error": str(exc)}
     _cleanup()
     return section
 
 
+def _deny_cache() -> Any:
+    try:
+        from limiter import DenyCache  # type: ignore[attr-defined]
+
+        return DenyCache
+    except ImportError:
+        pass
+    try:
+        from limiter.backends.denycache import DenyCache  # type: ignore[import-not-found]
+
+        return DenyCache
+    except ImportError as exc:
+        raise Unavailable(f"DenyCache is not in this tree ({exc})") from None
+
+
+def eval_calls(client: Any) -> int:
+    """EVALSHA + EVAL calls the server has counted so far (``INFO commandstats``)."""
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{cmd}", {}).get("calls", 0)) for cmd in ("evalsha", "eval"))
+
+
+#: The deny flood's rows: name -> DenyCache keywords (None: the bare RedisStore).
+FLOOD_CASES: Dict[str, Optional[Dict[str, Any]]] = {
+    "RedisStore": None,
+    "DenyCache(RedisStore) (defaults)": {},
+    "DenyCache(RedisStore, max_stale=None)": {"max_stale": None},
+}
+
+
+def deny_flood(settings: Settings, rounds: int, progress: Progress) -> Dict[str, Any]:
+    """One client hammering a denied key for a while: checks/s, and the calls Redis saw.
+
+    The limit is one token per ``window`` seconds, burst 1: the first check is
+    admitted (untimed), later ones are denied with ``retry_after`` up to
+    ``window``, and one is admitted again each window.  Each round hammers a
+    fresh key for 2.5 windows; Redis's EVALSHA count is read before and after
+    (``INFO commandstats``), and the calls that answered a denial (all calls
+    less the admitted checks, which only Redis can admit) are divided by the
+    windows the flood started (``ceil(elapsed / window)``).
+    """
+    deny_cache = _deny_cache()
+    from limiter import Limit, RateLimiter
+    from limiter.backends.redis import RedisStore
+
+    window = settings.scale(2.0, 0.25, 0.05)
+    # Two and a half windows: the flood ends mid-window, away from a refill, so
+    # every row admits the same two checks.
+    seconds = 2.5 * window
+    limit = Limit(1 / window, 1)
+    client = redisenv.sync_client()
+    counter = iter(range(10**9))
+    per_window: Dict[str, List[float]] = {name: [] for name in FLOOD_CASES}
+    admitted_per_window: Dict[str, List[float]] = {name: [] for name in FLOOD_CASES}
+    answers: Dict[str, Any] = {}
+
+    def case(name: str, options: Optional[Dict[str, Any]]) -> Callable[[], float]:
+        def go() -> float:
+            store: Any = RedisStore(client, prefix=PREFIX)
+            if options is not None:
+                store = deny_cache(store, max_keys=10_000, **options)
+            check = RateLimiter(limit, store=store).check
+            key = f"flood:{next(counter)}"
+            first = check(key)
+            denied = check(key)  # the answer every row must give alike
+            n = admitted = 0
+            before = eval_calls(client)
+            perf = time.perf_counter
+            start = perf()
+            while perf() - start < seconds:
+                for _ in range(256):
+                    last = check(key)
+                    admitted += last.allowed
+                n += 256
+            elapsed = perf() - start
+            denials = eval_calls(client) - before - admitted
+            windows = math.ceil(elapsed / window)
+            per_window[name].append(denials / windows)
+            admitted_per_window[name].append(admitted / windows)
+            answers[name] = [first.allowed, denied.allowed, denied.remaining, denied.limit]
+            return n / elapsed
+
+        return go
+
+    samples = interleave(
+        {name: case(name, options) for name, options in FLOOD_CASES.items()},
+        rounds,
+        progress,
+        "redis deny flood",
+    )
+    return {
+        "seconds": seconds,
+        "window": window,
+        "limit": f"1 token per {window:g} s, burst 1",
+        "checks_per_s": {k: _summary(v) for k, v in samples.items()},
+        "speedup": {
+            name: _summary(ratios(samples[name], samples["RedisStore"]))
+            for name in FLOOD_CASES
+            if name != "RedisStore"
+        },
+        "calls_per_window": {k: _summary(v) for k, v in per_window.items()},
+        "admitted_per_window": {k: _summary(v) for k, v in admitted_per_window.items()},
+        "same_answers": len({tuple(v) for v in answers.values()}) == 1,
+        "answers": answers,
+    }
+
+
 def _breakdown(n: int, rounds: int, progress: Progress) -> Dict[str, float]:
     """us per call: PING, a trivial EVALSHA, our script by raw EVALSHA, store.apply, check."""
-    import redis
-
     from limiter import Limit, RateLimiter
     from limiter.backends.redis import SCRIPT, RedisStore
 
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redisenv.sync_client()
     store = RedisStore(client, prefix=PREFIX)
     limit = Limit(HIGH, HIGH)
     limiter = RateLimiter(limit, store=store)
@@ -332,9 +492,7 @@ def _lib(name: str) -> str:
 
 
 def _cleanup() -> None:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redisenv.sync_client()
     keys = list(client.scan_iter(match=PREFIX + "*", count=1000))
     keys += list(client.scan_iter(match="*" + PREFIX + "*", count=1000))
     if keys:

@@ -1,4 +1,9 @@
-"""Render ``bench/results/latest.json`` into ``docs/benchmarks.md`` and ``docs/bench-*.png``."""
+"""Render a results JSON into a Markdown page and ``bench-*.png`` charts.
+
+``python -m bench`` renders ``bench/results/latest.md`` (charts beside it);
+``python -m bench --publish`` also renders ``docs/benchmarks.md`` and
+``docs/bench-*.png``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .common import ratios, summary
 from .importcost import rows as import_cost_rows
 
-REPRODUCE = 'pip install -e ".[bench]" && python -m bench'
+REPRODUCE = 'pip install -e ".[bench]" && python -m bench --publish'
 
 #: The key counts of the core section: measure id part -> column heading.
 CORE_GROUPS = (("1", "hot key"), ("10000", "10,000 keys"), ("1000000", "1,000,000 keys"))
@@ -117,14 +122,27 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
             f"{ratio:.1f}x cheaper ({o['median']:.1f} us vs {p['median']:.1f} us)",
             "middleware",
         )
-    rd = _data(results, "redis")
-    vp = rd.get("vs_ping", {}).get("limiter check()")
+    floor = _ratio_of(core.get("core/1/floor"), core.get("core/1/ours.check"))
     add(
-        "Redis check <= 1.15x a PING",
-        None if not vp else vp["median"] <= 1.15,
-        "n/a" if not vp else _fmt_ratio(vp),
-        "redis",
+        "check() <= 2x the time of the floor bucket (hot key)",
+        None if math.isnan(floor["median"]) else floor["median"] <= 2.0,
+        _fmt_ratio(floor),
+        "check",
     )
+    rd = _data(results, "redis")
+    for other, data_key, ceiling in (
+        ("Redis.ping()", "vs_ping", 0.6),
+        ("limits fixed-window hit()", "vs_limits", 0.5),
+    ):
+        vp = rd.get(data_key, {}).get("limiter check()")
+        add(
+            f"sequential Redis: check() <= {ceiling}x the time of {other}",
+            None if not vp else vp["median"] <= ceiling,
+            "n/a" if not vp else _fmt_ratio(vp),
+            "redis",
+        )
+    out += _async_targets(rd)
+    out += _flood_targets(rd.get("deny_flood", {}))
     trips = rd.get("round_trips", {})
     many = [v for k, v in trips.items() if k.startswith("limiter")]
     add(
@@ -133,6 +151,7 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
         "n/a" if not many else ", ".join(f"{k}: {v:g}" for k, v in trips.items() if "limiter" in k),
         "redis",
     )
+    out += _server_targets(results)
     mem = _data(results, "memory")
     bpk = mem.get("bytes_per_key", {})
     for key in ("ours.check", "ours.check@1M"):
@@ -156,6 +175,79 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
                 f"worst {s['median']:.1f} ms ({s['min']:.1f}-{s['max']:.1f})",
                 "sweep",
             )
+    return out
+
+
+def _target(name: str, status: Optional[bool], figure: str, key: str) -> Dict[str, Any]:
+    label = "NOT MEASURED" if status is None else ("MET" if status else "MISSED")
+    return {"target": name, "status": label, "figure": figure, "key": key}
+
+
+#: (tasks, our row, the other row, least throughput ratio, target text)
+ASYNC_TARGETS = [
+    (64, "limiter acheck()", "limits fixed window hit() (limits.aio)", 2.0, "limits.aio hit()"),
+    (64, "limiter acheck()", "PING", 1.5, "un-pipelined PING"),
+    (
+        1,
+        "limiter acheck()",
+        "limiter acheck(), pipelining=False",
+        0.97,
+        "pipelining=False (no slower: 3% noise allowance)",
+    ),
+]
+
+
+def _async_targets(rd: Dict[str, Any]) -> List[Dict[str, Any]]:
+    out = []
+    for tasks, ours, other, least, text in ASYNC_TARGETS:
+        r = rd.get("async", {}).get(str(tasks), {}).get(other, {}).get(ours)
+        plural = "s" if tasks > 1 else ""
+        name = f"asyncio + Redis, {tasks} task{plural}: acheck() >= {least}x {text}"
+        if r is None or math.isnan(r["median"]):
+            why = "n/a"
+            if other.endswith("pipelining=False"):
+                why = "AsyncRedisStore(pipelining=False) not in this tree"
+            out.append(_target(name, None, why, "redis"))
+        else:
+            out.append(_target(name, r["median"] >= least, _fmt_ratio(r), "redis"))
+    return out
+
+
+def _flood_targets(flood: Dict[str, Any]) -> List[Dict[str, Any]]:
+    why = flood.get("error", "n/a")
+    default, unbounded = "DenyCache(RedisStore) (defaults)", "DenyCache(RedisStore, max_stale=None)"
+    speed = flood.get("speedup", {}).get(default)
+    out = [
+        _target(
+            "deny flood on Redis: checks/s with DenyCache (defaults) >= 10x without",
+            None if not speed else speed["median"] >= 10.0,
+            why if not speed else _fmt_ratio(speed),
+            "flood",
+        )
+    ]
+    for name, text in ((default, "defaults: max_stale=1 s"), (unbounded, "max_stale=None")):
+        calls = flood.get("calls_per_window", {}).get(name)
+        out.append(
+            _target(
+                f"deny flood on Redis: <= 1 Redis call per key per retry_after window ({text})",
+                None if not calls else calls["max"] <= 1.0,
+                why if not calls else _span(calls, " calls"),
+                "flood",
+            )
+        )
+    return out
+
+
+def _server_targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
+    from .servers import TARGETS
+
+    by = _measures(results, "servers")
+    out = []
+    for ours, (bare, least) in TARGETS.items():
+        r = _ratio_of(by.get(f"servers/{ours}"), by.get(f"servers/{bare}"))
+        status = None if math.isnan(r["median"]) else r["median"] >= least
+        name = f"{ours} >= {least}x the requests/s of {bare}"
+        out.append(_target(name, status, _fmt_ratio(r), "servers"))
     return out
 
 
@@ -371,6 +463,11 @@ def md_core(sec: Section) -> List[str]:
     lines += _para(
         "pyrate-limiter and limits' moving window stop at 100,000 keys: one bucket object "
         "(or one list of entries) per key makes a million of them cost gigabytes and minutes.",
+        "The **floor** row is not a library: it is `bench/floor.py`, the least a correct "
+        "thread-safe per-key token bucket does in Python (a dict of `[tokens, last]` pairs, one "
+        "`threading.Lock`, `time.monotonic()`, a bool back; no result object, no validation, "
+        "no eviction). No in-memory limiter can be cheaper; `check()`'s ratio to it is what "
+        "the library's extras cost.",
         "![Throughput by library](bench-throughput.png)",
         "![Cost against number of keys](bench-keys.png)",
     )
@@ -492,7 +589,16 @@ def md_servers(sec: Section) -> List[str]:
         "turn each round. The load generator and the server share the machine's cores."
     )
     if gen != "wrk":
-        lines += _para("The Python client is slower than the servers: compare rows, not absolutes.")
+        lines += _para(
+            "**wrk was not found on this machine**: the load came from the bench's Python "
+            "client, which is slower than the servers: compare rows, not absolutes."
+        )
+    if data.get("redis"):
+        lines += _para(
+            f"The `(redis)` rows keep their limits in Redis ({data['redis']}): limiter's "
+            "middleware with `AsyncRedisStore` (its defaults) beside slowapi (limits' Redis "
+            "storage), both with the same connection settings."
+        )
     lat = data.get("latency_ms", {})
     by = {m["label"]: m for m in sec["measures"]}
     rows = []
@@ -510,46 +616,112 @@ def md_servers(sec: Section) -> List[str]:
             ]
         )
     lines += _table(["server + app", "requests/s", "vs bare", "p50 ms", "p99 ms"], rows)
+    ours = by.get("uvicorn+starlette+limiter(redis)")
+    peer = by.get("uvicorn+starlette+slowapi(redis)")
+    if ours and peer and ours["samples"] and peer["samples"]:
+        lines += _para(
+            "On the same Redis, limiter with `AsyncRedisStore` served "
+            f"{_fmt_ratio(_ratio_of(ours, peer))} the requests/s of slowapi."
+        )
     return [*lines, *_notes(sec), ""]
 
 
 @_section("redis", "5. Redis")
 def md_redis(sec: Section) -> List[str]:
     data = sec["data"]
+    opts = data.get("client_options", {})
     lines = _para(
-        f"Server: {data.get('url')}. Round trips are counted at the socket. Sequential: one "
-        "connection, hot key; async: 64 tasks on one event loop."
+        f"Server: {data.get('url')}. Every client, limiter's and the peers', has the same "
+        f"settings: {', '.join(f'`{k}={v}`' for k, v in opts.items()) or 'n/a'}. Round trips "
+        "are counted at the socket. Sequential: one connection, hot key. asyncio: N tasks on "
+        "one event loop sharing one client, each awaiting its operation in a loop; PING is "
+        "redis-py's `await client.ping()`, not pipelined."
     )
 
-    def vs_ping(m: Dict[str, Any], key: str) -> str:
-        vp = data.get(key, {}).get(m["label"])
-        return "1" if m["label"] == "PING" else (_fmt_ratio(vp) if vp else "n/a")
+    def ratio(table: Dict[str, Any], other: str, label: str) -> str:
+        if label == other:
+            return "1"
+        r = table.get(other, {}).get(label)
+        return _fmt_ratio(r) if r else "n/a"
 
     trips = data.get("round_trips", {})
     lines += _table(
-        ["operation (sequential)", "us per op", "round trips", "vs PING"],
+        ["operation (sequential)", "us per op", "round trips", "time vs PING"],
         [
-            [_name(m), _rng(m), f"{trips.get(m['label'], float('nan')):g}", vs_ping(m, "vs_ping")]
+            [
+                _name(m),
+                _rng(m),
+                f"{trips.get(m['label'], float('nan')):g}",
+                ratio({"PING": data.get("vs_ping", {})}, "PING", m["label"]),
+            ]
             for m in sec["measures"]
             if m["id"].startswith("redis/sync/")
         ],
     )
-    lines += _table(
-        ["operation (asyncio, 64 tasks)", "ops per s", "vs PING"],
-        [
+    for tasks, table in data.get("async", {}).items():
+        rows = [m for m in sec["measures"] if m["id"].startswith(f"redis/async{tasks}/")]
+        lines += _table(
             [
-                _name(m),
-                _rng(m) if m["samples"] else f"failed: {m['note']}",
-                vs_ping(m, "async_vs_ping"),
-            ]
-            for m in sec["measures"]
-            if m["id"].startswith("redis/async/")
-        ],
-    )
+                f"operation (asyncio, {tasks} task{'s' if tasks != '1' else ''})",
+                "ops per s",
+                "vs PING",
+                "vs limits.aio",
+                "vs pipelining=False",
+            ],
+            [
+                [
+                    _name(m),
+                    _rng(m) if m["samples"] else f"failed: {m['note']}",
+                    ratio(table, "PING", m["label"]),
+                    ratio(table, "limits fixed window hit() (limits.aio)", m["label"]),
+                    ratio(table, "limiter acheck(), pipelining=False", m["label"]),
+                ]
+                for m in rows
+            ],
+        )
+    lines += _notes(sec) + ([""] if sec.get("notes") else [])
     bd = data.get("breakdown")
     if bd:
         lines += _para("Where a sequential check's time goes (us per call, median):")
         lines += _table(["step", "us"], [[k, f"{v:.1f}"] for k, v in bd.items()])
+    flood = data.get("deny_flood", {})
+    lines += ["### Deny flood", ""]
+    if "error" in flood or not flood:
+        lines += _para(f"Not measured: {flood.get('error', 'not run')}.")
+    else:
+        cps, calls = flood["checks_per_s"], flood["calls_per_window"]
+        lines += _para(
+            f"One client hammering one denied key ({flood['limit']}, so retry_after is up to "
+            f"{flood['window']:g} s and one check is admitted each window) for "
+            f"{flood['seconds']:g} s per round, through `RateLimiter.check` on a `RedisStore`, "
+            "bare and behind `DenyCache`. Redis calls are the EVALSHA calls the server counted "
+            "(`INFO commandstats`) less the admitted checks (only Redis admits), per window "
+            "the flood started. `DenyCache`'s `max_stale` (1 s by default) "
+            "bounds how long a denial is replayed without asking Redis, so that a reset from "
+            "another process is seen within it; `max_stale=None` replays until retry_after. "
+            f"Same answers in every row: {'yes' if flood.get('same_answers') else 'NO'} "
+            "(allowed, remaining and limit of the first denial), and each row admits about "
+            "one check per window (the cache must not deny what Redis would admit)."
+        )
+        lines += _table(
+            [
+                "store",
+                "checks per s",
+                "vs RedisStore",
+                "denials Redis answered per window",
+                "admitted per window",
+            ],
+            [
+                [
+                    name if name == "RedisStore" else f"**{name}**",
+                    _rng(cps[name]),
+                    "1" if name == "RedisStore" else _fmt_ratio(flood["speedup"][name]),
+                    _rng(calls[name]),
+                    _rng(flood.get("admitted_per_window", {}).get(name, calls[name])),
+                ]
+                for name in cps
+            ],
+        )
     return lines
 
 
@@ -564,6 +736,77 @@ def md_sqlite(sec: Section) -> List[str]:
     return lines + _table(
         ["setup", "checks per second"], [[m["label"], _rng(m)] for m in sec["measures"]]
     )
+
+
+@_section("scaling", "7. Scaling: what a check costs the Redis server")
+def md_scaling(sec: Section) -> List[str]:
+    data = sec["data"]
+    lua, cpu, net = data.get("lua", {}), data.get("server_cpu", {}), data.get("network", {})
+    mem, model = data.get("memory", {}), data.get("model", {})
+    lines = _para(
+        "Differences of the server's own counters over a run of checks (`INFO commandstats`, "
+        "`INFO cpu`, `INFO stats`, `INFO memory`, `MEMORY USAGE`); what they mean for a "
+        "deployment is in [scaling.md](scaling.md)."
+    )
+    lines += _table(
+        ["check", "Lua us per call (EVALSHA)", "bytes per client (MEMORY USAGE, keys)",
+         "used_memory per client"],
+        [
+            [
+                name,
+                f"{lua.get(name, {}).get('usec_per_call', float('nan')):.1f}",
+                f"{mem.get(name, {}).get('memory_usage_per_key', float('nan')):.0f} x "
+                f"{mem.get(name, {}).get('redis_keys_per_client', 0)}",
+                f"{mem.get(name, {}).get('used_memory_per_client', float('nan')):.0f}",
+            ]
+            for name in ("1 limit", "3 limits")
+        ],
+    )  # fmt: skip
+    lines += _table(
+        ["client", "server CPU us per check", "checks per s (client)"],
+        [
+            [name, f"{v['server_cpu_us_per_check']:.1f}", _num(v["checks_per_s"])]
+            for name, v in cpu.items()
+            if isinstance(v, dict)
+        ],
+    )
+    if cpu.get("note"):
+        lines += _para(cpu["note"])
+    if net:
+        lines += _para(
+            f"Network per check (1 limit): {net['in_bytes_per_check']:.0f} bytes in, "
+            f"{net['out_bytes_per_check']:.0f} bytes out (the packed EVALSHA alone: "
+            f"{net['packed_command_bytes']:.0f} bytes)."
+        )
+    if model:
+        a = model.get("assumptions", {})
+        lines += _para(
+            f"The model of [scaling.md](scaling.md): {a.get('clients', 0):,} active clients, "
+            f"{a.get('checks_per_s', 0):,} checks/s, each node planned at "
+            f"{a.get('cpu_headroom', 0):.0%} of its measured capacity:"
+        )
+        rows = []
+        for name in ("un-pipelined", "pipelined"):
+            m = model.get(name)
+            if m:
+                rows.append(
+                    [
+                        name,
+                        f"{m['server_cpu_us_per_check']:.1f}",
+                        _num(m["checks_per_s_per_node_at_full_cpu"]),
+                        str(m["nodes_for_target"]),
+                    ]
+                )
+        lines += _table(
+            ["clients send", "server CPU us per check", "checks/s per node (100% CPU)", "nodes"],
+            rows,
+        )
+        lines += _para(
+            f"Memory for the clients: {model.get('memory_bytes_for_clients', 0) / 2**20:.0f} MiB; "
+            f"network: {model.get('network_bytes_per_check', 0):.0f} bytes per check, "
+            f"{model.get('network_mbit_per_s', 0):.0f} Mbit/s in all."
+        )
+    return lines
 
 
 def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
@@ -589,7 +832,10 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
             "validation, an 8-field result tuple) and two more Python-level calls (`check` → "
             "`MemoryStore.apply` → `step`); `allow()` builds no result (`step(..., "
             "detail=False)` through `MemoryStore.allow`) but keeps the lock, the validation "
-            "and the calls. Past 100,000 keys, cache misses dominate and limiter leads."
+            "and the calls. Past 100,000 keys, cache misses dominate and limiter leads.",
+            "The floor (`bench/floor.py`) pays for the same lock, clock read and dict lookup "
+            "as `check()`, so the gap to it is the rest: the `check` -> `apply` -> `step` "
+            "calls, the validation and the result tuple (see the rows above).",
         )
         if core.get("profile"):
             lines += _para("cProfile of `check()` over 10,000 keys:") + _code(core["profile"])
@@ -612,7 +858,32 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
         lines += _para(
             "A check is one round trip, like a PING; the difference is the Lua script's run "
             "time on the server plus the client-side work (building ARGV, parsing the reply). "
-            "See the breakdown table in section 5."
+            "See the breakdown table in section 5: the PING row is redis-py's `Redis.ping()` "
+            "(its full command path), and the EVALSHA rows show what the script adds on the "
+            "server. With 1 asyncio task, auto-pipelining has nothing to batch, so the "
+            "`pipelining=False` comparison is within the run's noise either way."
+        )
+    if "flood" in missed and _data(results, "redis").get("deny_flood"):
+        lines += ["### Deny flood", ""]
+        lines += _para(
+            "`DenyCache` replays a denial without asking Redis until the denial's retry_after "
+            "or `max_stale` seconds, whichever comes first. `max_stale` (1 s by default) "
+            "bounds how stale a replayed denial can be: a `reset` from another process, or "
+            "a limit changed elsewhere, is seen within it. With the default, a key denied for "
+            "a minute therefore costs Redis about one call a second, not one a minute; "
+            "`max_stale=None` trades that bound for one call per retry_after window (the "
+            "other row of the targets)."
+        )
+    if "servers" in missed and _data(results, "servers"):
+        lines += ["### Real servers", ""]
+        lines += _para(
+            "A real server's request costs tens of microseconds of Python (HTTP parsing, the "
+            "framework, the response), so the middleware's few microseconds should cost a few "
+            "percent of requests/s (section 3 has the per-request overhead, measured in "
+            "process). The load generator shares the 2 cores with the server, and the machine "
+            "was shared with other jobs: with one short run per server (`--quick`) or a busy "
+            "machine, one run's noise is larger than the gap being measured. Judge this target "
+            "on the min-max range of a full run."
         )
     if "sweep" in missed and _data(results, "memory").get("sweep"):
         lines += ["### Sweeping", ""]
@@ -628,7 +899,8 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
     return lines
 
 
-def render(results: Dict[str, Any], docs: Path) -> List[Path]:
+def render(results: Dict[str, Any], docs: Path, page: str = "benchmarks.md") -> List[Path]:
+    """Write ``page`` and the ``bench-*.png`` charts into the directory ``docs``."""
     docs.mkdir(parents=True, exist_ok=True)
     written: List[Path] = []
     for fn, name in (
@@ -647,14 +919,17 @@ def render(results: Dict[str, Any], docs: Path) -> List[Path]:
     missed = sorted({t["key"] for t in tg if t["status"] == "MISSED"})
     m = results["machine"]
     only = ", ".join(
-        f"`{s}`" for s in ("core", "memory", "middleware", "servers", "redis", "sqlite")
+        f"`{s}`" for s in ("core", "memory", "middleware", "servers", "redis", "sqlite", "scaling")
     )
     lines = ["# Benchmarks", ""]
     lines += _para(
         "<!-- Generated by `python -m bench` from bench/results/latest.json. -->",
         "*This page is generated by the benchmark suite (`bench/`); edits are overwritten.*",
-        f"Reproduce: `{REPRODUCE}` (about 10 minutes; `python -m bench --quick` for a one-minute "
-        f"smoke run, `--only SECTION` for one section: {only}).",
+        f"Reproduce: `{REPRODUCE}` (about 10-15 minutes; without `--publish` the results "
+        "go to `bench/results/latest.json` and `latest.md` only; `python -m bench --quick` "
+        f"for a smoke run under a minute, `--only SECTION` for some sections: {only}). "
+        "Redis: the server at `REDIS_URL`, else a throwaway `redis-server` the bench starts "
+        "on a free loopback port, else the Redis rows say why they were not measured.",
         f"Run: {results['generated']}, `{results['command'].strip()}`, "
         f"{results['settings']['rounds']} rounds, {results['seconds']:.0f} s.",
         "Peers and limiter run in the same process run, interleaved (A B C, B C A, ...), and "
@@ -678,14 +953,25 @@ def render(results: Dict[str, Any], docs: Path) -> List[Path]:
             ["Python", m.get("python", "")],
             ["Redis server", m.get("redis_server", "")],
             ["wrk", m.get("wrk", "")],
+            [
+                "load average at the end (1, 5, 15 min)",
+                ", ".join(f"{x:.1f}" for x in m.get("load_average", [])) or "n/a",
+            ],
             ["packages", ", ".join(f"{k} {v}" for k, v in pk.items())],
             *import_cost_rows(m.get("import_cost")),
         ],
     )
-    for part in (md_core, md_memory, md_middleware, md_servers, md_redis, md_sqlite):
+    for part in (md_core, md_memory, md_middleware, md_servers, md_redis, md_sqlite, md_scaling):
         lines += part(results)
     lines += md_profiles(results, missed)
-    out = docs / "benchmarks.md"
+    out = docs / page
     out.write_text("\n".join(lines).rstrip() + "\n")
     written.append(out)
+    scaling = results["sections"].get("scaling") or {}
+    if scaling.get("status") == "ok":
+        from .scaling_doc import page as scaling_page
+
+        text = scaling_page(scaling["data"], results["generated"], results["command"].strip())
+        (docs / "scaling.md").write_text(text.rstrip() + "\n")
+        written.append(docs / "scaling.md")
     return written

@@ -1,7 +1,9 @@
-"""The command: ``python -m bench [--only SECTION ...] [--rounds N] [--quick]``.
+"""The command: ``python -m bench [--only SECTION ...] [--rounds N] [--quick] [--publish]``.
 
-Runs the sections, writes ``bench/results/latest.json`` and renders
-``docs/benchmarks.md`` and ``docs/bench-*.png`` from it.
+Runs the sections, writes ``bench/results/latest.json`` and renders it beside
+itself as ``latest.md`` (charts ``bench-*.png`` in the same directory).  Only
+``--publish`` renders into ``docs/benchmarks.md`` and ``docs/bench-*.png``.
+Redis: see ``bench/redisenv.py`` (``REDIS_URL``, else a throwaway server).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from . import redisenv
 from .common import Progress, Settings, Unavailable, new_section
 from .peers import version
 
@@ -33,6 +36,7 @@ SECTIONS: Dict[str, str] = {
     "servers": "bench.servers",
     "redis": "bench.redis_bench",
     "sqlite": "bench.sqlite_bench",
+    "scaling": "bench.scaling",
 }
 
 DISTS = [
@@ -72,13 +76,6 @@ def machine(import_cost_runs: int = 0) -> Dict[str, Any]:
             mem = int(f.readline().split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    redis_version = ""
-    try:
-        import redis
-
-        redis_version = str(redis.Redis(socket_timeout=1).info("server")["redis_version"])
-    except Exception:
-        redis_version = "unreachable"
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -86,8 +83,10 @@ def machine(import_cost_runs: int = 0) -> Dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "packages": {dist: version(dist) for dist in DISTS},
-        "redis_server": redis_version,
+        "redis_server": redisenv.describe(),
         "wrk": _which("wrk"),
+        # Other jobs on the machine: the 1, 5 and 15 minute load averages at the end.
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
         "import_cost": _import_cost(import_cost_runs),
     }
 
@@ -136,6 +135,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         prog="python -m bench",
         description="limiter side by side with limits, pyrate-limiter, token-bucket, "
         "slowapi and flask-limiter.",
+        epilog="Redis: the server at REDIS_URL if set, else a throwaway redis-server on a "
+        "free loopback port (if the binary is on PATH), else the Redis rows say why they "
+        "were not measured. Nothing else is ever contacted.",
     )
     parser.add_argument(
         "--only",
@@ -145,42 +147,68 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         help=f"run only this section (repeatable): {', '.join(SECTIONS)}",
     )
     parser.add_argument("--rounds", type=int, default=None, help="rounds per comparison")
-    parser.add_argument("--quick", action="store_true", help="small sizes: a ~1 minute smoke run")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes and fewer rounds: under a minute"
+    )
+    # The smoke test's mode: a few hundred operations, no servers.
+    parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="also render docs/benchmarks.md, docs/scaling.md and docs/bench-*.png "
+        "(otherwise only the results directory is written)",
+    )
     parser.add_argument("--no-peers", action="store_true", help="measure limiter alone")
-    parser.add_argument("--no-render", action="store_true", help="write JSON only")
+    parser.add_argument("--no-render", action="store_true", help="write the JSON only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
-        "--output", type=Path, default=RESULTS / "latest.json", help="results JSON path"
+        "--output",
+        type=Path,
+        default=RESULTS / "latest.json",
+        help="results JSON path; the Markdown report is written beside it "
+        "(latest.json -> latest.md)",
     )
     parser.add_argument(
         "--render-only",
         action="store_true",
-        help="re-render docs from the results JSON without measuring",
+        help="render again from the results JSON without measuring (with --publish: into docs/)",
     )
     return parser.parse_args(argv)
+
+
+def _render(results: Dict[str, Any], output: Path, publish: bool) -> None:
+    from .report import render
+
+    paths = render(results, output.parent, page=output.with_suffix(".md").name)
+    if publish:
+        paths += render(results, DOCS)
+    for path in paths:
+        print(f"wrote {path}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.render_only:
-        from .report import render
-
-        render(json.loads(args.output.read_text()), DOCS)
+        _render(json.loads(args.output.read_text()), args.output, args.publish)
         return 0
-    rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
-    settings = Settings(rounds=max(1, rounds), quick=args.quick, with_peers=not args.no_peers)
-    names = args.only or list(SECTIONS)
+    rounds = args.rounds if args.rounds is not None else (3 if args.quick or args.tiny else 5)
+    settings = Settings(
+        rounds=max(1, rounds), quick=args.quick, tiny=args.tiny, with_peers=not args.no_peers
+    )
+    names = args.only or [name for name in SECTIONS if not (args.tiny and name == "servers")]
     progress = Progress(enabled=not args.no_progress)
     started = time.perf_counter()
     try:
         sections = run_sections(names, settings, progress)
+        setup = machine(import_cost_runs=0 if args.tiny else (1 if settings.quick else 5))
     finally:
         progress.close()
+        redisenv.close()
     results: Dict[str, Any] = {
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
-        "settings": {"rounds": settings.rounds, "quick": settings.quick},
-        "machine": machine(import_cost_runs=3 if settings.quick else 5),
+        "settings": {"rounds": settings.rounds, "quick": settings.quick, "tiny": settings.tiny},
+        "machine": setup,
         "seconds": round(time.perf_counter() - started, 1),
         "sections": sections,
     }
@@ -197,8 +225,5 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.output.write_text(json.dumps(results, indent=1, default=str))
     print(f"results: {args.output}")
     if not args.no_render:
-        from .report import render
-
-        for path in render(results, DOCS):
-            print(f"wrote {path}")
+        _render(results, args.output, args.publish)
     return 0

@@ -2,9 +2,12 @@
 
 uvicorn + Starlette (bare, with ``limiter``'s ASGI middleware, with slowapi)
 and gunicorn + Flask (bare, with ``limiter``'s WSGI middleware, with
-flask-limiter), one worker each.  The load generator is ``wrk`` when it is on
-PATH, else a small asyncio HTTP/1.1 client (which is itself slower than the
-servers: its figures compare the servers with each other, nothing more).
+flask-limiter), one worker each; then uvicorn + Starlette with ``limiter``'s
+middleware on ``AsyncRedisStore`` beside slowapi, both on this run's one Redis
+(``bench/redisenv.py``) with the same connection settings.  The load
+generator is ``wrk`` when it is on PATH, else a small asyncio HTTP/1.1
+client (which is itself slower than the servers: its figures compare the
+servers with each other, nothing more).
 Every server is started once; rounds run them in turn (A B C A B C ...).
 """
 
@@ -22,6 +25,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import redisenv
 from .common import Measure, Progress, Settings, Unavailable, interleave, new_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +49,22 @@ SERVERS: Dict[str, Tuple[str, str, str, str]] = {
         "flask-limiter",
         "flask_limiter",
     ),
+    "uvicorn+starlette+limiter(redis)": (
+        "uvicorn",
+        "starlette_ours_redis",
+        "tokenlimiter",
+        "redis",
+    ),
+    "uvicorn+starlette+slowapi(redis)": ("uvicorn", "starlette_slowapi_redis", "slowapi", "redis"),
+}
+
+#: Servers that need this run's Redis.
+ON_REDIS = {name for name, spec in SERVERS.items() if spec[3] == "redis"}
+
+#: The bare app each server is compared with, and the least share of its requests/s it must keep.
+TARGETS = {
+    "uvicorn+starlette+limiter": ("uvicorn+starlette", 0.93),
+    "gunicorn+flask+limiter": ("gunicorn+flask", 0.95),
 }
 
 
@@ -179,13 +199,17 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     section = new_section("servers")
     generator = "wrk" if shutil.which("wrk") else "python"
     load = wrk if generator == "wrk" else python_load
-    seconds = 5.0 if not settings.quick else 1.5
-    rounds = min(settings.rounds, 3)
+    # --quick: one short round, and only our rows with their bare twins (no peers)
+    # so that the whole quick run stays under a minute.
+    seconds = 5.0 if not settings.quick else 1.0
+    rounds = min(settings.rounds, 3) if not settings.quick else 1
     procs: Dict[str, subprocess.Popen[bytes]] = {}
     ports: Dict[str, int] = {}
     try:
         for name, (server, factory, library, needs) in SERVERS.items():
-            if library not in ("", "tokenlimiter") and not settings.with_peers:
+            if library not in ("", "tokenlimiter") and (not settings.with_peers or settings.quick):
+                continue
+            if name in ON_REDIS and settings.quick:
                 continue
             try:
                 __import__(server)
@@ -193,6 +217,12 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             except ImportError as exc:
                 section["notes"].append(f"{name}: not available in this tree ({exc})")
                 continue
+            if name in ON_REDIS:
+                try:
+                    redisenv.url()  # exported to the servers as BENCH_REDIS_URL
+                except Unavailable as exc:
+                    section["notes"].append(f"{name}: not measured, {exc}")
+                    continue
             port = _free_port()
             proc = subprocess.Popen(
                 _command(server, factory, port),
@@ -212,7 +242,8 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             )
         progress.plan(len(ports))
         for name, port in ports.items():
-            load(port, 1.0)  # warm-up
+            if not settings.quick:  # --quick: a smoke run, its one round warms up too
+                load(port, 1.0)
             progress.step(f"servers: warm-up {name}")
         details: Dict[str, List[Dict[str, float]]] = {name: [] for name in ports}
 
@@ -247,6 +278,7 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
                 ).as_dict()
             )
         section["data"] = {
+            "redis": redisenv.origin() if ON_REDIS & set(ports) else "",
             "generator": generator,
             "connections": CONNECTIONS,
             "seconds_per_run": seconds,

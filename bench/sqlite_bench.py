@@ -71,8 +71,8 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     except ImportError as exc:
         raise Unavailable(f"limiter.backends.sqlite not available in this tree ({exc})") from None
     section = new_section("sqlite")
-    seconds = settings.scale(3.0, 1.0, 0.2)
-    rounds = max(1, min(settings.rounds, 3))
+    seconds = settings.scale(3.0, 0.5, 0.2)
+    rounds = 1 if settings.quick or settings.tiny else max(1, min(settings.rounds, 3))
     with tempfile.TemporaryDirectory(prefix="bench-sqlite-") as tmp:
         path = os.path.join(tmp, "limiter.db")
         _processes(path, 1, 0.2)  # create the schema once

@@ -1,14 +1,18 @@
-"""Smoke test of the benchmark suite: the core section in tiny mode yields well-formed results.
+"""Smoke test of the benchmark suite: tiny runs yield well-formed results in a results dir.
 
 No timing is asserted: only that every measurement has samples, positive figures
-and the fields ``docs/benchmarks.md`` is rendered from.
+and the fields ``docs/benchmarks.md`` is rendered from, that a run writes its
+JSON and Markdown where it is told, and that only ``--publish`` touches docs/.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sys
 from pathlib import Path
+from typing import Dict
 
 import pytest
 
@@ -19,17 +23,32 @@ bench_common = pytest.importorskip("bench.common")
 bench_core = pytest.importorskip("bench.core")
 
 
-def test_core_section_tiny_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fast_libs(monkeypatch: pytest.MonkeyPatch) -> None:
     from bench import peers
 
     # Peers are optional here: keep those importable, and never the slow ones.
     monkeypatch.setattr(peers, "LIBS", [lib for lib in peers.LIBS if lib.id != "pyrate"])
     monkeypatch.setattr(bench_core, "LIBS", peers.LIBS)
+
+
+def _docs_state() -> Dict[str, str]:
+    docs = ROOT / "docs"
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(docs.iterdir())
+        if p.name in ("benchmarks.md", "scaling.md")
+        or (p.name.startswith("bench-") and p.suffix == ".png")
+    }
+
+
+def test_core_section_tiny_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fast_libs(monkeypatch)
     settings = bench_common.Settings(rounds=1, tiny=True)
     section = bench_core.run(settings, bench_common.Progress(enabled=False))
     assert section["name"] == "core" and section["status"] == "ok"
     ids = {m["id"] for m in section["measures"]}
     assert {"core/1/ours.check", "core/1/ours.allow", "core/100/ours.check"} <= ids
+    assert {"core/1/floor", "core/100/floor"} <= ids  # the floor is published beside the peers
     for m in section["measures"]:
         assert m["unit"] == "ops/s"
         assert len(m["samples"]) == 1, m
@@ -37,6 +56,45 @@ def test_core_section_tiny_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> No
         assert m["min"] <= m["median"] <= m["max"]
     curve = section["data"]["ns_per_op_by_keys"]["ours.check"]
     assert set(curve) == {"1", "100"}
+
+
+def test_floor_bucket_admits_exactly_burst_then_denies() -> None:
+    from bench.floor import FloorBucket
+
+    bucket = FloorBucket(rate=1e-9, burst=3)
+    assert [bucket.allow("k") for _ in range(5)] == [True, True, True, False, False]
+    assert bucket.allow("other") is True
+    with pytest.raises(ValueError, match="rate=0"):
+        FloorBucket(rate=0, burst=1)
+
+
+def test_run_writes_results_dir_and_never_docs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import report, run
+
+    _fast_libs(monkeypatch)
+    for chart in ("chart_throughput", "chart_overhead", "chart_keys"):  # slow; rendered below
+        monkeypatch.setattr(report, chart, lambda results, path: None)
+    monkeypatch.setattr(run, "DOCS", tmp_path / "must-not-exist")
+    before = _docs_state()
+    output = tmp_path / "results" / "latest.json"
+    argv = ["--tiny", "--rounds", "1", "--only", "core", "--no-progress", "--output", str(output)]
+    assert run.main(argv) == 0
+    results = json.loads(output.read_text())
+    assert results["settings"]["tiny"] is True
+    assert set(results["sections"]) == {"core"}
+    md = (output.parent / "latest.md").read_text()
+    assert md.startswith("# Benchmarks\n")
+    assert "python -m bench --publish" in md
+    assert not (tmp_path / "must-not-exist").exists()
+    assert _docs_state() == before
+
+    # --publish renders the same page into the docs directory (a temporary one here).
+    assert run.main([*argv, "--render-only", "--publish"]) == 0
+    published = (tmp_path / "must-not-exist" / "benchmarks.md").read_text()
+    assert published == md
+    assert _docs_state() == before
 
 
 def test_report_renders_targets_from_partial_results(tmp_path: Path) -> None:
@@ -54,10 +112,72 @@ def test_report_renders_targets_from_partial_results(tmp_path: Path) -> None:
     }
     targets = report.targets(results)
     assert targets and all(t["status"] in ("MET", "MISSED", "NOT MEASURED") for t in targets)
+    names = {t["target"]: t["status"] for t in targets}
+    # Targets of sections that did not run are listed, not dropped.
+    flood = "deny flood on Redis: checks/s with DenyCache (defaults) >= 10x without"
+    assert names[flood] == "NOT MEASURED"
+    assert names["uvicorn+starlette+limiter >= 0.93x the requests/s of uvicorn+starlette"] == (
+        "NOT MEASURED"
+    )
+    assert names["check() <= 2x the time of the floor bucket (hot key)"] in ("MET", "MISSED")
     text = report.md_core(results)
     assert any("limiter check()" in line for line in text)
     # The whole page renders too (charts are optional: matplotlib is in the bench extra).
-    assert tmp_path / "benchmarks.md" in report.render(results, tmp_path)
-    md = (tmp_path / "benchmarks.md").read_text()
+    assert tmp_path / "latest.md" in report.render(results, tmp_path, page="latest.md")
+    md = (tmp_path / "latest.md").read_text()
     assert "## 1. In-memory operations per second\n\nLimit: " in md
     assert "## 5. Redis\n\nNot run in this run (`--only`).\n" in md
+    assert "## 7. Scaling: what a check costs the Redis server\n\nNot run" in md
+
+
+def test_scaling_model_and_page_show_the_measured_figures() -> None:
+    from bench import scaling, scaling_doc
+
+    figures = {
+        "lua": {"1 limit": {"usec_per_call": 10.0}, "3 limits": {"usec_per_call": 25.0}},
+        "server_cpu": {
+            "sequential (one connection)": {"server_cpu_us_per_check": 20.0, "checks_per_s": 9e3},
+            "asyncio, 64 tasks, auto-pipelining": {
+                "server_cpu_us_per_check": 12.5,
+                "checks_per_s": 2e4,
+            },
+        },
+        "memory": {"1 limit": {"used_memory_per_client": 120.0, "memory_usage_per_key": 100.0}},
+        "network": {"in_bytes_per_check": 120.0, "out_bytes_per_check": 30.0},
+    }
+    model = scaling.model(figures)
+    # 20 us per check: 50,000 checks/s per node, planned at half: 4 nodes for 100,000/s.
+    assert model["un-pipelined"]["nodes_for_target"] == 4
+    assert model["pipelined"]["nodes_for_target"] == 3  # 80,000/s per node, 40,000 planned
+    assert model["network_mbit_per_s"] == 120.0  # 150 bytes x 100,000/s x 8
+    figures["model"] = model
+    text = scaling_doc.page(figures, "now", "python -m bench --only scaling")
+    assert "| masters for 100,000 checks/s | **4** | **3** |" in text
+    assert "| Lua, 1 limit | 10.0 |" in text
+
+
+def test_redis_is_only_redis_url_or_a_throwaway(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import redisenv
+    from bench.common import Unavailable
+
+    redisenv.close()
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens on port 1
+    with pytest.raises(Unavailable, match=r"redis://127\.0\.0\.1:1/0"):
+        redisenv.url()
+    assert "proc" not in redisenv._state  # no server started when REDIS_URL is given
+    redisenv.close()
+
+    pytest.importorskip("redis")
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    monkeypatch.delenv("REDIS_URL")
+    try:
+        url = redisenv.url()
+        assert url.startswith("redis://127.0.0.1:") and ":6379/" not in url
+        assert redisenv.sync_client().ping() is True
+        proc = redisenv._state["proc"]
+    finally:
+        redisenv.close()
+    assert proc.poll() is not None  # the throwaway is stopped with the run
