@@ -258,18 +258,8 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     samples = interleave(
         {k: _us_per_call(v, n) for k, v in ops.items()}, rounds, progress, "redis sync"
     )
-    for name, values in samples.items():
-        section["measures"].append(
-            Measure(
-                id=f"redis/sync/{name}",
-                label=name,
-                library="redis" if name == "PING" else _lib(name),
-                unit="us/op",
-                samples=values,
-                group="sequential, one connection",
-                note=f"{trips.get(name, float('nan')):g} round trips per op",
-            ).as_dict()
-        )
+    notes = {name: f"{trips.get(name, float('nan')):g} round trips per op" for name in samples}
+    _add_measures(section, samples, "redis/sync", "us/op", "sequential, one connection", notes)
     vs_ping = {
         name: _summary(ratios(values, samples["PING"]))
         for name, values in samples.items()
@@ -306,18 +296,8 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             f"redis async x{tasks}",
             lambda name, exc, errors=errors: errors.update({name: repr(exc)}),
         )
-        for name, values in asamples.items():
-            section["measures"].append(
-                Measure(
-                    id=f"redis/async{tasks}/{name}",
-                    label=name,
-                    library="redis" if name == "PING" else _lib(name),
-                    unit="ops/s",
-                    samples=values,
-                    group=f"asyncio, {tasks} task{'s' if tasks > 1 else ''}",
-                    note=errors.get(name, ""),
-                ).as_dict()
-            )
+        group = f"asyncio, {tasks} task{'s' if tasks > 1 else ''}"
+        _add_measures(section, asamples, f"redis/async{tasks}", "ops/s", group, errors)
         # ratios of throughputs: > 1 means more ops/s than the other row
         async_data[str(tasks)] = {
             other: {
@@ -483,6 +463,29 @@ def _breakdown(n: int, rounds: int, progress: Progress) -> Dict[str, float]:
         {k: _us_per_call(v, n) for k, v in ops.items()}, rounds, progress, "redis profile"
     )
     return {k: sorted(v)[len(v) // 2] for k, v in samples.items() if v}
+
+
+def _add_measures(
+    section: Dict[str, Any],
+    samples: Dict[str, List[float]],
+    prefix: str,
+    unit: str,
+    group: str,
+    notes: Dict[str, str],
+) -> None:
+    """A measure per row of ``samples`` (PING: redis-py's), noted ``notes[name]`` if any."""
+    for name, values in samples.items():
+        section["measures"].append(
+            Measure(
+                id=f"{prefix}/{name}",
+                label=name,
+                library="redis" if name == "PING" else _lib(name),
+                unit=unit,
+                samples=values,
+                group=group,
+                note=notes.get(name, ""),
+            ).as_dict()
+        )
 
 
 def _lib(name: str) -> str:

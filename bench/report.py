@@ -809,6 +809,71 @@ def md_scaling(sec: Section) -> List[str]:
     return lines
 
 
+# The missed targets whose explanation is prose alone, in the order md_profiles gives them:
+# (target, results section, the field it needs (None: the section ran), heading, text).
+_WHY_MISSED: List[Tuple[str, str, Optional[str], str, str]] = [
+    (
+        "redis",
+        "redis",
+        "breakdown",
+        "Redis",
+        (
+            "A check is one round trip, like a PING; the difference is the Lua script's run "
+            "time on the server plus the client-side work (building ARGV, parsing the reply). "
+            "See the breakdown table in section 5: the PING row is redis-py's `Redis.ping()` "
+            "(its full command path), and the EVALSHA rows show what the script adds on the "
+            "server. With 1 asyncio task, auto-pipelining has nothing to batch, so the "
+            "`pipelining=False` comparison is within the run's noise either way."
+        ),
+    ),
+    (
+        "flood",
+        "redis",
+        "deny_flood",
+        "Deny flood",
+        (
+            "`DenyCache` replays a denial without asking Redis until the denial's retry_after "
+            "or `max_stale` seconds, whichever comes first. `max_stale` (1 s by default) "
+            "bounds how stale a replayed denial can be: a `reset` from another process, or "
+            "a limit changed elsewhere, is seen within it. With the default, a key denied for "
+            "a minute therefore costs Redis about one call a second, not one a minute; "
+            "`max_stale=None` trades that bound for one call per retry_after window (the "
+            "other row of the targets)."
+        ),
+    ),
+    (
+        "servers",
+        "servers",
+        None,
+        "Real servers",
+        (
+            "A real server's request costs tens of microseconds of Python (HTTP parsing, the "
+            "framework, the response), so the middleware's few microseconds should cost a few "
+            "percent of requests/s (section 3 has the per-request overhead, measured in "
+            "process). The load generator shares the 2 cores with the server, and the machine "
+            "was shared with other jobs: with one short run per server (`--quick`) or a busy "
+            "machine, one run's noise is larger than the gap being measured. Judge this target "
+            "on the min-max range of a full run."
+        ),
+    ),
+    (
+        "sweep",
+        "memory",
+        "sweep",
+        "Sweeping",
+        (
+            "`MemoryStore.sweep` walks each generation's order list in slices of 2,048 keys, "
+            "deletes full buckets in place (no copy of the key set, no dict resize under the "
+            "lock: each lock hold is about 1.5 ms) and yields with `time.sleep(0)` between "
+            "slices, since `threading.Lock` is not fair. What remains of the worst case is "
+            "CPython's thread scheduling: while the sweeper runs Python code, a thread that "
+            "wants the GIL waits up to the switch interval (5 ms), and a check can be "
+            "preempted more than once; the p99 stays in microseconds."
+        ),
+    ),
+]
+
+
 def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
     """Why each missed target was missed, with the profile measured for it."""
     if not missed:
@@ -853,49 +918,11 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
             "cProfile of the ASGI adapter around a raw ASGI app:",
         )
         lines += _code(mw["profile"])
-    if "redis" in missed and _data(results, "redis").get("breakdown"):
-        lines += ["### Redis", ""]
-        lines += _para(
-            "A check is one round trip, like a PING; the difference is the Lua script's run "
-            "time on the server plus the client-side work (building ARGV, parsing the reply). "
-            "See the breakdown table in section 5: the PING row is redis-py's `Redis.ping()` "
-            "(its full command path), and the EVALSHA rows show what the script adds on the "
-            "server. With 1 asyncio task, auto-pipelining has nothing to batch, so the "
-            "`pipelining=False` comparison is within the run's noise either way."
-        )
-    if "flood" in missed and _data(results, "redis").get("deny_flood"):
-        lines += ["### Deny flood", ""]
-        lines += _para(
-            "`DenyCache` replays a denial without asking Redis until the denial's retry_after "
-            "or `max_stale` seconds, whichever comes first. `max_stale` (1 s by default) "
-            "bounds how stale a replayed denial can be: a `reset` from another process, or "
-            "a limit changed elsewhere, is seen within it. With the default, a key denied for "
-            "a minute therefore costs Redis about one call a second, not one a minute; "
-            "`max_stale=None` trades that bound for one call per retry_after window (the "
-            "other row of the targets)."
-        )
-    if "servers" in missed and _data(results, "servers"):
-        lines += ["### Real servers", ""]
-        lines += _para(
-            "A real server's request costs tens of microseconds of Python (HTTP parsing, the "
-            "framework, the response), so the middleware's few microseconds should cost a few "
-            "percent of requests/s (section 3 has the per-request overhead, measured in "
-            "process). The load generator shares the 2 cores with the server, and the machine "
-            "was shared with other jobs: with one short run per server (`--quick`) or a busy "
-            "machine, one run's noise is larger than the gap being measured. Judge this target "
-            "on the min-max range of a full run."
-        )
-    if "sweep" in missed and _data(results, "memory").get("sweep"):
-        lines += ["### Sweeping", ""]
-        lines += _para(
-            "`MemoryStore.sweep` walks each generation's order list in slices of 2,048 keys, "
-            "deletes full buckets in place (no copy of the key set, no dict resize under the "
-            "lock: each lock hold is about 1.5 ms) and yields with `time.sleep(0)` between "
-            "slices, since `threading.Lock` is not fair. What remains of the worst case is "
-            "CPython's thread scheduling: while the sweeper runs Python code, a thread that "
-            "wants the GIL waits up to the switch interval (5 ms), and a check can be "
-            "preempted more than once; the p99 stays in microseconds."
-        )
+    for target, section, field, title, text in _WHY_MISSED:
+        data = _data(results, section)
+        if target in missed and (data.get(field) if field else data):
+            lines += [f"### {title}", ""]
+            lines += _para(text)
     return lines
 
 

@@ -293,21 +293,26 @@ def test_sqlite_store(tmp_path: Path) -> None:
         store.close()
 
 
+def admitted_by_threads(limiter: RateLimiter, threads: int, checks: int) -> int:
+    """How many of ``checks`` checks of key "k" in each of ``threads`` threads at once pass."""
+    admitted: List[int] = []
+
+    def hammer() -> None:
+        admitted.append(sum(limiter.check("k").allowed for _ in range(checks)))
+
+    running = [threading.Thread(target=hammer) for _ in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    return sum(admitted)
+
+
 def test_threads_admit_exactly_count(tmp_path: Path) -> None:
     for store in (MemoryStore(), SQLiteStore(str(tmp_path / "t.db"))):
         clock = ManualClock(ts(2024, 5, 10, 12))
         limiter = RateLimiter(Quota(300, per="month"), store=store, clock=clock)
-        admitted: List[int] = []
-
-        def hammer(limiter: RateLimiter = limiter, admitted: List[int] = admitted) -> None:
-            admitted.append(sum(limiter.check("k").allowed for _ in range(100)))
-
-        threads = [threading.Thread(target=hammer) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sum(admitted) == 300
+        assert admitted_by_threads(limiter, threads=8, checks=100) == 300
         if isinstance(store, SQLiteStore):
             store.close()
 
@@ -346,17 +351,7 @@ def test_redis_threads_admit_exactly_count(client: Any) -> None:
     clock = ManualClock(ts(2024, 5, 10, 12))
     store = RedisStore(client, prefix=unique_prefix())
     limiter = RateLimiter(["1000/second", Quota(150, per="day")], store=store, clock=clock)
-    admitted: List[int] = []
-
-    def hammer() -> None:
-        admitted.append(sum(limiter.check("k").allowed for _ in range(50)))
-
-    threads = [threading.Thread(target=hammer) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sum(admitted) == 150
+    assert admitted_by_threads(limiter, threads=6, checks=50) == 150
 
 
 QUOTAS = st.sampled_from(

@@ -648,6 +648,25 @@ def test_async_malformed_reply_and_a_sync_only_fallback() -> None:
 # never reused.
 
 
+_NAME = "limiter-close-test"  # the store's connections, as CLIENT LIST names them
+
+
+@pytest.fixture
+def admin(server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the test's own, beside the store's: it pauses, kills and counts them."""
+    client = server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def named_client(server: RedisServer) -> Iterator[redis.Redis]:
+    """A client whose connections ``CLIENT LIST`` shows by name (see _store_connections)."""
+    client = server.client(client_name=_NAME)
+    yield client
+    client.close()
+
+
 class _ThroughClient:
     """A client the fast path does not recognise: every check goes through ``evalsha``."""
 
@@ -699,10 +718,11 @@ def test_fast_path_restart_is_a_store_error_then_a_fresh_connection(server: Redi
     assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(2)] == [4, 3]
 
 
-def test_fast_path_honours_socket_timeout_and_drops_the_late_reply(server: RedisServer) -> None:
+def test_fast_path_honours_socket_timeout_and_drops_the_late_reply(
+    server: RedisServer, admin: redis.Redis
+) -> None:
     store = RedisStore(short_timeouts(server), prefix="app:")
     assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(2)] == [4, 3]
-    admin = server.client()
     admin.execute_command("CLIENT", "PAUSE", 800)  # every other client's commands wait
     seconds, error = timed(lambda: store.apply("k", LIMIT, 0, T0))  # a peek: charges nothing
     assert 0.15 < seconds < 0.75, seconds  # one socket_timeout (0.2 s), no retry
@@ -711,14 +731,14 @@ def test_fast_path_honours_socket_timeout_and_drops_the_late_reply(server: Redis
     # The connection that timed out was dropped with the late reply unread: the
     # next check reads its own reply (remaining 2), not the peek's (3).
     assert store.apply("k", LIMIT, 1, T0).remaining == 2
-    admin.close()
 
 
-def test_fast_path_recovers_transparently_from_client_kill(server: RedisServer) -> None:
+def test_fast_path_recovers_transparently_from_client_kill(
+    server: RedisServer, admin: redis.Redis
+) -> None:
     client = short_timeouts(server)
     store = RedisStore(client, prefix="app:")
     assert store.apply("k", LIMIT, 1, T0).remaining == 4
-    admin = server.client()
     assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
     # The store sees the idle connection closed (one poll() before each use)
     # and reconnects: the check goes through, as the client's pool would do.
@@ -726,10 +746,9 @@ def test_fast_path_recovers_transparently_from_client_kill(server: RedisServer) 
     admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
     store.ping()
     assert store.apply("k", LIMIT, 1, T0).remaining == 2
-    admin.close()
 
 
-def test_fast_path_threads_get_exact_counts(server: RedisServer) -> None:
+def test_fast_path_threads_get_exact_counts(server: RedisServer, admin: redis.Redis) -> None:
     store = RedisStore(server.client(), prefix="app:")
     limit = Limit(0.001, 1000)  # a frozen clock: nothing refills
     admitted: List[int] = []
@@ -746,18 +765,15 @@ def test_fast_path_threads_get_exact_counts(server: RedisServer) -> None:
         thread.join(60)
     assert sum(admitted) == 1000 and len(admitted) == 8
     # At most one connection per thread, each used by one thread at a time.
-    admin = server.client()
     assert len(admin.client_list()) <= 8 + 1
-    admin.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_fast_path_is_fork_safe(server: RedisServer) -> None:
+def test_fast_path_is_fork_safe(server: RedisServer, admin: redis.Redis) -> None:
     """gunicorn --preload: a store used in the parent goes on working in forked children."""
     store = RedisStore(short_timeouts(server), prefix="app:")
     limit = Limit(0.001, 100)
     assert store.apply("hot", limit, 30, T0).remaining == 70  # the parent holds a connection
-    admin = server.client()
     admin.ping()
     received = int(admin.info("stats")["total_connections_received"])
     read, write = os.pipe()
@@ -781,7 +797,6 @@ def test_fast_path_is_fork_safe(server: RedisServer) -> None:
     # down): the parent reconnects nothing, and the counts are shared.
     assert [store.apply("hot", limit, 1, T0).allowed for _ in range(21)] == [True] * 20 + [False]
     assert int(admin.info("stats")["total_connections_received"]) == received + 1
-    admin.close()
 
 
 # -- review of the fast path: instrumented clients, no poll(), close() -------------------
@@ -826,7 +841,7 @@ def test_fast_path_skips_a_client_patched_on_the_instance(server: RedisServer) -
 
 
 def test_fast_path_without_poll_reconnects_a_connection_closed_while_idle(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, admin: redis.Redis
 ) -> None:
     """Where ``select.poll`` is missing (Windows), ``can_read()`` tests the idle connection."""
     from limiter.backends import _redis_conn
@@ -834,47 +849,49 @@ def test_fast_path_without_poll_reconnects_a_connection_closed_while_idle(
     monkeypatch.setattr(_redis_conn, "_HAS_POLL", False)
     store = RedisStore(short_timeouts(server), prefix="app:")
     assert store.apply("k", LIMIT, 1, T0).remaining == 4
-    admin = server.client()
     assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
     assert store.apply("k", LIMIT, 1, T0).remaining == 3  # reconnected, not a StoreError
-    admin.close()
 
 
-def _store_connections(admin: redis.Redis, name: str) -> int:
-    return sum(1 for c in admin.client_list() if c.get("name") == name)
+def _store_connections(admin: redis.Redis, expect: int) -> int:
+    """The named client's connections in ``CLIENT LIST``, once they are ``expect`` (or after 10 s).
+
+    A socket closed by the client is seen by the server on a later pass over
+    its events, possibly after the ``CLIENT LIST`` that follows the close: ask
+    again (each call a round trip, no sleep) until the count settles.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        found = sum(1 for c in admin.client_list() if c.get("name") == _NAME)
+        if found == expect or time.monotonic() > deadline:
+            return found
 
 
 def test_close_disconnects_the_fast_path_connections_and_the_store_reconnects(
-    server: RedisServer,
+    named_client: redis.Redis, admin: redis.Redis
 ) -> None:
-    client = server.client(client_name="limiter-close-test")
-    store = RedisStore(client, prefix="app:")
-    admin = server.client()
+    store = RedisStore(named_client, prefix="app:")
     assert store.apply("k", LIMIT, 1, T0).remaining == 4
-    assert _store_connections(admin, "limiter-close-test") == 1
+    assert _store_connections(admin, 1) == 1
     store.close()
-    assert _store_connections(admin, "limiter-close-test") == 0
+    assert _store_connections(admin, 0) == 0
     store.close()  # twice is fine
     assert store.apply("k", LIMIT, 1, T0).remaining == 3  # reconnects
-    assert _store_connections(admin, "limiter-close-test") == 1
+    assert _store_connections(admin, 1) == 1
     store.close()
-    assert _store_connections(admin, "limiter-close-test") == 0
+    assert _store_connections(admin, 0) == 0
     # The client is the caller's: close() leaves it working.
-    assert client.ping()
+    assert named_client.ping()
     # A store on the client's own path has nothing of its own to close.
-    slow = RedisStore(_ThroughClient(client), prefix="app:")
+    slow = RedisStore(_ThroughClient(named_client), prefix="app:")
     slow.close()
     assert slow.apply("k", LIMIT, 1, T0).remaining == 2
-    admin.close()
-    client.close()
 
 
 def test_close_while_a_check_is_in_flight_disconnects_it_when_it_ends(
-    server: RedisServer,
+    named_client: redis.Redis, admin: redis.Redis
 ) -> None:
-    client = server.client(client_name="limiter-inflight-test")
-    store = RedisStore(client, prefix="app:")
-    admin = server.client()
+    store = RedisStore(named_client, prefix="app:")
     assert store.apply("k", LIMIT, 1, T0).remaining == 4
     admin.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
     results: List[int] = []
@@ -889,6 +906,4 @@ def test_close_while_a_check_is_in_flight_disconnects_it_when_it_ends(
     admin.execute_command("CLIENT", "UNPAUSE")
     thread.join(30)
     assert results == [3]
-    assert _store_connections(admin, "limiter-inflight-test") == 0
-    admin.close()
-    client.close()
+    assert _store_connections(admin, 0) == 0

@@ -270,11 +270,9 @@ class DenyCache:
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
         """The store's ``apply``, or the replay of its last denial of this check."""
-        entry = self._entries.get(key) if key.__class__ is str else None
-        if entry is not None and not entry.many:
-            replayed = self._replay(entry, (limit,), cost, now)
-            if replayed is not None:
-                return replayed
+        replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
+        if replayed is not None:
+            return replayed
         if cost.__class__ is Refund:
             try:
                 refunded: RateLimitResult = self.store.apply(key, limit, cost, now)
@@ -292,11 +290,9 @@ class DenyCache:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
         ckey = self._tuple_key(keys)
         limits = tuple(limits)
-        entry = None if ckey is None else self._entries.get(ckey)
-        if entry is not None and entry.many:
-            replayed = self._replay(entry, limits, cost, now)
-            if replayed is not None:
-                return replayed
+        replayed = self._replay(ckey, True, limits, cost, now)
+        if replayed is not None:
+            return replayed
         if cost.__class__ is Refund:
             try:
                 refunded: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
@@ -330,11 +326,9 @@ class DenyCache:
         self, key: str, limit: Limit, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio: the store's ``aapply``, or a replay (no I/O, no await)."""
-        entry = self._entries.get(key) if key.__class__ is str else None
-        if entry is not None and not entry.many:
-            replayed = self._replay(entry, (limit,), cost, now)
-            if replayed is not None:
-                return replayed
+        replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
+        if replayed is not None:
+            return replayed
         if cost.__class__ is Refund:
             try:
                 refunded: RateLimitResult = await self.store.aapply(key, limit, cost, now)
@@ -352,11 +346,9 @@ class DenyCache:
         """``apply_many`` for asyncio."""
         ckey = self._tuple_key(keys)
         limits = tuple(limits)
-        entry = None if ckey is None else self._entries.get(ckey)
-        if entry is not None and entry.many:
-            replayed = self._replay(entry, limits, cost, now)
-            if replayed is not None:
-                return replayed
+        replayed = self._replay(ckey, True, limits, cost, now)
+        if replayed is not None:
+            return replayed
         if cost.__class__ is Refund:
             try:
                 refunded: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
@@ -391,9 +383,24 @@ class DenyCache:
         return ckey
 
     def _replay(
-        self, entry: _Denial, limits: Tuple[Limit, ...], cost: float, now: Optional[float]
+        self,
+        ckey: Optional[_CacheKey],
+        many: bool,
+        limits: Tuple[Limit, ...],
+        cost: float,
+        now: Optional[float],
     ) -> Optional[RateLimitResult]:
-        """The store's answer now, computed from ``entry``; ``None``: ask the store."""
+        """The store's answer now, replayed from the denial remembered for ``ckey``.
+
+        The one check both sides (``apply``/``aapply``, ``apply_many``/``aapply_many``)
+        make before any I/O.  ``ckey``: ``None`` for a key that is never remembered;
+        ``many``: an ``apply_many`` check.  ``None``: ask the store.
+        """
+        if ckey is None:
+            return None
+        entry = self._entries.get(ckey)
+        if entry is None or entry.many is not many:
+            return None
         if cost != entry.cost or not _positive_cost(cost) or limits != entry.limits:
             return None
         if now is None:
