@@ -31,7 +31,7 @@ from typing import (
 import pytest
 
 from .adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
-from .bucket import Limit, RateLimitResult, Refund, step
+from .bucket import Limit, Quota, RateLimitResult, Refund, step
 from .clock import ManualClock
 from .events import DecisionEvent
 from .keys import header_key
@@ -319,6 +319,21 @@ class StoreConformance:
         assert denied.limit == 3 and denied.retry_after == pytest.approx(0.7, abs=1e-6)
         assert [x.allowed for x in denied.results] == [True, False]
         assert self.apply(store, "k:fast", limits[0], 0, T0 + 0.3).remaining == 2
+
+    def test_a_calendar_quota_counts_to_its_boundary_then_starts_afresh(self, store: Any) -> None:
+        quota = Quota(3, per="day")  # UTC: T0 is 22:13:20, midnight 6400 s later
+        results = [self.apply(store, "q", quota) for _ in range(4)]
+        assert [r.allowed for r in results] == [True, True, True, False]
+        assert [r.remaining for r in results] == [2, 1, 0, 0]
+        assert results[3].retry_after == pytest.approx(6400, abs=1e-6)
+        assert results[3].reset_after == pytest.approx(6400, abs=1e-6)
+        assert self.apply(store, "q", quota, 1, T0 + 6400).remaining == 2  # the next day
+        # Beside a token bucket, all or nothing: the bucket's refusal takes no unit.
+        keys, limits = ["q:fast", "q:day"], [Limit(1, 1), quota]
+        first, second = (self.apply_many(store, keys, limits) for _ in range(2))
+        assert first.allowed and not second.allowed
+        assert [x.remaining for x in second.results] == [0, 2]
+        assert second.retry_after == pytest.approx(1, abs=1e-6)
 
     def test_concurrent_checks_admit_exactly_burst(self, store: Any) -> None:
         limit = Limit(1, 50)
