@@ -168,11 +168,13 @@ def test_a_lone_call_is_one_round_trip_and_a_burst_is_two(
             assert calls(sync, "evalsha") == evalsha + 1
 
             # 21 checks in one tick: the first goes at once, the 20 others queue
-            # behind it and go as one pipeline (one write) when it returns.
+            # behind it and go as one pipeline (one write) when it returns.  The
+            # server reads that write once, or in a few pieces when its bytes
+            # arrive split on a busy machine; 21 separate calls would be 21 reads.
             keys = [f"burst{i}" for i in range(21)]
             before = reads(sync)
             results = await asyncio.gather(*(store.aapply(k, LIMIT, 2, T0) for k in keys))
-            assert reads(sync) - before == 3
+            assert 3 <= reads(sync) - before <= 5  # two writes and the INFO that counts them
             assert [r.remaining for r in results] == [3] * 21
             assert calls(sync, "evalsha") == evalsha + 22
 
