@@ -99,6 +99,10 @@ class TestRules:
             with pytest.raises(TypeError) as info:
                 step(None, T0, Limit(1, 1), cost, detail)  # type: ignore[call-overload]
             assert str(info.value) == f"cost must be a number of tokens, got {cost!r}"
+        if isinstance(cost, list):  # a list is one cost per limit for step_all
+            with pytest.raises(ValueError, match=r"a sequence of 2 costs, one per limit, got 1"):
+                step_all([None, None], T0, [Limit(1, 1), Limit(2, 2)], cost)
+            return
         with pytest.raises(TypeError, match="cost must be a number of tokens, got"):
             step_all([None, None], T0, [Limit(1, 1), Limit(2, 2)], cost)  # type: ignore[arg-type]
 
@@ -148,11 +152,13 @@ class TestRules:
     def test_a_limit_that_shrinks_never_shows_negative_tokens(self) -> None:
         state, _ = step(None, T0, Limit(1, 10), 10)  # spent under a burst of 10
         state2, result = step(state, T0, Limit(1, 2), 1)
+        # It owes at most one burst under the new limit: 4 s of deficit, 2 tokens.
         assert not result.allowed
-        assert (result.remaining, result.reset_after) == (0, 2.0)
-        assert result.retry_after == pytest.approx(1.0)
-        assert state2 == complex(2.0, T0)  # stored: refilling starts now
-        assert step(state2, T0 + 1, Limit(1, 2), 1)[1].allowed
+        assert (result.remaining, result.reset_after) == (0, 4.0)
+        assert result.retry_after == pytest.approx(3.0)
+        assert state2 == complex(4.0, T0)  # stored: refilling starts now
+        assert not step(state2, T0 + 2.9, Limit(1, 2), 1)[1].allowed
+        assert step(state2, T0 + 3, Limit(1, 2), 1)[1].allowed
 
     def test_headers_fields_never_negative_or_nan(self) -> None:
         limit = Limit(3, 2)
@@ -205,7 +211,7 @@ class TestLateReadings:
     def test_a_shrunk_limit_cuts_the_debt_at_the_last_update_not_before(self) -> None:
         state, _ = step(None, T0, Limit(1, 10), 10)  # 10 s of debt at T0
         cut, r = step(state, T0 - 0.5, Limit(1, 2), 1)
-        assert not r.allowed and cut == complex(2.0, T0)  # as at T0 itself
+        assert not r.allowed and cut == complex(4.0, T0)  # as at T0 itself (one burst owed)
         assert cut == step(state, T0, Limit(1, 2), 1)[0]
 
     def test_step_all_applies_each_late_reading_at_its_own_last_update(self) -> None:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .backends.memory import MemoryStore
     from .backends.redis import AsyncRedisStore, RedisStore
     from .backends.sqlite import SQLiteStore
-    from .bucket import Limit, Quota, RateLimitResult, step
+    from .bucket import Charge, Limit, Lockout, Quota, RateLimitResult, step
     from .clock import Clock, ManualClock, SystemClock
     from .headers import rate_limit_headers
     from .ratelimiter import RateLimiter, RateLimitExceeded
@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncRedisStore",
     "AsyncStore",
+    "Charge",
     "Clock",
     "DenyCache",
     "Limit",
+    "Lockout",
     "ManualClock",
     "MemoryStore",
     "Quota",
@@ -52,7 +54,9 @@ __version__ = "0.1.0"
 _LAZY = {
     # Every name loads on first use, the core too: the pytest plugin (limiter.testing) imports
     # this package in every pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
+    "Charge": "limiter.bucket",
     "Limit": "limiter.bucket",
+    "Lockout": "limiter.bucket",
     "Quota": "limiter.bucket",
     "RateLimitResult": "limiter.bucket",
     "step": "limiter.bucket",

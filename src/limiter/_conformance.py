@@ -268,8 +268,10 @@ class StoreConformance:
     def test_a_smaller_limit_never_shows_negative_tokens(self, store: Any) -> None:
         assert self.apply(store, "k", Limit(1, 10), 10).allowed
         shrunk = self.apply(store, "k", Limit(1, 2), 1, T0 + 0.5)
-        assert (shrunk.allowed, shrunk.remaining, shrunk.reset_after) == (False, 0, 2.0)
-        assert self.apply(store, "k", Limit(1, 2), 1, T0 + 1.5).allowed
+        # It owes at most one burst (2 tokens) under the new limit: 4 s of deficit.
+        assert (shrunk.allowed, shrunk.remaining, shrunk.reset_after) == (False, 0, 4.0)
+        assert not self.apply(store, "k", Limit(1, 2), 1, T0 + 3.4).allowed
+        assert self.apply(store, "k", Limit(1, 2), 1, T0 + 3.5).allowed
 
     def test_large_forward_jump_refills_to_burst_only(self, store: Any) -> None:
         limit = Limit(1, 3)

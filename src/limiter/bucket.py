@@ -19,6 +19,13 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
   anything that is not a number is a ``TypeError``.
 * ``Refund(t)`` is the one negative cost: it gives ``t`` tokens back, is
   always admitted, and never fills a bucket beyond ``burst``.
+* ``Charge(t)`` takes ``t`` tokens unconditionally (settling a cost known
+  only after the response): always admitted, even from an empty bucket,
+  which then owes tokens, and later requests are denied until the debt is
+  repaid by refilling.  The debt is bounded: a bucket never holds fewer than
+  ``-burst`` tokens (it owes at most one burst, ``Limit.max_debt`` = two
+  windows of deficit), so one huge settled cost keeps a key waiting at most
+  two windows.  A charge above the bound is taken up to it.
 * A limit is accepted only where every float derived from it is exact or
   finite and normal: ``burst`` is an integer from 1 to 2**53 (so token counts
   are exact floats), ``rate`` lies between the smallest normal float
@@ -28,9 +35,9 @@ A bucket holds at most ``limit.burst`` tokens and refills continuously at
   construction; a ``bool``, a non-number or a non-integer ``burst`` is a
   ``TypeError``.  In that range memory, SQLite and Redis compute the very same
   doubles, so they agree on every result.
-* State written under another limit is read under this one, never below zero
-  tokens (a limit that shrinks does not lock keys out for longer than its
-  own window).
+* State written under another limit is read under this one, never below
+  ``-burst`` tokens, the most a ``Charge`` can owe (a limit that shrinks
+  does not lock keys out for longer than two of its own windows).
 * A ``now`` earlier than the key's last update grants nothing and locks no
   one out.  Up to ``CLOCK_TOLERANCE`` (1 second) earlier, it is a reading
   taken before the store's lock while a request that read the clock later
@@ -74,7 +81,12 @@ that waits exactly ``retry_after`` must get in.
 
 A ``Quota`` (a ``Limit`` subclass) counts units per calendar window
 instead; ``step`` hands it to ``step_quota``, whose comment gives its rules
-and state encoding.
+and state encoding.  A ``Lockout`` (also a ``Limit`` subclass, only ever
+the last of ``step_all``'s limits) refuses a key for a while after repeated
+denials; ``step_all``'s comment gives its rules.
+
+Several limits are charged together by ``step_all``, each its own amount
+when ``cost`` is a sequence (one cost per limit: requests and tokens).
 
 This module does no I/O and reads no clock; stores call ``step`` under their
 own atomicity (a lock, a transaction); ``backends/bucket.lua`` mirrors
@@ -96,7 +108,11 @@ from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tup
 __all__ = [
     "CLOCK_TOLERANCE",
     "TIME_EPSILON",
+    "Charge",
+    "Cost",
     "Limit",
+    "Lockout",
+    "LockoutResult",
     "Quota",
     "QuotaResult",
     "RateLimitResult",
@@ -109,6 +125,7 @@ __all__ = [
     "step_all",
     "step_quota",
     "validate_cost",
+    "validate_costs",
 ]
 
 #: Seconds of slack in every comparison (see the module docstring).
@@ -291,6 +308,9 @@ class Limit:
     #: Seconds of debt a bucket may reach and still admit (``window + slack``),
     #: computed once here rather than on every ``step``.
     ceiling: float = field(init=False, repr=False, compare=False)
+    #: The most debt a bucket may owe, in seconds (``2 * window``: ``-burst``
+    #: tokens), the bound of a ``Charge``.
+    max_debt: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -316,6 +336,7 @@ class Limit:
         slack = min(TIME_EPSILON, 1e-3 / rate)
         object.__setattr__(self, "slack", slack)
         object.__setattr__(self, "ceiling", window + slack)
+        object.__setattr__(self, "max_debt", window * 2.0)
 
     @classmethod
     def parse(cls, text: str, burst: Optional[int] = None) -> Limit:
@@ -431,6 +452,11 @@ class RateLimitResult(NamedTuple):
     results: Tuple[RateLimitResult, ...] = ()
     policy: str = "default"
 
+    @property
+    def locked_out(self) -> bool:
+        """True when a ``Lockout`` refused the request (see ``LockoutResult``)."""
+        return False
+
 
 class Refund(float):
     """A cost that gives tokens back: ``Refund(2)`` returns 2 tokens to a bucket.
@@ -452,6 +478,56 @@ class Refund(float):
         return f"Refund({-float(self)!r})"
 
 
+class Charge(float):
+    """A cost taken unconditionally: ``Charge(350)`` takes 350 tokens, even from an empty bucket.
+
+    ``step`` always admits it; a bucket it empties goes into debt (it owes
+    tokens), and later requests are denied until refilling has repaid the
+    debt.  The debt is bounded: a bucket never owes more than one burst
+    (``Limit.max_debt``); a charge beyond that is taken up to the bound.  On
+    a ``Quota`` the units used may go up to twice the count (the window's
+    end forgives them).  ``tokens`` is checked by ``validate_cost``: any real
+    number >= 0, too large a one becoming ``inf`` (so the bound).
+    ``RateLimiter.charge`` makes it: the way to settle a cost known only
+    after the response.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, tokens: object) -> Charge:
+        return super().__new__(cls, validate_cost(tokens))
+
+    def __repr__(self) -> str:
+        return f"Charge({float(self)!r})"
+
+
+#: What ``step_all`` and ``Store.apply_many`` accept as a cost: one number
+#: for every limit, or a sequence of one number per limit (a list or tuple).
+Cost = Union[float, Sequence[float]]
+
+
+def validate_costs(cost: object, count: int) -> Union[float, Tuple[float, ...]]:
+    """``cost`` checked for ``count`` limits, before a store takes a lock or a round trip.
+
+    A number is ``validate_cost``'s float (a ``Refund`` or ``Charge`` is
+    returned as it is); a list or tuple must hold exactly ``count`` such
+    numbers (``ValueError`` otherwise) and comes back as a tuple.  Errors
+    name the bad value as ``validate_cost``'s do.
+    """
+    cls = cost.__class__
+    if cls is Refund or cls is Charge:
+        return cost  # type: ignore[return-value]
+    if cls is tuple or cls is list:
+        items: Sequence[object] = cost  # type: ignore[assignment,unused-ignore]
+        if len(items) != count:
+            raise ValueError(
+                f"cost must be a number or a sequence of {count} costs, one per limit, "
+                f"got {len(items)}: {_show(cost)}"
+            )
+        return tuple(c if isinstance(c, (Refund, Charge)) else validate_cost(c) for c in items)
+    return validate_cost(cost)
+
+
 def _cost_or_inf(cost: object, burst: int) -> float:
     """``validate_cost(cost)``, or ``inf`` when it is above ``burst``.
 
@@ -460,8 +536,8 @@ def _cost_or_inf(cost: object, burst: int) -> float:
     ``validate_cost``'s float exceeds ``burst`` exactly when ``cost`` does.
     A ``Refund`` is its negative float.
     """
-    if cost.__class__ is Refund:
-        return float(cost)
+    if cost.__class__ is Refund or cost.__class__ is Charge:
+        return float(cost)  # type: ignore[arg-type,unused-ignore]
     value = validate_cost(cost)
     return value if value <= burst else math.inf
 
@@ -541,6 +617,7 @@ class Quota(Limit):
             # the ceiling" branch, where it hands over to step_quota, so a plain
             # Limit pays no test for quotas on its path.
             ("ceiling", -math.inf),
+            ("max_debt", nominal * 2.0),
             ("_tzinfo", tzinfo),
             ("_bounds", (0.0, 0.0)),
             ("window", nominal),
@@ -702,16 +779,20 @@ def step_quota(
     # * Admitted when used + cost <= count; a Refund lowers used, never below 0.
     # Windows come from Quota.bounds (time zones: the Redis script is given the
     # current end by the client, and does the rest of this arithmetic itself).
+    # * A Charge is always admitted: used + cost, at most 2 * count (the
+    #   window's end forgives it all the same).
     if now - now != 0.0:
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
-    return _apply_quota(state, now, quota, _cost_or_inf(cost, quota.burst))
+    forced = cost.__class__ is Charge
+    return _apply_quota(state, now, quota, _cost_or_inf(cost, quota.burst), forced)
 
 
 def _apply_quota(
-    state: Optional[State], now: float, quota: Quota, cost: float
+    state: Optional[State], now: float, quota: Quota, cost: float, forced: bool = False
 ) -> Tuple[Optional[State], RateLimitResult]:
     # step_quota once ``cost`` is checked: a float, inf above the count,
-    # negative for a Refund (step checks it the same way before handing over).
+    # negative for a Refund (step checks it the same way before handing over);
+    # ``forced`` for a Charge.
     moment = now + TIME_EPSILON
     start, end = quota.bounds(moment)
     window = end - start
@@ -737,6 +818,15 @@ def _apply_quota(
             (True, count, remaining if remaining > 0 else 0, reset, 0.0, window, (), quota.name),
         )
     after = used + cost
+    if forced:
+        most = 2.0 * count
+        if not after <= most:  # also inf
+            after = most
+        remaining = _trunc(count - after)
+        return complex(after * _QUOTA_SCALE, end), _new_result(
+            QuotaResult,
+            (True, count, remaining if remaining > 0 else 0, reset, 0.0, window, (), quota.name),
+        )
     if after <= count:
         return complex(after * _QUOTA_SCALE, end), _new_result(
             QuotaResult,
@@ -747,6 +837,216 @@ def _apply_quota(
     return state, _new_result(
         QuotaResult,
         (False, count, remaining if remaining > 0 else 0, reset, retry, window, (), quota.name),
+    )
+
+
+#: The most seconds a ``Lockout``'s ``within`` or ``duration`` may be (about 31.7 years).
+_MAX_LOCKOUT_SECONDS = 1e9
+
+
+def _seconds(value: object, name: str) -> float:
+    """``value`` as a float number of seconds > 0 and <= 1e9, or an error naming it."""
+    kind = "a number of seconds"
+    bounds = f"> 0 and <= {_MAX_LOCKOUT_SECONDS:g}"
+    if value.__class__ is not float and value.__class__ is not int:
+        value = _real(value, name, kind, bounds)
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        seconds = math.inf
+    if not 0.0 < seconds <= _MAX_LOCKOUT_SECONDS:  # also NaN
+        raise ValueError(f"{name} must be {kind} {bounds}, got {_show(value)}")
+    return seconds
+
+
+class Lockout(Limit):
+    """Refuse a key for ``duration`` seconds after ``breaches`` denials within ``within`` seconds.
+
+    ``RateLimiter(..., lockout=Lockout(breaches=10, within=60, duration=900))``:
+    the fail2ban pattern.  A denial by any of the limiter's limits is a
+    breach.  A run of breaches starts with a breach and lasts ``within``
+    seconds; the ``breaches``-th breach of a run locks the key out, and every
+    check of it is then refused for ``duration`` seconds from that breach,
+    however full its buckets (``retry_after`` and ``reset_after`` are the
+    time left; the result is a ``LockoutResult``, ``locked_out`` True).
+    Checks refused during a lockout are no breaches and do not extend it,
+    and nothing is charged during it.  When it ends the key starts afresh
+    (no breaches).  ``RateLimiter.reset`` lifts it.  Runs are counted from
+    their first breach, so breaches spread over the end of one run and the
+    start of the next (at most ``2 * breaches - 2`` of them, closer together
+    than ``within``) may lock no one: a run is not a sliding window.
+
+    ``breaches`` is an int from 1 to 2**53 (``TypeError`` for another type);
+    ``within`` and ``duration`` are seconds, > 0 and at most 1e9.  ``name``
+    (``"lockout"``) labels it in headers and decision events.  As a
+    ``Limit`` it is only ever the last of ``step_all``'s limits; ``step``
+    alone reports whether the key is locked out, taking nothing.
+    """
+
+    breaches: int
+    within: float
+    duration: float
+
+    def __init__(
+        self,
+        breaches: int = 10,
+        within: float = 60.0,
+        duration: float = 900.0,
+        name: str = "lockout",
+    ) -> None:
+        if isinstance(breaches, bool) or not isinstance(breaches, int):
+            raise TypeError(f"lockout breaches must be an int, got {_show(breaches)}")
+        if not 1 <= breaches <= _MAX_BURST:
+            raise ValueError(f"lockout breaches must be from 1 to 2**53, got {_show(breaches)}")
+        within_s = _seconds(within, "lockout within")
+        duration_s = _seconds(duration, "lockout duration")
+        if not isinstance(name, str):
+            raise TypeError(f"limit name must be a str, got {_show(name)}")
+        if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
+            raise ValueError(
+                f"limit name must be printable ASCII without quotes or backslashes, got {name!r}"
+            )
+        for attr, value in (
+            ("breaches", breaches),
+            ("within", within_s),
+            ("duration", duration_s),
+            ("name", name),
+            ("burst", breaches),
+            ("rate", breaches / within_s),
+            ("interval", within_s / breaches),
+            ("window", duration_s),
+            ("slack", TIME_EPSILON),
+            ("ceiling", -math.inf),  # as a Quota's: step hands it over (see Quota)
+            ("max_debt", 0.0),
+        ):
+            object.__setattr__(self, attr, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        mine = (self.breaches, self.within, self.duration)
+        return mine == (other.breaches, other.within, other.duration)
+
+    def __hash__(self) -> int:
+        return hash((Lockout, self.breaches, self.within, self.duration))
+
+    def __repr__(self) -> str:
+        return (
+            f"Lockout(breaches={self.breaches!r}, within={self.within!r}, "
+            f"duration={self.duration!r}, name={self.name!r})"
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"lockout after {self.breaches} denials in {self.within:g} s "
+            f"for {self.duration:g} s ({self.name})"
+        )
+
+
+class LockoutResult(RateLimitResult):
+    """A ``RateLimitResult`` given by a ``Lockout``: ``locked_out`` is True when it refuses.
+
+    Refused: ``limit`` is the lockout's ``breaches``, ``remaining`` 0,
+    ``reset_after`` and ``retry_after`` the seconds left of the lockout,
+    ``window`` its ``duration``; as the combined result of several limits its
+    ``results`` hold each limit's result (peeks: nothing was charged) and
+    this one last.  A lockout that does not refuse is left out of the
+    combined result (``combine``).
+    """
+
+    __slots__ = ()
+
+    @property
+    def locked_out(self) -> bool:
+        """True when the key is locked out (the result refuses)."""
+        return not self[0]
+
+
+#: A locked-out key's state is ``complex(_LOCKED, until)``: a negative real
+#: part marks it, and ``full_at`` is ``until`` (the mark is far below half a
+#: unit in the last place of any time), when every store may forget it.
+_LOCKED = -(2.0**-600)
+
+
+def _lock_status(
+    state: Optional[State], now: float, lockout: Lockout
+) -> Tuple[Optional[State], LockoutResult, float, float]:
+    """``(state, result, breaches, run_end)`` of a lockout's state at ``now`` (see ``step_all``).
+
+    ``result`` refuses when the key is locked out; ``breaches`` (a float) and
+    ``run_end`` describe the open run (``0.0`` and ``-inf`` when none).
+    """
+    count, end = 0.0, -math.inf
+    if state is not None:
+        mark, until = state.real, state.imag
+        if mark < 0.0:
+            if now + TIME_EPSILON < until:
+                if until - now > lockout.duration + CLOCK_TOLERANCE:
+                    until = now + lockout.duration  # a clock stepped back: at most duration
+                    state = complex(_LOCKED, until)
+                left = until - now
+                return (
+                    state,
+                    _new_result(
+                        LockoutResult,
+                        (False, lockout.burst, 0, left, left, lockout.window, (), lockout.name),
+                    ),
+                    0.0,
+                    end,
+                )
+        elif now < until:
+            count, end = mark * _QUOTA_UNSCALE, until
+    return (
+        state,
+        _new_result(
+            LockoutResult,
+            (
+                True,
+                lockout.burst,
+                _trunc(lockout.burst - count),
+                0.0,
+                0.0,
+                lockout.window,
+                (),
+                lockout.name,
+            ),
+        ),
+        count,
+        end,
+    )
+
+
+def _breach(count: float, end: float, now: float, lockout: Lockout) -> Tuple[State, LockoutResult]:
+    """The lockout's new state and result after a denial at ``now`` (see ``step_all``)."""
+    if count == 0.0:
+        end = now + lockout.within  # the first breach opens a run
+    elif end - now > lockout.within + CLOCK_TOLERANCE:
+        end = now + lockout.within  # a clock stepped back: at most within
+    count += 1.0
+    if count >= lockout.burst:
+        until = now + lockout.duration
+        left = until - now
+        return complex(_LOCKED, until), _new_result(
+            LockoutResult, (False, lockout.burst, 0, left, left, lockout.window, (), lockout.name)
+        )
+    return complex(count * _QUOTA_SCALE, end), _new_result(
+        LockoutResult,
+        (
+            True,
+            lockout.burst,
+            _trunc(lockout.burst - count),
+            0.0,
+            0.0,
+            lockout.window,
+            (),
+            lockout.name,
+        ),
     )
 
 
@@ -768,7 +1068,16 @@ def combine(results: Sequence[RateLimitResult]) -> RateLimitResult:
     one with the fewest tokens left (then the longest ``reset_after``).  Its
     ``results`` field holds all of them.  ``step_all`` reports with it, and so
     does the Redis store, whose script returns one result per limit.
+
+    A ``LockoutResult`` last in ``results`` (``step_all`` with a ``Lockout``)
+    is the result when it refuses (its ``results`` then hold all of them),
+    and is left out when it does not.
     """
+    last = results[-1]
+    if last.__class__ is LockoutResult:
+        if not last[0]:
+            return last._replace(results=tuple(results))
+        results = results[:-1]
     if all(r.allowed for r in results):
         worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
     else:
@@ -823,6 +1132,8 @@ def step(
             if not 0.0 <= cost <= limit.burst:  # also NaN
                 cost = _cost_or_inf(cost, limit.burst)
         elif cls is not int or not 0 <= cost <= limit.burst:
+            if cls is Refund or cls is Charge:
+                return _settle(state, now, limit, cost, detail)
             cost = _cost_or_inf(cost, limit.burst)
         charge = cost * limit.interval
     if now - now != 0.0:  # NaN or infinite, without a global lookup
@@ -833,8 +1144,8 @@ def step(
         debt = state.real
         updated_at = state.imag
         if now < updated_at:
-            if limit.__class__ is Quota:  # a live quota's end lies ahead: see Quota
-                return _quota_step(state, now, limit, cost, detail)
+            if limit.ceiling < 0.0:  # a quota's or lockout's end lies ahead: see Quota
+                return _special_step(state, now, limit, cost, detail)
             if now < updated_at - CLOCK_TOLERANCE:
                 # Backwards clock: keep the deficit as it was, re-anchored at
                 # ``now``.  The re-anchored state is returned even on denial (same
@@ -851,12 +1162,14 @@ def step(
                 debt = 0.0
     ceiling = limit.ceiling  # window + slack
     if debt > ceiling:
-        if limit.__class__ is Quota:  # every quota comes here: its ceiling is -inf
-            return _quota_step(state, now, limit, cost, detail)
-        # State written under a larger limit: a bucket never holds fewer than 0
-        # tokens.  Stored (like a re-anchoring) so refilling starts from here.
-        debt = limit.window
-        state = complex(debt, now)
+        if ceiling < 0.0:  # every quota and lockout comes here: their ceiling is -inf
+            return _special_step(state, now, limit, cost, detail)
+        # In debt (a Charge), or written under a larger limit: denied until
+        # repaid.  A bucket never owes more than one burst; a deeper state is
+        # stored at that bound (like a re-anchoring) so refilling starts there.
+        if debt > limit.max_debt:
+            debt = limit.max_debt
+            state = complex(debt, now)
     after = debt + charge
     if after <= ceiling:
         if after < 0.0:  # a Refund: a bucket holds at most its burst
@@ -881,6 +1194,8 @@ def step(
     remaining = _trunc((window - debt + limit.slack) * limit.rate)
     if remaining > limit.burst:  # near 2**53 tokens, window * rate may round up
         remaining = limit.burst
+    elif remaining < 0:  # in debt
+        remaining = 0
     retry = after - window  # inf for a cost above burst (made inf above)
     return state, _new_result(
         RateLimitResult, (False, limit.burst, remaining, debt, retry, window, (), limit.name)
@@ -910,13 +1225,13 @@ def admit(
         updated_at = state.imag
         if now >= updated_at:
             debt = state.real - (now - updated_at)
-            if debt < 0.0 and limit.__class__ is not Quota:
+            ceiling = limit.ceiling
+            if debt < 0.0 and ceiling > 0.0:
                 # Full again: step clamps the debt to 0.0, and 0.0 + interval
                 # (1 / rate) is interval, never above window (burst / rate).
-                # (A quota's ceiling is -inf, so it goes to step below.)
+                # (A quota's or lockout's ceiling is -inf: they go to step below.)
                 table[key] = limit.interval + now * 1j
                 return True
-            ceiling = limit.ceiling
             if debt <= ceiling:
                 after = debt + limit.interval
                 if after <= ceiling:
@@ -929,38 +1244,147 @@ def admit(
     return allowed
 
 
-def _quota_step(
-    state: Optional[State], now: float, quota: Quota, cost: float, detail: bool
+def _special_step(
+    state: Optional[State], now: float, limit: Limit, cost: float, detail: bool
 ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
-    # step's hand-over to step_quota, with step's detail=False shape.
-    new_state, result = _apply_quota(state, now, quota, cost)
+    # step's hand-over to step_quota, or to a lockout's status (taking
+    # nothing), with step's detail=False shape.
+    if isinstance(limit, Lockout):
+        _cost_or_inf(cost, limit.burst)  # the same errors as any limit's
+        lock_state, lock_result, _, _ = _lock_status(state, now, limit)
+        return lock_state, (lock_result if detail else lock_result[0])
+    quota: Quota = limit  # type: ignore[assignment]  # the only other limit with ceiling -inf
+    forced = cost.__class__ is Charge
+    new_state, result = _apply_quota(state, now, quota, _cost_or_inf(cost, quota.burst), forced)
     return new_state, (result if detail else result[0])
 
 
+def _settle(
+    state: Optional[State], now: float, limit: Limit, cost: float, detail: bool
+) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+    """``step`` for a ``Refund`` or a ``Charge``: always admitted, never denied.
+
+    A refund lowers the debt, never below 0 (a full bucket); a charge raises
+    it, never above ``limit.max_debt``.  The clock rules are ``step``'s.
+    """
+    if limit.ceiling < 0.0:
+        return _special_step(state, now, limit, cost, detail)
+    if now - now != 0.0:
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    # step's reading of the state, rule for rule (step keeps its own inline
+    # copy: it is the hot path).
+    debt = 0.0
+    if state is not None:
+        debt = state.real
+        updated_at = state.imag
+        if now < updated_at:
+            if now < updated_at - CLOCK_TOLERANCE:
+                state = complex(debt, now)
+            else:
+                now = updated_at
+        else:
+            debt -= now - updated_at
+            if debt < 0.0:
+                debt = 0.0
+    most = limit.max_debt
+    if debt > most:
+        debt = most
+        state = complex(debt, now)
+    value = float(cost)
+    if value == 0.0:
+        after = debt
+        new_state = state
+    else:
+        if value >= 2.0 * limit.burst:  # inf, or at least the bound (the Redis script's 2**54)
+            after = most
+        else:
+            after = debt + value * limit.interval
+            if after < 0.0:  # a refund: a bucket holds at most its burst
+                after = 0.0
+            elif after > most:
+                after = most
+        new_state = after + now * 1j
+    if not detail:
+        return new_state, True
+    window = limit.window
+    remaining = _trunc((window - after + limit.slack) * limit.rate)
+    if remaining > limit.burst:
+        remaining = limit.burst
+    elif remaining < 0:
+        remaining = 0
+    return new_state, _new_result(
+        RateLimitResult, (True, limit.burst, remaining, after, 0.0, window, (), limit.name)
+    )
+
+
 def step_all(
-    states: Sequence[Optional[State]], now: float, limits: Sequence[Limit], cost: float = 1
+    states: Sequence[Optional[State]], now: float, limits: Sequence[Limit], cost: Cost = 1
 ) -> Tuple[List[Optional[State]], RateLimitResult]:
     """Apply one request to several buckets at once: all admit it, or none is charged.
 
-    ``states[i]`` is the state of the bucket under ``limits[i]``.  Returns the
-    new states (same objects where nothing changed) and a result that reports
-    the most restrictive limit (``combine``): on denial, the one with the
-    longest ``retry_after``; when allowed, the one with the fewest tokens left.  Its
+    ``states[i]`` is the state of the bucket under ``limits[i]``.  ``cost`` is
+    one cost charged to every limit, or a list or tuple of one cost per limit
+    (``ValueError`` when its length differs): each limit must be able to pay
+    its own amount (0 takes nothing from that one).  Returns the new states
+    (same objects where nothing changed) and a result that reports the most
+    restrictive limit (``combine``): on denial, the one with the longest
+    ``retry_after``; when allowed, the one with the fewest tokens left.  Its
     ``results`` holds one result per limit, in order; on denial those of the
     limits that would have admitted the request are peeks (nothing was taken).
+    A ``Lockout`` may come last (its cost is ignored); see the comment below.
     """
-    if len(states) != len(limits) or not limits:
-        raise ValueError(f"need one state per limit and at least one limit, got {len(limits)}")
-    stepped = [step(state, now, limit, cost) for state, limit in zip(states, limits)]
+    # Lockout rules.  Its state is absent (no breach), complex(breaches *
+    # 2**-600, run_end) for an open run, or complex(_LOCKED, until) when locked:
+    # full_at is the run's or lockout's end either way, when it is forgotten.
+    # * Locked (now + TIME_EPSILON < until): every limit is peeked, nothing is
+    #   taken or counted, and the LockoutResult refuses with retry_after =
+    #   until - now.  An until more than duration + CLOCK_TOLERANCE ahead (a
+    #   clock stepped back) is brought back to now + duration, and stored.
+    # * Otherwise the limits decide as without it.  A denial is a breach: it
+    #   opens a run of ``within`` seconds (now + within) when none is open
+    #   (now < run_end), else counts in the open one (whose end is brought back
+    #   to now + within if a clock stepped back beyond the tolerance).  The
+    #   breaches-th breach of a run locks the key until now + duration, and
+    #   that very denial is already the LockoutResult.
+    n = len(limits)
+    if len(states) != n or not limits:
+        raise ValueError(f"need one state per limit and at least one limit, got {n}")
+    if cost.__class__ is tuple or cost.__class__ is list:
+        costs: Sequence[float] = cost
+        if len(costs) != n:
+            raise ValueError(
+                f"cost must be a number or a sequence of {n} costs, one per limit, "
+                f"got {len(costs)}: {_show(cost)}"
+            )
+    else:
+        costs = [cost] * n  # type: ignore[list-item]
+    lockout: Optional[Lockout] = None
+    lock_state: Optional[State] = None
+    if limits[-1].__class__ is Lockout:
+        if n == 1:
+            raise ValueError("a Lockout needs at least one limit before it")
+        lockout = limits[-1]
+        n -= 1
+        lock_state, lock_result, count, run_end = _lock_status(states[n], now, lockout)
+        if not lock_result[0]:
+            peeked = [step(states[i], now, limits[i], 0) for i in range(n)]
+            return [new for new, _ in peeked] + [lock_state], combine(
+                [result for _, result in peeked] + [lock_result]
+            )
+    stepped = [step(states[i], now, limits[i], costs[i]) for i in range(n)]
     results = [result for _, result in stepped]
-    if all(result.allowed for result in results):
-        return [new for new, _ in stepped], combine(results)
-    new_states = []
-    for i, (state, limit) in enumerate(zip(states, limits)):
-        if results[i].allowed:
+    denied = not all(result.allowed for result in results)
+    new_states: List[Optional[State]] = []
+    for i in range(n):
+        if denied and results[i].allowed:
             # Recompute as a peek: it takes nothing but keeps any re-anchoring.
-            peeked, results[i] = step(state, now, limit, 0)
-            new_states.append(peeked)
+            peeked_state, results[i] = step(states[i], now, limits[i], 0)
+            new_states.append(peeked_state)
         else:
             new_states.append(stepped[i][0])
+    if lockout is not None:
+        if denied:
+            lock_state, lock_result = _breach(count, run_end, now, lockout)
+        new_states.append(lock_state)
+        results.append(lock_result)
     return new_states, combine(results)
