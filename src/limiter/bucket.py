@@ -914,7 +914,7 @@ class Lockout(Limit):
             ("burst", breaches),
             ("rate", breaches / within_s),
             ("interval", within_s / breaches),
-            ("window", duration_s),
+            ("window", within_s),
             ("slack", TIME_EPSILON),
             ("ceiling", -math.inf),  # as a Quota's: step hands it over (see Quota)
             ("max_debt", 0.0),
@@ -952,12 +952,15 @@ class Lockout(Limit):
 class LockoutResult(RateLimitResult):
     """A ``RateLimitResult`` given by a ``Lockout``: ``locked_out`` is True when it refuses.
 
-    Refused: ``limit`` is the lockout's ``breaches``, ``remaining`` 0,
-    ``reset_after`` and ``retry_after`` the seconds left of the lockout,
-    ``window`` its ``duration``; as the combined result of several limits its
-    ``results`` hold each limit's result (peeks: nothing was charged) and
-    this one last.  A lockout that does not refuse is left out of the
-    combined result (``combine``).
+    The lockout's own result: ``limit`` is its ``breaches``, ``window`` its
+    ``within`` (so a policy reads "breaches per within seconds"), and when
+    it refuses ``remaining`` is 0 and ``reset_after`` and ``retry_after`` are
+    the seconds left of the lockout; when it does not, ``remaining`` is the
+    breaches left before one.  As the combined result of ``step_all`` it
+    takes the ``limit`` and ``window`` of the most restrictive limit, and
+    its ``results`` hold each limit's result (peeks: nothing was charged)
+    and the lockout's own last (``combine``).  A lockout that does not
+    refuse is left out of the combined result.
     """
 
     __slots__ = ()
@@ -1070,13 +1073,17 @@ def combine(results: Sequence[RateLimitResult]) -> RateLimitResult:
     does the Redis store, whose script returns one result per limit.
 
     A ``LockoutResult`` last in ``results`` (``step_all`` with a ``Lockout``)
-    is the result when it refuses (its ``results`` then hold all of them),
-    and is left out when it does not.
+    is the result when it refuses, with the ``limit`` and ``window`` of the
+    most restrictive other result (its ``results`` then hold all of them,
+    the lockout's own last), and is left out when it does not refuse.
     """
     last = results[-1]
     if last.__class__ is LockoutResult:
         if not last[0]:
-            return last._replace(results=tuple(results))
+            # The limit and window of the most restrictive limit, so that
+            # X-RateLimit-Limit shows the request limit, not a breach count.
+            worst = min(results[:-1], key=lambda r: (r.remaining, -r.reset_after))
+            return last._replace(limit=worst[1], window=worst[5], results=tuple(results))
         results = results[:-1]
     if all(r.allowed for r in results):
         worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
