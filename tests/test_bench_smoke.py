@@ -181,3 +181,14 @@ def test_redis_is_only_redis_url_or_a_throwaway(monkeypatch: pytest.MonkeyPatch)
     finally:
         redisenv.close()
     assert proc.poll() is not None  # the throwaway is stopped with the run
+
+
+def test_ab_times_both_trees_of_a_revision(tmp_path: Path) -> None:
+    """bench.ab exports a revision and times a case on it and on this checkout alike."""
+    from bench import ab
+
+    src = ab.export("HEAD", tmp_path)
+    assert (src / "limiter" / "bucket.py").is_file()
+    for tree in (src, ROOT / "src"):
+        ns = ab.measure(tree, "memory check() denied", 0.001)
+        assert 0 < ns < 1e7
