@@ -12,7 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter.bucket import CLOCK_TOLERANCE, Limit, Refund, admit, step, step_all
+from limiter.bucket import (
+    CLOCK_TOLERANCE,
+    Charge,
+    Limit,
+    Lockout,
+    LockoutResult,
+    Quota,
+    Refund,
+    admit,
+    full_at,
+    step,
+    step_all,
+)
 
 T0 = 1_700_000_000.0
 
@@ -1044,3 +1056,110 @@ def test_admit_refuses_a_bad_cost_like_step(cost: object) -> None:
 def test_ceiling_is_window_plus_slack() -> None:
     for limit in (Limit(10, 20), Limit(1e6, 5), Limit(2.5e-300, 1)):
         assert limit.ceiling == limit.window + limit.slack
+
+
+class TestDebt:
+    """A ``Charge`` may leave a bucket owing tokens, at most one burst."""
+
+    def test_a_peek_of_a_bucket_in_debt_is_admitted_and_takes_nothing(self) -> None:
+        limit = Limit(1, 60)
+        state, _ = step(None, T0, limit, Charge(90))  # owes 30 tokens
+        assert state == complex(90.0, T0)
+        same, r = step(state, T0, limit, 0)
+        assert same is state
+        assert (r.allowed, r.remaining, r.reset_after, r.retry_after) == (True, 0, 90.0, 0.0)
+        assert not step(state, T0, limit, 1)[1].allowed
+
+    def test_a_charge_owes_at_most_one_burst_and_is_repaid_by_refilling(self) -> None:
+        limit = Limit(1, 60)
+        state, r = step(None, T0, limit, Charge(10**9))
+        assert (r.allowed, r.remaining, r.reset_after) == (True, 0, 120.0)
+        denied = step(state, T0 + 60.5, limit, 1)[1]
+        assert not denied.allowed and denied.retry_after == pytest.approx(0.5)
+        assert step(state, T0 + 61, limit, 1)[1].allowed
+
+    def test_a_refund_repays_debt_and_never_overfills(self) -> None:
+        limit = Limit(1, 10)
+        state, _ = step(None, T0, limit, Charge(15))  # owes 5 tokens: 15 s to full
+        state, r = step(state, T0, limit, Refund(7))
+        assert state == complex(8.0, T0) and (r.allowed, r.remaining) == (True, 2)
+        state, r = step(state, T0, limit, Refund(100))
+        assert state == complex(0.0, T0) and r.remaining == 10
+
+    def test_a_charge_on_a_quota_uses_units_up_to_twice_its_count(self) -> None:
+        quota = Quota(10, per="day")
+        state, r = step(None, T0, quota, Charge(25))
+        assert (r.allowed, r.remaining) == (True, 0)
+        assert state.real * 2.0**600 == 20.0  # capped at 2 * count
+        assert not step(state, T0, quota, 1)[1].allowed
+
+
+class TestLockout:
+    """``step_all`` with a ``Lockout`` last: the rules in its comment."""
+
+    LIMITS = (Limit(0.01, 1, "a"), Lockout(3, within=60, duration=900))  # a token per 100 s
+
+    def run(self, states: list, now: float, cost: float = 1) -> Tuple[list, object]:
+        return step_all(states, now, self.LIMITS, cost)
+
+    def test_the_nth_breach_of_a_run_locks_the_key_out_for_duration(self) -> None:
+        states, r = self.run([None, None], T0)  # admitted: no breach
+        assert r.allowed and states[1] is None
+        for i in (1, 2):
+            states, r = self.run(states, T0 + i)
+            assert not r.allowed and not r.locked_out and r.policy == "a"
+        states, r = self.run(states, T0 + 2.5)  # third breach
+        assert r.locked_out and r.__class__ is LockoutResult and r.policy == "lockout"
+        assert (r.limit, r.remaining, r.retry_after, r.window) == (1, 0, 900.0, 100.0)
+        assert full_at(states[1]) == T0 + 902.5
+        # Full bucket, still locked; refused checks neither count nor extend it.
+        states2, r = self.run(states, T0 + 500)
+        assert r.locked_out and r.retry_after == pytest.approx(402.5)
+        assert states2[1] is states[1] and [x.policy for x in r.results] == ["a", "lockout"]
+        assert r.results[0].allowed  # the limit was peeked: nothing taken
+        states, r = self.run(states2, T0 + 902.5)  # waited exactly retry_after
+        assert r.allowed and not r.locked_out
+
+    def test_a_run_lasts_within_seconds_from_its_first_breach(self) -> None:
+        states, _ = self.run([None, None], T0)
+        states, _ = self.run(states, T0 + 0.5)  # breach 1: run until T0 + 60.5
+        states, _ = self.run(states, T0 + 0.6)  # breach 2
+        states, r = self.run(states, T0 + 61)  # run over: breach 1 of a new run
+        assert not r.locked_out and r.policy == "a" and states[1].imag == T0 + 121
+        states, r = self.run(states, T0 + 61.5)
+        states, r = self.run(states, T0 + 61.6)
+        assert r.locked_out
+
+    def test_a_clock_stepped_back_cannot_lengthen_a_lockout(self) -> None:
+        states = [None, None]
+        for t in (T0, T0, T0, T0):
+            states, r = self.run(states, t)
+        assert r.locked_out and r.retry_after == 900.0
+        states, r = self.run(states, T0 - 86400)  # the clock went back a day
+        assert r.locked_out and r.retry_after == 900.0  # not a day more
+        assert states[1].imag == T0 - 86400 + 900
+
+    def test_a_lockout_alone_in_step_reports_and_takes_nothing(self) -> None:
+        lockout = self.LIMITS[1]
+        assert step(None, T0, lockout, 1)[1].allowed
+        with pytest.raises(ValueError, match="at least one limit before it"):
+            step_all([None], T0, [lockout])
+        with pytest.raises(TypeError, match="lockout breaches must be an int"):
+            Lockout(2.5, 60, 900)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="lockout duration must be a number of seconds"):
+            Lockout(3, 60, 0)
+        with pytest.raises(ValueError, match="lockout within"):
+            Lockout(3, float("nan"), 10)
+
+
+class TestPerLimitCosts:
+    def test_each_limit_pays_its_own_amount_or_none_pays(self) -> None:
+        limits = [Limit(1, 10, "requests"), Limit(100, 1000, "tokens")]
+        states, r = step_all([None, None], T0, limits, (1, 350))
+        assert [x.remaining for x in r.results] == [9, 650]
+        states, r = step_all(states, T0, limits, [1, 350])
+        states2, r = step_all(states, T0, limits, (1, 350))  # 300 tokens left
+        assert not r.allowed and r.policy == "tokens" and states2 == states
+        assert [(x.allowed, x.retry_after) for x in r.results] == [(True, 0.0), (False, 0.5)]
+        states, r = step_all(states, T0, limits, (0, 300))
+        assert r.allowed and [x.remaining for x in r.results] == [8, 0]

@@ -1177,6 +1177,8 @@ def step(
         if debt > limit.max_debt:
             debt = limit.max_debt
             state = complex(debt, now)
+        if cost == 0:  # a peek is admitted, in debt too
+            return _settle(state, now, limit, 0.0, detail)
     after = debt + charge
     if after <= ceiling:
         if after < 0.0:  # a Refund: a bucket holds at most its burst
