@@ -13,7 +13,7 @@ Labels for metrics must stay low-cardinality: ``limiter``, ``policy`` and
 from __future__ import annotations
 
 import enum
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Mapping, NamedTuple, Optional, Union
 
 from .bucket import RateLimitResult
 
@@ -25,7 +25,7 @@ class Outcome(str, enum.Enum):
 
     #: Admitted: the tokens were taken.
     ALLOWED = "allowed"
-    #: Refused: not enough tokens.
+    #: Refused: not enough tokens, or the key is locked out (``DecisionEvent.locked_out``).
     DENIED = "denied"
     #: Would have been refused, but the limit runs in shadow mode: admitted.
     SHADOW_DENIED = "shadow_denied"
@@ -49,7 +49,9 @@ class DecisionEvent(NamedTuple):
     ``limiter``: the limiter's name.  ``policy``: the name of the limit that
     decided (``result.policy``; ``""`` on error).  ``outcome``: an
     ``Outcome``.  ``result``: the ``RateLimitResult`` (``None`` on error).
-    ``cost``: tokens asked.  ``key``: the client key as passed to the
+    ``cost``: tokens asked, as passed to the check: a number, or the mapping
+    of limit names to tokens (not one number: the limits count different
+    things).  ``key``: the client key as passed to the
     limiter (never a metric label: one series per client would be unbounded).
     ``store_seconds``: wall time the store took, seconds (``time.perf_counter``).
     ``at``: the limiter clock's time of the decision, seconds.
@@ -60,11 +62,17 @@ class DecisionEvent(NamedTuple):
     policy: str
     outcome: Outcome
     result: Optional[RateLimitResult]
-    cost: float
+    cost: Union[float, Mapping[str, float]]
     key: str
     store_seconds: float
     at: float
     store: str
+
+    @property
+    def locked_out(self) -> bool:
+        """True when the key was refused by the limiter's ``Lockout`` (``result.locked_out``)."""
+        result = self[3]
+        return result is not None and result.locked_out
 
 
 #: ``observer(event) -> None``: called after each decision, in the caller's

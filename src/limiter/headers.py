@@ -6,7 +6,7 @@ import math
 import re
 from typing import Dict, List, Literal, Optional, Tuple
 
-from .bucket import TIME_EPSILON, QuotaResult, RateLimitResult
+from .bucket import TIME_EPSILON, LockoutResult, QuotaResult, RateLimitResult
 
 __all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style"]
 
@@ -95,13 +95,14 @@ def _until_more(result: RateLimitResult) -> int:
     A token bucket makes quota available continuously; ``r`` (whole tokens) grows
     when the next token is complete, ``interval`` seconds apart, the last one at
     ``reset_after`` (full).  A full bucket gets no more: 0.  A calendar quota
-    (``QuotaResult``) gets all its units back at once, at ``reset_after``.
+    (``QuotaResult``) gets all its units back at once, at ``reset_after``, and
+    so does a lockout (``LockoutResult``): all at its end.
     """
     limit = result[1]
     missing = limit - result[2]
     if missing <= 0:
         return 0
-    if result.__class__ is QuotaResult:
+    if result.__class__ is QuotaResult or result.__class__ is LockoutResult:
         return _up(result[3]) if result[3] > 0.0 else 0
     seconds = result[3] - (missing - 1) * (result[5] / limit)
     return _up(seconds) if seconds > 0.0 else 0
@@ -131,6 +132,12 @@ def rate_limit_headers(
       The name is the limit's (``"default"``) unless ``policy`` overrides it
       for a single limit (with several, each keeps its limit's name).
     * ``"both"``: all of the above.
+
+    A key locked out by a ``Lockout`` (a refusing ``LockoutResult``) gets
+    ``X-RateLimit-Limit`` of the most restrictive limit, ``Remaining`` 0,
+    ``Reset`` and ``Retry-After`` at the lockout's end; the draft headers list
+    each limit (as it stands: nothing was taken) and the lockout, as
+    ``"<name>";q=<breaches>;w=<within>`` and ``"<name>";r=0;t=<seconds left>``.
 
     Every style adds ``Retry-After`` (whole seconds, rounded up, at least 1) to a
     denied result, except when the request can never pass (cost above burst,
@@ -192,11 +199,12 @@ def build_headers(
     retry = max(1, _up(result[4])) if not result[0] and result[4] < _INF else None
     if style != "x":
         parts = result[6] or (result,)
-        one = len(parts) == 1
+        # One limit, beside a lockout's own result or not: ``policy`` names it.
+        one = len(parts) == 1 or (len(parts) == 2 and parts[1].__class__ is LockoutResult)
         policies = []
         limits = []
         for part in parts:
-            if one and policy is not None:
+            if one and policy is not None and part.__class__ is not LockoutResult:
                 item, name = _policy(policy, part[1], part[5], "policy")
             else:
                 item, name = _policy(part[7], part[1], part[5], "result.policy")

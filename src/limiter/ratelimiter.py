@@ -11,15 +11,24 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from .backends.memory import MemoryStore
-from .bucket import Limit, Quota, RateLimitResult, Refund, looks_like_rate
+from .bucket import (
+    Charge,
+    Limit,
+    Lockout,
+    Quota,
+    RateLimitResult,
+    Refund,
+    looks_like_rate,
+    validate_cost,
+)
 from .clock import Clock, SystemClock
 from .events import DecisionEvent, Observer, Outcome
 from .store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
 
-__all__ = ["MAX_KEY_LENGTH", "RateLimitExceeded", "RateLimiter"]
+__all__ = ["MAX_KEY_LENGTH", "CostSpec", "RateLimitExceeded", "RateLimiter", "RateSpec"]
 
 _Apply = Callable[[str, Limit, float, Optional[float]], RateLimitResult]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,7 +41,19 @@ _ALLOWED = Outcome.ALLOWED
 #: 1 MB API key costs 71 bytes of key, not 1 MB.
 MAX_KEY_LENGTH = 256
 
-RateSpec = Union[Limit, str, float, Sequence[Union[Limit, str]]]
+#: What ``RateLimiter(rate)`` accepts: a rate, a ``Limit``, a list of them, or a
+#: mapping of limit names to one rate each.
+RateSpec = Union[
+    Limit, str, float, Sequence[Union[Limit, str]], Mapping[str, Union[Limit, str, float]]
+]
+
+#: A cost: tokens taken from every limit, or a mapping of limit names to the
+#: tokens taken from each (a limit not named takes 0).
+CostSpec = Union[float, Mapping[str, float]]
+
+#: The storage-key suffix of a limiter's lockout state.  A limit's suffix is
+#: ``|<name>`` and a limit name cannot hold ``"``, so no limit has this one.
+_LOCKOUT_SUFFIX = '|"lockout"'
 
 
 def _refuse_rate_key(key: object) -> None:
@@ -65,6 +86,15 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
     if burst is not None and (isinstance(burst, bool) or not hasattr(type(burst), "__index__")):
         # The type first: burst="x" is no integer, whatever the rate says.
         raise TypeError(f"burst must be an integer, got {burst!r:.100}")
+    if isinstance(rate, Mapping):
+        if burst is not None:
+            raise ValueError(
+                f"burst={burst!r} is ambiguous with a mapping of limits: give a limit its own "
+                "burst as Limit(rate, burst)"
+            )
+        if not rate:
+            raise ValueError("need at least one limit, got an empty mapping")
+        return tuple(_named_limit(name, spec) for name, spec in rate.items())
     if isinstance(rate, str):
         parsed = Limit.parse_many(rate)
         if burst is None:
@@ -80,6 +110,10 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
             raise ValueError("need at least one limit, got an empty list")
         limits: List[Limit] = []
         for item in rate:
+            if isinstance(item, Lockout):
+                raise TypeError(
+                    f"a Lockout is no limit: pass it as RateLimiter(..., lockout={item!r})"
+                )
             if isinstance(item, Limit):
                 limits.append(item)
             elif isinstance(item, str):
@@ -89,7 +123,52 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
                     f"each limit must be a Limit or a string like '10/second', got {item!r}"
                 )
         return tuple(limits)
+    if isinstance(rate, Lockout):
+        raise TypeError(f"a Lockout is no limit: pass it as RateLimiter(..., lockout={rate!r})")
     return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
+
+
+def _named_limit(name: object, spec: object) -> Limit:
+    """The limit ``name: spec`` of a mapping given to ``RateLimiter``, named ``name``."""
+    # Limit's own rule for names (they go into headers and storage keys).
+    if not isinstance(name, str):
+        raise TypeError(f"limit name must be a str, got {name!r:.100}")
+    if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
+        raise ValueError(
+            f"limit name must be printable ASCII without quotes or backslashes, got {name!r:.100}"
+        )
+    if isinstance(spec, Lockout):
+        raise TypeError(
+            f"limit {name!r}: a Lockout is no limit: pass it as RateLimiter(..., lockout={spec!r})"
+        )
+    try:
+        if isinstance(spec, Quota):
+            return Quota(spec.count, spec.per, spec.tz, name)
+        if isinstance(spec, Limit):
+            return spec if spec.name == name else dataclasses.replace(spec, name=name)
+        if isinstance(spec, str):
+            parsed = Limit.parse_many(spec)
+            if len(parsed) > 1:
+                raise ValueError(
+                    f"must be one rate, got {spec!r:.100}: give each rate its own name"
+                )
+            return dataclasses.replace(parsed[0], name=name)
+        try:
+            return dataclasses.replace(Limit.coerce(spec), name=name)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(
+                f"limit {name!r} must be a rate like '10/second', a number of tokens per "
+                f"second, a Limit or a Quota, got {spec!r:.100}"
+            ) from None
+    except ValueError as exc:
+        raise ValueError(f"limit {name!r}: {exc}") from None
+
+
+def _one_cost(cost: object) -> float:
+    """``validate_cost(cost)``; a ``Refund`` or ``Charge`` is kept as it is (``step`` knows it)."""
+    if cost.__class__ is Refund or cost.__class__ is Charge:
+        return cost
+    return validate_cost(cost)
 
 
 def _distinct_names(limits: Tuple[Limit, ...]) -> Tuple[Limit, ...]:
@@ -123,11 +202,23 @@ class RateLimiter:
 
     ``rate``: tokens per second (a positive number), a string such as
     ``"100/minute"``, ``"5 per second"`` or ``"10/second;1000/hour"``, a
-    ``Limit``, a calendar ``Quota``, or a list of ``Limit``s, ``Quota``s and
-    strings.  With several limits a request passes only if every one allows
-    it, and a refused request takes nothing from any of them.
+    ``Limit``, a calendar ``Quota``, a list of ``Limit``s, ``Quota``s and
+    strings, or a mapping of limit names to one rate each (a string of one
+    rate, a number, a ``Limit`` or a ``Quota``), each limit named after its
+    key: ``{"requests": "60/minute", "tokens": "90000/minute"}``.  With
+    several limits a request passes only if every one allows it, and a
+    refused request takes nothing from any of them; a cost may then name
+    what each limit is charged (``check(key, {"tokens": 350})``).
     ``burst``: bucket capacity in tokens for a single limit; defaults to N for
-    ``"N/unit"`` and to ``ceil(rate)`` (at least 1) for a number.
+    ``"N/unit"`` and to ``ceil(rate)`` (at least 1) for a number.  With a
+    mapping it is a ``ValueError`` (give that limit ``Limit(rate, burst)``).
+    ``lockout``: a ``limiter.Lockout``: after its ``breaches`` denials
+    within ``within`` seconds a key is refused for ``duration`` seconds,
+    however full its buckets (the result is a ``LockoutResult``, its
+    ``locked_out`` True, ``retry_after`` the seconds left).  ``reset`` lifts
+    it.  Its state is stored beside the limits' buckets, in one atomic
+    ``apply_many``.  Refunds and charges settle the buckets only: they are
+    no decisions, so they neither count as breaches nor wait for a lockout.
     ``store``: where state lives (default: a new ``MemoryStore()``), or a URL
     for ``limiter.store_from_url`` (``"redis://cache:6379/0"``).  A URL gives
     a sync store; an asyncio app passes ``store_from_url(url, asyncio=True)``.
@@ -136,14 +227,16 @@ class RateLimiter:
     ``name``: namespace for this limiter's keys in a store it is given, so
     limiters sharing a store do not collide.  Defaults to a name derived from
     the limits (``"10/s:20"``): two limiters with the same limits on one store
-    need distinct names.  A limiter that makes its own store uses no prefix.
+    need distinct names (the default includes the lockout, if any).  A
+    limiter that makes its own store uses no prefix.
     ``on_decision``: ``observer(event)``, called with a
     ``limiter.events.DecisionEvent`` after each ``check``, ``allow`` and
     ``acheck`` (and so each adapter decision and each try of ``acquire``),
     also when the store fails (outcome ``"error"``, then the ``StoreError``
     propagates).  Peeks, refunds and resets are not decisions and are not
     reported.  Without an observer no event is built: the checks cost what
-    they cost without the feature.
+    they cost without the feature.  A lockout's refusal is a denial whose
+    event has ``locked_out`` True.
     """
 
     def __init__(
@@ -155,8 +248,22 @@ class RateLimiter:
         clock: Optional[Clock] = None,
         name: Optional[str] = None,
         on_decision: Optional[Observer] = None,
+        lockout: Optional[Lockout] = None,
     ) -> None:
         self.limits: Tuple[Limit, ...] = _distinct_names(_limits_from(rate, burst))
+        if lockout is not None:
+            if not isinstance(lockout, Lockout):
+                raise TypeError(f"lockout must be a limiter.Lockout or None, got {lockout!r:.100}")
+            if any(lim.name == lockout.name for lim in self.limits):
+                # Headers and events tell policies apart by name.
+                raise ValueError(
+                    f"the lockout's name {lockout.name!r} is also a limit's name: give the "
+                    "Lockout another name"
+                )
+        #: The ``Lockout`` (``None``: none).
+        self.lockout: Optional[Lockout] = lockout
+        #: Each limit's index in ``limits`` by name (costs may name limits).
+        self._index: Dict[str, int] = {lim.name: i for i, lim in enumerate(self.limits)}
         self.store: Union[Store, AsyncStore] = _store_from(store)
         apply = getattr(self.store, "apply", None)
         aapply = getattr(self.store, "aapply", None)
@@ -169,6 +276,8 @@ class RateLimiter:
                 else f"{lim.rate:g}/s:{lim.burst}"
                 for lim in self.limits
             )
+            if lockout is not None:
+                name += f"+lockout:{lockout.breaches}/{lockout.within:g}s:{lockout.duration:g}s"
         elif not isinstance(name, str):
             raise TypeError(f"name must be a str, got {name!r}")
         self.name = name
@@ -176,11 +285,19 @@ class RateLimiter:
         # check and some 20 bytes per tracked key.
         self._prefix = "" if store is None else name + ":"
         self._limit = self.limits[0]
-        self._many = len(self.limits) > 1
+        # A lockout is applied with the limits in one apply_many, even beside one limit.
+        self._many = len(self.limits) > 1 or lockout is not None
+        #: What the store applies: the limits, then the lockout if any.
+        self._applied: Tuple[Limit, ...] = self.limits + ((lockout,) if lockout else ())
         # acquire's give-up test allows the buckets' own slack (see Limit.slack).
         self._slack = min(lim.slack for lim in self.limits)
-        # Several limits: one bucket per limit, all in the key's hash slot.
-        self._suffixes = tuple(f"|{lim.name}" for lim in self.limits) if self._many else ()
+        # Several limits: one bucket per limit, all in the key's hash slot, and
+        # the lockout's state there too.
+        self._suffixes = (
+            tuple(f"|{lim.name}" for lim in self.limits) + ((_LOCKOUT_SUFFIX,) if lockout else ())
+            if self._many
+            else ()
+        )
         self.clock: Clock = SystemClock() if clock is None else clock
         self._clock_now: Optional[Callable[[], float]] = None if clock is None else clock.now
         self._apply: Optional[_Apply] = apply if callable(apply) and not self._many else None
@@ -251,7 +368,7 @@ class RateLimiter:
         return view
 
     def _report(
-        self, key: str, cost: float, result: Optional[RateLimitResult], seconds: float
+        self, key: str, cost: CostSpec, result: Optional[RateLimitResult], seconds: float
     ) -> None:
         if result is None:
             outcome, policy = Outcome.ERROR, ""
@@ -279,7 +396,7 @@ class RateLimiter:
             )
         )
 
-    def _observed_check(self, key: str, cost: float = 1) -> RateLimitResult:
+    def _observed_check(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         start = _perf_counter()
         try:
             result = RateLimiter.check(self, key, cost)
@@ -309,10 +426,10 @@ class RateLimiter:
         )
         return result
 
-    def _observed_allow(self, key: str, cost: float = 1) -> bool:
+    def _observed_allow(self, key: str, cost: CostSpec = 1) -> bool:
         return self._observed_check(key, cost)[0]
 
-    async def _observed_acheck(self, key: str, cost: float = 1) -> RateLimitResult:
+    async def _observed_acheck(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         start = _perf_counter()
         try:
             result = await RateLimiter.acheck(self, key, cost)
@@ -323,7 +440,7 @@ class RateLimiter:
         return result
 
     def __repr__(self) -> str:
-        limits = "; ".join(str(lim) for lim in self.limits)
+        limits = "; ".join(str(lim) for lim in self._applied)  # with the lockout
         return f"RateLimiter({limits}, name={self.name!r}, store={self.store!r})"
 
     @property
@@ -334,8 +451,10 @@ class RateLimiter:
     def storage_key(self, key: str) -> str:
         """The key as stored: namespaced (in a given store), hashed when over ``MAX_KEY_LENGTH``.
 
-        With several limits each bucket is stored under ``{<this key>}|<limit name>``
-        (braces: one Redis Cluster hash tag for all of them).  A key that
+        With several limits (or a lockout) each bucket is stored under
+        ``{<this key>}|<limit name>`` and the lockout's state under
+        ``{<this key>}|"lockout"`` (braces: one Redis Cluster hash tag for all
+        of them; no limit name holds a quote).  A key that
         parses as a rate (``"5/minute"``) is a ``TypeError``: see ``_refuse_rate_key``.
         """
         # The common case first: check, allow and acheck call this per request.
@@ -363,17 +482,94 @@ class RateLimiter:
     def _now(self) -> Optional[float]:
         return None if self._clock_now is None else self._clock_now()
 
-    def check(self, key: str, cost: float = 1) -> RateLimitResult:
+    # -- costs ---------------------------------------------------------------
+
+    def validate_cost(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
+        """``cost`` as this limiter charges it, or the error a check would raise.
+
+        A number is ``limiter.bucket.validate_cost``'s float (tokens >= 0,
+        ``inf`` when too large for a float).  A mapping of limit names to
+        tokens is a tuple of one such float per limit, in the order of
+        ``limits`` (0.0 for a limit it does not name); on a one-limit limiter
+        it is that limit's float.  An unknown name or a negative or NaN value
+        is a ``ValueError``, a ``bool`` or a non-number a ``TypeError``, each
+        naming the value.  For adapters and decorators to check a fixed cost
+        once, at start-up.
+        """
+        if isinstance(cost, Mapping):
+            costs = self._costs(cost)
+            return costs[0] if len(costs) == 1 else tuple(costs)
+        return _one_cost(cost)
+
+    def _costs(self, cost: Mapping[str, float]) -> List[float]:
+        """One validated cost per limit from a mapping of limit names to costs."""
+        costs = [0.0] * len(self.limits)
+        index = self._index
+        for name, value in cost.items():
+            i = index.get(name) if isinstance(name, str) else None
+            if i is None:
+                known = ", ".join(repr(known) for known in index)
+                raise ValueError(
+                    f"cost names no limit of this limiter: {name!r:.100} (limits: {known})"
+                )
+            try:
+                costs[i] = _one_cost(value)
+            except (TypeError, ValueError) as exc:
+                raise exc.__class__(f"cost of limit {name!r}: {exc}") from None
+        return costs
+
+    def _scalar(self, cost: Mapping[str, float]) -> float:
+        # A mapping given to a one-limit limiter: its one cost.
+        return self._costs(cost)[0]
+
+    def _many_cost(self, cost: Any) -> Any:
+        """The cost ``apply_many`` gets for ``cost`` on the several-limits path.
+
+        A mapping becomes one cost per applied limit (the lockout's, ignored,
+        is 0); anything else goes as it is, for the store to check.
+        """
+        if isinstance(cost, Mapping):
+            costs = self._costs(cost)
+            if self.lockout is not None:
+                costs.append(0.0)
+            return tuple(costs)
+        return cost
+
+    def _settled(self, cost: CostSpec, kind: Callable[[object], float]) -> Any:
+        """``cost`` as a ``Refund`` or ``Charge`` (``kind``): one per limit for a mapping."""
+        if isinstance(cost, Mapping):
+            costs = self._costs(cost)
+            if not self._many:
+                return kind(costs[0])
+            return tuple(kind(c) for c in costs)
+        return kind(cost)
+
+    # -- decisions -----------------------------------------------------------
+
+    def check(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """Take ``cost`` tokens (default 1) from ``key``'s bucket if all are there.
 
         All or nothing: a denied request takes no tokens.  ``cost`` may be
         fractional; ``0`` is a peek; negative or NaN is a ``ValueError``; above
-        ``burst`` it is always denied with ``retry_after == inf``.
+        ``burst`` it is always denied with ``retry_after == inf``.  A mapping
+        of limit names to costs charges each limit its own amount (a limit it
+        does not name, 0): ``{"requests": 1, "tokens": 350}``; an unknown name
+        is a ``ValueError`` (see ``validate_cost``).  A number charges every
+        limit that amount.  With several limits the result's ``policy`` names
+        the limit that refused, and ``results`` holds each limit's result.
+        With a ``lockout``, a locked-out key gets a ``LockoutResult``.
         """
         # The hot path: everything inline that can be (each call costs ~30-50 ns).
+        # A mapping cost is handled after a store refused it with TypeError: a
+        # try block costs nothing on the number path (CONTRIBUTING.md, "Hot paths").
         fast = self._fast_check
         if fast is not None:
-            return fast(key, cost)
+            try:
+                return fast(key, cost)  # type: ignore[arg-type]
+            except TypeError:
+                if not isinstance(cost, Mapping):
+                    raise
+            return fast(key, self._scalar(cost))
         apply = self._apply
         if apply is None:
             return self._check_slow(key, cost)
@@ -388,14 +584,27 @@ class RateLimiter:
         else:
             skey = self.storage_key(key)
         clock_now = self._clock_now
-        return apply(skey, self._limit, cost, None if clock_now is None else clock_now())
+        now = None if clock_now is None else clock_now()
+        try:
+            return apply(skey, self._limit, cost, now)  # type: ignore[arg-type]
+        except TypeError:
+            if not isinstance(cost, Mapping):
+                raise
+        return apply(skey, self._limit, self._scalar(cost), now)
 
-    def _check_slow(self, key: str, cost: float) -> RateLimitResult:
+    def _check_slow(self, key: str, cost: CostSpec) -> RateLimitResult:
         if self._sync is None:
             raise TypeError(f"{self.store!r} is async only: use acheck/apeek/areset")
-        return self._sync.apply_many(self._storage_keys(key), self.limits, cost, self._now())
+        if cost.__class__ is not int and cost.__class__ is not float:
+            cost = self._many_cost(cost)
+        return self._sync.apply_many(
+            self._storage_keys(key),
+            self._applied,
+            cost,  # type: ignore[arg-type]
+            self._now(),
+        )
 
-    def allow(self, key: str, cost: float = 1) -> bool:
+    def allow(self, key: str, cost: CostSpec = 1) -> bool:
         """``check(key, cost).allowed``: True when the request may proceed.
 
         The same decision as ``check``, on the store's ``allow`` fast path when
@@ -403,7 +612,12 @@ class RateLimiter:
         """
         bound = self._fast_allow
         if bound is not None:
-            return bound(key, cost)
+            try:
+                return bound(key, cost)  # type: ignore[arg-type]
+            except TypeError:  # a mapping cost: see check
+                if not isinstance(cost, Mapping):
+                    raise
+            return bound(key, self._scalar(cost))
         fast = self._allow
         if fast is None:
             result: RateLimitResult = RateLimiter.check(self, key, cost)
@@ -414,40 +628,97 @@ class RateLimiter:
         else:
             skey = self.storage_key(key)
         clock_now = self._clock_now
-        return fast(skey, self._limit, cost, None if clock_now is None else clock_now())
+        now = None if clock_now is None else clock_now()
+        try:
+            return fast(skey, self._limit, cost, now)  # type: ignore[arg-type]
+        except TypeError:
+            if not isinstance(cost, Mapping):
+                raise
+        return fast(skey, self._limit, self._scalar(cost), now)
 
     def peek(self, key: str) -> RateLimitResult:
-        """``key``'s state now, taking nothing (``allowed`` is always True)."""
+        """``key``'s state now, taking nothing.
+
+        ``allowed`` is True, except for a key locked out by the ``lockout``:
+        then the ``LockoutResult`` (``allowed`` False, ``retry_after`` the
+        seconds left), as a check would get.
+        """
         _refuse_rate_key(key)
         return RateLimiter.check(self, key, 0)  # a peek is no decision: not observed
 
-    def refund(self, key: str, cost: float = 1) -> RateLimitResult:
+    def refund(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """Give back ``cost`` tokens (default 1) that a ``check`` of ``key`` took.
 
         A bucket never holds more than its burst after a refund, so giving back
         more than was taken, or twice, only fills it; the result is the
         bucket's state after it (``allowed`` is True).  ``cost`` is checked
-        like a check's (negative or NaN: ``ValueError``).  This is how a
-        charge is undone when a response shows it should not count
-        (``deduct_when`` on the adapters).
+        like a check's (negative or NaN: ``ValueError``), and may be a
+        mapping of limit names to tokens.  This is how a charge is undone
+        when a response shows it should not count (``deduct_when`` on the
+        adapters), or an estimate settled when the real cost was lower.
+        Not a decision: not observed, and a ``lockout`` neither counts nor
+        blocks it.
         """
         _refuse_rate_key(key)
-        return RateLimiter.check(self, key, Refund(cost))
+        return self._settle(key, self._settled(cost, Refund))
 
-    async def arefund(self, key: str, cost: float = 1) -> RateLimitResult:
+    async def arefund(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """``refund`` for asyncio."""
         _refuse_rate_key(key)
-        return await RateLimiter.acheck(self, key, Refund(cost))
+        return await self._asettle(key, self._settled(cost, Refund))
+
+    def charge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
+        """Take ``cost`` tokens (default 1) from ``key``'s buckets unconditionally.
+
+        For a cost known only after the work (the tokens an LLM call used):
+        always taken, even from an empty bucket, which then owes tokens
+        (``remaining`` 0) and denies later checks until refilling has repaid
+        them; a bucket owes at most one burst (``limiter.bucket.Charge``).
+        ``cost`` is a number for every limit or a mapping of limit names to
+        tokens, checked as ``check``'s.  Returns the result after it
+        (``allowed`` True).  Not a decision: not observed, and a ``lockout``
+        neither counts nor blocks it.  To settle an estimate, ``check`` with
+        the estimate, then ``charge`` what it fell short or ``refund`` what
+        it took beyond the real cost.
+        """
+        _refuse_rate_key(key)
+        return self._settle(key, self._settled(cost, Charge))
+
+    async def acharge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
+        """``charge`` for asyncio."""
+        _refuse_rate_key(key)
+        return await self._asettle(key, self._settled(cost, Charge))
+
+    def _limit_keys(self, key: str) -> List[str]:
+        # The limits' buckets without the lockout's state.
+        keys = self._storage_keys(key)
+        return keys[:-1] if self.lockout is not None else keys
+
+    def _settle(self, key: str, cost: Any) -> RateLimitResult:
+        # A Refund or Charge (or one per limit) applied to the limits alone.
+        if self._sync is None:
+            raise TypeError(f"{self.store!r} is async only: use arefund/acharge")
+        if self._many:
+            return self._sync.apply_many(self._limit_keys(key), self.limits, cost, self._now())
+        return self._sync.apply(self.storage_key(key), self._limit, cost, self._now())
+
+    async def _asettle(self, key: str, cost: Any) -> RateLimitResult:
+        store = self._async
+        if self.nonblocking or store is None:
+            return self._settle(key, cost)
+        if self._many:
+            return await store.aapply_many(self._limit_keys(key), self.limits, cost, self._now())
+        return await store.aapply(self.storage_key(key), self._limit, cost, self._now())
 
     def reset(self, key: str) -> None:
-        """Give ``key`` full buckets again."""
+        """Give ``key`` full buckets again, and lift its lockout if any."""
         _refuse_rate_key(key)
         if self._sync is None:
             raise TypeError(f"{self.store!r} is async only: use areset")
         for skey in self._storage_keys(key) if self._many else [self.storage_key(key)]:
             self._sync.reset(skey)
 
-    async def acheck(self, key: str, cost: float = 1) -> RateLimitResult:
+    async def acheck(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """``check`` for asyncio; awaits the store's ``aapply`` when it has one.
 
         This is where async code chooses between awaiting the store and calling
@@ -460,9 +731,24 @@ class RateLimiter:
         store = self._async
         if store is None:
             return RateLimiter.check(self, key, cost)
+        if cost.__class__ is not int and cost.__class__ is not float:
+            if self._many:
+                cost = self._many_cost(cost)
+            elif isinstance(cost, Mapping):
+                cost = self._scalar(cost)
         if self._many:
-            return await store.aapply_many(self._storage_keys(key), self.limits, cost, self._now())
-        return await store.aapply(self.storage_key(key), self._limit, cost, self._now())
+            return await store.aapply_many(
+                self._storage_keys(key),
+                self._applied,
+                cost,  # type: ignore[arg-type]
+                self._now(),
+            )
+        return await store.aapply(
+            self.storage_key(key),
+            self._limit,
+            cost,  # type: ignore[arg-type]
+            self._now(),
+        )
 
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""
@@ -481,7 +767,7 @@ class RateLimiter:
     # -- waiting for tokens (client side) ----------------------------------
 
     def acquire(
-        self, key: str, cost: float = 1, timeout: Optional[float] = None
+        self, key: str, cost: CostSpec = 1, timeout: Optional[float] = None
     ) -> RateLimitResult:
         """Block until ``cost`` tokens are taken; return the allowing result.
 
@@ -490,7 +776,9 @@ class RateLimiter:
         more than ``timeout`` seconds after the call (give or take the bucket's
         microsecond of slack, ``Limit.slack``: a wait of exactly ``timeout``
         is waited), or when the request can never pass (cost above burst).
-        ``timeout=None`` waits as long as needed.
+        ``timeout=None`` waits as long as needed.  ``cost`` is ``check``'s (a
+        number or a mapping of limit names to tokens).  A key locked out by
+        the ``lockout`` waits the time left, like any refusal.
         """
         _check_timeout(timeout)
         _refuse_rate_key(key)
@@ -504,7 +792,7 @@ class RateLimiter:
             clock.sleep(result.retry_after)
 
     async def aacquire(
-        self, key: str, cost: float = 1, timeout: Optional[float] = None
+        self, key: str, cost: CostSpec = 1, timeout: Optional[float] = None
     ) -> RateLimitResult:
         """``acquire`` for asyncio: waits with ``await clock.asleep(...)``."""
         _check_timeout(timeout)
@@ -522,7 +810,7 @@ class RateLimiter:
         self,
         key: Union[str, Callable[..., str]],
         *,
-        cost: float = 1,
+        cost: CostSpec = 1,
         wait: bool = True,
         timeout: Optional[float] = None,
     ) -> Callable[[F], F]:
@@ -540,9 +828,12 @@ class RateLimiter:
         A key that parses as a rate (``@limiter.throttle("5/minute")``) is a
         ``TypeError`` here, at decoration time: the rate belongs in
         ``RateLimiter("5/minute")``.  A callable's keys are checked per call.
+        ``cost`` (a number, or a mapping of limit names to tokens) is checked
+        here too (``validate_cost``).
         (Renamed from ``limit`` in 0.x: the old name read as a server-side limit.)
         """
         _check_timeout(timeout)
+        self.validate_cost(cost)
         if not (isinstance(key, str) or callable(key)):
             raise TypeError(f"key must be a str or a callable returning one, got {key!r:.100}")
         _refuse_rate_key(key)

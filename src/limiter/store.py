@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
-from .bucket import Limit, RateLimitResult
+from .bucket import Cost, Limit, RateLimitResult
 
 __all__ = [
     "AsyncStore",
@@ -62,7 +62,8 @@ class Store(Protocol):
     store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
     A denied request or ``cost == 0`` must leave the stored state unchanged.
     ``cost`` may be a ``limiter.bucket.Refund``, the one negative cost (tokens
-    given back): pass it to ``step`` as it is, without ``validate_cost``.
+    given back), or a ``limiter.bucket.Charge`` (taken unconditionally): pass
+    either to ``step`` as it is, without ``validate_cost``.
     Raise ``StoreError`` when the backend fails.  See ``Nonblocking`` for a
     store whose ``apply`` never waits on I/O.
     """
@@ -72,11 +73,13 @@ class Store(Protocol):
         ...
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``limiter.bucket.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
 
-        Either every bucket is charged ``cost`` or none is.
+        Either every bucket is charged ``cost`` or none is.  ``cost`` is one
+        number for every limit or a sequence of one per limit (each may be a
+        ``Refund`` or ``Charge``); a ``Lockout`` may come last in ``limits``.
         """
         ...
 
@@ -96,7 +99,7 @@ class AsyncStore(Protocol):
         ...
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge every bucket or none (see ``Store.apply_many``)."""
         ...
