@@ -37,7 +37,7 @@ from ..bucket import RateLimitResult, validate_cost
 from ..clock import SystemClock
 from ..headers import build_headers, build_raw_headers, validate_style
 from ..keys import AllowList, ClientIP
-from ..ratelimiter import RateLimiter
+from ..ratelimiter import CostSpec, RateLimiter
 from ..request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
 from ..rules import (
     DeductWhen,
@@ -123,9 +123,14 @@ def status_line(status: int) -> str:
     return line if line is not None else f"{status} Unknown"
 
 
+#: The ``cost`` option: a ``Cost`` (a number, or ``cost(request)`` returning
+#: one), a mapping of limit names to numbers, or ``cost(request)`` returning
+#: one of those (``async def`` under asyncio).
+CostOption = Union[Cost, CostSpec, Callable[[RequestInfo], Any]]
+
 #: What ``Guard.select`` picks for a request: the limiter, the key, the cost
 #: and the ``deduct_when`` predicate (``None``: charge before the app runs).
-Selection = Tuple[RateLimiter, str, float, Optional[DeductWhen]]
+Selection = Tuple[RateLimiter, str, CostSpec, Optional[DeductWhen]]
 
 _NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
 _N = TypeVar("_N")  # an adapter's native request (environ, scope, handler)
@@ -142,7 +147,7 @@ class IntegrationOptions(TypedDict, total=False):
     proxy_header: Optional[str]
     ipv6_prefix: int
     exempt: Optional[Callable[[RequestInfo], bool]]
-    cost: Cost
+    cost: CostOption
     on_limited: Optional[OnLimited]
     rules: Sequence[Rule]
     deduct_when: Optional[DeductWhen]
@@ -171,7 +176,15 @@ class GuardOptions(IntegrationOptions, total=False):
     ``UNAVAILABLE_BODY``.
     ``cost`` (``1``): tokens per request, a number or ``cost(request) ->
     number`` (checked by ``limiter.bucket.validate_cost``: one above the
-    burst is denied, never admitted).
+    burst is denied, never admitted).  With named limits it may also be a
+    mapping of limit names to numbers, or a function returning one
+    (``{"requests": 1, "tokens": 350}``; a limit left out costs 0): a
+    mapping given here is checked when the adapter is built against the
+    limiter and every rule's limiter it applies to
+    (``RateLimiter.validate_cost``: an unknown name is a ``ValueError``
+    then; a limiter function's choice is checked per request), one
+    returned per request when it is returned, as a number is.  With
+    ``deduct_when`` the same mapping is refunded.
     ``on_limited`` (``None``: ``default_on_limited``, the 429 with
     ``DENIED_BODY``): ``on_limited(request, result, headers) -> Response``.
     ``rules`` (``()``): a list of ``limiter.Rule``; the first whose path and
@@ -273,7 +286,8 @@ class Deferred:
 
     The adapter lets the request through, then calls ``settle(status)`` (or
     ``await asettle(status)``) when the app starts its response: unless
-    ``deduct_when(status)`` holds, the cost is refunded.  It returns the
+    ``deduct_when(status)`` holds, the cost is refunded (a mapping of named
+    costs, the same mapping).  It returns the
     headers to add.  Only the first call settles; later ones (a WSGI
     ``start_response`` called again with ``exc_info``) return the same
     headers and refund nothing.
@@ -286,7 +300,7 @@ class Deferred:
         guard: Guard,
         limiter: RateLimiter,
         key: str,
-        cost: float,
+        cost: CostSpec,
         deduct_when: DeductWhen,
         result: RateLimitResult,
     ) -> None:
@@ -383,10 +397,11 @@ class Guard:
     does: those of ``key_func``, ``exempt``, ``cost``, a limiter function,
     ``deduct_when`` and ``on_limited`` (the application's code: a bug must be
     seen, never turned into an open door), a ``key_func`` returning neither
-    ``str`` nor ``None``, a ``cost`` returning a non-number or a limiter
-    function returning no ``RateLimiter`` (``TypeError``), a NaN or negative
-    cost (``ValueError``), and any non-``StoreError`` exception of the
-    limiter call.
+    ``str`` nor ``None``, a ``cost`` returning a non-number (nor mapping)
+    or a limiter function returning no ``RateLimiter`` (``TypeError``), a
+    NaN or negative cost or a mapping naming a limit the chosen limiter
+    does not have (``ValueError``), and any non-``StoreError`` exception of
+    the limiter call.
     """
 
     __slots__ = (
@@ -481,10 +496,14 @@ class Guard:
         cost = options.get("cost", 1)
         if callable(cost):
             self._cost_func: Optional[Callable[[RequestInfo], Any]] = cost
-            self._cost: float = 1
+            self._cost: CostSpec = 1
         else:
             self._cost_func = None
-            self._cost = validate_cost(cost)
+            self._cost = (
+                _static_costs(cost, limiter, self.rules)
+                if isinstance(cost, Mapping)
+                else validate_cost(cost)
+            )
         self._next_log = -math.inf
         #: True when a callable (key, cost, exempt, limiter function) is ``async``:
         #: only ``adecide`` may then be used.
@@ -611,12 +630,12 @@ class Guard:
 
     def _route(
         self, request: RequestInfo
-    ) -> Tuple[LimiterSpec, Optional[KeyFunc], Optional[Callable[..., Any]], float, Any]:
+    ) -> Tuple[LimiterSpec, Optional[KeyFunc], Optional[Callable[..., Any]], CostSpec, Any]:
         # (limiter, key_func, cost_func, cost, deduct_when) of the first matching rule.
         limiter = self.limiter
         key_func = self.key_func
         cost_func = self._cost_func
-        cost = self._cost
+        cost: CostSpec = self._cost
         deduct_when = self.deduct_when
         for i, rule in enumerate(self.rules):
             if rule.matches(request.method, request.path):
@@ -659,6 +678,8 @@ class Guard:
             cost_func, cost, deduct_when = self._cost_func, self._cost, self.deduct_when
         if limiter.__class__ is not RateLimiter and not isinstance(limiter, RateLimiter):
             limiter = _chosen(limiter(request))
+            if cost.__class__ is dict:  # a cost= mapping, checked now that the limiter is known
+                limiter.validate_cost(cost)
         key = None
         if key_func is not None:
             key = key_func(request)
@@ -667,7 +688,11 @@ class Guard:
         if key is None:
             key = self.client_ip(request)
         if cost_func is not None:
-            cost = validate_cost(cost_func(request))
+            cost = cost_func(request)
+            if cost.__class__ is float or cost.__class__ is int:
+                cost = validate_cost(cost)
+            else:  # a mapping's work only for what is no plain number
+                cost = _request_cost(cost, limiter)
         return limiter, key, cost, deduct_when
 
     async def aselect(self, request: RequestInfo) -> Optional[Selection]:
@@ -683,6 +708,8 @@ class Guard:
         limiter, key_func, cost_func, cost, deduct_when = self._route(request)
         if not isinstance(limiter, RateLimiter):
             limiter = _chosen(await _value(limiter(request)))
+            if cost.__class__ is dict:  # a cost= mapping, checked now that the limiter is known
+                limiter.validate_cost(cost)
         key = None
         if key_func is not None:
             key = await _value(key_func(request))
@@ -691,7 +718,11 @@ class Guard:
         if key is None:
             key = self.client_ip(request)
         if cost_func is not None:
-            cost = validate_cost(await _value(cost_func(request)))
+            cost = await _value(cost_func(request))
+            if cost.__class__ is float or cost.__class__ is int:
+                cost = validate_cost(cost)
+            else:
+                cost = _request_cost(cost, limiter)
         return limiter, key, cost, deduct_when
 
     def decide(self, request: RequestInfo) -> Outcome:
@@ -788,6 +819,39 @@ class Guard:
                 exc_info=True,
             )
         return _NO_HEADERS if self.on_error == "allow" else _UNAVAILABLE
+
+
+def _static_costs(
+    cost: Mapping[str, float], limiter: LimiterSpec, rules: Sequence[Rule]
+) -> Dict[str, float]:
+    """A ``cost=`` mapping, checked against every limiter it will be given to.
+
+    That is the guard's limiter and the limiter of each rule without a cost
+    of its own; a limiter function's limiters are not known yet (``select``
+    checks the mapping against the one it returns, per request).  A copy
+    (a ``dict``) is kept: the mapping checked is the mapping charged,
+    whatever becomes of the caller's.
+    """
+    for lim in (limiter, *(rule.limiter for rule in rules if rule.cost is None)):
+        if isinstance(lim, RateLimiter):
+            try:
+                lim.validate_cost(cost)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"limiter {lim.name!r}: {error}") from None
+    return dict(cost)
+
+
+def _request_cost(cost: object, limiter: RateLimiter) -> CostSpec:
+    """A cost function's answer checked as ``cost``: a number, or a mapping for ``limiter``.
+
+    A mapping is checked against the limiter chosen for this request, here,
+    before its store is asked: a bad one is the app's error (it propagates)
+    even when the store is down, as a bad number is.
+    """
+    if isinstance(cost, Mapping):
+        limiter.validate_cost(cost)
+        return cost
+    return validate_cost(cost)
 
 
 async def _value(value: Any) -> Any:
