@@ -245,3 +245,14 @@ def test_a_refusal_settles_earlier_charges_under_asyncio_too(integration) -> Non
         return (await integration.adecide(outer, request())).headers(200)[1][1]
 
     assert asyncio.run(run()) == "4"
+
+
+def test_a_route_cost_mapping_charges_each_named_limit(integration) -> None:
+    with pytest.raises(TypeError, match="cost must be a number of tokens, got True"):
+        RouteLimit("2/minute", scope="x", cost={"2/minute": True})
+    route = RouteLimit("2/second;10/minute", scope="search", cost={"10/minute": 4})
+    # The per-second limit is not named: it takes nothing; 10/minute pays 4 a request.
+    assert statuses(integration, [route], 4) == [200, 200, 429, 429]
+    unknown = RouteLimit("2/minute", scope="typo", cost={"2/minutes": 1})
+    with pytest.raises(ValueError, match="cost names no limit of this limiter: '2/minutes'"):
+        integration.guard(unknown)  # when the route's limiter is built

@@ -226,6 +226,35 @@ def test_rule_cost_number_and_callable_and_exempt() -> None:
     assert call("/health") == {"status": "200"}  # exempt: no limiter, no headers
 
 
+def test_rule_cost_mapping_charges_each_limit_its_amount() -> None:
+    clock = ManualClock(NOW)
+    default = RateLimiter(1, 10, clock=clock, name="default")
+    llm = RateLimiter({"requests": "10/minute", "tokens": "100/minute"}, clock=clock, name="llm")
+    with pytest.raises(ValueError, match=r"cost names no limit of this limiter: 'tokenz'"):
+        Rule("/complete", llm, cost={"tokenz": 40})  # loud at start-up
+    with pytest.raises(TypeError, match="cost of limit 'tokens'"):
+        Rule("/complete", llm, cost={"tokens": True})
+    given = {"requests": 1, "tokens": 40}
+    rules = [Rule("/complete", llm, cost=given)]
+    given["tokens"] = 1  # the rule keeps the mapping it checked
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    mw = wsgi.RateLimitMiddleware(app, default, rules=rules)
+
+    def status() -> str:
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/complete", "REMOTE_ADDR": "192.0.2.9"}
+        got: List[Any] = []
+        mw(environ, lambda status, headers, exc_info=None: got.extend([status, headers]))
+        return str(got[0][:3])
+
+    assert [status() for _ in range(3)] == ["200", "200", "429"]  # 100 tokens pay for 2
+    remaining = llm.peek("ip:192.0.2.9").results
+    assert [r.remaining for r in remaining] == [8, 20]
+
+
 def test_rules_refuse_limiters_that_would_share_keys() -> None:
     store = MemoryStore()
     a = RateLimiter("5/minute", store=store)

@@ -102,5 +102,10 @@ class RequestInfo:
 #: ``None`` means "use the client IP".
 KeyFunc = Callable[[RequestInfo], Optional[str]]
 
-#: Tokens per request: a number, or ``cost(request) -> number``.
-Cost = Union[float, Callable[[RequestInfo], float]]
+#: Tokens per request: a number, a mapping of limit names to numbers (each
+#: limit charged its own amount), or ``cost(request)`` returning either.
+Cost = Union[
+    float,
+    Mapping[str, float],
+    Callable[[RequestInfo], Union[float, Mapping[str, float]]],
+]

@@ -17,6 +17,7 @@ from typing import (
     Dict,
     FrozenSet,
     Iterable,
+    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -159,9 +160,12 @@ class Rule:
     also matches ``HEAD`` (answered by the same view).
     ``key_func``: how to key this route (``request -> str | None``); ``None``
     uses the middleware's ``key_func`` (by default the client IP).
-    ``cost``: tokens per request, a number or ``request -> number``; ``None``
-    uses the middleware's cost (1).  A number is checked by
-    ``limiter.bucket.validate_cost`` (and kept as the ``float`` it returns).
+    ``cost``: tokens per request, a number, a mapping of limit names to
+    numbers (``{"requests": 1, "tokens": 50}``), or ``request ->`` either;
+    ``None`` uses the middleware's cost (1).  A number is checked by
+    ``limiter.bucket.validate_cost`` (and kept as the ``float`` it returns),
+    a mapping by the limiter's ``validate_cost`` (an unknown name is a
+    ``ValueError`` here, at start-up).
     ``limiter`` may also be a function ``request -> RateLimiter`` that picks
     the limiter per request (a free and a paid plan keyed by API key): give
     each limiter it can return its own ``name`` on a shared store, so their
@@ -204,7 +208,14 @@ class Rule:
         self.methods: Optional[FrozenSet[str]] = method_set(methods)
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
-        if not (cost is None or callable(cost)):
+        if isinstance(cost, Mapping):
+            # Checked against this rule's limiter now (a limiter function's
+            # limiters are checked per request); a copy: the mapping checked
+            # is the mapping charged.
+            if isinstance(self.limiter, RateLimiter):
+                self.limiter.validate_cost(cost)
+            cost = dict(cost)
+        elif not (cost is None or callable(cost)):
             cost = validate_cost(cost)
         self.path = path
         self.key_func = key_func

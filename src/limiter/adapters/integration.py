@@ -28,6 +28,7 @@ from typing import (
     Dict,
     Iterable,
     List,
+    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -120,7 +121,14 @@ class RouteLimit:
             raise TypeError(f"name must be a non-empty str, got {scope!r}")
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
-        if not callable(cost):
+        if isinstance(cost, Mapping):
+            from ..bucket import validate_cost
+
+            # The values now; the names when the route's limiter is built.
+            for value in cost.values():
+                validate_cost(value)
+            cost = dict(cost)
+        elif not callable(cost):
             from ..bucket import validate_cost
 
             validate_cost(cost)
