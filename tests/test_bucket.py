@@ -1163,3 +1163,8 @@ class TestPerLimitCosts:
         assert [(x.allowed, x.retry_after) for x in r.results] == [(True, 0.0), (False, 0.5)]
         states, r = step_all(states, T0, limits, (0, 300))
         assert r.allowed and [x.remaining for x in r.results] == [8, 0]
+
+    def test_a_run_counted_under_more_breaches_shows_none_left_not_fewer(self) -> None:
+        five = complex(5 * 2.0**-600, T0 + 10)  # a run of 5 breaches
+        r = step(five, T0, Lockout(3, 60, 900))[1]
+        assert (r.allowed, r.remaining) == (True, 0)

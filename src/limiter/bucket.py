@@ -1005,6 +1005,7 @@ def _lock_status(
                 )
         elif now < until:
             count, end = mark * _QUOTA_UNSCALE, until
+    left_breaches = _trunc(lockout.burst - count)
     return (
         state,
         _new_result(
@@ -1012,7 +1013,8 @@ def _lock_status(
             (
                 True,
                 lockout.burst,
-                _trunc(lockout.burst - count),
+                # A run counted under a larger ``breaches`` may hold more.
+                left_breaches if left_breaches > 0 else 0,
                 0.0,
                 0.0,
                 lockout.window,
@@ -1122,8 +1124,10 @@ def step(
     When the request takes nothing (denied, or ``cost == 0``) the very same
     ``state`` object is returned, so a store can skip the write; the
     exceptions are a clock stepped back by more than ``CLOCK_TOLERANCE`` and a
-    deficit beyond this limit's window, whose re-anchored state must be
-    stored.  A ``now`` at most ``CLOCK_TOLERANCE`` behind the state's
+    deficit beyond this limit's ``max_debt`` (one burst owed), whose
+    re-anchored state must be stored.  A ``Refund`` or ``Charge`` is always
+    admitted (see ``Refund`` and ``Charge``); in debt, a request is denied
+    until refilling has repaid it.  A ``now`` at most ``CLOCK_TOLERANCE`` behind the state's
     ``updated_at`` is taken as ``updated_at``.  With ``detail=False`` the result
     is just the decision, a ``bool``: the same algorithm, without building a
     ``RateLimitResult`` (``RateLimiter.allow``'s fast path).
@@ -1181,8 +1185,6 @@ def step(
             return _settle(state, now, limit, 0.0, detail)
     after = debt + charge
     if after <= ceiling:
-        if after < 0.0:  # a Refund: a bucket holds at most its burst
-            after = 0.0
         # ``after + now * 1j`` is ``complex(after, now)``, exactly (after >= 0 and
         # now finite; at most a zero's sign differs), in a quarter less time.
         new_state = state if cost == 0 else after + now * 1j
