@@ -21,8 +21,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from limiter import (
+    Charge,
     DenyCache,
     Limit,
+    Lockout,
     ManualClock,
     MemoryStore,
     RateLimiter,
@@ -30,6 +32,7 @@ from limiter import (
     StoreError,
     store_from_url,
 )
+from limiter.bucket import LockoutResult, Refund
 from limiter.events import DecisionEvent, Outcome
 from limiter.headers import rate_limit_headers
 from limiter.testing import T0, StoreConformance
@@ -675,3 +678,145 @@ def test_a_str_subclass_key_is_never_replayed_after_a_reset_through_the_wrapper(
     # The store admits "k" now; so must the wrapper, whichever str the key is.
     assert cache.store.apply("k", limit, 0, T0 + 0.1).remaining == 1
     assert cache.apply("k", limit, 1, T0 + 0.1).allowed
+
+
+# -- lockouts, per-limit costs, charges (issue 15) ---------------------------------------------
+
+LOCK_KEYS = ["{u}:bucket", "{u}:lock"]
+
+
+def lockout_limits(breaches: int = 3, duration: float = 100.0) -> Tuple[Limit, ...]:
+    return (Limit(1, 2, "bucket"), Lockout(breaches=breaches, within=60, duration=duration))
+
+
+def test_with_a_lockout_every_ordinary_denial_reaches_the_store() -> None:
+    # Each denial is a breach: replaying one would hide it from the store, and
+    # the key would never be locked out.
+    counting = Counting()
+    cache, bare = DenyCache(counting, max_stale=None), MemoryStore()
+    limits = lockout_limits(breaches=4)
+    for i in range(6):
+        now = T0 + i * 0.01
+        got = cache.apply_many(LOCK_KEYS, limits, 1, now)
+        assert got == bare.apply_many(LOCK_KEYS, limits, 1, now), i
+    assert counting.calls == 6  # 2 admissions, 4 denials (the fourth locks)
+    assert got.locked_out
+    # Without the lockout the same denials are replayed.
+    plain = DenyCache(Counting())
+    for i in range(6):
+        plain.apply_many(LOCK_KEYS[:1], limits[:1], 1, T0 + i * 0.01)
+    assert plain.store.calls == 3
+
+
+def test_a_locked_out_key_is_replayed_until_its_retry_after_then_asked() -> None:
+    counting = Counting()
+    cache, bare = DenyCache(counting, max_stale=None), MemoryStore()
+    limits = lockout_limits()
+    for _ in range(5):  # 2 admitted, 3 breaches: locked out until T0 + 100
+        locked = cache.apply_many(LOCK_KEYS, limits, 1, T0)
+        assert locked == bare.apply_many(LOCK_KEYS, limits, 1, T0)
+    assert locked.locked_out and counting.calls == 5
+    for t in (0.0, 1.0, 50.0, 99.5, 99.999):  # the lockout's fields, the bucket's peek: exact
+        expected = bare.apply_many(LOCK_KEYS, limits, 1, T0 + t)
+        got = cache.apply_many(LOCK_KEYS, limits, 1, T0 + t)
+        assert got == expected and got.__class__ is LockoutResult, t
+        assert [r.__class__ for r in got.results] == [r.__class__ for r in expected.results]
+        assert headers(got, T0 + t) == headers(expected, T0 + t)
+    assert counting.calls == 5
+    # Within TIME_EPSILON of its end the lockout no longer refuses: the store
+    # decides (an admission here, a breach it must count otherwise).
+    almost = cache.apply_many(LOCK_KEYS, limits, 1, T0 + 100 - 5e-7)
+    assert almost == bare.apply_many(LOCK_KEYS, limits, 1, T0 + 100 - 5e-7)
+    assert almost.allowed and counting.calls == 6
+
+
+def test_a_lockout_replay_is_bounded_by_max_stale() -> None:
+    counting = Counting()
+    cache = DenyCache(counting, max_stale=1.0)
+    limits = lockout_limits()
+    for _ in range(5):
+        cache.apply_many(LOCK_KEYS, limits, 1, T0)
+    calls = counting.calls
+    assert cache.apply_many(LOCK_KEYS, limits, 1, T0 + 0.9).locked_out
+    assert counting.calls == calls
+    assert cache.apply_many(LOCK_KEYS, limits, 1, T0 + 1.0).locked_out  # asked again
+    assert counting.calls == calls + 1
+
+
+@pytest.mark.parametrize("key", LOCK_KEYS)
+def test_a_reset_through_the_wrapper_drops_a_remembered_lockout(key: str) -> None:
+    counting = Counting()
+    cache, bare = DenyCache(counting, max_stale=None), MemoryStore()
+    limits = lockout_limits()
+    for _ in range(5):
+        cache.apply_many(LOCK_KEYS, limits, 1, T0)
+        bare.apply_many(LOCK_KEYS, limits, 1, T0)
+    assert len(cache) == 1
+    cache.reset(key)
+    bare.reset(key)
+    assert len(cache) == 0
+    calls = counting.calls
+    got = cache.apply_many(LOCK_KEYS, limits, 1, T0 + 10)
+    assert got == bare.apply_many(LOCK_KEYS, limits, 1, T0 + 10)
+    assert counting.calls == calls + 1
+    # The lockout's key lifts it; the bucket's alone does not.
+    assert got.locked_out is (key == LOCK_KEYS[0])
+
+
+def test_a_lockout_alone_reports_its_status_through_the_wrapper() -> None:
+    counting = Counting()
+    cache, bare = DenyCache(counting, max_stale=None), MemoryStore()
+    limits = lockout_limits(breaches=1)
+    for store in (cache, bare):
+        store.apply_many(LOCK_KEYS, limits, 3, T0)  # above the burst: a breach, locked
+    for t in (1.0, 1.0, 99.0):
+        got = cache.apply(LOCK_KEYS[1], limits[1], 1, T0 + t)
+        assert got == bare.apply(LOCK_KEYS[1], limits[1], 1, T0 + t)
+        assert got.locked_out and got.retry_after == pytest.approx(100 - t, abs=1e-6)
+    assert counting.calls == 2  # the first status check, then replays
+
+
+def test_per_limit_costs_and_charges_go_to_the_store_and_are_never_remembered() -> None:
+    counting = Counting()
+    cache, bare = DenyCache(counting, max_stale=None), MemoryStore()
+    keys = ["{u}:requests", "{u}:tokens"]
+    limits = (Limit(1, 10, "requests"), Limit(100, 1000, "tokens"))
+    for cost in [(1, 350)] * 4 + [[1, 350], (0, 1), Charge(5), (Charge(1), 2), (0, 0)]:
+        got = cache.apply_many(keys, limits, cost, T0)
+        assert got == bare.apply_many(keys, limits, cost, T0), cost
+    assert counting.calls == 9 and len(cache) == 0
+    for cost in (Charge(2), Charge(10**400)):
+        assert cache.apply("{u}:requests", limits[0], cost, T0) == bare.apply(
+            "{u}:requests", limits[0], cost, T0
+        )
+    assert counting.calls == 11 and len(cache) == 0
+    with pytest.raises(ValueError, match="cost"):
+        cache.apply_many(keys, limits, (1, 2, 3), T0)  # the store's error, unchanged
+
+
+def test_a_charge_drops_the_keys_remembered_denial() -> None:
+    # A charge empties the bucket further: the remembered debt is out of date.
+    counting = Counting()
+    cache, bare = DenyCache(counting, max_stale=None), MemoryStore()
+    limit = Limit(1, 2)
+    for cost in (2, 1, Charge(2), 1):
+        assert cache.apply("k", limit, cost, T0) == bare.apply("k", limit, cost, T0)
+    assert counting.calls == 4
+    later = cache.apply("k", limit, 1, T0 + 1)  # replayed from the charge's denial
+    assert later == bare.apply("k", limit, 1, T0 + 1) and not later.allowed
+    assert counting.calls == 4
+
+
+def test_a_refund_among_per_limit_costs_drops_every_entry_of_its_keys() -> None:
+    counting = Counting()
+    cache = DenyCache(counting, max_stale=None)
+    keys = ["{u}:a", "{u}:b"]
+    limits = (Limit(1, 1), Limit(1, 5))
+    for _ in range(2):
+        cache.apply_many(keys, limits, 1, T0)
+        cache.apply(keys[0], limits[0], 1, T0)
+    assert len(cache) == 2  # the pair's denial and the single key's
+    calls = counting.calls
+    refunded = cache.apply_many(keys, limits, (Refund(1), 0), T0)
+    assert refunded.allowed and len(cache) == 0 and counting.calls == calls + 1
+    assert cache.apply(keys[0], limits[0], 1, T0).allowed  # asked: the token is back

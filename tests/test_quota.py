@@ -20,7 +20,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from limiter import Limit, ManualClock, MemoryStore, Quota, RateLimiter, SQLiteStore
-from limiter.bucket import CLOCK_TOLERANCE, QuotaResult, Refund, full_at, step, step_all, step_quota
+from limiter.bucket import (
+    CLOCK_TOLERANCE,
+    Charge,
+    QuotaResult,
+    Refund,
+    full_at,
+    step,
+    step_all,
+    step_quota,
+)
 from limiter.headers import rate_limit_headers
 from test_redis_store import check_stored
 
@@ -367,6 +376,9 @@ QCOSTS = st.one_of(
     st.sampled_from([0, 1, 1, 1, 2, 0.5, 8, 1e9, math.inf]),
     st.floats(0, 8, allow_nan=False),
     st.sampled_from([1, 2.5, 100]).map(Refund),
+    # Charges: taken unconditionally, at most 2 * count (2**54 stands for any
+    # charge above it, beyond 2 * count all the same).
+    st.sampled_from([0, 1, 2.5, 6, 8, 13.5, 100, math.inf, 2**60]).map(Charge),
 )
 # Steps in seconds: small, across hours and days, and backwards (late readings
 # and clocks stepped back).
@@ -392,7 +404,7 @@ QSTARTS = st.sampled_from(
 @given(
     quota=QUOTAS,
     start=QSTARTS,
-    ops=st.lists(st.tuples(QSTEPS, QCOSTS), min_size=1, max_size=30),
+    ops=st.lists(st.tuples(QSTEPS, QCOSTS, st.none() | QCOSTS), min_size=1, max_size=30),
     bucket=st.booleans(),
 )
 def test_script_matches_step_quota(
@@ -408,7 +420,9 @@ def test_script_matches_step_quota(
     rkeys = [redis_key(k, store.prefix) for k in keys]
     states: List[Optional[complex]] = [None] * len(limits)
     now = start
-    for dt, cost in ops:
+    for dt, cost, quota_cost in ops:
+        if bucket and quota_cost is not None:
+            cost = (cost, quota_cost)  # one cost per limit
         if not isinstance(dt, tuple):
             now += dt
         elif states[-1] is not None:

@@ -18,12 +18,20 @@ from typing import Any, Iterator, List, Optional
 import pytest
 import redis
 import redis.asyncio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import SCRIPT_SHA, AsyncRedisStore, RedisStore, hash_tag, redis_key
-from limiter.bucket import CLOCK_TOLERANCE, Refund, step, step_all
+from limiter.bucket import (
+    CLOCK_TOLERANCE,
+    Charge,
+    Lockout,
+    Refund,
+    full_at,
+    step,
+    step_all,
+)
 from limiter.testing import T0, StoreConformance
 from redis_servers import RedisServer, unique_prefix
 
@@ -109,7 +117,13 @@ COSTS = st.one_of(
     # Above burst by less than the slack: denied however close (bursts are 1..30).
     st.integers(1, 30).map(lambda n: n + 1e-7),
     # Refunds, the one negative cost: the script stops the debt at 0 as step does.
-    st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9]), st.floats(0, 50)).map(Refund),
+    st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9, math.inf]), st.floats(0, 50)).map(Refund),
+    # Charges, taken unconditionally: into debt, up to one burst owed (max_debt);
+    # above 2**54 sent as 2**54, which takes max_debt as any charge >= 2 * burst.
+    st.one_of(
+        st.sampled_from([0, 1, 2.5, 30, 59.5, 60, 1e9, math.inf, 2**53 + 2, 2**54, 2**60]),
+        st.floats(0, 50),
+    ).map(Charge),
 )
 #: How far behind the latest stored updated_at a late reading goes: within
 #: ``CLOCK_TOLERANCE`` (applied at updated_at), exactly at it, and just beyond
@@ -168,7 +182,7 @@ def check_stored(
     stored = complex(float(debt), float(updated_at))
     assert stored == state
     if ttl != -1:  # written by this step (-1: kept from before, made persistent)
-        expected_ttl = max(1, math.ceil(stored.real * 1000))
+        expected_ttl = min(10**15, max(1, math.ceil(stored.real * 1000)))  # PX's bounds
         assert expected_ttl - elapsed_ms <= ttl <= expected_ttl  # less what elapsed since
     return stored
 
@@ -195,23 +209,46 @@ def assert_same(got: Any, expected: Any) -> None:
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(rate=RATES, burst=st.integers(1, 30), ops=OPS)
-def test_script_matches_step(client: redis.Redis, rate: float, burst: int, ops: Any) -> None:
+@given(
+    rate=RATES,
+    burst=st.integers(1, 30),
+    other=st.tuples(RATES, st.integers(1, 30)),
+    ops=OPS,
+    switches=st.lists(st.sampled_from([False, False, False, True]), min_size=40, max_size=40),
+)
+def test_script_matches_step(
+    client: redis.Redis, rate: float, burst: int, other: Any, ops: Any, switches: List[bool]
+) -> None:
+    # Now and then a step goes under another limit: a state written under a
+    # larger one (or deep in debt) is read as at most one burst owed.
     store = RedisStore(client, prefix=unique_prefix())
-    limit = Limit(rate, burst)
+    limits = (Limit(rate, burst), Limit(*other))
     rkey = redis_key("k", store.prefix)
     state = None
     now = T0
-    for dt, cost in ops:
+    for (dt, cost), switch in zip(ops, switches):
+        limit = limits[switch]
         now = move(now, dt, [state])
         state, expected = step(state, now, limit, cost)
         since = time.monotonic()
         got = store.apply("k", limit, cost, now)
-        assert_same(got, expected)
+        assert got == expected  # every field, bit for bit
         assert got.results == ()
         # The stored state is bit-for-bit the one step computed (None: never written).
         state = check_stored(client, rkey, state, since)
     client.delete(rkey)
+
+
+#: One cost per limit (the first n of four), or None: the op's one cost for all.
+PER_LIMIT = st.one_of(st.none(), st.lists(COSTS, min_size=4, max_size=4))
+
+
+def op_cost(cost: Any, per_limit: Optional[List[Any]], n: int, tuple_form: bool) -> Any:
+    """The op's cost for ``n`` limits: the one cost, or a tuple (or list) of ``n``."""
+    if per_limit is None:
+        return cost
+    costs = per_limit[:n]
+    return tuple(costs) if tuple_form else costs
 
 
 @settings(
@@ -220,24 +257,87 @@ def test_script_matches_step(client: redis.Redis, rate: float, burst: int, ops: 
 @given(
     limits=st.lists(st.tuples(RATES, st.integers(1, 20)), min_size=1, max_size=4),
     ops=OPS,
+    per_limit=st.lists(PER_LIMIT, min_size=40, max_size=40),
 )
-def test_script_matches_step_all(client: redis.Redis, limits: Any, ops: Any) -> None:
+def test_script_matches_step_all(
+    client: redis.Redis, limits: Any, ops: Any, per_limit: List[Any]
+) -> None:
     store = RedisStore(client, prefix=unique_prefix())
     lims = [Limit(rate, burst) for rate, burst in limits]
     keys = [f"{{user}}:{i}" for i in range(len(lims))]
     rkeys = [redis_key(k, store.prefix) for k in keys]
     states: List[Optional[complex]] = [None] * len(lims)
     now = T0
-    for dt, cost in ops:
+    for i, ((dt, cost), costs) in enumerate(zip(ops, per_limit)):
+        cost = op_cost(cost, costs, len(lims), i % 2 == 0)
         now = move(now, dt, states)
         states, expected = step_all(states, now, lims, cost)
         since = time.monotonic()
         got = store.apply_many(keys, lims, cost, now)
-        assert_same(got, expected)
-        assert len(got.results) == len(expected.results)
-        for g, e in zip(got.results, expected.results):
-            assert_same(g, e)
+        assert got == expected  # every field, bit for bit (results, policy too)
         states = [check_stored(client, k, s, since) for k, s in zip(rkeys, states)]
+    client.delete(*rkeys)
+
+
+def check_lock_stored(
+    client: redis.Redis, rkey: str, state: Optional[complex], now: float, since: float
+) -> Optional[complex]:
+    """``check_stored`` for a lockout's key: its TTL is the time from ``now`` to its end."""
+    raw, ttl = client.pipeline().get(rkey).pttl(rkey).persist(rkey).execute()[:2]
+    elapsed_ms = math.ceil((time.monotonic() - since) * 1000) + 2
+    if raw is None:
+        # Never written, or expired already: its end was within the time elapsed.
+        assert state is None or math.ceil((full_at(state) - now) * 1000) <= elapsed_ms
+        return None
+    mark, end = raw.split()
+    stored = complex(float(mark), float(end))
+    assert stored == state
+    if ttl != -1:  # written by this step
+        expected_ttl = min(10**15, max(1, math.ceil((full_at(stored) - now) * 1000)))
+        assert expected_ttl - elapsed_ms <= ttl <= expected_ttl
+    return stored
+
+
+LOCKOUTS = st.builds(
+    Lockout,
+    breaches=st.integers(1, 4),
+    within=st.sampled_from([0.5, 1.0, 3.0, 30.0]),
+    duration=st.sampled_from([0.4, 2.0, 5.0, 100.0]),
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    limits=st.lists(st.tuples(RATES, st.integers(1, 5)), min_size=1, max_size=3),
+    lockout=LOCKOUTS,
+    ops=OPS,
+    per_limit=st.lists(PER_LIMIT, min_size=40, max_size=40),
+)
+def test_script_matches_step_all_with_a_lockout(
+    client: redis.Redis, limits: Any, lockout: Lockout, ops: Any, per_limit: List[Any]
+) -> None:
+    # Small bursts: denials (breaches) are frequent, lockouts begin and end,
+    # clocks step back over runs and lockouts.
+    store = RedisStore(client, prefix=unique_prefix())
+    lims = [*(Limit(rate, burst) for rate, burst in limits), lockout]
+    keys = [f"{{user}}:{i}" for i in range(len(lims))]
+    rkeys = [redis_key(k, store.prefix) for k in keys]
+    states: List[Optional[complex]] = [None] * len(lims)
+    now = T0
+    for i, ((dt, cost), costs) in enumerate(zip(ops, per_limit)):
+        cost = op_cost(cost, costs, len(lims), i % 2 == 0)
+        now = move(now, dt, states[:-1])
+        states, expected = step_all(states, now, lims, cost)
+        since = time.monotonic()
+        got = store.apply_many(keys, lims, cost, now)
+        assert got == expected  # every field, bit for bit (results, policy too)
+        assert got.__class__ is expected.__class__
+        assert [r.__class__ for r in got.results] == [r.__class__ for r in expected.results]
+        event(f"locked out: {got.locked_out}")
+        buckets = [check_stored(client, k, s, since) for k, s in zip(rkeys, states[:-1])]
+        states = [*buckets, check_lock_stored(client, rkeys[-1], states[-1], now, since)]
     client.delete(*rkeys)
 
 
@@ -251,6 +351,11 @@ def test_script_matches_step_up_to_2_53_tokens(client: redis.Redis) -> None:
         for dt, cost in (
             *((0.0, 0), (0.0, 1), (0.5, 12345), (0.0, 0), (-1.0, 10**18), (2.0, 1)),
             *((0.0, 2**53), (0.0, 2**53 + 1), (0.0, 10**400), (1e9, 0), (0.0, 2**53 - 1)),
+            # Charges between 2**53 and 2**54 take their own amount (sent exactly);
+            # from 2 * burst up, max_debt (2**54 stands for all above it).
+            *((1e9, Charge(2**53 + 2)), (0.0, 0), (1e9, Charge(2**54 - 2)), (1e9, Charge(2**54))),
+            *((1e9, Charge(2**54 + 4)), (0.0, Charge(10**400)), (0.0, Refund(2**53 + 2))),
+            *((0.0, Refund(math.inf)), (1e9, Charge(3)), (0.0, Refund(2**54 + 4))),
         ):
             state, expected = step(state, T0 + dt, limit, cost)
             since = time.monotonic()
@@ -270,12 +375,12 @@ def test_script_applies_a_late_reading_at_the_stored_update(client: redis.Redis)
     state = None
     for now, limit, cost, stored_at in (
         (T0, big, 10, T0),  # 10 s of debt at T0
-        (T0 - 0.5, small, 1, T0),  # late, under a shrunk limit: cut at T0, denied
+        (T0 - 0.5, small, 1, T0),  # late, under a shrunk limit: cut to 4 s at T0, denied
         (T0 - CLOCK_TOLERANCE, small, 0, T0),  # exactly the tolerance behind: a peek
-        (T0 + 1, small, 1, T0 + 1),  # admitted
-        (T0 + 0.999, small, 0.5, T0 + 1),  # late: admitted at T0 + 1, not before
-        (T0 + 0.999, small, 1, T0 + 1),  # late and denied: nothing written
-        (T0 + 1 - CLOCK_TOLERANCE - 1e-6, small, 1, T0 - 1e-6),  # stepped back: re-anchored
+        (T0 + 2.5, small, 0.25, T0 + 2.5),  # admitted: 1.75 s of debt
+        (T0 + 2.499, small, 0.25, T0 + 2.5),  # late: admitted at T0 + 2.5, not before
+        (T0 + 2.499, small, 1, T0 + 2.5),  # late and denied: nothing written
+        (T0 + 2.5 - CLOCK_TOLERANCE - 1e-6, small, 1, T0 + 1.5 - 1e-6),  # stepped back
         (T0 - 3600, small, 1, T0 - 3600),  # an hour back: re-anchored
         (T0 - 3599, small, 1, T0 - 3599),  # refilling from there
     ):

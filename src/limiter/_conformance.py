@@ -31,7 +31,7 @@ from typing import (
 import pytest
 
 from .adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
-from .bucket import Limit, Quota, RateLimitResult, Refund, step
+from .bucket import Charge, Cost, Limit, Lockout, Quota, RateLimitResult, Refund, step
 from .clock import ManualClock
 from .events import DecisionEvent
 from .keys import header_key
@@ -79,7 +79,8 @@ def _property_test() -> Any:
         ops=st.lists(
             st.tuples(
                 st.integers(-2000, 5000).map(lambda ms: ms / 1000),
-                st.sampled_from([0, 0.5, 1, 1, 1, 2, 3, 25]),
+                # Charges and refunds too: into debt (at most one burst owed) and back.
+                st.sampled_from([0, 0.5, 1, 1, 1, 2, 3, 25, Charge(4), Charge(50), Refund(2)]),
             ),
             min_size=1,
             max_size=40,
@@ -149,7 +150,7 @@ class StoreConformance:
         store: Any,
         keys: List[str],
         limits: List[Limit],
-        cost: float = 1,
+        cost: Cost = 1,
         now: Optional[float] = T0,
     ) -> RateLimitResult:
         if self.mode == "async":
@@ -336,6 +337,107 @@ class StoreConformance:
         assert first.allowed and not second.allowed
         assert [x.remaining for x in second.results] == [0, 2]
         assert second.retry_after == pytest.approx(1, abs=1e-6)
+
+    def test_per_limit_costs_are_charged_all_or_nothing(self, store: Any) -> None:
+        keys = ["k:requests", "k:tokens"]
+        limits = [Limit(1, 10, "requests"), Limit(100, 1000, "tokens")]
+        results = [self.apply_many(store, keys, limits, (1, 350)) for _ in range(3)]
+        assert [r.allowed for r in results] == [True, True, False]
+        assert [[x.remaining for x in r.results] for r in results] == [[9, 650], [8, 300], [8, 300]]
+        refused = results[2]
+        assert refused.policy == "tokens" and [x.policy for x in refused.results] == [
+            "requests",
+            "tokens",
+        ]
+        assert [x.allowed for x in refused.results] == [True, False]  # a peek: nothing taken
+        assert refused.retry_after == pytest.approx(0.5, abs=1e-6)  # 50 tokens at 100/s
+        assert not self.apply_many(store, keys, limits, [1, 350], T0 + 0.49).allowed  # a list
+        admitted = self.apply_many(store, keys, limits, [1, 350], T0 + 0.5)
+        assert admitted.allowed and [x.remaining for x in admitted.results] == [7, 0]
+        # 0 takes nothing from that limit; the other refuses on its own.
+        by_requests = self.apply_many(store, keys, limits, (8, 0), T0 + 0.5)
+        assert (by_requests.allowed, by_requests.policy) == (False, "requests")
+        assert by_requests.retry_after == pytest.approx(0.5, abs=1e-6)
+        assert self.apply_many(store, keys, limits, (7, 0), T0 + 0.5).allowed
+        assert [
+            self.apply(store, k, lim, 0, T0 + 0.5).remaining for k, lim in zip(keys, limits)
+        ] == [
+            0,
+            0,
+        ]
+
+    def test_bad_per_limit_costs_are_a_value_error_and_change_nothing(self, store: Any) -> None:
+        keys = ["k:a", "k:b"]
+        limits = [Limit(1, 5), Limit(1, 10)]
+        assert self.apply_many(store, keys, limits, (1, 2)).allowed
+        for bad in ((1, 2, 3), [1], (), (1, -1), [float("nan"), 1]):
+            with pytest.raises(ValueError, match="cost"):
+                self.apply_many(store, keys, limits, bad)
+        peek = self.apply_many(store, keys, limits, 0)
+        assert [x.remaining for x in peek.results] == [4, 8]
+
+    def test_a_charge_goes_into_debt_then_the_exact_wait(self, store: Any) -> None:
+        limit = Limit(2, 4)  # a window of 2 s
+        charged = self.apply(store, "k", limit, Charge(6))  # 2 tokens owed: 3 s of deficit
+        assert (charged.allowed, charged.remaining, charged.retry_after) == (True, 0, 0.0)
+        assert charged.reset_after == pytest.approx(3.0, abs=1e-6)
+        denied = self.apply(store, "k", limit, 1)
+        assert (denied.allowed, denied.remaining) == (False, 0)
+        assert denied.retry_after == pytest.approx(1.5, abs=1e-6)
+        assert not self.apply(store, "k", limit, 1, T0 + 1.49).allowed
+        assert self.apply(store, "k", limit, 1, T0 + 1.5).allowed
+        # At most one burst owed (Limit.max_debt, 4 s), however large the charge.
+        most = self.apply(store, "k", limit, Charge(10**400), T0 + 1.5)
+        assert most.allowed and most.reset_after == pytest.approx(4.0, abs=1e-6)
+        assert not self.apply(store, "k", limit, 1, T0 + 3.99).allowed
+        assert self.apply(store, "k", limit, 1, T0 + 4.0).allowed
+
+    def test_a_refund_repays_debt(self, store: Any) -> None:
+        limit = Limit(2, 4)
+        assert self.apply(store, "k", limit, Charge(6)).allowed  # 2 tokens owed
+        assert not self.apply(store, "k", limit, 1).allowed
+        repaid = self.apply(store, "k", limit, Refund(4))  # 2 tokens in the bucket again
+        assert (repaid.allowed, repaid.remaining) == (True, 2)
+        assert repaid.reset_after == pytest.approx(1.0, abs=1e-6)
+        assert [self.apply(store, "k", limit, 1).allowed for _ in range(3)] == [True, True, False]
+
+    def test_a_lockout_locks_out_after_n_denials_until_its_end(self, store: Any) -> None:
+        keys = ["k:bucket", "k:lock"]
+        limits = [Limit(1, 2, "bucket"), Lockout(breaches=3, within=60, duration=900)]
+        results = [self.apply_many(store, keys, limits) for _ in range(5)]
+        assert [r.allowed for r in results] == [True, True, False, False, False]
+        assert [r.locked_out for r in results] == [False] * 4 + [True]
+        locked = results[4]  # the third denial (breach) is the lockout already
+        assert (locked.policy, locked.limit, locked.window) == ("lockout", 2, 2.0)
+        assert locked.retry_after == pytest.approx(900, abs=1e-6)
+        assert [x.policy for x in locked.results] == ["bucket", "lockout"]
+        # Refused however full the bucket, peeking it (nothing taken), and the
+        # refusals are no breaches: the lockout is not extended.
+        for t in (100, 100, 500, 899.99):
+            refused = self.apply_many(store, keys, limits, 1, T0 + t)
+            assert (refused.allowed, refused.locked_out) == (False, True), t
+            assert refused.retry_after == pytest.approx(900 - t, abs=1e-6)
+            assert [(x.allowed, x.remaining) for x in refused.results] == [(True, 2), (False, 0)]
+        assert self.apply(store, "k:bucket", limits[0], 0, T0 + 899.99).remaining == 2
+        # It ends at duration, and the key starts afresh (no breaches).
+        admitted = self.apply_many(store, keys, limits, 2, T0 + 900)
+        assert (admitted.allowed, admitted.locked_out, admitted.policy) == (True, False, "bucket")
+        assert len(admitted.results) == 1  # a lockout that does not refuse is left out
+        after = [self.apply_many(store, keys, limits, 1, T0 + 900).locked_out for _ in range(3)]
+        assert after == [False, False, True]
+
+    def test_a_lockout_is_lifted_by_a_reset_of_its_key(self, store: Any) -> None:
+        keys = ["k:bucket", "k:lock"]
+        limits = [Limit(1, 1), Lockout(breaches=2, within=10, duration=60)]
+        assert [self.apply_many(store, keys, limits).locked_out for _ in range(3)] == [
+            False,
+            False,
+            True,
+        ]
+        assert self.apply_many(store, keys, limits, 1, T0 + 30).locked_out
+        self.reset(store, "k:lock")
+        lifted = self.apply_many(store, keys, limits, 1, T0 + 30)
+        assert (lifted.allowed, lifted.locked_out) == (True, False)
 
     def test_concurrent_checks_admit_exactly_burst(self, store: Any) -> None:
         limit = Limit(1, 50)

@@ -6,21 +6,25 @@
 -- the results bit for bit.  Change the two together.
 --
 --   this file                          mirrors (limiter/bucket.py)
---   ARGV parsing, cost <= 2^54         validate_cost (done in Python first, see
---                                      redis.py's _cost_arg) and Limit.__post_init__
+--   ARGV parsing, cost <= 2^54         validate_cost / validate_costs (done in
+--                                      Python first, see redis.py's _cost_arg)
+--                                      and Limit.__post_init__
 --   load / store (PX)                  State: complex(debt, updated_at); full_at
---   step                               step
+--   step                               step, and _settle for a Refund or a Charge
 --   trunc                              int() in step
---   the loop over several keys         step_all (the peeks on denial); combine
---                                      is applied to the replies in Python
---   quota                              step_quota (a Quota's window end comes
---                                      from Python, see below)
+--   the loop over several keys         step_all (the peeks on denial, the
+--                                      lockout last); combine is applied to
+--                                      the replies in Python
+--   quota                              step_quota / _apply_quota (a Quota's
+--                                      window end comes from Python, see below)
+--   lockstatus, breach                 _lock_status, _breach
 --
--- Two placeholders in capitals, in step, stand for limiter.bucket's time
--- epsilon and clock tolerance constants: redis.py substitutes their Python reprs when it loads this
--- file, so the text sent to Redis (and its SHA-1) carries the numbers.
+-- Two placeholders in capitals, in the code below, stand for limiter.bucket's
+-- time epsilon and clock tolerance constants: redis.py substitutes their
+-- Python reprs when it loads this file, so the text sent to Redis (and its
+-- SHA-1) carries the numbers.
 --
--- The rules, as limiter.bucket's module docstring states them:
+-- The rules, as limiter.bucket's module docstring and step_all state them:
 -- * State: "debt updated_at" (seconds, exact: %.17g, the caller's repr of
 --   now, or the server's TIME as "seconds.microseconds"); a missing key is a
 --   full bucket.  It is full again at updated_at + debt.
@@ -30,16 +34,23 @@
 --   reading was applied): keep the debt and apply the request at updated_at
 --   (the anchor below; a write keeps updated_at's stored text).  Otherwise
 --   debt = max(0, debt - (now - updated_at)) and the anchor is now.
--- * debt above window + slack (state from a larger limit) becomes window,
---   re-anchored at the anchor and stored even on denial: never below 0 tokens.
--- * after = debt + cost * interval, or inf when cost > burst (never admitted,
---   however close); admitted when after <= window + slack, then (after
---   raised to 0 when a refund, a negative cost, made it negative)
---   state = (after, anchor) and remaining = trunc((window - after + slack) *
---   rate) clamped to burst.
--- * Denied, or cost 0: state unchanged (but for the re-anchoring above);
---   remaining = trunc((window - debt + slack) * rate) clamped to burst, and
---   retry_after = after - window (so inf when cost > burst).
+-- * A bucket owes at most one burst: a debt above max_debt = 2 * window (a
+--   state from a larger limit) becomes max_debt, re-anchored at the anchor
+--   and stored even on denial.
+-- * A request: after = debt + cost * interval, or inf when cost > burst
+--   (never admitted, however close); admitted when after <= window + slack,
+--   then state = (after, anchor) and remaining = trunc((window - after +
+--   slack) * rate) clamped to burst.  Denied, or cost 0: state unchanged
+--   (but for the re-anchoring and the clamp above); remaining = trunc((window
+--   - debt + slack) * rate) clamped to 0..burst (a bucket in debt has none),
+--   and retry_after = after - window (so inf when cost > burst).
+-- * A Refund (a negative cost) or a Charge is settled: always admitted.
+--   after = debt + cost * interval, floored at 0 (a bucket holds at most its
+--   burst) and capped at max_debt; a charge of 2 * burst or more (the 2^54
+--   stand-in included) is max_debt itself; cost 0 takes nothing.  remaining
+--   as for a request, clamped to 0..burst.  A peek (cost 0) of a bucket in
+--   debt (above window + slack) is settled the same way: admitted, taking
+--   nothing (denied, it would count as a lockout's breach).
 -- * Several keys: all admit or none is charged; on denial the ones that would
 --   have admitted are recomputed as peeks (cost 0).
 -- * Every write sets PX to the time until the bucket is full again, so an
@@ -49,20 +60,37 @@
 --   place of "rate burst": end is the end of the window holding now +
 --   epsilon, which the client computes (time zones are beyond this script),
 --   and now is then always the client's.  Its state is "used*2^-600 end", so
---   updated_at + debt is its end, and PX is the time left to that end.
+--   updated_at + debt is its end, and PX is the time left to that end.  A
+--   Charge adds to used unconditionally, at most 2 * count.
+-- * A lockout (limiter.bucket.Lockout) comes as "l<within>/<duration>
+--   breaches", only ever as the last key (alone, it reports its status and
+--   takes nothing).  Its state is "breaches*2^-600 run_end" for an open run
+--   of breaches or "-2^-600 until" when locked out (PX: the time to that
+--   end).  Locked (now + epsilon < until): every other key is peeked, nothing
+--   is taken or counted, and its reply refuses with retry_after = until - now
+--   (an until more than duration + tolerance ahead is brought back to now +
+--   duration, and stored).  Otherwise the other keys decide; a denial is a
+--   breach: it opens a run until now + within, or counts in the open one
+--   (now < run_end; an end more than within + tolerance ahead is brought back
+--   to now + within), and the breaches-th breach of a run locks the key until
+--   now + duration, that very reply already refusing.  Its reply is 4 fields
+--   like any key's: "0 0 left left" locked out, else "1 breaches_left 0 0".
 -- KEYS: one per limit.  ARGV[1]: "now cost rate burst [rate burst ...]", one
 -- rate and burst per key, Python reprs; now is empty to read the server's
--- TIME.  cost is at most 2^54: a larger one (even inf, which tonumber may not
--- read) is sent as 2^54, above every burst (<= 2^53), so its result is the
--- same.  (One argument: each one costs clients more to send than the match
--- below costs here.)  interval = 1 / rate, window = burst / rate and slack =
--- min(limiter.bucket's epsilon, 1e-3 / rate) are derived here as limiter.Limit
--- derives them: IEEE division is exact, so they are the very same doubles.
+-- TIME.  With several keys, cost may be "c1,c2,...,cn", one per key (the
+-- lockout's is ignored).  A cost is a number, "-t" for a Refund of t tokens
+-- or "!t" for a Charge; t is at most 2^54: a larger one (even inf, which
+-- tonumber may not read) is sent as 2^54, above every burst (<= 2^53) and at
+-- least twice every burst, so its result is the same.  (One argument: each
+-- one costs clients more to send than the match below costs here.)
+-- interval = 1 / rate, window = burst / rate and slack = min(limiter.bucket's
+-- epsilon, 1e-3 / rate) are derived here as limiter.Limit derives them: IEEE
+-- division is exact, so they are the very same doubles.
 -- Returns one string (cheaper for clients to read than an array): per key
 -- "allowed remaining reset_after retry_after", space-separated, floats as
 -- %.17g since Redis would truncate Lua numbers to integers.  Formatting a
 -- double is the costliest thing done here: no value is formatted twice.
-local tonumber, format, match = tonumber, string.format, string.match
+local tonumber, format, match, byte, sub = tonumber, string.format, string.match, string.byte, string.sub
 local n = #KEYS
 local nows, cost, rate1, burst1, rest
 if n == 1 then
@@ -86,7 +114,15 @@ else
   -- A Python repr: tonumber reads back the very double, so it is stored as is.
   now = tonumber(nows)
 end
-cost = tonumber(cost)
+
+-- One cost's text: the number, and '!' for a Charge or '-' for a Refund (both
+-- settled: always admitted), nil for a request.
+local function readcost(text)
+  local b = byte(text)
+  if b == 33 then return tonumber(sub(text, 2)), '!' end
+  if b == 45 then return tonumber(text), '-' end
+  return tonumber(text), nil
+end
 
 -- Mirrors limiter.bucket.State.  The stored debt, updated_at and updated_at's
 -- text (nil for a new key); false and an error reply for a corrupt state.
@@ -105,7 +141,7 @@ end
 
 -- Mirrors limiter.bucket.full_at: the key expires when the bucket is full
 -- again.  Writes debt d anchored at the text at, or at now when at is nil
--- (full again in d seconds); returns d formatted.
+-- (full again in d seconds, or in px when given); returns d formatted.
 local function store(key, d, at, px)
   local ms = math.ceil((px or d) * 1000)
   if ms < 1 then ms = 1 end
@@ -121,11 +157,12 @@ local function trunc(x)
   return math.ceil(x)
 end
 
--- Mirrors limiter.bucket.step_quota: d, u, us as for step; ends: the text of
--- the current window's end; count: the quota.  Returns what step returns,
--- and the seconds until the written state's end (for PX).
+-- Mirrors limiter.bucket.step_quota (_apply_quota): d, u, us as for step;
+-- ends: the text of the current window's end; count: the quota; mode: '!'
+-- for a Charge.  Returns what step returns, and the seconds until the written
+-- state's end (for PX).
 local QSCALE, QUNSCALE = 2^-600, 2^600
-local function quota(d, u, us, ends, count, cost)
+local function quota(d, u, us, ends, count, cost, mode)
   count = tonumber(count)
   local qend, endtext = tonumber(ends), ends
   local used = 0.0
@@ -150,6 +187,14 @@ local function quota(d, u, us, ends, count, cost)
     if rem < 0 then rem = 0 end
     return write, at, 1, rem, reset, 0, reset
   end
+  if mode == '!' then  -- a charge: always taken, up to twice the count
+    local most = 2.0 * count
+    local after = used + cost
+    if not (after <= most) then after = most end
+    rem = trunc(count - after)
+    if rem < 0 then rem = 0 end
+    return after * QSCALE, endtext, 1, rem, reset, 0, reset
+  end
   if cost <= count and used + cost <= count then
     local after = used + cost
     return after * QSCALE, endtext, 1, trunc(count - after), reset, 0, reset
@@ -161,13 +206,66 @@ local function quota(d, u, us, ends, count, cost)
   return write, at, 0, rem, reset, retry, reset
 end
 
--- Mirrors limiter.bucket.step.
--- d, u, us: the stored debt, updated_at and its text (nil for a new key).
--- Returns the debt to store (nil: nothing to store), its anchor (nil: now, or
--- us), and allowed, remaining, reset_after, retry_after.
-local function step(d, u, us, rate, burst, cost)
-  if string.byte(rate) == 113 then  -- "q": a quota
-    return quota(d, u, us, string.sub(rate, 2), burst, cost)
+-- Mirrors limiter.bucket._lock_status.  spec: "l<within>/<duration>".
+-- Returns the state to store (mark, and its until as text; nil: nothing),
+-- allowed (0: locked out), remaining, the seconds left of the lockout, and
+-- the open run's breaches and end (0 and -inf when none).
+local LOCKED = -(2^-600)
+local function lockstatus(d, u, spec, breaches)
+  local duration = tonumber(match(spec, '/(%S+)$'))
+  local count, runend = 0.0, -math.huge
+  if d ~= nil then
+    if d < 0 then
+      if now + EPSILON < u then
+        local write, at = nil, nil
+        if u - now > duration + TOLERANCE then
+          u = now + duration  -- a clock stepped back: at most duration
+          write, at = LOCKED, format('%.17g', u)
+        end
+        local left = u - now
+        return write, at, 0, 0, left, count, runend
+      end
+    elseif now < u then
+      count, runend = d * QUNSCALE, u
+    end
+  end
+  local rem = trunc(tonumber(breaches) - count)
+  if rem < 0 then rem = 0 end  -- a run counted under a larger breaches
+  return nil, nil, 1, rem, 0, count, runend
+end
+
+-- Mirrors limiter.bucket._breach: the lockout's state and reply after a
+-- denial, as finish takes them (PX: the time to the run's or lockout's end).
+local function breach(count, runend, spec, breaches)
+  local within, duration = match(spec, '^l(%S+)/(%S+)$')
+  within, duration, breaches = tonumber(within), tonumber(duration), tonumber(breaches)
+  if count == 0 then
+    runend = now + within  -- the first breach opens a run
+  elseif runend - now > within + TOLERANCE then
+    runend = now + within  -- a clock stepped back: at most within
+  end
+  count = count + 1
+  if count >= breaches then
+    local untl = now + duration
+    local left = untl - now
+    return LOCKED, format('%.17g', untl), 0, 0, left, left, left
+  end
+  return count * QSCALE, format('%.17g', runend), 1, trunc(breaches - count), 0, 0, runend - now
+end
+
+-- Mirrors limiter.bucket.step (and _settle for a Refund or a Charge, mode
+-- '-' or '!').  d, u, us: the stored debt, updated_at and its text (nil for a
+-- new key).  Returns the debt to store (nil: nothing to store), its anchor
+-- (nil: now, or us), and allowed, remaining, reset_after, retry_after (and
+-- PX's seconds, for a quota or a lockout).
+local function step(d, u, us, rate, burst, cost, mode)
+  local kind = byte(rate)
+  if kind == 113 then  -- "q": a quota
+    return quota(d, u, us, sub(rate, 2), burst, cost, mode)
+  end
+  if kind == 108 then  -- "l": a lockout alone reports its status, taking nothing
+    local write, at, ok, rem, left = lockstatus(d, u, rate, burst)
+    return write, at, ok, rem, left, left, left
   end
   rate, burst = tonumber(rate), tonumber(burst)
   local window = burst / rate
@@ -188,22 +286,39 @@ local function step(d, u, us, rate, burst, cost)
     debt = d - (now - u)
     if debt < 0.0 then debt = 0.0 end
   end
-  if debt > window + slack then
-    debt = window
-    write = window
+  local most = window * 2.0
+  if debt > most then  -- never more than one burst owed (a state from a larger limit)
+    debt = most
+    write = most
+  end
+  local remaining
+  if mode or (cost == 0 and debt > window + slack) then
+    -- A Refund or a Charge (limiter.bucket._settle), or a peek of a bucket in
+    -- debt (settled as cost 0): always admitted.
+    local after = debt
+    if cost ~= 0 then
+      if cost >= 2.0 * burst then
+        after = most  -- inf, or at least the bound (the 2^54 stand-in)
+      else
+        after = debt + cost * (1 / rate)
+        if after < 0.0 then after = 0.0 elseif after > most then after = most end
+      end
+      write = after
+    end
+    remaining = trunc((window - after + slack) * rate)
+    if remaining > burst then remaining = burst elseif remaining < 0 then remaining = 0 end
+    return write, at, 1, remaining, after, 0
   end
   local after = math.huge
   if cost <= burst then after = debt + cost * (1 / rate) end
-  local remaining
   if after <= window + slack then
-    if after < 0.0 then after = 0.0 end  -- a refund: never more than burst
     remaining = trunc((window - after + slack) * rate)
     if remaining > burst then remaining = burst end
     if cost == 0 then return write, at, 1, remaining, debt, 0 end
     return after, at, 1, remaining, after, 0
   end
   remaining = trunc((window - debt + slack) * rate)
-  if remaining > burst then remaining = burst end
+  if remaining > burst then remaining = burst elseif remaining < 0 then remaining = 0 end
   return write, at, 0, remaining, debt, after - window
 end
 
@@ -224,11 +339,12 @@ if n == 1 then
   local key = KEYS[1]
   local d, u, us = load(key)
   if d == false then return u end
-  return finish(key, step(d, u, us, rate1, burst1, cost))
+  local c, mode = readcost(cost)
+  return finish(key, step(d, u, us, rate1, burst1, c, mode))
 end
 
--- Mirrors limiter.bucket.step_all: all admit or none is charged (combine is
--- Python's, on the replies).
+-- Mirrors limiter.bucket.step_all: all admit or none is charged, and a
+-- lockout last (combine is Python's, on the replies).
 local debts, stamps, texts, limits = {}, {}, {}, {}
 for i = 1, n do
   local d, u, us = load(KEYS[i])
@@ -240,18 +356,53 @@ for rate, burst in string.gmatch(rest, '(%S+) (%S+)') do
   i = i + 1
   limits[i] = {rate, burst}
 end
+local costs, modes = {}, {}
+if string.find(cost, ',', 1, true) then  -- one cost per key
+  local j = 0
+  for c in string.gmatch(cost, '[^,]+') do
+    j = j + 1
+    costs[j], modes[j] = readcost(c)
+  end
+  if j ~= n then
+    return redis.error_reply('limiter: ' .. j .. ' costs for ' .. n .. ' keys')
+  end
+else
+  local c, mode = readcost(cost)
+  for j = 1, n do costs[j], modes[j] = c, mode end
+end
+local m, lock = n, nil
+local parts = {}
+if byte(limits[n][1]) == 108 then
+  -- A lockout last: while it holds, every limit is peeked and nothing is
+  -- taken or counted.
+  m = n - 1
+  lock = {lockstatus(debts[n], stamps[n], limits[n][1], limits[n][2])}
+  if lock[3] == 0 then
+    for i = 1, m do
+      parts[i] = finish(KEYS[i], step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], 0))
+    end
+    parts[n] = finish(KEYS[n], lock[1], lock[2], 0, 0, lock[5], lock[5], lock[5])
+    return table.concat(parts, ' ')
+  end
+end
 local out = {}
 local all = true
-for i = 1, n do
-  out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], cost)}
+for i = 1, m do
+  out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], costs[i], modes[i])}
   if out[i][3] == 0 then all = false end
 end
-local parts = {}
-for i = 1, n do
+for i = 1, m do
   local o = out[i]
   if not all and o[3] == 1 then
     o = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], 0)}
   end
   parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5], o[6], o[7])
+end
+if lock then
+  if all then
+    parts[n] = finish(KEYS[n], nil, nil, 1, lock[4], 0, 0)
+  else  -- a denial is a breach
+    parts[n] = finish(KEYS[n], breach(lock[6], lock[7], limits[n][1], limits[n][2]))
+  end
 end
 return table.concat(parts, ' ')

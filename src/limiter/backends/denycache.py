@@ -51,6 +51,16 @@ cost types.  What only the store can know is bounded rather than guessed:
   token buckets) is never remembered: its ``reset_after`` is the time to its
   window's end, not a debt, and its windows are on the wall clock.  Such
   checks always go to the store.
+* Lockouts.  With a ``limiter.Lockout`` among the limits, every denial is a
+  breach the store must count, so an ordinary denial is never remembered.
+  The refusal of a locked-out key is: until the lockout ends every check is
+  refused, counts nothing and takes nothing, so it is replayed (the
+  lockout's time left, the limits' peeks) until its ``retry_after`` or
+  ``max_stale``, whichever is first.  A reset through the wrapper (of any
+  of the keys) drops it at once; one elsewhere is seen within ``max_stale``.
+* Costs that are no plain positive number: a peek, a ``Charge``, one cost
+  per limit (a list or tuple) are never replayed nor remembered; a
+  ``Refund``, alone or among per-limit costs, drops the keys' entries.
 * Outages.  The inner store's ``StoreError`` passes through unchanged, and an
   answer given by the inner store's fallback is not remembered (it is this
   process's bucket, not the shared one).  Denials remembered before the
@@ -77,7 +87,18 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from ..bucket import Limit, Quota, RateLimitResult, Refund, step, step_all
+from ..bucket import (
+    _LOCKED,
+    Cost,
+    Limit,
+    Lockout,
+    LockoutResult,
+    Quota,
+    RateLimitResult,
+    Refund,
+    step,
+    step_all,
+)
 from ..store import is_nonblocking
 
 __all__ = ["DenyCache"]
@@ -97,7 +118,7 @@ _CacheKey = Union[str, Tuple[str, ...]]
 class _Denial:
     """One remembered denial: enough to replay it through ``step``."""
 
-    __slots__ = ("at", "cost", "debts", "injected", "limits", "many", "until")
+    __slots__ = ("at", "cost", "debts", "injected", "limits", "locked", "many", "until")
 
     def __init__(
         self,
@@ -108,14 +129,26 @@ class _Denial:
         until: float,
         injected: bool,
         many: bool,
+        locked: bool,
     ) -> None:
         self.limits = limits  # the limits it was denied under
         self.cost = cost
-        self.debts = debts  # seconds each bucket lacked to be full at ``at``
+        # Seconds each bucket lacked to be full at ``at``; when ``locked``, the
+        # last is the seconds the lockout had left.
+        self.debts = debts
         self.at = at  # when: the caller's ``now``, or time.monotonic() before the call
         self.until = until  # replays stop here (seconds, same clock as ``at``)
         self.injected = injected  # ``at`` is the caller's clock, not time.monotonic()
         self.many = many  # from apply_many (the result carries ``results``)
+        self.locked = locked  # a Lockout (the last limit) refused: the key is locked out
+
+    def states(self) -> List[complex]:
+        """The states the store's answer came from, as seen at ``at``."""
+        at = self.at
+        if not self.locked:
+            return [complex(d, at) for d in self.debts]
+        *debts, left = self.debts
+        return [*(complex(d, at) for d in debts), complex(_LOCKED, at + left)]
 
 
 def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) -> bool:
@@ -129,6 +162,11 @@ def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) ->
     Then the store is asked.
     """
     parts = result[6] or (result,)
+    locked = result.__class__ is LockoutResult
+    if locked:
+        # Locked out: the lockout's result is the answer (its time left is one
+        # subtraction, like a debt), beside the other limits' peeks (cost 0).
+        parts, limits, cost = parts[:-1], limits[:-1], 0.0
     top: List[float] = []
     widest = 0.0
     for part, limit in zip(parts, limits):
@@ -145,11 +183,25 @@ def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) ->
                 return False
         if not part[0]:
             top.append(part[4])
+    if locked:
+        # combine shows the limit and window of the peek with the fewest tokens
+        # left, then the longest reset_after: a near tie there could swap them.
+        if parts:
+            fewest = min(part[2] for part in parts)
+            resets = sorted(part[3] for part in parts if part[2] == fewest)
+            if len(resets) > 1 and resets[-1] - resets[-2] <= widest:
+                return False
+        return True
     if len(top) > 1:
         top.sort()
         if top[-1] - top[-2] <= widest:
             return False
     return True
+
+
+def _refunds(costs: Any) -> bool:
+    """Whether per-limit ``costs`` give tokens back: a ``Refund`` among them."""
+    return any(c.__class__ is Refund for c in costs)
 
 
 def _positive_cost(cost: object) -> bool:
@@ -285,7 +337,7 @@ class DenyCache:
         return result
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
         ckey = self._tuple_key(keys)
@@ -293,7 +345,8 @@ class DenyCache:
         replayed = self._replay(ckey, True, limits, cost, now)
         if replayed is not None:
             return replayed
-        if cost.__class__ is Refund:
+        cls = cost.__class__
+        if cls is Refund or ((cls is tuple or cls is list) and _refunds(cost)):
             try:
                 refunded: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
                 return refunded
@@ -341,7 +394,7 @@ class DenyCache:
         return result
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio."""
         ckey = self._tuple_key(keys)
@@ -349,7 +402,8 @@ class DenyCache:
         replayed = self._replay(ckey, True, limits, cost, now)
         if replayed is not None:
             return replayed
-        if cost.__class__ is Refund:
+        cls = cost.__class__
+        if cls is Refund or ((cls is tuple or cls is list) and _refunds(cost)):
             try:
                 refunded: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
                 return refunded
@@ -387,7 +441,7 @@ class DenyCache:
         ckey: Optional[_CacheKey],
         many: bool,
         limits: Tuple[Limit, ...],
-        cost: float,
+        cost: Cost,
         now: Optional[float],
     ) -> Optional[RateLimitResult]:
         """The store's answer now, replayed from the denial remembered for ``ckey``.
@@ -413,11 +467,12 @@ class DenyCache:
             t = now
         if not entry.at <= t < entry.until:
             return None  # earlier than the denial (another frame) or past its deadline
-        at = entry.at
         if entry.many:
-            _, result = step_all([complex(d, at) for d in entry.debts], t, limits, cost)
+            _, result = step_all(entry.states(), t, limits, cost)
         else:
-            _, result = step(complex(entry.debts[0], at), t, limits[0], cost)
+            _, result = step(entry.states()[0], t, limits[0], cost)
+        if entry.locked and result.__class__ is not LockoutResult:
+            return None  # the lockout ends: a denial now is a breach for the store to count
         if result[0] or not _settled(result, limits, cost):
             return None  # may pass now, or a rounding could tip a field: ask the store
         return result
@@ -434,7 +489,7 @@ class DenyCache:
         self,
         ckey: _CacheKey,
         limits: Tuple[Limit, ...],
-        cost: float,
+        cost: Cost,
         now: Optional[float],
         result: RateLimitResult,
         epoch: int,
@@ -455,6 +510,9 @@ class DenyCache:
                 # A quota's reset_after is its window's end, no debt, and its
                 # window is on the wall clock (not time.monotonic()): never replayed.
                 return
+        locked = limits[-1].__class__ is Lockout
+        if locked and result.__class__ is not LockoutResult:
+            return  # a breach: the store must count the next one too
         if not many and ckey.__class__ is not str:
             return  # only str keys are remembered (a subclass may compare as another key)
         injected = now is not None
@@ -468,9 +526,11 @@ class DenyCache:
         parts = result[6] if many else (result,)
         if len(parts) != len(limits):
             return  # not a result this wrapper can replay: never guess
+        # A denial's reset_after is the bucket's debt; a lockout's is its time left.
         debts = tuple(part[3] for part in parts)
         until = at + min(result[4], self._max_stale)
-        entry = _Denial(limits, cost, debts, at, until, injected, many)
+        # A plain positive number (_positive_cost), no sequence.
+        entry = _Denial(limits, cost, debts, at, until, injected, many, locked)  # type: ignore[arg-type]
         with self._lock:
             if self._epoch != epoch:
                 return  # a reset or refund overlapped the store call

@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..bucket import Limit, RateLimitResult, admit, full_at, step, step_all
+from ..bucket import Cost, Limit, RateLimitResult, admit, full_at, step, step_all
 
 __all__ = ["MemoryStore"]
 
@@ -206,7 +206,7 @@ class MemoryStore:
         return check, allow
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none."""
         if now is None:
@@ -321,7 +321,7 @@ class MemoryStore:
         return self.apply(key, limit, cost, now)
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio callers."""
         return self.apply_many(keys, limits, cost, now)

@@ -35,13 +35,18 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..bucket import (
     CLOCK_TOLERANCE,
     TIME_EPSILON,
+    Charge,
+    Cost,
     Limit,
+    Lockout,
+    LockoutResult,
     Quota,
     QuotaResult,
     RateLimitResult,
     Refund,
     combine,
     validate_cost,
+    validate_costs,
 )
 from ..store import StoreError
 from ._fallback import Failover
@@ -83,8 +88,11 @@ _NUMKEYS = [str(n).encode("ascii") for n in range(33)]
 
 def _limit_arg(limit: Limit) -> bytes:
     # " rate burst": the script derives interval, window and slack as Limit does.
+    # A Lockout is " l<within>/<duration> <breaches>" (see bucket.lua).
     if not isinstance(limit, Limit):
         raise ValueError(f"limit must be a limiter.Limit, got {limit!r:.100}")
+    if isinstance(limit, Lockout):
+        return f" l{limit.within!r}/{limit.duration!r} {limit.burst}".encode("ascii")
     return f" {limit.rate!r} {limit.burst}".encode("ascii")
 
 
@@ -122,7 +130,7 @@ def redis_key(key: str, prefix: str = "limiter:") -> str:
     return prefix + "{" + key + "}"
 
 
-def _cost_arg(cost: float) -> str:
+def _cost_arg(cost: Any) -> str:
     # Validated here (limiter.bucket.validate_cost, as step does) so a bad cost
     # never costs a round trip nor touches state.  The script reads the exact
     # double step uses; above 2**53, more than any burst, every cost is denied
@@ -130,15 +138,30 @@ def _cost_arg(cost: float) -> str:
     # never has to read a huge number or "inf".
     if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
         return "1.0"
-    if cost.__class__ is Refund:  # negative: the script stops the debt at 0, as step does
+    if cost.__class__ is Refund:  # "-t": settled as step does (the debt stops at 0)
         return repr(float(cost))
+    if cost.__class__ is Charge:
+        # "!t", settled.  Sent exactly up to 2**54: between 2**53 and 2 * burst a
+        # charge still takes its own amount.  From 2 * burst up every charge
+        # takes max_debt (a quota's 2 * count) alike, so 2**54 stands for them.
+        value = float(cost)
+        return "!" + (repr(value) if value <= _MAX_CHARGE else _MAX_COST_ARG)
     value = validate_cost(cost)
     if value > _MAX_COST:
         return _MAX_COST_ARG
     return repr(value)
 
 
+def _costs_arg(cost: Cost, count: int) -> str:
+    # Several limits: one cost for all, or "c1,c2,...,cn" (validate_costs: a
+    # wrong length is a ValueError before any I/O).
+    if cost.__class__ is tuple or cost.__class__ is list:
+        return ",".join([_cost_arg(c) for c in validate_costs(cost, count)])  # type: ignore[union-attr]
+    return _cost_arg(cost)
+
+
 _MAX_COST = float(2**53)  # the largest burst a Limit accepts
+_MAX_CHARGE = float(2**54)  # twice that: a charge's bound for every limit
 _MAX_COST_ARG = repr(float(2**54))
 
 
@@ -320,7 +343,10 @@ def _result(
     ]
     if _EXTRA_FIELDS:
         values.append(getattr(limit, "name", "default"))
-    return tuple.__new__(QuotaResult if isinstance(limit, Quota) else RateLimitResult, values)
+    cls = RateLimitResult
+    if limit.ceiling < 0.0:  # -inf: a quota or a lockout (a plain limit pays one test)
+        cls = QuotaResult if isinstance(limit, Quota) else LockoutResult
+    return tuple.__new__(cls, values)
 
 
 class _RedisBase:
@@ -389,6 +415,18 @@ class _RedisBase:
         # surrogatepass: any Python str is a valid key, as in MemoryStore.
         return redis_key(key, self.prefix).encode("utf-8", "surrogatepass")
 
+    def _many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+    ) -> Tuple[List[bytes], List[bytes]]:
+        """The keys and argument of an ``apply_many`` call, or its error before any I/O."""
+        rkeys = self._keys(keys, limits)
+        if len(limits) == 1:  # the one-limit form of the script, as step_all allows it
+            if isinstance(limits[0], Lockout):
+                raise ValueError("a Lockout needs at least one limit before it")
+            if cost.__class__ is tuple or cost.__class__ is list:
+                cost = validate_costs(cost, 1)[0]  # type: ignore[index]
+        return rkeys, self._args(limits, cost, now)
+
     def _keys(self, keys: Sequence[str], limits: Sequence[Limit]) -> List[bytes]:
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
@@ -401,8 +439,9 @@ class _RedisBase:
                 )
         return [self._key(k) for k in keys]
 
-    def _args(self, limits: Sequence[Limit], cost: float, now: Optional[float]) -> List[bytes]:
+    def _args(self, limits: Sequence[Limit], cost: Cost, now: Optional[float]) -> List[bytes]:
         # One argument, "now cost rate burst [rate burst ...]": see CONTRIBUTING.md "Hot paths".
+        # With several limits, cost may be "c1,c2,...,cn" (one per limit).
         # The limits first: a Quota (never cached) may fix now (see _quota_arg).
         cache = self._limit_args
         if len(limits) == 1:
@@ -423,7 +462,7 @@ class _RedisBase:
                 else:
                     packed = self._cache_limit(limit)
             parts.append(packed)
-        parts[0] = (self._now_arg(now) + " " + _cost_arg(cost)).encode("ascii")
+        parts[0] = (self._now_arg(now) + " " + _costs_arg(cost, len(limits))).encode("ascii")
         return [b"".join(parts)]
 
     def _quota_arg(self, quota: Quota, now: Optional[float]) -> Tuple[float, bytes]:
@@ -569,13 +608,15 @@ class RedisStore(_RedisBase):
         return result
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none (one script call).
 
-        On a cluster the keys must share a hash tag (``ValueError`` otherwise).
+        ``cost``: one for every limit, or a list or tuple of one per limit.  A
+        ``Lockout`` may come last (``limiter.bucket.step_all``).  On a cluster
+        the keys must share a hash tag (``ValueError`` otherwise).
         """
-        rkeys, args = self._keys(keys, limits), self._args(limits, cost, now)
+        rkeys, args = self._many(keys, limits, cost, now)
         result: RateLimitResult = self._failover.run(
             lambda: combine(self._results(self._eval(rkeys, args), limits)),
             lambda: self.fallback.apply_many(keys, limits, cost, now),
@@ -714,10 +755,10 @@ class AsyncRedisStore(_RedisBase):
         )
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge every bucket or none (see ``RedisStore.apply_many``)."""
-        rkeys, args = self._keys(keys, limits), self._args(limits, cost, now)
+        rkeys, args = self._many(keys, limits, cost, now)
         fallback = self._failover.afallback
         return await self._failover.arun(
             lambda: self._aresults(rkeys, args, limits),

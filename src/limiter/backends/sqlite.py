@@ -20,6 +20,8 @@ import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from ..bucket import (
+    Charge,
+    Cost,
     Limit,
     RateLimitResult,
     Refund,
@@ -28,6 +30,7 @@ from ..bucket import (
     step,
     step_all,
     validate_cost,
+    validate_costs,
 )
 from ..store import StoreError
 from ._fallback import Failover
@@ -38,7 +41,7 @@ T = TypeVar("T")
 
 #: What a transaction applies to the states it read: ``step_all``, or ``_step_one``.
 Algorithm = Callable[
-    [List[Optional[State]], float, Sequence[Limit], float],
+    [List[Optional[State]], float, Sequence[Limit], Cost],
     Tuple[List[Optional[State]], RateLimitResult],
 ]
 
@@ -94,10 +97,10 @@ def _unusable(path: str, directory: str, exc: sqlite3.Error) -> Optional[OSError
 
 
 def _step_one(
-    states: List[Optional[State]], now: float, limits: Sequence[Limit], cost: float
+    states: List[Optional[State]], now: float, limits: Sequence[Limit], cost: Cost
 ) -> Tuple[List[Optional[State]], RateLimitResult]:
     """``step`` for ``apply``, in ``step_all``'s shape (its result has no ``results``)."""
-    new_state, result = step(states[0], now, limits[0], cost)
+    new_state, result = step(states[0], now, limits[0], cost)  # type: ignore[arg-type]
     return [new_state], result
 
 
@@ -182,9 +185,13 @@ class SQLiteStore:
         )
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
-        """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or none (one transaction)."""
+        """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or none (one transaction).
+
+        ``cost``: one for every limit, or a list or tuple of one per limit; a
+        ``Lockout`` may come last (``limiter.bucket.step_all``).
+        """
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
         return self._guarded(
@@ -236,7 +243,7 @@ class SQLiteStore:
         )
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: float, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` in a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(
@@ -346,13 +353,16 @@ class SQLiteStore:
         algorithm: Algorithm,
         keys: Sequence[str],
         limits: Sequence[Limit],
-        cost: float,
+        cost: Cost,
         now: Optional[float],
         fallback: Callable[[], RateLimitResult],
     ) -> RateLimitResult:
         # Before any lock: a bad cost or key costs nothing, and never reaches
-        # the fallback.
-        if cost.__class__ is not Refund:  # a Refund is negative on purpose: step knows it
+        # the fallback.  A Refund (negative on purpose) and a Charge pass as
+        # they are: step settles them.
+        if algorithm is not _step_one:
+            cost = validate_costs(cost, len(limits))
+        elif cost.__class__ is not Refund and cost.__class__ is not Charge:
             cost = validate_cost(cost)
         blobs = [self._blob(key) for key in keys]
         return self._failover.run(
@@ -395,7 +405,7 @@ class SQLiteStore:
         algorithm: Algorithm,
         blobs: List[bytes],
         limits: Sequence[Limit],
-        cost: float,
+        cost: Cost,
         now: Optional[float],
     ) -> RateLimitResult:
         """One transaction: read the states, apply ``algorithm``, write what changed."""
