@@ -11,11 +11,11 @@ import time
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter import Charge, Limit, Lockout, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.sqlite import SQLiteStore
 from limiter.testing import T0, StoreConformance
 
@@ -86,6 +86,36 @@ def test_full_buckets_are_purged(tmp_path: Path) -> None:
     # Purging changed no decision: a purged key is a full bucket.
     assert store.apply("old0", limit, 0, T0 + 2).remaining == 5
     store.close()
+
+
+def test_full_at_of_a_debt_and_of_a_lockout_is_their_end(tmp_path: Path) -> None:
+    # The purge deletes rows whose full_at has passed: for a bucket in debt
+    # that is when it is full again; for a lockout's run or lock, its end.
+    store = SQLiteStore(tmp_path / "limits.db", purge_every=1)
+    limit, lockout = Limit(1, 2), Lockout(breaches=2, within=10, duration=60)
+    assert store.apply("debt", limit, Charge(3), T0).allowed  # 1 token owed: full at T0 + 3
+    keys, limits = ["{u}:bucket", "{u}:lock"], (Limit(1, 1), lockout)
+    assert store.apply_many(keys, limits, 1, T0).allowed
+    assert not store.apply_many(keys, limits, 1, T0).allowed  # a run of breaches until T0 + 10
+    conn = sqlite3.connect(store.path)
+    try:
+
+        def full_at() -> Dict[bytes, float]:
+            return dict(conn.execute("SELECT key, full_at FROM limiter_buckets").fetchall())
+
+        assert full_at() == {b"debt": T0 + 3, b"{u}:bucket": T0 + 1, b"{u}:lock": T0 + 10}
+        assert store.apply_many(keys, limits, 1, T0 + 0.5).locked_out  # locked until T0 + 60.5
+        assert full_at()[b"{u}:lock"] == T0 + 60.5
+        # Every write purges what is full again: the lock stays until its end.
+        store.apply("other", limit, 1, T0 + 60)
+        assert sorted(full_at()) == [b"other", b"{u}:lock"]
+        assert store.apply_many(keys, limits, 1, T0 + 60).locked_out
+        store.apply("other", limit, 1, T0 + 60.5)
+        assert sorted(full_at()) == [b"other"]
+        assert store.apply_many(keys, limits, 1, T0 + 60.5).allowed  # purged: no lockout
+    finally:
+        conn.close()
+        store.close()
 
 
 def test_locked_database_is_a_store_error_and_state_survives(tmp_path: Path) -> None:
