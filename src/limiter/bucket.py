@@ -957,9 +957,11 @@ class LockoutResult(RateLimitResult):
     it refuses ``remaining`` is 0 and ``reset_after`` and ``retry_after`` are
     the seconds left of the lockout; when it does not, ``remaining`` is the
     breaches left before one.  As the combined result of ``step_all`` it
-    takes the ``limit`` and ``window`` of the most restrictive limit, and
-    its ``results`` hold each limit's result (peeks: nothing was charged)
-    and the lockout's own last (``combine``).  A lockout that does not
+    takes the ``limit`` and ``window`` of the most restrictive limit and
+    the longest ``retry_after`` of the lockout's and the limits' denials,
+    and its ``results`` hold each limit's result (nothing was charged: a
+    limit that would have admitted the request shows a peek) and the
+    lockout's own last (``combine``).  A lockout that does not
     refuse is left out of the combined result.
     """
 
@@ -1076,16 +1078,23 @@ def combine(results: Sequence[RateLimitResult]) -> RateLimitResult:
 
     A ``LockoutResult`` last in ``results`` (``step_all`` with a ``Lockout``)
     is the result when it refuses, with the ``limit`` and ``window`` of the
-    most restrictive other result (its ``results`` then hold all of them,
-    the lockout's own last), and is left out when it does not refuse.
+    most restrictive other result and the longest ``retry_after`` of its own
+    and the other denials' (its ``results`` then hold all of them, the
+    lockout's own last), and is left out when it does not refuse.
     """
     last = results[-1]
     if last.__class__ is LockoutResult:
         if not last[0]:
             # The limit and window of the most restrictive limit, so that
-            # X-RateLimit-Limit shows the request limit, not a breach count.
-            worst = min(results[:-1], key=lambda r: (r.remaining, -r.reset_after))
-            return last._replace(limit=worst[1], window=worst[5], results=tuple(results))
+            # X-RateLimit-Limit shows the request limit, not a breach count;
+            # and the longest wait of the lockout's and the limits' denials
+            # (a quota's boundary, or inf for a cost above a burst).
+            others = results[:-1]
+            worst = min(others, key=lambda r: (r.remaining, -r.reset_after))
+            retry = max([last[4]] + [r[4] for r in others if not r[0]])
+            return last._replace(
+                limit=worst[1], window=worst[5], retry_after=retry, results=tuple(results)
+            )
         results = results[:-1]
     if all(r.allowed for r in results):
         worst = min(results, key=lambda r: (r.remaining, -r.reset_after))
@@ -1347,10 +1356,12 @@ def step_all(
     # Lockout rules.  Its state is absent (no breach), complex(breaches *
     # 2**-600, run_end) for an open run, or complex(_LOCKED, until) when locked:
     # full_at is the run's or lockout's end either way, when it is forgotten.
-    # * Locked (now + TIME_EPSILON < until): every limit is peeked, nothing is
-    #   taken or counted, and the LockoutResult refuses with retry_after =
-    #   until - now.  An until more than duration + CLOCK_TOLERANCE ahead (a
-    #   clock stepped back) is brought back to now + duration, and stored.
+    # * Locked (now + TIME_EPSILON < until): the request is refused as when a
+    #   limit denies (each limit stepped with its cost, those that would admit
+    #   peeked), nothing is taken or counted, and the LockoutResult refuses
+    #   with retry_after = until - now, or a limit's denial's if longer.  An
+    #   until more than duration + CLOCK_TOLERANCE ahead (a clock stepped
+    #   back) is brought back to now + duration, and stored.
     # * Otherwise the limits decide as without it.  A denial is a breach: it
     #   opens a run of ``within`` seconds (now + within) when none is open
     #   (now < run_end), else counts in the open one (whose end is brought back
@@ -1360,8 +1371,16 @@ def step_all(
     n = len(limits)
     if len(states) != n or not limits:
         raise ValueError(f"need one state per limit and at least one limit, got {n}")
-    if cost.__class__ is tuple or cost.__class__ is list:
-        costs: Sequence[float] = cost
+    cls = cost.__class__
+    if cls is not tuple and cls is not list and limits[-1].__class__ is not Lockout:
+        # The usual call (one cost, no lockout) without the general path's work.
+        stepped = [step(state, now, limit, cost) for state, limit in zip(states, limits)]  # type: ignore[arg-type]
+        results = [result for _, result in stepped]
+        if all(result[0] for result in results):
+            return [new for new, _ in stepped], combine(results)
+        return _refused(states, now, limits, stepped, results), combine(results)
+    if cls is tuple or cls is list:
+        costs: Sequence[float] = cost  # type: ignore[assignment]
         if len(costs) != n:
             raise ValueError(
                 f"cost must be a number or a sequence of {n} costs, one per limit, "
@@ -1370,32 +1389,42 @@ def step_all(
     else:
         costs = [cost] * n  # type: ignore[list-item]
     lockout: Optional[Lockout] = None
-    lock_state: Optional[State] = None
+    locked = False
     if limits[-1].__class__ is Lockout:
         if n == 1:
             raise ValueError("a Lockout needs at least one limit before it")
         lockout = limits[-1]
         n -= 1
         lock_state, lock_result, count, run_end = _lock_status(states[n], now, lockout)
-        if not lock_result[0]:
-            peeked = [step(states[i], now, limits[i], 0) for i in range(n)]
-            return [new for new, _ in peeked] + [lock_state], combine(
-                [result for _, result in peeked] + [lock_result]
-            )
+        locked = not lock_result[0]
     stepped = [step(states[i], now, limits[i], costs[i]) for i in range(n)]
     results = [result for _, result in stepped]
-    denied = not all(result.allowed for result in results)
-    new_states: List[Optional[State]] = []
-    for i in range(n):
-        if denied and results[i].allowed:
-            # Recompute as a peek: it takes nothing but keeps any re-anchoring.
-            peeked_state, results[i] = step(states[i], now, limits[i], 0)
-            new_states.append(peeked_state)
-        else:
-            new_states.append(stepped[i][0])
+    admitted = not locked and all(result[0] for result in results)
+    if admitted:
+        new_states: List[Optional[State]] = [new for new, _ in stepped]
+    else:
+        new_states = _refused(states, now, limits, stepped, results)
     if lockout is not None:
-        if denied:
+        if not admitted and not locked:
             lock_state, lock_result = _breach(count, run_end, now, lockout)
         new_states.append(lock_state)
         results.append(lock_result)
     return new_states, combine(results)
+
+
+def _refused(
+    states: Sequence[Optional[State]],
+    now: float,
+    limits: Sequence[Limit],
+    stepped: List[Tuple[Optional[State], RateLimitResult]],
+    results: List[RateLimitResult],
+) -> List[Optional[State]]:
+    # step_all's refusal: nothing is taken.  The limits that would have
+    # admitted are recomputed as peeks (taking nothing but keeping any
+    # re-anchoring), in ``results`` too; a denial's state is already its own.
+    new_states: List[Optional[State]] = []
+    for i, (new, result) in enumerate(stepped):
+        if result[0]:
+            new, results[i] = step(states[i], now, limits[i], 0)
+        new_states.append(new)
+    return new_states

@@ -252,7 +252,8 @@ class RateLimiter:
     ) -> None:
         self.limits: Tuple[Limit, ...] = _distinct_names(_limits_from(rate, burst))
         if lockout is not None:
-            if not isinstance(lockout, Lockout):
+            # Exactly a Lockout: the stores and step_all recognise it by its class.
+            if type(lockout) is not Lockout:
                 raise TypeError(f"lockout must be a limiter.Lockout or None, got {lockout!r:.100}")
             if any(lim.name == lockout.name for lim in self.limits):
                 # Headers and events tell policies apart by name.
@@ -493,8 +494,10 @@ class RateLimiter:
         ``limits`` (0.0 for a limit it does not name); on a one-limit limiter
         it is that limit's float.  An unknown name or a negative or NaN value
         is a ``ValueError``, a ``bool`` or a non-number a ``TypeError``, each
-        naming the value.  For adapters and decorators to check a fixed cost
-        once, at start-up.
+        naming the value.  A ``Refund`` or ``Charge`` (negative or
+        unconditional by design) is returned as it is.  A list or tuple is a
+        ``TypeError``: name the limits.  For adapters and decorators to check
+        a fixed cost once, at start-up.
         """
         if isinstance(cost, Mapping):
             costs = self._costs(cost)
@@ -506,7 +509,9 @@ class RateLimiter:
         costs = [0.0] * len(self.limits)
         index = self._index
         for name, value in cost.items():
-            i = index.get(name) if isinstance(name, str) else None
+            if not isinstance(name, str):
+                raise TypeError(f"cost names must be limit names (str), got {name!r:.100}")
+            i = index.get(name)
             if i is None:
                 known = ", ".join(repr(known) for known in index)
                 raise ValueError(
@@ -533,6 +538,11 @@ class RateLimiter:
             if self.lockout is not None:
                 costs.append(0.0)
             return tuple(costs)
+        if cost.__class__ is tuple or cost.__class__ is list:
+            # The stores' per-limit form: a lockout's hidden slot makes it a trap.
+            raise TypeError(
+                f"cost must be a number or a mapping of limit names to costs, got {cost!r:.100}"
+            )
         return cost
 
     def _settled(self, cost: CostSpec, kind: Callable[[object], float]) -> Any:
@@ -777,9 +787,11 @@ class RateLimiter:
         microsecond of slack, ``Limit.slack``: a wait of exactly ``timeout``
         is waited), or when the request can never pass (cost above burst).
         ``timeout=None`` waits as long as needed.  ``cost`` is ``check``'s (a
-        number or a mapping of limit names to tokens).  A key locked out by
-        the ``lockout`` waits the time left, like any refusal.
+        number or a mapping of limit names to tokens).  A limiter with a
+        ``lockout`` cannot wait: every refusal on the way would count as a
+        breach, so it is a ``TypeError``.
         """
+        self._refuse_waits_with_lockout()
         _check_timeout(timeout)
         _refuse_rate_key(key)
         clock = self.clock
@@ -795,6 +807,7 @@ class RateLimiter:
         self, key: str, cost: CostSpec = 1, timeout: Optional[float] = None
     ) -> RateLimitResult:
         """``acquire`` for asyncio: waits with ``await clock.asleep(...)``."""
+        self._refuse_waits_with_lockout()
         _check_timeout(timeout)
         _refuse_rate_key(key)
         clock = self.clock
@@ -805,6 +818,14 @@ class RateLimiter:
                 return result
             _give_up_if_late(result, clock.now() - start, timeout, self._slack)
             await clock.asleep(result.retry_after)
+
+    def _refuse_waits_with_lockout(self) -> None:
+        if self.lockout is not None:
+            raise TypeError(
+                f"{self.name!r} has a lockout: waiting for tokens (acquire, throttle) would "
+                "count each refusal on the way as a breach and lock the caller out; use "
+                "check() with a lockout, and a limiter without one to pace calls"
+            )
 
     def throttle(
         self,
@@ -829,9 +850,12 @@ class RateLimiter:
         ``TypeError`` here, at decoration time: the rate belongs in
         ``RateLimiter("5/minute")``.  A callable's keys are checked per call.
         ``cost`` (a number, or a mapping of limit names to tokens) is checked
-        here too (``validate_cost``).
+        here too (``validate_cost``).  With ``wait=True``, a limiter with a
+        ``lockout`` is a ``TypeError`` (see ``acquire``).
         (Renamed from ``limit`` in 0.x: the old name read as a server-side limit.)
         """
+        if wait:
+            self._refuse_waits_with_lockout()
         _check_timeout(timeout)
         self.validate_cost(cost)
         if not (isinstance(key, str) or callable(key)):

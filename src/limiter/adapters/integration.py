@@ -122,11 +122,11 @@ class RouteLimit:
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
         if isinstance(cost, Mapping):
-            from ..bucket import validate_cost
-
-            # The values now; the names when the route's limiter is built.
-            for value in cost.values():
-                validate_cost(value)
+            # Checked now against the limits the route's rate names (a typo
+            # fails at start-up); a function's limiters, per request.
+            if isinstance(self.rate, (str, RateLimiter)):
+                shape = RateLimiter(self.rate) if isinstance(self.rate, str) else self.rate
+                shape.validate_cost(cost)
             cost = dict(cost)
         elif not callable(cost):
             from ..bucket import validate_cost

@@ -370,23 +370,18 @@ else
   local c, mode = readcost(cost)
   for j = 1, n do costs[j], modes[j] = c, mode end
 end
-local m, lock = n, nil
+local m, lock, locked = n, nil, false
 local parts = {}
 if byte(limits[n][1]) == 108 then
-  -- A lockout last: while it holds, every limit is peeked and nothing is
-  -- taken or counted.
+  -- A lockout last: while it holds, every limit is stepped with its cost
+  -- (a denial's retry_after counts, in Python's combine) but nothing is
+  -- taken or counted: as when a limit denies.
   m = n - 1
   lock = {lockstatus(debts[n], stamps[n], limits[n][1], limits[n][2])}
-  if lock[3] == 0 then
-    for i = 1, m do
-      parts[i] = finish(KEYS[i], step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], 0))
-    end
-    parts[n] = finish(KEYS[n], lock[1], lock[2], 0, 0, lock[5], lock[5], lock[5])
-    return table.concat(parts, ' ')
-  end
+  locked = lock[3] == 0
 end
 local out = {}
-local all = true
+local all = not locked
 for i = 1, m do
   out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], costs[i], modes[i])}
   if out[i][3] == 0 then all = false end
@@ -399,7 +394,9 @@ for i = 1, m do
   parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5], o[6], o[7])
 end
 if lock then
-  if all then
+  if locked then
+    parts[n] = finish(KEYS[n], lock[1], lock[2], 0, 0, lock[5], lock[5], lock[5])
+  elseif all then
     parts[n] = finish(KEYS[n], nil, nil, 1, lock[4], 0, 0)
   else  -- a denial is a breach
     parts[n] = finish(KEYS[n], breach(lock[6], lock[7], limits[n][1], limits[n][2]))
