@@ -339,3 +339,54 @@ def test_four_processes_on_redis_admit_exactly(server: Any) -> None:
     prefix = unique_prefix()
     assert run_processes("redis", (server.port, prefix)) == (28, 4, 200 - 32)
     assert_frozen_left(redis_store(server.port, prefix), "hot")
+
+
+def charge_frozen(kind: str, where: Any, charges: int, start: Any) -> int:
+    """``charges`` charges of 30 tokens (no request) to the "paid" key; returns how many."""
+    store = redis_store(*where) if kind == "redis" else SQLiteStore(where, timeout=60)
+    keys = ["{paid}:requests", "{paid}:tokens"]
+    start.wait()
+    done = sum(store.apply_many(keys, FROZEN, (0, Charge(30)), T0).allowed for _ in range(charges))
+    if kind == "sqlite":
+        store.close()
+    return done
+
+
+def tokens_left(kind: str, where: Any) -> int:
+    store = redis_store(*where) if kind == "redis" else SQLiteStore(where)
+    left = store.apply_many(["{paid}:requests", "{paid}:tokens"], FROZEN, 0, T0).results
+    assert left[0].remaining == 100  # a charge of 0 requests took none
+    return int(left[1].remaining)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def test_charges_from_threads_and_processes_add_up_exactly(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # No charge may be lost to a race: 8 threads then 4 processes, 25 charges
+    # of 30 tokens each, leave exactly 10,000 - 12 * 25 * 30 = 1,000 tokens.
+    if kind == "redis":
+        from redis_servers import unique_prefix
+
+        where: Any = (request.getfixturevalue("server").port, unique_prefix())
+    else:
+        where = str(tmp_path / "limits.db")
+    barrier = threading.Barrier(8)
+    done: List[int] = []
+    threads = [
+        threading.Thread(target=lambda: done.append(charge_frozen(kind, where, 25, barrier)))
+        for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(done) == 200 and tokens_left(kind, where) == 10_000 - 200 * 30
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        start = manager.Event()
+        with ctx.Pool(4) as pool:
+            pending = [pool.apply_async(charge_frozen, (kind, where, 25, start)) for _ in range(4)]
+            start.set()
+            assert sum(p.get(300) for p in pending) == 100
+    assert tokens_left(kind, where) == 1_000
