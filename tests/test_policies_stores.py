@@ -315,14 +315,19 @@ def hammer(kind: str, where: Any, checks: int, start: Any) -> Tuple[int, int, in
     return check_frozen(store, "hot", checks)
 
 
-def run_processes(kind: str, where: Any) -> Tuple[int, ...]:
+def in_processes(work: Any, kind: str, where: Any, calls: int) -> List[Any]:
+    """``work(kind, where, calls, start)`` in 4 spawned processes started together."""
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
         start = manager.Event()
         with ctx.Pool(4) as pool:
-            pending = [pool.apply_async(hammer, (kind, where, 50, start)) for _ in range(4)]
+            pending = [pool.apply_async(work, (kind, where, calls, start)) for _ in range(4)]
             start.set()
-            totals = [p.get(300) for p in pending]  # generous: a busy machine
+            return [p.get(300) for p in pending]  # generous: a busy machine
+
+
+def run_processes(kind: str, where: Any) -> Tuple[int, ...]:
+    totals = in_processes(hammer, kind, where, 50)
     return tuple(sum(column) for column in zip(*totals))
 
 
@@ -382,11 +387,5 @@ def test_charges_from_threads_and_processes_add_up_exactly(
     for t in threads:
         t.join()
     assert sum(done) == 200 and tokens_left(kind, where) == 10_000 - 200 * 30
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Manager() as manager:
-        start = manager.Event()
-        with ctx.Pool(4) as pool:
-            pending = [pool.apply_async(charge_frozen, (kind, where, 25, start)) for _ in range(4)]
-            start.set()
-            assert sum(p.get(300) for p in pending) == 100
+    assert sum(in_processes(charge_frozen, kind, where, 25)) == 100
     assert tokens_left(kind, where) == 1_000

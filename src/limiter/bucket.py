@@ -552,7 +552,42 @@ _QUOTA_SCALE = 2.0**-600
 _QUOTA_UNSCALE = 2.0**600
 
 
-class Quota(Limit):
+def _check_name(name: object) -> None:
+    """Raise unless ``name`` is a valid limit name (``Limit.name``'s rule)."""
+    if not isinstance(name, str):
+        raise TypeError(f"limit name must be a str, got {_show(name)}")
+    if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
+        raise ValueError(
+            f"limit name must be printable ASCII without quotes or backslashes, got {name!r}"
+        )
+
+
+class _OwnFields(Limit):
+    """A ``Limit`` whose ``__init__`` sets fields of its own (``Quota``, ``Lockout``).
+
+    Frozen like ``Limit``, and equal by ``_identity()`` (its own fields, not
+    rate and burst: a quota's rate is nominal).
+    """
+
+    def _identity(self) -> Tuple[Any, ...]:
+        raise NotImplementedError
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash((self.__class__, self._identity()))
+
+
+class Quota(_OwnFields):
     """A calendar quota: ``count`` units per ``per`` ("hour", "day", "week", "month").
 
     A window starts at the calendar boundary in the time zone ``tz`` (an IANA
@@ -597,12 +632,7 @@ class Quota(Limit):
         tzinfo = _time_zone(tz)
         if name is None:
             name = f"{count}/{per}" if tz == "UTC" else f"{count}/{per} {tz}"
-        if not isinstance(name, str):
-            raise TypeError(f"limit name must be a str, got {_show(name)}")
-        if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
-            raise ValueError(
-                f"limit name must be printable ASCII without quotes or backslashes, got {name!r}"
-            )
+        _check_name(name)
         nominal = _QUOTA_PERIODS[per]
         for attr, value in (
             ("count", count),
@@ -668,19 +698,8 @@ class Quota(Limit):
         object.__setattr__(self, "window", end - start)
         return found
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return (self.count, self.per, self.tz) == (other.count, other.per, other.tz)
-
-    def __hash__(self) -> int:
-        return hash((Quota, self.count, self.per, self.tz))
+    def _identity(self) -> Tuple[Any, ...]:
+        return (self.count, self.per, self.tz)
 
     def __repr__(self) -> str:
         return f"Quota({self.count!r}, per={self.per!r}, tz={self.tz!r}, name={self.name!r})"
@@ -859,7 +878,7 @@ def _seconds(value: object, name: str) -> float:
     return seconds
 
 
-class Lockout(Limit):
+class Lockout(_OwnFields):
     """Refuse a key for ``duration`` seconds after ``breaches`` denials within ``within`` seconds.
 
     ``RateLimiter(..., lockout=Lockout(breaches=10, within=60, duration=900))``:
@@ -900,12 +919,7 @@ class Lockout(Limit):
             raise ValueError(f"lockout breaches must be from 1 to 2**53, got {_show(breaches)}")
         within_s = _seconds(within, "lockout within")
         duration_s = _seconds(duration, "lockout duration")
-        if not isinstance(name, str):
-            raise TypeError(f"limit name must be a str, got {_show(name)}")
-        if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
-            raise ValueError(
-                f"limit name must be printable ASCII without quotes or backslashes, got {name!r}"
-            )
+        _check_name(name)
         for attr, value in (
             ("breaches", breaches),
             ("within", within_s),
@@ -921,20 +935,8 @@ class Lockout(Limit):
         ):
             object.__setattr__(self, attr, value)
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        mine = (self.breaches, self.within, self.duration)
-        return mine == (other.breaches, other.within, other.duration)
-
-    def __hash__(self) -> int:
-        return hash((Lockout, self.breaches, self.within, self.duration))
+    def _identity(self) -> Tuple[Any, ...]:
+        return (self.breaches, self.within, self.duration)
 
     def __repr__(self) -> str:
         return (
