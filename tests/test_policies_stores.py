@@ -17,7 +17,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
-from limiter import Charge, Limit, Lockout, MemoryStore
+from limiter import Charge, Limit, Lockout, MemoryStore, Quota
 from limiter.backends.sqlite import SQLiteStore
 from limiter.bucket import Cost, LockoutResult, RateLimitResult
 from limiter.testing import T0
@@ -389,3 +389,31 @@ def test_charges_from_threads_and_processes_add_up_exactly(
     assert sum(done) == 200 and tokens_left(kind, where) == 10_000 - 200 * 30
     assert sum(in_processes(charge_frozen, kind, where, 25)) == 100
     assert tokens_left(kind, where) == 1_000
+
+
+#: A day quota of 100 beside a bucket that never refuses first.
+DAY = (Limit(1000.0, 1000, "burst"), Quota(100, per="day", name="day"))
+
+
+def spend_quota(kind: str, where: Any, calls: int, start: Any) -> int:
+    """``calls`` checks of the day quota (at T0: no boundary crossed); returns the admitted."""
+    store = redis_store(*where) if kind == "redis" else SQLiteStore(where, timeout=60)
+    start.wait()
+    keys = ["{q}:burst", "{q}:day"]
+    admitted = sum(store.apply_many(keys, DAY, 1, T0).allowed for _ in range(calls))
+    if kind == "sqlite":
+        store.close()
+    return admitted
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def test_a_quota_shared_by_four_processes_admits_exactly_its_count(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if kind == "redis":
+        from redis_servers import unique_prefix
+
+        where: Any = (request.getfixturevalue("server").port, unique_prefix())
+    else:
+        where = str(tmp_path / "limits.db")
+    assert sum(in_processes(spend_quota, kind, where, 40)) == 100  # of 160 checks
