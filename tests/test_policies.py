@@ -562,7 +562,8 @@ class TestLockout:
                 "RateLimit-Policy",
                 '"requests";q=60;w=60, "tokens";q=90000;w=60, "lockout";q=10;w=60',
             ),
-            ("RateLimit", '"requests";r=15;t=1, "tokens";r=0;t=1, "lockout";r=0;t=900'),
+            # No limit's t while locked: it would point before the lockout's end.
+            ("RateLimit", '"requests";r=15, "tokens";r=0, "lockout";r=0;t=900'),
             ("Retry-After", "900"),
         ]
         clock.set(T0 + 300.5)  # full buckets, still locked out
@@ -575,7 +576,7 @@ class TestLockout:
                 "RateLimit-Policy",
                 '"requests";q=60;w=60, "tokens";q=90000;w=60, "lockout";q=10;w=60',
             ),
-            ("RateLimit", '"requests";r=60;t=0, "tokens";r=90000;t=0, "lockout";r=0;t=600'),
+            ("RateLimit", '"requests";r=60, "tokens";r=90000, "lockout";r=0;t=600'),
             ("Retry-After", "600"),
         ]
 
@@ -586,7 +587,7 @@ class TestLockout:
         locked = limiter.check("k")
         assert rate_limit_headers(locked, now=clock.now(), style="draft", policy="login") == [
             ("RateLimit-Policy", '"login";q=1;w=60, "lockout";q=1;w=60'),
-            ("RateLimit", '"login";r=0;t=60, "lockout";r=0;t=900'),
+            ("RateLimit", '"login";r=0, "lockout";r=0;t=900'),
             ("Retry-After", "900"),
         ]
 

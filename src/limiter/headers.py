@@ -136,7 +136,8 @@ def rate_limit_headers(
     A key locked out by a ``Lockout`` (a refusing ``LockoutResult``) gets
     ``X-RateLimit-Limit`` of the most restrictive limit, ``Remaining`` 0,
     ``Reset`` and ``Retry-After`` at the lockout's end; the draft headers list
-    each limit (as it stands: nothing was taken) and the lockout, as
+    each limit (as it stands: nothing was taken; without ``t``, which would
+    point earlier than the lockout lets anyone back in) and the lockout, as
     ``"<name>";q=<breaches>;w=<within>`` and ``"<name>";r=0;t=<seconds left>``.
 
     Every style adds ``Retry-After`` (whole seconds, rounded up, at least 1) to a
@@ -203,6 +204,8 @@ def build_headers(
         one = len(parts) == 1 or (len(parts) == 2 and parts[1].__class__ is LockoutResult)
         policies = []
         limits = []
+        # Locked out: no limit's own ``t`` applies until the lockout ends.
+        locked = result.__class__ is LockoutResult and not result[0]
         for part in parts:
             if one and policy is not None and part.__class__ is not LockoutResult:
                 item, name = _policy(policy, part[1], part[5], "policy")
@@ -211,7 +214,7 @@ def build_headers(
             policies.append(item)
             remaining = min(max(part[2], 0), SF_INT_MAX)
             until = _until_more(part)
-            if retry is not None and until > retry:
+            if retry is not None and (until > retry or (locked and part is not parts[-1])):
                 limits.append(f"{name};r={remaining}")
             else:
                 limits.append(f"{name};r={remaining};t={min(until, SF_INT_MAX)}")
