@@ -357,6 +357,15 @@ def charge_frozen(kind: str, where: Any, charges: int, start: Any) -> int:
     return done
 
 
+def shared_place(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Where processes meet: Redis's (port, a fresh prefix), or a SQLite file."""
+    if kind == "redis":
+        from redis_servers import unique_prefix
+
+        return (request.getfixturevalue("server").port, unique_prefix())
+    return str(tmp_path / "limits.db")
+
+
 def tokens_left(kind: str, where: Any) -> int:
     store = redis_store(*where) if kind == "redis" else SQLiteStore(where)
     left = store.apply_many(["{paid}:requests", "{paid}:tokens"], FROZEN, 0, T0).results
@@ -370,12 +379,7 @@ def test_charges_from_threads_and_processes_add_up_exactly(
 ) -> None:
     # No charge may be lost to a race: 8 threads then 4 processes, 25 charges
     # of 30 tokens each, leave exactly 10,000 - 12 * 25 * 30 = 1,000 tokens.
-    if kind == "redis":
-        from redis_servers import unique_prefix
-
-        where: Any = (request.getfixturevalue("server").port, unique_prefix())
-    else:
-        where = str(tmp_path / "limits.db")
+    where = shared_place(kind, request, tmp_path)
     barrier = threading.Barrier(8)
     done: List[int] = []
     threads = [
@@ -410,10 +414,5 @@ def spend_quota(kind: str, where: Any, calls: int, start: Any) -> int:
 def test_a_quota_shared_by_four_processes_admits_exactly_its_count(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    if kind == "redis":
-        from redis_servers import unique_prefix
-
-        where: Any = (request.getfixturevalue("server").port, unique_prefix())
-    else:
-        where = str(tmp_path / "limits.db")
+    where = shared_place(kind, request, tmp_path)
     assert sum(in_processes(spend_quota, kind, where, 40)) == 100  # of 160 checks
