@@ -317,11 +317,7 @@ class Limit:
             raise TypeError(f"limit name must be a str, got {_show(self.name)}")
         rate = _rate_value(self.rate)
         burst = _burst_value(self.burst)
-        if not self.name or not all(" " <= c <= "~" and c not in '"\\' for c in self.name):
-            raise ValueError(
-                f"limit name must be printable ASCII without quotes or backslashes, "
-                f"got {self.name!r}"
-            )
+        _check_name(self.name)  # its type first (above), its text after the numbers
         window = burst / rate  # exact division of two floats (burst <= 2**53)
         if not window <= _MAX_WINDOW:
             # A deficit of a whole window plus a charge of burst must stay finite.
@@ -514,18 +510,20 @@ def validate_costs(cost: object, count: int) -> Union[float, Tuple[float, ...]]:
     numbers (``ValueError`` otherwise) and comes back as a tuple.  Errors
     name the bad value as ``validate_cost``'s do.
     """
-    cls = cost.__class__
-    if cls is Refund or cls is Charge:
-        return cost  # type: ignore[return-value]
-    if cls is tuple or cls is list:
+    if cost.__class__ is tuple or cost.__class__ is list:
         items: Sequence[object] = cost  # type: ignore[assignment,unused-ignore]
-        if len(items) != count:
-            raise ValueError(
-                f"cost must be a number or a sequence of {count} costs, one per limit, "
-                f"got {len(items)}: {_show(cost)}"
-            )
-        return tuple(c if isinstance(c, (Refund, Charge)) else validate_cost(c) for c in items)
-    return validate_cost(cost)
+        _check_count(items, count)
+        return tuple(_checked_cost(c) for c in items)
+    return _checked_cost(cost)
+
+
+def _check_count(costs: Sequence[object], count: int) -> None:
+    """Raise ``ValueError`` unless there is one cost per limit in ``costs``."""
+    if len(costs) != count:
+        raise ValueError(
+            f"cost must be a number or a sequence of {count} costs, one per limit, "
+            f"got {len(costs)}: {_show(costs)}"
+        )
 
 
 def _cost_or_inf(cost: object, burst: int) -> float:
@@ -552,14 +550,30 @@ _QUOTA_SCALE = 2.0**-600
 _QUOTA_UNSCALE = 2.0**600
 
 
-def _check_name(name: object) -> None:
-    """Raise unless ``name`` is a valid limit name (``Limit.name``'s rule)."""
+def _check_name(name: object) -> str:
+    """``name`` if it is a valid limit name (``Limit.name``'s rule), else an error naming it.
+
+    Every limit's name, and ``RateLimiter``'s names of a mapping's limits.
+    """
     if not isinstance(name, str):
         raise TypeError(f"limit name must be a str, got {_show(name)}")
     if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
         raise ValueError(
-            f"limit name must be printable ASCII without quotes or backslashes, got {name!r}"
+            f"limit name must be printable ASCII without quotes or backslashes, got {_show(name)}"
         )
+    return name
+
+
+def _checked_cost(cost: object) -> float:
+    """``validate_cost(cost)``, but a ``Refund`` or ``Charge`` is returned as it is.
+
+    The rule for one cost wherever costs are checked before a store is asked
+    (``validate_costs``, ``RateLimiter``'s mappings, SQLite): a Refund is
+    negative and a Charge unconditional on purpose, and ``step`` settles both.
+    """
+    if cost.__class__ is Refund or cost.__class__ is Charge:
+        return cost  # type: ignore[return-value,unused-ignore]
+    return validate_cost(cost)
 
 
 class _OwnFields(Limit):
@@ -997,38 +1011,10 @@ def _lock_status(
                 if until - now > lockout.duration + CLOCK_TOLERANCE:
                     until = now + lockout.duration  # a clock stepped back: at most duration
                     state = complex(_LOCKED, until)
-                left = until - now
-                return (
-                    state,
-                    _new_result(
-                        LockoutResult,
-                        (False, lockout.burst, 0, left, left, lockout.window, (), lockout.name),
-                    ),
-                    0.0,
-                    end,
-                )
+                return state, _lockout_result(lockout, 0.0, until - now), 0.0, end
         elif now < until:
             count, end = mark * _QUOTA_UNSCALE, until
-    left_breaches = _trunc(lockout.burst - count)
-    return (
-        state,
-        _new_result(
-            LockoutResult,
-            (
-                True,
-                lockout.burst,
-                # A run counted under a larger ``breaches`` may hold more.
-                left_breaches if left_breaches > 0 else 0,
-                0.0,
-                0.0,
-                lockout.window,
-                (),
-                lockout.name,
-            ),
-        ),
-        count,
-        end,
-    )
+    return state, _lockout_result(lockout, count, None), count, end
 
 
 def _breach(count: float, end: float, now: float, lockout: Lockout) -> Tuple[State, LockoutResult]:
@@ -1040,23 +1026,22 @@ def _breach(count: float, end: float, now: float, lockout: Lockout) -> Tuple[Sta
     count += 1.0
     if count >= lockout.burst:
         until = now + lockout.duration
-        left = until - now
-        return complex(_LOCKED, until), _new_result(
-            LockoutResult, (False, lockout.burst, 0, left, left, lockout.window, (), lockout.name)
-        )
-    return complex(count * _QUOTA_SCALE, end), _new_result(
-        LockoutResult,
-        (
-            True,
-            lockout.burst,
-            _trunc(lockout.burst - count),
-            0.0,
-            0.0,
-            lockout.window,
-            (),
-            lockout.name,
-        ),
-    )
+        return complex(_LOCKED, until), _lockout_result(lockout, count, until - now)
+    return complex(count * _QUOTA_SCALE, end), _lockout_result(lockout, count, None)
+
+
+def _lockout_result(lockout: Lockout, count: float, left: Optional[float]) -> LockoutResult:
+    """A lockout's own result: refusing for ``left`` seconds, or ``None``: not locked.
+
+    Not locked, ``remaining`` is the breaches left before a lockout, never
+    below 0 (a run counted under a larger ``breaches`` may hold more).
+    """
+    window, name = lockout.window, lockout.name
+    if left is not None:
+        return _new_result(LockoutResult, (False, lockout.burst, 0, left, left, window, (), name))
+    remaining = _trunc(lockout.burst - count)
+    remaining = remaining if remaining > 0 else 0
+    return _new_result(LockoutResult, (True, lockout.burst, remaining, 0.0, 0.0, window, (), name))
 
 
 def full_at(state: State) -> float:
@@ -1383,11 +1368,7 @@ def step_all(
         return _refused(states, now, limits, stepped, results), combine(results)
     if cls is tuple or cls is list:
         costs: Sequence[float] = cost  # type: ignore[assignment]
-        if len(costs) != n:
-            raise ValueError(
-                f"cost must be a number or a sequence of {n} costs, one per limit, "
-                f"got {len(costs)}: {_show(cost)}"
-            )
+        _check_count(costs, n)
     else:
         costs = [cost] * n  # type: ignore[list-item]
     lockout: Optional[Lockout] = None

@@ -21,8 +21,9 @@ from .bucket import (
     Quota,
     RateLimitResult,
     Refund,
+    _check_name,
+    _checked_cost,
     looks_like_rate,
-    validate_cost,
 )
 from .clock import Clock, SystemClock
 from .events import DecisionEvent, Observer, Outcome
@@ -128,15 +129,9 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
     return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
 
 
-def _named_limit(name: object, spec: object) -> Limit:
-    """The limit ``name: spec`` of a mapping given to ``RateLimiter``, named ``name``."""
-    # Limit's own rule for names (they go into headers and storage keys).
-    if not isinstance(name, str):
-        raise TypeError(f"limit name must be a str, got {name!r:.100}")
-    if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
-        raise ValueError(
-            f"limit name must be printable ASCII without quotes or backslashes, got {name!r:.100}"
-        )
+def _named_limit(key: object, spec: object) -> Limit:
+    """The limit ``key: spec`` of a mapping given to ``RateLimiter``, named ``key``."""
+    name = _check_name(key)  # Limit's own rule (names go into headers and storage keys)
     if isinstance(spec, Lockout):
         raise TypeError(
             f"limit {name!r}: a Lockout is no limit: pass it as RateLimiter(..., lockout={spec!r})"
@@ -162,13 +157,6 @@ def _named_limit(name: object, spec: object) -> Limit:
             ) from None
     except ValueError as exc:
         raise ValueError(f"limit {name!r}: {exc}") from None
-
-
-def _one_cost(cost: object) -> float:
-    """``validate_cost(cost)``; a ``Refund`` or ``Charge`` is kept as it is (``step`` knows it)."""
-    if cost.__class__ is Refund or cost.__class__ is Charge:
-        return cost
-    return validate_cost(cost)
 
 
 def _distinct_names(limits: Tuple[Limit, ...]) -> Tuple[Limit, ...]:
@@ -502,7 +490,7 @@ class RateLimiter:
         if isinstance(cost, Mapping):
             costs = self._costs(cost)
             return costs[0] if len(costs) == 1 else tuple(costs)
-        return _one_cost(cost)
+        return _checked_cost(cost)
 
     def _costs(self, cost: Mapping[str, float]) -> List[float]:
         """One validated cost per limit from a mapping of limit names to costs."""
@@ -518,7 +506,7 @@ class RateLimiter:
                     f"cost names no limit of this limiter: {name!r:.100} (limits: {known})"
                 )
             try:
-                costs[i] = _one_cost(value)
+                costs[i] = _checked_cost(value)
             except (TypeError, ValueError) as exc:
                 raise exc.__class__(f"cost of limit {name!r}: {exc}") from None
         return costs

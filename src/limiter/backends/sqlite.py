@@ -20,16 +20,14 @@ import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from ..bucket import (
-    Charge,
     Cost,
     Limit,
     RateLimitResult,
-    Refund,
     State,
+    _checked_cost,
     full_at,
     step,
     step_all,
-    validate_cost,
     validate_costs,
 )
 from ..store import StoreError
@@ -362,8 +360,8 @@ class SQLiteStore:
         # they are: step settles them.
         if algorithm is not _step_one:
             cost = validate_costs(cost, len(limits))
-        elif cost.__class__ is not Refund and cost.__class__ is not Charge:
-            cost = validate_cost(cost)
+        else:
+            cost = _checked_cost(cost)
         blobs = [self._blob(key) for key in keys]
         return self._failover.run(
             lambda: self._run(self._transact, algorithm, blobs, limits, cost, now), fallback
