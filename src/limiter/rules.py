@@ -37,6 +37,7 @@ __all__ = [
     "check_distinct_names",
     "check_limiter_spec",
     "check_mode",
+    "checked_mapping",
     "is_async_callable",
     "method_set",
     "path_pattern",
@@ -209,12 +210,7 @@ class Rule:
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
         if isinstance(cost, Mapping):
-            # Checked against this rule's limiter now (a limiter function's
-            # limiters are checked per request); a copy: the mapping checked
-            # is the mapping charged.
-            if isinstance(self.limiter, RateLimiter):
-                self.limiter.validate_cost(cost)
-            cost = dict(cost)
+            cost = checked_mapping(cost, [self.limiter])
         elif not (cost is None or callable(cost)):
             cost = validate_cost(cost)
         self.path = path
@@ -230,6 +226,26 @@ class Rule:
     def __repr__(self) -> str:
         methods = "" if self.methods is None else f", methods={sorted(self.methods)}"
         return f"Rule({self.path!r}, {self.limiter!r}{methods})"
+
+
+def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Dict[str, float]:
+    """A fixed ``cost=`` mapping of limit names, checked against each limiter it goes to.
+
+    Every ``RateLimiter`` among ``limiters`` checks it (``validate_cost``: an
+    unknown name is a ``ValueError``, a bad value a ``TypeError`` or
+    ``ValueError``, each prefixed with that limiter's name), now, at
+    start-up; a limiter function's limiters are not known yet (the adapters
+    check the mapping against the one it returns, per request).  A copy (a
+    ``dict``) is returned: the mapping checked is the mapping charged,
+    whatever becomes of the caller's.
+    """
+    for limiter in limiters:
+        if isinstance(limiter, RateLimiter):
+            try:
+                limiter.validate_cost(cost)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"limiter {limiter.name!r}: {error}") from None
+    return dict(cost)
 
 
 def method_set(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:

@@ -46,6 +46,7 @@ from ..rules import (
     check_deduct_when,
     check_distinct_names,
     check_mode,
+    checked_mapping,
     is_async_callable,
     shadowed,
 )
@@ -500,7 +501,8 @@ class Guard:
         else:
             self._cost_func = None
             self._cost = (
-                _static_costs(cost, limiter, self.rules)
+                # The guard's limiter, and each rule's that takes the guard's cost.
+                checked_mapping(cost, [limiter, *(r.limiter for r in self.rules if r.cost is None)])
                 if isinstance(cost, Mapping)
                 else validate_cost(cost)
             )
@@ -688,11 +690,7 @@ class Guard:
         if key is None:
             key = self.client_ip(request)
         if cost_func is not None:
-            cost = cost_func(request)
-            if cost.__class__ is float or cost.__class__ is int:
-                cost = validate_cost(cost)
-            else:  # a mapping's work only for what is no plain number
-                cost = _request_cost(cost, limiter)
+            cost = _request_cost(cost_func(request), limiter)
         return limiter, key, cost, deduct_when
 
     async def aselect(self, request: RequestInfo) -> Optional[Selection]:
@@ -718,11 +716,7 @@ class Guard:
         if key is None:
             key = self.client_ip(request)
         if cost_func is not None:
-            cost = await _value(cost_func(request))
-            if cost.__class__ is float or cost.__class__ is int:
-                cost = validate_cost(cost)
-            else:
-                cost = _request_cost(cost, limiter)
+            cost = _request_cost(await _value(cost_func(request)), limiter)
         return limiter, key, cost, deduct_when
 
     def decide(self, request: RequestInfo) -> Outcome:
@@ -821,26 +815,6 @@ class Guard:
         return _NO_HEADERS if self.on_error == "allow" else _UNAVAILABLE
 
 
-def _static_costs(
-    cost: Mapping[str, float], limiter: LimiterSpec, rules: Sequence[Rule]
-) -> Dict[str, float]:
-    """A ``cost=`` mapping, checked against every limiter it will be given to.
-
-    That is the guard's limiter and the limiter of each rule without a cost
-    of its own; a limiter function's limiters are not known yet (``select``
-    checks the mapping against the one it returns, per request).  A copy
-    (a ``dict``) is kept: the mapping checked is the mapping charged,
-    whatever becomes of the caller's.
-    """
-    for lim in (limiter, *(rule.limiter for rule in rules if rule.cost is None)):
-        if isinstance(lim, RateLimiter):
-            try:
-                lim.validate_cost(cost)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"limiter {lim.name!r}: {error}") from None
-    return dict(cost)
-
-
 def _request_cost(cost: object, limiter: RateLimiter) -> CostSpec:
     """A cost function's answer checked as ``cost``: a number, or a mapping for ``limiter``.
 
@@ -848,6 +822,8 @@ def _request_cost(cost: object, limiter: RateLimiter) -> CostSpec:
     before its store is asked: a bad one is the app's error (it propagates)
     even when the store is down, as a bad number is.
     """
+    if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
+        return validate_cost(cost)
     if isinstance(cost, Mapping):
         limiter.validate_cost(cost)
         return cost

@@ -38,7 +38,7 @@ from typing import (
 from ..clock import Clock
 from ..ratelimiter import RateLimiter
 from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, LimiterSpec, check_deduct_when, method_set, then
+from ..rules import DeductWhen, LimiterSpec, check_deduct_when, checked_mapping, method_set, then
 from .common import (
     Deferred,
     Guard,
@@ -124,10 +124,8 @@ class RouteLimit:
         if isinstance(cost, Mapping):
             # Checked now against the limits the route's rate names (a typo
             # fails at start-up); a function's limiters, per request.
-            if isinstance(self.rate, (str, RateLimiter)):
-                shape = RateLimiter(self.rate) if isinstance(self.rate, str) else self.rate
-                shape.validate_cost(cost)
-            cost = dict(cost)
+            shape = RateLimiter(self.rate) if isinstance(self.rate, str) else self.rate
+            cost = checked_mapping(cost, [shape])
         elif not callable(cost):
             from ..bucket import validate_cost
 
