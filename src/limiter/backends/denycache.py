@@ -199,9 +199,12 @@ def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) ->
     return True
 
 
-def _refunds(costs: Any) -> bool:
-    """Whether per-limit ``costs`` give tokens back: a ``Refund`` among them."""
-    return any(c.__class__ is Refund for c in costs)
+def _refunds(cost: Any) -> bool:
+    """Whether ``cost`` gives tokens back: a ``Refund``, or one among per-limit costs."""
+    cls = cost.__class__
+    return cls is Refund or (
+        (cls is tuple or cls is list) and any(c.__class__ is Refund for c in cost)
+    )
 
 
 def _positive_cost(cost: object) -> bool:
@@ -345,8 +348,7 @@ class DenyCache:
         replayed = self._replay(ckey, True, limits, cost, now)
         if replayed is not None:
             return replayed
-        cls = cost.__class__
-        if cls is Refund or ((cls is tuple or cls is list) and _refunds(cost)):
+        if _refunds(cost):
             try:
                 refunded: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
                 return refunded
@@ -402,8 +404,7 @@ class DenyCache:
         replayed = self._replay(ckey, True, limits, cost, now)
         if replayed is not None:
             return replayed
-        cls = cost.__class__
-        if cls is Refund or ((cls is tuple or cls is list) and _refunds(cost)):
+        if _refunds(cost):
             try:
                 refunded: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
                 return refunded

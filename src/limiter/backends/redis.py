@@ -448,22 +448,22 @@ class _RedisBase:
             limit = limits[0]
             packed = cache.get(limit)
             if packed is None:
-                if limit.__class__ is Quota:
-                    now, packed = self._quota_arg(limit, now)
-                else:
-                    packed = self._cache_limit(limit)
+                now, packed = self._uncached(limit, now)
             return [(self._now_arg(now) + " " + _cost_arg(cost)).encode("ascii") + packed]
         parts = [b""]
         for limit in limits:
             packed = cache.get(limit)
             if packed is None:
-                if limit.__class__ is Quota:
-                    now, packed = self._quota_arg(limit, now)
-                else:
-                    packed = self._cache_limit(limit)
+                now, packed = self._uncached(limit, now)
             parts.append(packed)
         parts[0] = (self._now_arg(now) + " " + _costs_arg(cost, len(limits))).encode("ascii")
         return [b"".join(parts)]
+
+    def _uncached(self, limit: Limit, now: Optional[float]) -> Tuple[Optional[float], bytes]:
+        """``(now, text)`` of a limit not in the cache: a quota's (never cached), or cached now."""
+        if limit.__class__ is Quota:
+            return self._quota_arg(limit, now)
+        return now, self._cache_limit(limit)
 
     def _quota_arg(self, quota: Quota, now: Optional[float]) -> Tuple[float, bytes]:
         # " q<end> <count>": the script cannot do time-zone arithmetic, so it is
