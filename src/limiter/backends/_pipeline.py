@@ -49,7 +49,7 @@ import contextlib
 import inspect
 from typing import Any, Callable, List, Optional, Set, Tuple
 
-from ._redis_conn import plain_client
+from ._redis_conn import await_pool, plain_client, pool_wait
 
 __all__ = ["ScriptPipeline"]
 
@@ -108,6 +108,7 @@ class ScriptPipeline:
         if parameter is not None and parameter.default is inspect.Parameter.empty:
             self._checkout = lambda: pool.get_connection("EVALSHA")
         self._state: Optional[_Loop] = None
+        self._pool_wait = pool_wait(pool)  # the pool's connection_kwargs
 
     @classmethod
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[ScriptPipeline]:
@@ -194,7 +195,9 @@ class ScriptPipeline:
     async def _send(self, commands: List[bytes], args: List[List[Any]]) -> List[_Outcome]:
         """Every command's outcome, on one connection of the pool (any error included)."""
         try:
-            connection = await self._checkout()
+            # A full pool (the client's other users hold every connection) is
+            # no outage: wait for one; nothing was sent.
+            connection = await await_pool(self._checkout, self._pool_wait)
         except Exception as exc:
             return _failed(exc, len(commands))
         try:

@@ -49,9 +49,109 @@ import functools
 import os
 import select
 import sys
-from typing import Any, Dict, List, Optional, Type
+import time
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Type, TypeVar
 
-__all__ = ["Connections", "plain_client"]
+__all__ = ["Connections", "PoolFullError", "pool_full", "pool_wait", "wait_for_pool"]
+
+_T = TypeVar("_T")
+
+
+class PoolFullError(Exception):
+    """A check found the client's connection pool full for as long as the client's timeouts.
+
+    A local resource limit (``max_connections``, redis-py 8's default of 100),
+    not a store failure: it is never a ``StoreError``, so it never takes the
+    fail-open path (``on_error="allow"``) nor the fallback.  A check that meets
+    a full pool waits for a free connection (``MaxConnectionsError`` is raised
+    before anything is sent, so trying again can never send a check twice);
+    this is raised only when none came free within the client's
+    ``socket_connect_timeout`` (else ``socket_timeout``), or at once when a
+    ``BlockingConnectionPool`` already waited its own ``timeout``.
+    """
+
+
+def pool_full(exc: BaseException) -> Optional[bool]:
+    """``True``: ``exc`` says the pool is full (wait and try again); ``False``: a
+    blocking pool that already waited; ``None``: anything else."""
+    for cls in type(exc).__mro__:
+        name = cls.__name__
+        if name == "MaxConnectionsError":
+            return True
+        if name == "ConnectionError":
+            text = str(exc)
+            if text == "Too many connections":  # redis-py < 5.1 and valkey-py
+                return True
+            if text == "No connection available.":  # a BlockingConnectionPool's timeout
+                return False
+            return None
+    return None
+
+
+def pool_wait(client: Any) -> Optional[float]:
+    """How long a check may wait for a pool connection: the client's connect (else socket)
+    timeout, or ``None`` (no bound: the client has neither, as the warning at construction
+    says)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict):  # a cluster client keeps them itself
+        kwargs = getattr(client, "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return None
+    for name in ("socket_connect_timeout", "socket_timeout"):
+        value = kwargs.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return None
+
+
+# Polling a full pool: redis-py has no "connection released" signal to wait on.
+_FIRST_DELAY = 0.0005
+_MAX_DELAY = 0.01
+
+
+def _full(exc: BaseException, deadline: Optional[float], wait: Optional[float]) -> None:
+    """Return to try again; raise ``PoolFullError`` when the wait is over, ``exc`` when it
+    is not about the pool."""
+    full = pool_full(exc)
+    if full is None:
+        raise exc
+    if full is False or (deadline is not None and time.monotonic() >= deadline):
+        raise PoolFullError(
+            f"the client's connection pool stayed full for {wait} s "
+            f"({type(exc).__name__}: {exc}): raise its max_connections"
+        ) from exc
+
+
+def wait_for_pool(call: Callable[[], _T], wait: Optional[float]) -> _T:
+    """``call()``, tried again while the pool is full, for up to ``wait`` seconds."""
+    deadline = None if wait is None else time.monotonic() + wait
+    delay = _FIRST_DELAY
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            _full(exc, deadline, wait)
+            time.sleep(delay)
+            delay = min(delay * 2, _MAX_DELAY)
+
+
+async def await_pool(call: Callable[[], Awaitable[_T]], wait: Optional[float]) -> _T:
+    """``wait_for_pool`` for asyncio: ``await call()``, tried again while the pool is full."""
+    import asyncio
+
+    deadline = None if wait is None else time.monotonic() + wait
+    delay = _FIRST_DELAY
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            _full(exc, deadline, wait)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_DELAY)
+
 
 _CLIENT_CLASSES = {("redis.client", "Redis"), ("valkey.client", "Valkey")}
 _ASYNC_CLIENT_CLASSES = {("redis.asyncio.client", "Redis"), ("valkey.asyncio.client", "Valkey")}

@@ -50,9 +50,9 @@ from ..bucket import (
 )
 from ..store import StoreError
 from ._fallback import Failover
-from ._redis_conn import Connections
+from ._redis_conn import Connections, PoolFullError, await_pool, pool_full, pool_wait, wait_for_pool
 
-__all__ = ["SCRIPT", "AsyncRedisStore", "RedisStore", "hash_tag", "redis_key"]
+__all__ = ["SCRIPT", "AsyncRedisStore", "PoolFullError", "RedisStore", "hash_tag", "redis_key"]
 
 _log = logging.getLogger("limiter.stores")
 
@@ -377,6 +377,8 @@ class _RedisBase:
         self._cluster = _is_cluster(client)
         self._limit_args: Dict[Limit, bytes] = {}
         self._conns = self._connections(client)
+        # How long a check waits for a connection of a full pool (PoolFullError).
+        self._pool_wait = pool_wait(client)
         # Every operation but ping goes through it: Redis, or the fallback.
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
@@ -682,12 +684,27 @@ class RedisStore(_RedisBase):
             try:
                 return client.evalsha(_SHA, numkeys, *rkeys, *args)
             except Exception as exc:
-                if not _is_noscript(exc):
+                if _is_noscript(exc):
+                    # Flushed, restarted or failed over: EVAL runs and caches it again.
+                    return client.eval(SCRIPT, numkeys, *rkeys, *args)
+                if pool_full(exc) is None:
                     raise
-                # Flushed, restarted or failed over: EVAL runs and caches it again.
-                return client.eval(SCRIPT, numkeys, *rkeys, *args)
+                # A full pool is no outage: wait for a connection (nothing was sent).
+                return wait_for_pool(
+                    lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
+                )
+        except PoolFullError:
+            raise
         except Exception as exc:
             raise self._error(exc) from exc
+
+    def _eval_client(self, numkeys: Any, rkeys: List[bytes], args: List[bytes]) -> Any:
+        try:
+            return self.client.evalsha(_SHA, numkeys, *rkeys, *args)
+        except Exception as exc:
+            if not _is_noscript(exc):
+                raise
+            return self.client.eval(SCRIPT, numkeys, *rkeys, *args)
 
 
 class AsyncRedisStore(_RedisBase):
@@ -797,6 +814,8 @@ class AsyncRedisStore(_RedisBase):
         if pipeline is not None:
             try:
                 return await pipeline.run([numkeys, *rkeys, *args])
+            except PoolFullError:
+                raise
             except Exception as exc:
                 raise self._error(exc) from exc
         client = self.client
@@ -804,8 +823,23 @@ class AsyncRedisStore(_RedisBase):
             try:
                 return await client.evalsha(_SHA, numkeys, *rkeys, *args)
             except Exception as exc:
-                if not _is_noscript(exc):
+                if _is_noscript(exc):
+                    return await client.eval(SCRIPT, numkeys, *rkeys, *args)
+                if pool_full(exc) is None:
                     raise
-                return await client.eval(SCRIPT, numkeys, *rkeys, *args)
+                # A full pool is no outage: wait for a connection (nothing was sent).
+                return await await_pool(
+                    lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
+                )
+        except PoolFullError:
+            raise
         except Exception as exc:
             raise self._error(exc) from exc
+
+    async def _eval_client(self, numkeys: Any, rkeys: List[bytes], args: List[bytes]) -> Any:
+        try:
+            return await self.client.evalsha(_SHA, numkeys, *rkeys, *args)
+        except Exception as exc:
+            if not _is_noscript(exc):
+                raise
+            return await self.client.eval(SCRIPT, numkeys, *rkeys, *args)
