@@ -52,6 +52,7 @@ from .integration import (
     RateSpec,
     RouteLimit,
     check_rate,
+    check_store,
     view_scope,
 )
 from .wsgi import EnvironHeaders
@@ -61,7 +62,7 @@ __all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
-_OWN_KEYS = ("default", "store", "clock", "exempt_paths")
+_OWN_KEYS = ("default", "store", "clock", "exempt_paths", "check_store")
 _KEYS = frozenset((*_OWN_KEYS, *GuardOptions.__annotations__))
 #: Set (to True) on every view ``ratelimit`` wraps; ``functools.wraps`` and
 #: ``method_decorator`` copy it outwards, so the middleware sees it on the
@@ -100,7 +101,7 @@ def django_request_info(request: HttpRequest) -> RequestInfo:
 class _Config:
     """``settings.RATE_LIMIT``, checked and built: the integration, the default, exempt paths."""
 
-    __slots__ = ("default", "exempt", "integration")
+    __slots__ = ("check_store", "default", "exempt", "integration")
 
     def __init__(self, source: object) -> None:
         if source is None:
@@ -129,6 +130,13 @@ class _Config:
                 f"got {clock!r:.200}"
             )
         store = source.get("store")
+        check = source.get("check_store", True)
+        if not isinstance(check, bool):
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT['check_store'] must be True or False, got {check!r:.200}"
+            )
+        #: Whether the middleware pings the store when Django builds it.
+        self.check_store = check
         try:
             self.integration = Integration(
                 "RateLimitMiddleware", default=default, store=store, clock=clock, **options
@@ -273,7 +281,10 @@ class RateLimitMiddleware:
     the 404 gets the headers; refused, the 429 replaces it.
 
     Sync and async capable: under ASGI it awaits the store.  The settings are
-    checked when Django builds the middleware (``ImproperlyConfigured``).
+    checked when Django builds the middleware (``ImproperlyConfigured``), and
+    a store that can be pinged (Redis) is pinged then: ``StoreError`` naming
+    the store (password redacted) if it does not answer, unless
+    ``RATE_LIMIT["check_store"]`` is ``False``.
     """
 
     sync_capable = True
@@ -282,7 +293,11 @@ class RateLimitMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
-        _current()  # a misconfiguration fails at start-up, not on the first request
+        config = _current()  # a misconfiguration fails at start-up, not on the first request
+        if config.check_store:
+            # A store that does not answer (Redis down, wrong port) stops start-up.
+            store = config.integration.store
+            check_store("RateLimitMiddleware", store, config.integration.shown)
         if self.async_mode:
             markcoroutinefunction(self)
             # Django adapts process_view to its mode; a coroutine one is awaited as is.

@@ -71,6 +71,7 @@ from .integration import (
     IntegrationOptions,
     RateSpec,
     RouteLimit,
+    acheck_store,
 )
 
 if TYPE_CHECKING:
@@ -152,6 +153,13 @@ class RateLimit:
     ``ManualClock``).  The other options are ``GuardOptions``
     (``limiter.adapters.common``); ``cost``, ``rules`` and ``deduct_when``
     apply to the default only.  Everything is checked here.
+
+    ``check_store`` (``True``): when the app starts (the ASGI lifespan
+    startup: uvicorn, ``with TestClient(app)``), a store that can be pinged
+    (Redis) is pinged once, after the app's own startup; if it does not
+    answer, startup fails with a ``StoreError`` naming the store (password
+    redacted) and the server does not start.  A store with a ``fallback`` is
+    only logged.
     """
 
     def __init__(
@@ -165,8 +173,13 @@ class RateLimit:
         header_style: Optional[str] = "x",
         on_error: str = "allow",
         clock: Optional[Clock] = None,
+        check_store: bool = True,
         **options: Unpack[IntegrationOptions],
     ) -> None:
+        if not isinstance(check_store, bool):
+            raise TypeError(f"check_store must be True or False, got {check_store!r}")
+        #: Ping the store when the app starts (its lifespan startup).
+        self.check_store = check_store
         given: Dict[str, Any] = dict(options)
         given.update(
             key_func=key_func,
@@ -476,6 +489,9 @@ class _RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            if scope["type"] == "lifespan" and self.rate_limit.check_store:
+                await self.app(scope, receive, self._checked_startup(send))
+                return
             await self.app(scope, receive, send)
             return
         outcomes: List[_Pending] = []
@@ -520,6 +536,18 @@ class _RateLimitMiddleware:
             if started:
                 raise
             await _send_response(refusal.response, scope, send)
+
+    def _checked_startup(self, send: Send) -> Send:
+        integration = self.rate_limit.integration
+
+        async def checked(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                # Raised inside the app's lifespan: Starlette reports
+                # lifespan.startup.failed with it, and the server stops.
+                await acheck_store("RateLimit", integration.store, integration.shown)
+            await send(message)
+
+        return checked
 
     def _default_applies(self, scope: Scope) -> bool:
         routers = self._routers

@@ -46,6 +46,8 @@ from .integration import (
     RateSpec,
     RouteLimit,
     check_rate,
+    check_store,
+    store_shown,
 )
 from .wsgi import request_info
 
@@ -238,6 +240,10 @@ class RateLimit:
     ``RATELIMIT_HEADERS``, ``RATELIMIT_ENABLED``); an argument given here
     wins.  ``app``: the app to set up now (``init_app``); leave it out for an
     application factory.  Arguments are checked here, config in ``init_app``.
+
+    ``check_store`` (``True``): ``init_app`` pings a store that can be pinged
+    (Redis) and raises ``StoreError``, naming the store (password redacted),
+    when it does not answer; a store with a ``fallback`` is only logged.
     """
 
     def __init__(
@@ -251,9 +257,13 @@ class RateLimit:
         header_style: Union[str, _Unset, None] = _UNSET,
         on_error: str = "allow",
         clock: Optional[Clock] = None,
+        check_store: bool = True,
         **options: Unpack[IntegrationOptions],
     ) -> None:
         check_options("RateLimit", options)
+        if not isinstance(check_store, bool):
+            raise TypeError(f"check_store must be True or False, got {check_store!r}")
+        self._check_store = check_store
         given: Dict[str, Any] = dict(options)
         given.update(key_func=key_func, trusted_proxies=trusted_proxies, on_error=on_error)
         if header_style is not _UNSET:
@@ -268,6 +278,7 @@ class RateLimit:
             if isinstance(default, RateLimiter):
                 _sync_store(default.store, "the default limiter's store")
         self._store: Any = store
+        self._store_given: Any = store
         if isinstance(store, str):
             from ..urls import resolve_store  # one store for every app of this RateLimit
 
@@ -306,6 +317,7 @@ class RateLimit:
         if default is _UNSET:
             default = _config_default(config)
         store = _config_store(config) if self._store is _UNSET else self._store
+        given = config.get("RATELIMIT_STORAGE_URL") if self._store is _UNSET else self._store_given
         if store is None:
             from ..urls import resolve_store
 
@@ -323,6 +335,8 @@ class RateLimit:
         )
         if integration.default is not None:
             integration.default.require_sync("Flask")
+        if self._check_store:
+            check_store("RateLimit.init_app", store, store_shown(given, store))
         state = _AppState(app, integration)
         app.extensions[EXTENSION] = state
         if integration.enabled:  # disabled: no hooks at all, so no cost either

@@ -60,7 +60,10 @@ __all__ = [
     "IntegrationOptions",
     "RateSpec",
     "RouteLimit",
+    "acheck_store",
     "check_rate",
+    "check_store",
+    "store_shown",
     "view_scope",
 ]
 
@@ -214,6 +217,8 @@ class Integration:
         check_options(owner, options)
         self.owner = owner
         self.store = resolve_store(store, asyncio=asyncio)
+        #: How start-up errors name the store (a URL's password redacted).
+        self.shown = store_shown(store, self.store)
         self.clock = clock
         self.options = options
         self.enabled: bool = options.get("enabled", True)
@@ -347,6 +352,77 @@ class Integration:
                 return Decision(outcome)
             outcomes.append(outcome)
         return Decision(None, outcomes)
+
+
+def store_shown(given: Any, store: Any) -> str:
+    """How start-up errors name ``store``: the URL it was built from, password
+    redacted (``given``, else ``LIMITER_STORAGE_URL``), else its type."""
+    import os
+
+    from ..urls import redact_url
+
+    if isinstance(given, str):
+        return redact_url(given)
+    if given is None and os.environ.get("LIMITER_STORAGE_URL"):
+        return redact_url(os.environ["LIMITER_STORAGE_URL"])
+    return type(store).__name__
+
+
+def _unreachable(owner: str, shown: str, store: Any, exc: Exception) -> Optional[Exception]:
+    """The error to raise for a store that failed its start-up ping, or ``None``
+    (logged instead) when it has a fallback to answer meanwhile."""
+    import logging
+
+    if getattr(store, "fallback", None) is not None:
+        logging.getLogger("limiter.adapters").warning(
+            "%s: the store %s does not answer at start-up (%s); its fallback answers until it does",
+            owner,
+            shown,
+            exc,
+        )
+        return None
+    from ..store import StoreError
+
+    return StoreError(
+        f"{owner}: the store {shown} does not answer at start-up: {exc} (start it or fix "
+        f"the URL; check_store=False starts without checking)"
+    )
+
+
+def check_store(owner: str, store: Any, shown: str) -> None:
+    """Ping ``store`` if it can be pinged (``ping()``: Redis): a ``StoreError`` naming
+    ``owner`` and the store (``shown``: password redacted) when it does not answer.
+
+    A store with a ``fallback`` is only logged (WARNING, ``limiter.adapters``).
+    Stores without ``ping`` (memory, SQLite) are not checked.
+    """
+    from ..store import StoreError
+
+    ping = getattr(store, "ping", None)
+    if not callable(ping):
+        return
+    try:
+        ping()
+    except StoreError as exc:
+        error = _unreachable(owner, shown, store, exc)
+        if error is not None:
+            raise error from exc
+
+
+async def acheck_store(owner: str, store: Any, shown: str) -> None:
+    """``check_store`` for asyncio: ``await store.aping()`` (or ``ping()``)."""
+    from ..store import StoreError
+
+    aping = getattr(store, "aping", None)
+    if not callable(aping):
+        check_store(owner, store, shown)
+        return
+    try:
+        await aping()
+    except StoreError as exc:
+        error = _unreachable(owner, shown, store, exc)
+        if error is not None:
+            raise error from exc
 
 
 def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
