@@ -6,7 +6,10 @@ check, retry wrapper, metrics, response callbacks), not on the network nor
 the script.  ``Connections`` sends the check, packed once in RESP, on
 connection objects of the client's own library and settings, so connecting,
 authentication, TLS, the RESP version, ``socket_timeout`` and the retry policy
-stay the client's; only the per-command bookkeeping is skipped.
+for connecting stay the client's; only the per-command bookkeeping is skipped.
+A check is sent once: the retry policy never sends it again after a failure
+(a timed-out check may have run, and a second send would take its tokens
+twice); the next check reconnects.
 
 How the connections are held (measured on loopback with redis-py 8.1: a
 checkout from the client's pool per call cost about 30 us more than a held
@@ -306,15 +309,13 @@ class Connections:
                 if held.poll() if held.poll is not None else _can_read(conn):
                     conn.disconnect()  # closed by the server while idle, or stray bytes
 
-            chunks = (packed,)  # an iterable of chunks (bytes would be read as ints)
-
-            def roundtrip() -> Any:
-                conn.send_packed_command(chunks)
-                return conn.read_response()
-
-            # The client's retry policy, as redis-py applies it to a command:
-            # each failure disconnects, then it may send again on a new connection.
-            reply = conn.retry.call_with_retry(roundtrip, lambda error: conn.disconnect())
+            # Sent once: a check that may have reached the server is never sent
+            # again (a retry could take its tokens twice).  Connecting follows
+            # the client's retry policy (redis-py's connect() applies it).
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+            conn.send_packed_command((packed,))  # chunks (bytes would be read as ints)
+            reply = conn.read_response()
         except self._response_error:
             free.append(held)  # an error reply, read whole: the connection is clean
             if free is not self._free:

@@ -568,7 +568,8 @@ class RedisStore(_RedisBase):
     ``ConnectionPool``), checks skip the client's per-command machinery: the
     store sends the pre-packed EVALSHA on connections of its own, made with
     the client's connection class and settings (so authentication, TLS, the
-    RESP version, timeouts and the retry policy stay the client's), at most
+    RESP version, timeouts and the retry policy for connecting stay the client's; a
+    check is sent once, never again after a timeout), at most
     one per thread checking at the same moment, never shared by two threads,
     never the parent's after a fork, and not counted in the client's
     ``max_connections`` nor closed by ``client.close()``: ``close()`` closes
