@@ -401,6 +401,35 @@ class StoreConformance:
         assert repaid.reset_after == pytest.approx(1.0, abs=1e-6)
         assert [self.apply(store, "k", limit, 1).allowed for _ in range(3)] == [True, True, False]
 
+    def test_a_refund_goes_only_to_the_window_that_took_the_units(self, store: Any) -> None:
+        # Two checks of 50 at 23:59:58 UTC (T0 is 22:13:20, midnight 6400 s
+        # later), the new day's 100 units, then the two refunds: nothing back.
+        midnight = T0 + 6400
+        clock = ManualClock(midnight - 2)
+        limiter = RateLimiter(Quota(100, "day"), store=store, clock=clock)
+
+        def call(method: str, *args: Any, **kwargs: Any) -> RateLimitResult:
+            if self.mode == "async":
+                result: RateLimitResult = self.run(getattr(limiter, "a" + method)(*args, **kwargs))
+                return result
+            return getattr(limiter, method)(*args, **kwargs)  # type: ignore[no-any-return]
+
+        taken = clock.now()
+        assert [call("check", "u", 50).allowed for _ in range(2)] == [True, True]
+        clock.advance(3)  # 00:00:01, the next day
+        assert call("check", "u", 100).allowed
+        for _ in range(2):
+            refunded = call("refund", "u", 50, taken_at=taken)
+            assert (refunded.allowed, refunded.remaining) == (True, 0)
+        assert not call("check", "u", 1).allowed
+        # A refund taken in the current window gives its units back.
+        assert call("refund", "u", 30, taken_at=clock.now()).remaining == 30
+        assert [call("check", "u", 30).allowed, call("check", "u", 1).allowed] == [True, False]
+        # The pure step says the same of a Refund tied to the day before.
+        state = step(None, midnight - 2, Quota(100, "day"), 100)[0]
+        after = step(state, midnight + 1, Quota(100, "day"), 100)[0]
+        assert step(after, midnight + 1, Quota(100, "day"), Refund(50, midnight - 2))[0] == after
+
     def test_a_lockout_locks_out_after_n_denials_until_its_end(self, store: Any) -> None:
         keys = ["k:bucket", "k:lock"]
         limits = [Limit(1, 2, "bucket"), Lockout(breaches=3, within=60, duration=900)]

@@ -463,15 +463,45 @@ class Refund(float):
     negative or NaN amount is a ``ValueError``).  It is the only negative
     cost: ``validate_cost`` refuses a negative number, so no cost a client
     sends can become one.  ``RateLimiter.refund`` makes it.
+
+    ``taken_at`` (seconds, the time of the check that took the units) ties
+    the refund to the window that took them: on a ``Quota`` a refund taken
+    before the current window's start gives nothing back (the units were
+    forgiven at the boundary; the new window owes nothing).  Without it
+    (``None``) a quota refund goes to the current window, whatever took the
+    units: pass ``taken_at`` whenever a refund may cross a boundary
+    (``RateLimiter.refund(..., taken_at=)``; ``deduct_when`` does).  A token
+    bucket ignores it: a refund never fills one beyond its burst, so after a
+    reset or a refill to full it gives nothing back.  Not part of equality.
     """
 
-    __slots__ = ()
+    __slots__ = ("taken_at",)
 
-    def __new__(cls, tokens: object) -> Refund:
-        return super().__new__(cls, -validate_cost(tokens))
+    taken_at: Optional[float]
+
+    def __new__(cls, tokens: object, taken_at: Optional[float] = None) -> Refund:
+        self = super().__new__(cls, -validate_cost(tokens))
+        if taken_at is not None:
+            if taken_at.__class__ is not float:
+                value = _real(taken_at, "refund taken_at", "a number of seconds", "(finite)")
+                try:
+                    taken_at = float(value)
+                except OverflowError:
+                    taken_at = math.inf
+            if taken_at - taken_at != 0.0:  # NaN or infinite
+                raise ValueError(
+                    f"refund taken_at must be a finite number of seconds, got {taken_at!r}"
+                )
+        self.taken_at = taken_at
+        return self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (Refund, (-float(self), self.taken_at))
 
     def __repr__(self) -> str:
-        return f"Refund({-float(self)!r})"
+        if self.taken_at is None:
+            return f"Refund({-float(self)!r})"
+        return f"Refund({-float(self)!r}, taken_at={self.taken_at!r})"
 
 
 class Charge(float):
@@ -809,7 +839,9 @@ def step_quota(
     #   more than CLOCK_TOLERANCE before the current end, the clock stepped
     #   back: the units used are kept and moved to the current window (stored
     #   even on denial), as step keeps a bucket's deficit.
-    # * Admitted when used + cost <= count; a Refund lowers used, never below 0.
+    # * Admitted when used + cost <= count; a Refund lowers used, never below 0,
+    #   and gives nothing when its taken_at lies before the current window's
+    #   start (its units were forgiven at the boundary).
     # Windows come from Quota.bounds (time zones: the Redis script is given the
     # current end by the client, and does the rest of this arithmetic itself).
     # * A Charge is always admitted: used + cost, at most 2 * count (the
@@ -817,15 +849,22 @@ def step_quota(
     if now - now != 0.0:
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     forced = cost.__class__ is Charge
-    return _apply_quota(state, now, quota, _cost_or_inf(cost, quota.burst), forced)
+    taken = cost.taken_at if cost.__class__ is Refund else None  # type: ignore[attr-defined,unused-ignore]
+    return _apply_quota(state, now, quota, _cost_or_inf(cost, quota.burst), forced, taken)
 
 
 def _apply_quota(
-    state: Optional[State], now: float, quota: Quota, cost: float, forced: bool = False
+    state: Optional[State],
+    now: float,
+    quota: Quota,
+    cost: float,
+    forced: bool = False,
+    taken_at: Optional[float] = None,
 ) -> Tuple[Optional[State], RateLimitResult]:
     # step_quota once ``cost`` is checked: a float, inf above the count,
     # negative for a Refund (step checks it the same way before handing over);
-    # ``forced`` for a Charge.
+    # ``forced`` for a Charge; ``taken_at`` a Refund's (before the current
+    # window's start, it gives nothing back).
     moment = now + TIME_EPSILON
     start, end = quota.bounds(moment)
     window = end - start
@@ -840,7 +879,9 @@ def _apply_quota(
     reset = end - now
     if cost <= 0.0:
         new_state = state
-        if cost < 0.0 and used > 0.0:  # a Refund: gives back up to what was used
+        if taken_at is not None and taken_at + TIME_EPSILON < start:
+            pass  # units taken in an earlier window, forgiven at its end: nothing to give
+        elif cost < 0.0 and used > 0.0:  # a Refund: gives back up to what was used
             used += cost
             if used < 0.0:
                 used = 0.0
@@ -1262,7 +1303,10 @@ def _special_step(
         return lock_state, (lock_result if detail else lock_result[0])
     quota: Quota = limit  # type: ignore[assignment]  # the only other limit with ceiling -inf
     forced = cost.__class__ is Charge
-    new_state, result = _apply_quota(state, now, quota, _cost_or_inf(cost, quota.burst), forced)
+    taken = cost.taken_at if cost.__class__ is Refund else None  # type: ignore[attr-defined,unused-ignore]
+    new_state, result = _apply_quota(
+        state, now, quota, _cost_or_inf(cost, quota.burst), forced, taken
+    )
     return new_state, (result if detail else result[0])
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .backends.memory import MemoryStore
 from .bucket import (
+    TIME_EPSILON,
     Charge,
     Limit,
     Lockout,
@@ -644,7 +645,9 @@ class RateLimiter:
         _refuse_rate_key(key)
         return RateLimiter.check(self, key, 0)  # a peek is no decision: not observed
 
-    def refund(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
+    def refund(
+        self, key: str, cost: CostSpec = 1, taken_at: Optional[float] = None
+    ) -> RateLimitResult:
         """Give back ``cost`` tokens (default 1) that a ``check`` of ``key`` took.
 
         A bucket never holds more than its burst after a refund, so giving back
@@ -656,14 +659,49 @@ class RateLimiter:
         adapters), or an estimate settled when the real cost was lower.
         Not a decision: not observed, and a ``lockout`` neither counts nor
         blocks it.
+
+        ``taken_at`` is when the check that took the units ran (seconds on
+        this limiter's clock, e.g. ``limiter.clock.now()`` read before it):
+        a ``Quota`` whose current window started after it gets nothing back
+        (its units were forgiven at the boundary, and the new window owes
+        nothing), in every store.  Without it a quota's current window gets
+        the units back, whichever took them: pass it whenever a refund may
+        come after a boundary (``deduct_when`` does).  A token bucket
+        ignores it (see ``limiter.bucket.Refund``).
         """
         _refuse_rate_key(key)
-        return self._settle(key, self._settled(cost, Refund))
+        return self._settle(key, self._refund_cost(cost, taken_at))
 
-    async def arefund(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
+    async def arefund(
+        self, key: str, cost: CostSpec = 1, taken_at: Optional[float] = None
+    ) -> RateLimitResult:
         """``refund`` for asyncio."""
         _refuse_rate_key(key)
-        return await self._asettle(key, self._settled(cost, Refund))
+        return await self._asettle(key, self._refund_cost(cost, taken_at))
+
+    def _refund_cost(self, cost: CostSpec, taken_at: Optional[float]) -> Any:
+        # A Refund (or one per limit) tied to taken_at.  The window test is
+        # also made here, for every quota, at this limiter's now: a store
+        # whose wire carries no taken_at (Redis) then gets nothing to give
+        # back for a quota whose window started after taken_at, as step does.
+        if taken_at is None:
+            return self._settled(cost, Refund)
+        Refund(0, taken_at)  # taken_at's own error first
+        settled = self._settled(cost, lambda c: Refund(c, taken_at))
+        quotas = [i for i, limit in enumerate(self.limits) if isinstance(limit, Quota)]
+        if not quotas:
+            return settled
+        now = self._now()
+        moment = (self.clock.now() if now is None else now) + TIME_EPSILON
+        if self._many:
+            costs = list(settled) if settled.__class__ is tuple else [settled] * len(self.limits)
+            for i in quotas:
+                if taken_at + TIME_EPSILON < self.limits[i].bounds(moment)[0]:  # type: ignore[attr-defined]
+                    costs[i] = Refund(0, taken_at)
+            return tuple(costs)
+        if taken_at + TIME_EPSILON < self._limit.bounds(moment)[0]:  # type: ignore[attr-defined]
+            return Refund(0, taken_at)
+        return settled
 
     def charge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """Take ``cost`` tokens (default 1) from ``key``'s buckets unconditionally.

@@ -304,6 +304,7 @@ class Deferred:
         cost: CostSpec,
         deduct_when: DeductWhen,
         result: RateLimitResult,
+        at: Optional[float] = None,
     ) -> None:
         self.guard = guard
         self.limiter = limiter
@@ -311,8 +312,11 @@ class Deferred:
         self.cost = cost
         self.deduct_when = deduct_when
         self.result = result
-        # The charge's own time: its headers say where the bucket stood then.
-        self.at = limiter.clock.now()
+        # The charge's own time: its headers say where the bucket stood then,
+        # and its refund goes only to the window that took it (a quota's
+        # boundary passed since forgives the units: nothing is given back).
+        # ``at`` is read before the check (a check just before a boundary).
+        self.at = limiter.clock.now() if at is None else at
         self.settled: Optional[HeaderList] = None
 
     def _done(self, headers: HeaderList) -> HeaderList:
@@ -326,7 +330,7 @@ class Deferred:
         if _charged(self.deduct_when, status):
             return self._done(self.guard.build(self.result, self.at, self.guard.header_style))
         try:
-            refunded = self.limiter.refund(self.key, self.cost)
+            refunded = self.limiter.refund(self.key, self.cost, taken_at=self.at)
         except StoreError:  # the response is under way: log it, send no headers
             self.guard.failed(self.limiter)
             return self._done(_NO_HEADERS)
@@ -339,7 +343,7 @@ class Deferred:
         if _charged(self.deduct_when, status):
             return self._done(self.guard.build(self.result, self.at, self.guard.header_style))
         try:
-            refunded = await self.limiter.arefund(self.key, self.cost)
+            refunded = await self.limiter.arefund(self.key, self.cost, taken_at=self.at)
         except StoreError:
             self.guard.failed(self.limiter)
             return self._done(_NO_HEADERS)
@@ -725,12 +729,13 @@ class Guard:
         if chosen is None:
             return _NO_HEADERS
         limiter, key, cost, deduct_when = chosen
+        at = None if deduct_when is None else limiter.clock.now()
         try:
             result = limiter.check(key, cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         if deduct_when is not None and result[0]:
-            return Deferred(self, limiter, key, cost, deduct_when, result)
+            return Deferred(self, limiter, key, cost, deduct_when, result, at)
         if not result[0] and limiter.shadow:
             return self.shadow_denied(result, limiter)
         return self.outcome(request, result, limiter)
@@ -745,12 +750,13 @@ class Guard:
         if chosen is None:
             return _NO_HEADERS
         limiter, key, cost, deduct_when = chosen
+        at = None if deduct_when is None else limiter.clock.now()
         try:
             result = await limiter.acheck(key, cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         if deduct_when is not None and result[0]:
-            return Deferred(self, limiter, key, cost, deduct_when, result)
+            return Deferred(self, limiter, key, cost, deduct_when, result, at)
         if not result[0] and limiter.shadow:
             return self.shadow_denied(result, limiter)
         return self.outcome(request, result, limiter)
