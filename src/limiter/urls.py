@@ -77,6 +77,7 @@ _REDIS_PARAMS = (
     "socket_timeout",
     "connect_timeout",
     "socket_connect_timeout",  # redis-py's name for connect_timeout
+    "pipelining",  # AsyncRedisStore's (asyncio=True only)
     *_FALLBACK_PARAMS,
     *_DENY_CACHE_PARAMS,
 )
@@ -85,7 +86,7 @@ _SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
 _MEMORY_PARAMS = ("max_keys",)
 _SQLITE_PARAMS = ("timeout", "purge_every", *_FALLBACK_PARAMS, *_DENY_CACHE_PARAMS)
 # Keyword options that go to the store itself (the rest go to the client).
-_REDIS_STORE_OPTIONS = ("prefix", "server_time", "probe_clock", *_FALLBACK_PARAMS)
+_REDIS_STORE_OPTIONS = ("prefix", "server_time", "pipelining", "probe_clock", *_FALLBACK_PARAMS)
 _SQLITE_STORE_OPTIONS = (*_SQLITE_PARAMS, "probe_clock")
 
 _TRUE = ("1", "true", "yes", "on")
@@ -521,6 +522,12 @@ def _redis(parsed: _Parsed, asyncio: bool, options: Dict[str, Any]) -> Any:
     package = base[:-1] if tls else base
     parsed.check_query(_redis_params(kind, tls))
     settings = _redis_options(_redis_query(parsed, tls), kind, options)
+    if not asyncio and "pipelining" in settings.store_kwargs:
+        raise ValueError(
+            f"pipelining={settings.store_kwargs['pipelining']!r:.100}: only an asyncio store "
+            "pipelines (store_from_url(..., asyncio=True)); a RedisStore sends each check on "
+            "its own"
+        )
     # Every URL error is raised here, before a client library is imported.
     target = _redis_target(parsed, kind, settings.db, options)
     client = _redis_client(_Library(package, asyncio, scheme), kind, settings, target)
@@ -556,6 +563,9 @@ def _redis_query(parsed: _Parsed, tls: bool) -> _RedisSettings:
     server_time = parsed.flag("server_time")
     if server_time is not None:
         store_kwargs["server_time"] = server_time
+    pipelining = parsed.flag("pipelining")
+    if pipelining is not None:
+        store_kwargs["pipelining"] = pipelining
     parsed.fallback_options(store_kwargs)
     timeout = parsed.seconds("socket_timeout")
     if timeout is not None:
@@ -752,7 +762,8 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
     ``redis+sentinel://host[:port][,host:port]/service``,
     ``redis+cluster://host[:port][,host:port]``, or the same with ``valkey``
     (valkey-py) for ``redis``.  User names and passwords are percent-decoded.
-    Query parameters: ``prefix``, ``server_time``, ``socket_timeout`` and
+    Query parameters: ``prefix``, ``server_time``, ``pipelining`` (with
+    ``asyncio=True``: ``AsyncRedisStore``'s), ``socket_timeout`` and
     ``connect_timeout`` (seconds), ``fallback=memory``, ``probe_after``,
     ``max_probe_after``; ``db`` (unix, sentinel); ``max_keys`` (memory);
     ``timeout``, ``purge_every`` (sqlite); ``ssl_*`` (TLS);
