@@ -245,7 +245,24 @@ def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Di
                 limiter.validate_cost(cost)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"limiter {limiter.name!r}: {error}") from None
-    return dict(cost)
+    return plain_mapping(cost)
+
+
+def plain_mapping(cost: Mapping[str, float]) -> Dict[str, float]:
+    """A copy of ``cost`` whose values are checked as a scalar ``cost=`` is.
+
+    ``limiter.bucket.validate_cost`` for each value, as for a number: a
+    ``Refund`` (negative) is a ``ValueError`` inside a mapping too, and a
+    ``Charge`` becomes the plain cost it would be alone, so no request can
+    give tokens back or be admitted unconditionally through a mapping.
+    """
+    checked = {}
+    for name, value in cost.items():
+        try:
+            checked[name] = validate_cost(value)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"cost of limit {name!r:.100}: {error}") from None
+    return checked
 
 
 def method_set(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:

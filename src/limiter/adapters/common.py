@@ -48,6 +48,7 @@ from ..rules import (
     check_mode,
     checked_mapping,
     is_async_callable,
+    plain_mapping,
     shadowed,
 )
 from ..store import StoreError
@@ -832,7 +833,7 @@ def _request_cost(cost: object, limiter: RateLimiter) -> CostSpec:
         return validate_cost(cost)
     if isinstance(cost, Mapping):
         limiter.validate_cost(cost)
-        return cost
+        return plain_mapping(cost)  # a Refund or Charge inside: the scalar rule
     return validate_cost(cost)
 
 
