@@ -73,9 +73,14 @@ def test_fastapi_under_uvicorn_does_not_start_on_a_dead_store(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen(8)
-        log = caplog.at_level(logging.ERROR, logger="uvicorn.error")
-        with log, pytest.raises(SystemExit) as caught:  # "Application startup failed"
-            asyncio.run(server.serve(sockets=[sock]))
+        # Straight to uvicorn's logger: a uvicorn run before may have stopped it propagating.
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        uvicorn_log.addHandler(caplog.handler)
+        try:
+            with pytest.raises(SystemExit) as caught:  # "Application startup failed"
+                asyncio.run(server.serve(sockets=[sock]))
+        finally:
+            uvicorn_log.removeHandler(caplog.handler)
     assert caught.value.code == 3
     assert not server.started
     assert f"the store {shown(dead_url)} does not answer at start-up" in caplog.text

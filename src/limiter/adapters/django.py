@@ -30,6 +30,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Pattern, Sequ
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings  # type: ignore[import-untyped]
+from django.core import checks  # type: ignore[import-untyped]
 from django.core.exceptions import (  # type: ignore[import-untyped]
     BadRequest,
     ImproperlyConfigured,
@@ -57,7 +58,7 @@ from .integration import (
 )
 from .wsgi import EnvironHeaders
 
-__all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
+__all__ = ["RateLimitMiddleware", "check_bare_ratelimit", "django_request_info", "ratelimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,6 +75,10 @@ _DECISION = "_limiter_decision"
 #: Set on the responses this module refuses with, so that an outer
 #: ``ratelimit`` (stacked decorators) does not put its headers on them.
 _DENIED = "_limiter_denied"
+#: Set on the decorator ``ratelimit(f)`` returns when ``f`` is a function: if that
+#: decorator is itself a URL pattern's view, ``@ratelimit`` was used bare (no rate).
+_BARE = "_limiter_bare"
+_BARE_FIX = '@ratelimit needs a rate: write @ratelimit("5/minute")'
 
 
 # -- the request view ---------------------------------------------------------------------
@@ -643,6 +648,8 @@ def ratelimit(
             if call is None:
                 call = calls.setdefault(key, prepare(view)[0])
             return functools.partial(call, view)  # type: ignore[return-value]
+        if isinstance(view, HttpRequest):
+            raise TypeError(f"{_BARE_FIX}; the view was passed as the rate")
         if not callable(view):
             raise TypeError(f"ratelimit decorates a view function, got {view!r:.200}")
         call, is_async = prepare(view)
@@ -664,4 +671,42 @@ def ratelimit(
         setattr(wrapper, _MARK, True)
         return wrapper  # type: ignore[return-value]
 
+    if callable(rate) and not isinstance(rate, type) and not hasattr(rate, "limits"):
+        setattr(decorator, _BARE, rate)
     return decorator
+
+
+def check_bare_ratelimit(app_configs: Any = None, **kwargs: Any) -> List[Any]:
+    """A system check (``manage.py check``, ``runserver``, the test runner): an error
+    ``limiter.E001`` for each URL pattern whose view is ``@ratelimit`` used without
+    a rate (``@ratelimit`` above ``def view``), which would fail every request."""
+    from django.urls import get_resolver  # type: ignore[import-untyped]
+
+    try:
+        patterns = list(get_resolver().url_patterns)
+    except Exception:  # no URLconf, or one that does not import: Django's own check says so
+        return []
+    errors: List[Any] = []
+    stack = patterns
+    while stack:
+        pattern = stack.pop()
+        nested = getattr(pattern, "url_patterns", None)
+        if nested is not None:
+            stack.extend(nested)
+            continue
+        rate = getattr(getattr(pattern, "callback", None), _BARE, None)
+        if rate is not None:
+            name = getattr(rate, "__qualname__", None) or repr(rate)
+            errors.append(
+                checks.Error(
+                    f"the view {name} of URL pattern {str(pattern.pattern)!r} is "
+                    f"@ratelimit without a rate",
+                    hint=_BARE_FIX,
+                    obj=rate,
+                    id="limiter.E001",
+                )
+            )
+    return errors
+
+
+checks.register(check_bare_ratelimit, checks.Tags.urls)

@@ -265,7 +265,10 @@ class RateLimit:
         allowed = route.methods
         key = self._key
 
-        async def rate_limit(connection: HTTPConnection) -> None:
+        # Keyword-only (FastAPI passes dependencies by name): slowapi's style,
+        # @rl.limit(...) above the route, calls it with the endpoint and fails
+        # here, at import, with the fix in the function's name.
+        async def rate_limit(*, connection: HTTPConnection) -> None:
             scope = connection.scope
             outcomes: Optional[List[_Pending]] = scope.get(key)
             if outcomes is None:
@@ -293,7 +296,11 @@ class RateLimit:
             if outcome:  # [] : exempt, allow-listed or a failed store: nothing to add
                 outcomes.append(outcome)
 
-        rate_limit.__qualname__ = rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
+        rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
+        rate_limit.__qualname__ = (
+            f"rate_limit[{bucket_scope}] is a dependency, not a decorator: write "
+            "@app.get(path, dependencies=[Depends(rl.limit(...))]); rate_limit"
+        )
         setattr(rate_limit, _MARK, self)
         return rate_limit
 

@@ -20,6 +20,7 @@ imported by this module only; ``import limiter`` never loads it.
 from __future__ import annotations
 
 import enum
+import weakref
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -45,6 +46,8 @@ from .integration import (
     IntegrationOptions,
     RateSpec,
     RouteLimit,
+    check_deduct_when_signature,
+    check_key_func,
     check_rate,
     check_store,
     store_shown,
@@ -107,10 +110,11 @@ class _ViewLimit:
     guard cache (by ``RouteLimit``) and the buckets stay the same.
     """
 
-    __slots__ = ("cost", "deduct_when", "key_func", "methods", "name", "rate", "routes")
+    __slots__ = ("cost", "deduct_when", "key_func", "methods", "name", "owner", "rate", "routes")
 
     def __init__(
         self,
+        owner: RateLimit,
         rate: RateSpec,
         name: Optional[str],
         key_func: Optional[KeyFunc],
@@ -127,6 +131,7 @@ class _ViewLimit:
             methods=methods,
             deduct_when=deduct_when,
         )
+        self.owner = owner
         self.name = name
         self.rate = checked.rate
         self.key_func = key_func
@@ -266,6 +271,8 @@ class RateLimit:
         self._check_store = check_store
         given: Dict[str, Any] = dict(options)
         given.update(key_func=key_func, trusted_proxies=trusted_proxies, on_error=on_error)
+        check_key_func(key_func)  # flask-limiter's key_func() takes no argument
+        check_deduct_when_signature(options.get("deduct_when"))
         if header_style is not _UNSET:
             given["header_style"] = header_style
         # Every option checked now, whichever app comes later: a probe guard.
@@ -288,6 +295,9 @@ class RateLimit:
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must be a limiter.Clock or None, got {clock!r}")
         self._clock = clock
+        #: The apps ``init_app`` set up (weakly: an app may go away).
+        self._apps: weakref.WeakSet[flask.Flask] = weakref.WeakSet()
+        self._watching = False
         if app is not None:
             self.init_app(app)
 
@@ -339,6 +349,7 @@ class RateLimit:
             check_store("RateLimit.init_app", store, store_shown(given, store))
         state = _AppState(app, integration)
         app.extensions[EXTENSION] = state
+        self._apps.add(app)
         if integration.enabled:  # disabled: no hooks at all, so no cost either
             app.before_request(_before_hook(state))
             app.after_request(_after_hook())
@@ -374,7 +385,12 @@ class RateLimit:
         response shows the outermost one's headers.  Works on blueprint
         views, in a class view's ``decorators`` and on a ``MethodView`` method.
         """
-        limit = _ViewLimit(rate, name, key_func, cost, methods, deduct_when)
+        limit = _ViewLimit(self, rate, name, key_func, cost, methods, deduct_when)
+        if not self._watching:
+            # Until a request reaches an app this RateLimit set up: a view it
+            # limits, served by an app it never set up, fails loudly.
+            flask.request_started.connect(self._check_set_up)
+            self._watching = True
         _refuse_async("limit", rate=rate, key_func=key_func, cost=cost)
         if isinstance(rate, RateLimiter):
             _sync_store(rate.store, f"the store of {rate!r}")
@@ -387,6 +403,29 @@ class RateLimit:
             return view
 
         return decorate
+
+    def _check_set_up(self, sender: flask.Flask, **extra: Any) -> None:
+        # A request_started receiver, connected by the first limit(): a
+        # RateLimit() without init_app(app) would otherwise limit nothing.
+        if sender in self._apps:
+            flask.request_started.disconnect(self._check_set_up)  # no cost from now on
+            self._watching = False
+            return
+        if EXTENSION in sender.extensions:
+            return  # another RateLimit serves this app and applies the limits
+        endpoint = flask.request.endpoint
+        view = sender.view_functions.get(endpoint) if endpoint is not None else None
+        limits = list(getattr(view, _LIMITS, ()))
+        view_class = getattr(view, "view_class", None)
+        if isinstance(view_class, type):
+            for attr in ("get", "post", "put", "patch", "delete", "head", "options"):
+                limits.extend(getattr(getattr(view_class, attr, None), _LIMITS, ()))
+        if any(limit.owner is self for limit in limits):
+            raise RuntimeError(
+                f"the view {endpoint!r} has rl.limit(...), but this RateLimit was never set up "
+                f"on {sender!r}: call rl.init_app(app) (or RateLimit(app)) when you build the "
+                "app; without it nothing is limited"
+            )
 
     def exempt(self, view: F) -> F:
         """Decorator: the default limit does not apply to ``view`` (its own ``limit``s do)."""

@@ -61,6 +61,8 @@ __all__ = [
     "RateSpec",
     "RouteLimit",
     "acheck_store",
+    "check_deduct_when_signature",
+    "check_key_func",
     "check_rate",
     "check_store",
     "store_shown",
@@ -82,14 +84,89 @@ MAX_RATES_PER_SCOPE = 256
 _DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
 
 
+def _takes_one(func: object) -> Optional[bool]:
+    """Whether ``func`` can be called with one positional argument; ``None`` when
+    its signature cannot be read (a builtin, some C callables): then accepted."""
+    import inspect
+
+    try:
+        signature = inspect.signature(func)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        return False
+    return True
+
+
+def _named(func: object) -> str:
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return f"{name}()" if isinstance(name, str) else f"{func!r:.100}"
+
+
+def check_key_func(key_func: object) -> None:
+    """``TypeError`` for a ``key_func`` that cannot take the request (flask-limiter's
+    and slowapi's key functions take none, or the framework's request)."""
+    if key_func is not None and callable(key_func) and _takes_one(key_func) is False:
+        raise TypeError(
+            f"key_func must take the request (a limiter.RequestInfo) as its one argument, "
+            f"as in key_func=lambda request: request.headers.get('X-API-Key'); "
+            f"{_named(key_func)} cannot (flask-limiter's key functions take none)"
+        )
+
+
+#: Parameter names that say a ``deduct_when`` expects the response object
+#: (flask-limiter's ``deduct_when=lambda response: ...``), not the status.
+_RESPONSE_NAMES = frozenset({"response", "resp", "rv"})
+
+
+def check_deduct_when_signature(deduct_when: object) -> None:
+    """``TypeError`` for a ``deduct_when`` that cannot take one status code, or
+    whose one parameter is named as a response (flask-limiter's signature)."""
+    if deduct_when is None or not callable(deduct_when):
+        return
+    fix = "deduct_when gets the status code (an int): deduct_when=lambda status: status >= 400"
+    takes = _takes_one(deduct_when)
+    if takes is False:
+        raise TypeError(f"{fix}; {_named(deduct_when)} cannot take one argument")
+    if takes:
+        import inspect
+
+        first = next(iter(inspect.signature(deduct_when).parameters.values()))
+        if first.name in _RESPONSE_NAMES:
+            raise TypeError(
+                f"{fix}, not the response; {_named(deduct_when)} takes {first.name!r} "
+                "(flask-limiter passes the response)"
+            )
+
+
 def check_rate(rate: object) -> RateSpec:
     """``rate`` if it is a rate string (parsed now: a typo fails at start-up), a
-    ``RateLimiter`` or a function; else ``TypeError`` or ``ValueError``."""
+    list of rate strings (flask-limiter's ``["2 per minute", "1 per second"]``,
+    joined with ``;``: all apply), a ``RateLimiter`` or a function of the
+    request; else ``TypeError`` or ``ValueError``."""
+    if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
+        rate = ";".join(rate)
     if isinstance(rate, str):
         RateLimiter(rate)  # parses it: ValueError naming the text
         return rate
-    if isinstance(rate, RateLimiter) or (callable(rate) and not isinstance(rate, type)):
+    if isinstance(rate, RateLimiter):
         return rate
+    if callable(rate) and not isinstance(rate, type):
+        if _takes_one(rate) is False:
+            # A view given as the rate: a bare @rl.limit or @ratelimit.
+            raise TypeError(
+                f"the rate comes first: {_named(rate)} is not a rate nor a function of the "
+                "request (it takes no argument); a bare @rl.limit or @ratelimit needs one, "
+                'as in @rl.limit("5/minute")'
+            )
+        return rate
+    if isinstance(rate, (list, tuple)):
+        raise TypeError(
+            f"a list of rates must hold rate strings, like ['2/minute', '1/second'] (or write "
+            f"them as one string: '2/minute;1/second'), got {rate!r:.200}"
+        )
     raise TypeError(
         f"rate must be a string like '5/minute', a limiter.RateLimiter or a function of "
         f"the request returning one of those, got {rate!r:.200}"
@@ -124,6 +201,8 @@ class RouteLimit:
             raise TypeError(f"name must be a non-empty str, got {scope!r}")
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
+        check_key_func(key_func)
+        check_deduct_when_signature(deduct_when)
         if isinstance(cost, Mapping):
             # Checked now against the limits the route's rate names (a typo
             # fails at start-up); a function's limiters, per request.
@@ -215,6 +294,8 @@ class Integration:
         from ..urls import resolve_store  # only the integrations need URLs resolved
 
         check_options(owner, options)
+        check_key_func(options.get("key_func"))
+        check_deduct_when_signature(options.get("deduct_when"))
         self.owner = owner
         self.store = resolve_store(store, asyncio=asyncio)
         #: How start-up errors name the store (a URL's password redacted).
