@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import http.client
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
-from http.server import ThreadingHTTPServer
-from typing import Any, Iterator, Tuple
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -86,3 +92,125 @@ def test_top_usage_errors_exit_2_and_an_unreachable_app_exits_1(capsys: Any) -> 
     err = capsys.readouterr().err
     assert err.startswith(f"limiter top: cannot read http://user:***@127.0.0.1:{port}/top: ")
     assert "secret" not in err
+
+
+# -- credentials and redirects (issue 22 item 3) ----------------------------------
+
+TOP_JSON = b'{"window_seconds": 300.0, "total": 0, "capacity": 10, "offenders": []}'
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers ``/top`` JSON, or a 302 to ``server.redirect_to``; records Authorization."""
+
+    def do_GET(self) -> None:
+        self.server.seen.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
+        target = self.server.redirect_to  # type: ignore[attr-defined]
+        if target is not None:
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(TOP_JSON)))
+        self.end_headers()
+        self.wfile.write(TOP_JSON)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def recording_server(
+    redirect_to: Optional[str] = None, tls: Optional[ssl.SSLContext] = None
+) -> Iterator[Tuple[int, List[Tuple[str, Optional[str]]]]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.daemon_threads = True
+    server.seen = []  # type: ignore[attr-defined]
+    server.redirect_to = redirect_to  # type: ignore[attr-defined]
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
+    thread.start()
+    try:
+        yield server.server_address[1], server.seen  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+BASIC = "Basic " + base64.b64encode(b"user:s3cret").decode()
+
+
+def test_top_sends_credentials_to_their_origin_only(capsys: Any) -> None:
+    with recording_server() as (other, other_seen):
+        target = f"http://127.0.0.1:{other}/elsewhere"
+        with recording_server(redirect_to=target) as (port, seen):
+            url = f"http://user:s3cret@127.0.0.1:{port}/top"
+            assert main(["top", "--url", url]) == 0
+    assert seen == [("/top?n=10", BASIC)]
+    assert other_seen == [("/elsewhere", None)]  # another port: another origin
+    out = capsys.readouterr().out
+    assert (
+        out
+        == f"0 denials in the last 5 min (http://user:***@127.0.0.1:{port}/top)\nno key denied\n"
+    )
+    assert "s3cret" not in out
+
+
+def test_top_keeps_credentials_on_a_same_origin_redirect(capsys: Any) -> None:
+    # One server that redirects /top to /moved on itself: a second handler path.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.daemon_threads = True
+    server.seen = []  # type: ignore[attr-defined]
+    port = server.server_address[1]
+    server.redirect_to = None  # type: ignore[attr-defined]
+
+    class SelfRedirect(_Recorder):
+        def do_GET(self) -> None:
+            self.server.redirect_to = (  # type: ignore[attr-defined]
+                f"http://127.0.0.1:{port}/moved" if self.path.startswith("/top") else None
+            )
+            super().do_GET()
+
+    server.RequestHandlerClass = SelfRedirect
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
+    thread.start()
+    try:
+        assert main(["top", "--url", f"http://user:s3cret@127.0.0.1:{port}/top"]) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert server.seen == [("/top?n=10", BASIC), ("/moved", BASIC)]  # type: ignore[attr-defined]
+    capsys.readouterr()
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A server context with a self-signed cert for 127.0.0.1, trusted by the CLI's urllib."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the default context trusts it
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_top_drops_credentials_from_https_to_http(self_signed: ssl.SSLContext, capsys: Any) -> None:
+    with recording_server() as (plain, plain_seen):
+        target = f"http://127.0.0.1:{plain}/top"
+        with recording_server(redirect_to=target, tls=self_signed) as (port, seen):
+            url = f"https://user:s3cret@127.0.0.1:{port}/top"
+            assert main(["top", "--url", url]) == 0, capsys.readouterr().err
+    assert seen == [("/top?n=10", BASIC)]
+    assert plain_seen == [("/top", None)]
+    assert capsys.readouterr().out.endswith("no key denied\n")

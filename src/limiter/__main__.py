@@ -1040,8 +1040,9 @@ def _top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
         password = urllib.parse.unquote(parts.password or "")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
+    opener = _same_origin_opener()
     try:
-        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+        with opener.open(request, timeout=args.timeout) as response:
             payload = json.loads(response.read(1_000_000))
         offenders = payload["offenders"]
         rows = [(str(o["key"]), int(o["count"]), int(o["error"])) for o in offenders]
@@ -1062,6 +1063,44 @@ def _top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
         bound = f"  (up to {error} fewer)" if error else ""
         print(f"{key:<{width}}  {count}{bound}")
     return 0
+
+
+def _origin_of(url: str) -> Tuple[str, str, Optional[int]]:
+    """``(scheme, host, port)`` of ``url``, the port made explicit: its origin."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def _same_origin_opener() -> Any:
+    """An opener that follows redirects but sends ``Authorization`` only to its origin.
+
+    urllib copies a request's headers onto the redirected request whatever its
+    host or scheme: a 302 to another port or host, or from https to http,
+    would receive the URL's password.
+    """
+    import urllib.request
+
+    class SameOriginCredentials(urllib.request.HTTPRedirectHandler):
+        def redirect_request(
+            self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+        ) -> Any:
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and _origin_of(new.full_url) != _origin_of(req.full_url):
+                for name in [h for h in new.headers if h.lower() == "authorization"]:
+                    del new.headers[name]
+                new.unredirected_hdrs.pop("Authorization", None)
+            return new
+
+    return urllib.request.build_opener(SameOriginCredentials())
 
 
 # Last: main() calls functions defined anywhere above.
