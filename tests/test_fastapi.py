@@ -186,21 +186,55 @@ def test_the_same_name_shares_buckets(clock: ManualClock) -> None:
     assert [c.get(p).status_code for p in ("/a", "/b", "/a", "/b")] == [200, 200, 200, 429]
 
 
-def test_the_buckets_of_an_unnamed_limit_are_named_by_its_call_site(clock: ManualClock) -> None:
+def test_the_buckets_of_an_unnamed_limit_are_named_by_its_routes(clock: ManualClock) -> None:
     app = FastAPI()
     rl = RateLimit(app, clock=clock)
-    line = sys._getframe().f_lineno + 1
     dependency = rl.limit("2/minute")
+    shared = rl.limit("3/minute")
 
-    @app.get("/x", dependencies=[Depends(dependency)])
-    async def x() -> str:
+    @app.get("/x/{item}", dependencies=[Depends(dependency), Depends(shared)])
+    async def x(item: str) -> str:
         return "x"
 
-    assert client(app).get("/x").status_code == 200
-    # "<module>:<line>": the same in every worker process on a shared store.
-    limiter = rl.integration.limiter_for("2/minute", f"{__name__}:{line}")
-    assert limiter.name == f"{__name__}:{line}|2/minute"
+    @app.post("/y", dependencies=[Depends(shared)])
+    async def y() -> str:
+        return "y"
+
+    assert client(app).get("/x/1").status_code == 200
+    # "<methods> <path template>": the same in every worker process on a shared
+    # store, whatever the lines above the route.
+    limiter = rl.integration.limiter_for("2/minute", "GET /x/{item}")
+    assert limiter.name == "GET /x/{item}|2/minute"
     assert limiter.peek(f"ip:{PEER}").remaining == 1
+    both = rl.integration.limiter_for("3/minute", "GET /x/{item}, POST /y")
+    assert both.peek(f"ip:{PEER}").remaining == 2
+
+
+def test_editing_the_file_above_a_route_keeps_its_buckets(clock: ManualClock) -> None:
+    """Two deploys of one module, the second with lines added above the route,
+    on one store: the second sees the tokens the first took (issue 22)."""
+    from limiter import MemoryStore
+
+    store = MemoryStore()
+    source = """
+from fastapi import Depends, FastAPI
+from limiter.adapters.fastapi import RateLimit
+
+app = FastAPI()
+rl = RateLimit(app, store=store, clock=clock)
+{padding}
+@app.get("/search", dependencies=[Depends(rl.limit("3/minute"))])
+async def search() -> str:
+    return "found"
+"""
+    apps = []
+    for padding in ("", "\n\n\n# a comment added above the route\n"):
+        namespace: Dict[str, Any] = {"store": store, "clock": clock, "__name__": "deploy"}
+        exec(compile(source.format(padding=padding), "deploy.py", "exec"), namespace)
+        apps.append(namespace["app"])
+    first, second = client(apps[0]), client(apps[1])
+    assert statuses(first, "/search", 2) == [200, 200]
+    assert statuses(second, "/search", 2) == [200, 429]  # 3/minute across both deploys
 
 
 def test_several_limits_on_a_route_show_the_first_and_refuse_on_any(clock: ManualClock) -> None:

@@ -84,6 +84,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Marks the dependency functions ``limit`` returns (the value: the ``RateLimit``).
 _MARK = "__limiter_rate_limit__"
+#: On those functions: ``bind(routes)`` names an unnamed limit's buckets by its routes.
+_BIND = "__limiter_bind__"
+#: Set by ``bind``: the routes that named the buckets (``"GET /search"``).
+_BOUND = "__limiter_routes__"
 
 
 class _Refusal(Exception):
@@ -243,9 +247,15 @@ class RateLimit:
         function of the request), ``deduct_when`` (``status -> bool``: charge
         only such responses) and ``methods`` (``None``: all) apply to this
         limit only.  Each call has buckets of its own; calls with the same
-        ``name`` share them (without ``name``, the call site names them).
+        ``name`` share them (without ``name``, the routes using the dependency
+        name them when the app starts: ``"GET /items/{id}"``, stable when
+        lines are added above the route).
         On a WebSocket route a refused handshake is closed with code 1013.
         """
+        # Without a name, the buckets are named by the routes that use this
+        # dependency ("GET /search"), once the app first starts or serves
+        # (_RateLimitMiddleware._name_limits); until then, and for a dependency
+        # no route of the app uses, by the call site.
         bucket_scope = _caller_scope(1) if name is None else name
         route = RouteLimit(
             rate,
@@ -257,13 +267,25 @@ class RateLimit:
         )
         integration = self.integration
         guard = integration.guard(route)  # built now: a bad option fails at start-up
-        guards = [guard]
+        guards = [guard]  # guards[0]: replaced once, when the routes name the buckets
         enabled = integration.enabled
-        nonblocking = guard.nonblocking
-        decide = guard.decide
-        adecide = guard.adecide
         allowed = route.methods
         key = self._key
+
+        def bind(routes: str) -> None:
+            # The buckets of an unnamed limit: those of the routes using it.
+            if name is not None or getattr(rate_limit, _BOUND, None) is not None:
+                return
+            named = RouteLimit(
+                route.rate,
+                scope=routes,
+                key_func=key_func,
+                cost=route.cost,
+                methods=allowed,
+                deduct_when=route.deduct_when,
+            )
+            guards[0] = integration.guard(named)
+            setattr(rate_limit, _BOUND, routes)
 
         # Keyword-only (FastAPI passes dependencies by name): slowapi's style,
         # @rl.limit(...) above the route, calls it with the endpoint and fails
@@ -282,8 +304,11 @@ class RateLimit:
             if not enabled or (allowed is not None and scope["method"] not in allowed):
                 return
             # A memory store answers at once: no coroutine to build and await.
+            guard = guards[0]
             outcome = (
-                decide(request_info(scope)) if nonblocking else await adecide(request_info(scope))
+                guard.decide(request_info(scope))
+                if guard.nonblocking
+                else await guard.adecide(request_info(scope))
             )
             if isinstance(outcome, Response):
                 if outcomes:
@@ -302,6 +327,7 @@ class RateLimit:
             "@app.get(path, dependencies=[Depends(rl.limit(...))]); rate_limit"
         )
         setattr(rate_limit, _MARK, self)
+        setattr(rate_limit, _BIND, bind)
         return rate_limit
 
     def exempt(self, endpoint: F) -> F:
@@ -493,8 +519,40 @@ class _RateLimitMiddleware:
         # reads more of the request, so nothing is cached.
         self._cache: Optional[Dict[Tuple[Any, ...], bool]] = None
         self._by_host = False
+        self._named = False
+
+    def _name_limits(self) -> None:
+        """Name each unnamed ``limit()`` of this ``RateLimit`` by the routes using it:
+        ``"GET /items/{id}"`` (methods and path template; ``WEBSOCKET /ws``), several
+        joined by ``", "`` in sorted order: stable across deploys and workers,
+        whatever the lines above the route."""
+        self._named = True
+        owner = self.rate_limit
+        found: Dict[int, Tuple[Any, Set[str]]] = {}
+        for route in _flat_routes(self.routed.router.routes):
+            dependant = getattr(route, "dependant", None)
+            path = getattr(route, "path", None)
+            if dependant is None or not isinstance(path, str):
+                continue
+            methods = getattr(route, "methods", None)
+            label = f"{','.join(sorted(methods)) if methods else 'WEBSOCKET'} {path}"
+            seen: Set[int] = set()
+            stack = [dependant]
+            while stack:
+                node = stack.pop()
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                call = getattr(node, "call", None)
+                if getattr(call, _MARK, None) is owner:
+                    found.setdefault(id(call), (call, set()))[1].add(label)
+                stack.extend(getattr(node, "dependencies", ()) or ())
+        for call, labels in found.values():
+            getattr(call, _BIND)(", ".join(sorted(labels)))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._named:
+            self._name_limits()
         if scope["type"] != "http":
             if scope["type"] == "lifespan" and self.rate_limit.check_store:
                 await self.app(scope, receive, self._checked_startup(send))

@@ -15,7 +15,8 @@ one set shared by every view it covers.  A limiter built here from a rate
 string is named ``"<scope>|<rate>"`` on the integration's store, where the
 scope is the ``name``, or one the integration derives from the view, stable
 across processes (Flask: the endpoint or the view class; Django: the view's
-``module.qualname`` or class; FastAPI: the ``limit()`` call's module and line).
+``module.qualname`` or class; FastAPI: the methods and path templates of the
+routes using the dependency, ``"GET /items/{id}"``).
 """
 
 from __future__ import annotations
