@@ -754,6 +754,19 @@ def test_bad_settings_are_improperly_configured_at_start_up(rate_limit: Any, mes
             Client().handler.load_middleware()
 
 
+def test_a_store_url_as_the_whole_setting_never_shows_its_password() -> None:
+    url = "redis://app:hunter2-secret@cache.internal:6379/0"
+    settings_of = rate_limited(url)  # type: ignore[arg-type]
+    with settings_of, pytest.raises(ImproperlyConfigured) as error:
+        RateLimitMiddleware(lambda request: HttpResponse())
+    message = str(error.value)
+    assert "hunter2-secret" not in message
+    assert message == (
+        "settings.RATE_LIMIT must be a dict, got redis://app:***@cache.internal:6379/0 "
+        '(a store URL goes under "store": {"store": "redis://..."})'
+    )
+
+
 def test_bad_decorator_arguments_fail_when_decorating() -> None:
     with pytest.raises(ValueError, match="fortnight"):
         ratelimit("1/fortnight")

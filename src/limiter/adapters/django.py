@@ -112,7 +112,15 @@ class _Config:
         if source is None:
             source = {}
         if not isinstance(source, dict):
-            raise ImproperlyConfigured(f"settings.RATE_LIMIT must be a dict, got {source!r:.200}")
+            from ..urls import redact_url
+
+            # A store URL given as the whole setting: never show its password.
+            shown = redact_url(source) if isinstance(source, str) else f"{source!r:.200}"
+            hint = ' (a store URL goes under "store": {"store": "redis://..."})'
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT must be a dict, got {shown:.200}"
+                + (hint if isinstance(source, str) else "")
+            )
         for key in source:
             if key not in _KEYS:
                 close = difflib.get_close_matches(str(key), sorted(_KEYS), n=1)
