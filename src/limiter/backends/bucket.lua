@@ -142,12 +142,22 @@ end
 -- Mirrors limiter.bucket.full_at: the key expires when the bucket is full
 -- again.  Writes debt d anchored at the text at, or at now when at is nil
 -- (full again in d seconds, or in px when given); returns d formatted.
-local function store(key, d, at, px)
+-- A denial's bookkeeping (soft: a lockout's breach, a re-anchoring) is
+-- written with pcall: a full Redis (maxmemory with noeviction refuses every
+-- SET with OOM) must not turn a denial into an error, which on_error="allow"
+-- would let through.  The denial stands, unrecorded.  An admission's write
+-- is no bookkeeping: it fails the call (the units cannot be taken).
+local denied = false
+local function store(key, d, at, px, soft)
   local ms = math.ceil((px or d) * 1000)
   if ms < 1 then ms = 1 end
   if ms > 1e15 then ms = 1e15 end
   local ds = format('%.17g', d)
-  redis.call('SET', key, ds .. ' ' .. (at or nows), 'PX', format('%d', ms))
+  if soft then
+    redis.pcall('SET', key, ds .. ' ' .. (at or nows), 'PX', format('%d', ms))
+  else
+    redis.call('SET', key, ds .. ' ' .. (at or nows), 'PX', format('%d', ms))
+  end
   return ds
 end
 
@@ -326,7 +336,7 @@ end
 -- debt when charged, so its text is reused.
 local function finish(key, write, at, ok, rem, reset, retry, px)
   local ds
-  if write then ds = store(key, write, at, px) end
+  if write then ds = store(key, write, at, px, denied or ok == 0) end
   if rem >= 2^53 or rem <= -2^53 then  -- beyond %d's exact range
     return format('%d %.17g %.17g %.17g', ok, rem, reset, retry)
   end
@@ -386,6 +396,7 @@ for i = 1, m do
   out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], costs[i], modes[i])}
   if out[i][3] == 0 then all = false end
 end
+denied = not all  -- locked out, or a limit refused: every write below is bookkeeping
 for i = 1, m do
   local o = out[i]
   if not all and o[3] == 1 then
