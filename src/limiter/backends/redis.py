@@ -821,6 +821,13 @@ class AsyncRedisStore(_RedisBase):
                 raise self._error(exc) from exc
         client = self.client
         try:
+            if self._cluster and getattr(client, "_initialize", False) is True:
+                # redis-py's asyncio cluster client (7, 8), cold or after it
+                # closed itself: commands sent while it initializes meet MOVED,
+                # and every reinitialize_steps-th MOVED closes every connection,
+                # in-flight checks' included ("Connection lost"), which starts
+                # it again.  Checks wait for the one initialization instead.
+                await client.initialize()
             try:
                 return await client.evalsha(_SHA, numkeys, *rkeys, *args)
             except Exception as exc:
