@@ -431,3 +431,28 @@ def test_allow_steps_a_young_key_in_place_and_a_new_one_through_insert() -> None
     assert store.allow("c", limit, 1, 100.0) is True  # evicts one: the cap holds
     assert len(store) == 2
     assert store.allow("a", limit, 1, 101.0) is True  # refilled, or evicted and new
+
+
+def test_eviction_never_lifts_a_lockout_under_a_flood_of_made_up_usernames():
+    from limiter import Lockout
+
+    clock = ManualClock(T0)
+    store = MemoryStore(max_keys=1000)
+    limiter = RateLimiter(
+        "3/hour", store=store, clock=clock, lockout=Lockout(breaches=3, within=60, duration=900)
+    )
+    outcomes = [limiter.check("victim") for _ in range(6)]
+    assert [r.allowed for r in outcomes] == [True] * 3 + [False] * 3
+    assert outcomes[-1].locked_out
+    for i in range(1124):  # each a bucket; evictions must pick them, not the lockout
+        assert limiter.check(f"made-up-{i}").allowed
+    assert len(store) == 1000
+    still = limiter.check("victim")
+    assert still.locked_out and still.retry_after == 900.0
+    # Bounded all the same: a store full of lockouts evicts the oldest of them.
+    locked = MemoryStore(max_keys=10)
+    lockout = Lockout(breaches=1, within=60, duration=900)
+    strict = RateLimiter("1/hour", store=locked, clock=clock, lockout=lockout)
+    for i in range(11):
+        assert strict.check(f"u{i}").allowed and not strict.check(f"u{i}").allowed
+    assert len(locked) == 10

@@ -16,7 +16,12 @@ housekeeping may hold the lock long enough to stall requests.
 * When the store is full, the oldest entries of the old generation are looked
   at in order (a "second chance" clock): a full bucket is dropped (an absent
   key *is* a full bucket, so that changes no decision), a bucket still in use
-  moves to the young generation; if none of a few is full, the oldest goes.
+  moves to the young generation; if none of a few is full, the oldest goes,
+  unless it is a locked-out key (``Lockout``): then the oldest that is no
+  lockout, looking at up to ``_LOCKED_PROBES`` entries.  A flood of made-up
+  keys evicts buckets and open runs, never a lockout; to evict one an
+  attacker must first lock out that many keys in a row himself (each
+  costing ``breaches`` refused requests), and the oldest lockout goes.
   When the old generation is used up, the young one becomes old.
 * A sweep walks both order lists in slices of a couple of thousand keys,
   yielding the lock between slices, and deletes full (or idle) buckets in
@@ -49,6 +54,10 @@ __all__ = ["MemoryStore"]
 
 #: How many old entries one eviction looks at for a full bucket.
 _EVICTION_PROBES = 8
+#: How many old entries one eviction looks at for one that is no lockout (a
+#: locked-out key, whose state's real part is negative, goes last): an
+#: eviction lifts a lockout only when this many entries in a row are locked.
+_LOCKED_PROBES = 256
 #: Keys examined per lock hold while sweeping; keeps each hold near a millisecond.
 _SWEEP_SLICE = 2048
 #: Order-list entries tolerated beyond twice the live keys before a rebuild.
@@ -279,7 +288,10 @@ class MemoryStore:
             self._rotate()
         old, order = self._old, self._old_order
         in_use: List[Tuple[str, complex]] = []
-        while len(in_use) < _EVICTION_PROBES and self._old_pos < len(order):
+        unlocked = -1  # the index in in_use of the oldest entry that is no lockout
+        while self._old_pos < len(order) and (
+            len(in_use) < _EVICTION_PROBES or (unlocked < 0 and len(in_use) < _LOCKED_PROBES)
+        ):
             key = order[self._old_pos]
             self._old_pos += 1
             packed = old.pop(key, None)
@@ -288,9 +300,12 @@ class MemoryStore:
             if full_at(packed) <= now:  # full: forgetting it changes nothing
                 self._keep_young(in_use)  # a second chance for those looked at
                 return
+            if unlocked < 0 and packed.real >= 0.0:  # a locked-out key's mark is negative
+                unlocked = len(in_use)
             in_use.append((key, packed))
-        if in_use:  # nothing full in reach: the oldest goes
-            self._keep_young(in_use[1:])
+        if in_use:  # nothing full in reach: the oldest that is no lockout goes
+            victim = unlocked if unlocked >= 0 else 0
+            self._keep_young(in_use[:victim] + in_use[victim + 1 :])
             return
         # The order list is used up, so the old generation is empty: rotate again.
         self._evict(now)
