@@ -115,11 +115,23 @@ def test_inspect_empty_bucket_is_denied(db: str, capsys: pytest.CaptureFixture[s
     assert code == 0 and "denied, in 1" in out.splitlines()[2]
 
 
-def test_inspect_unseen_key_is_full(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+NO_STATE_HINT = (
+    ": a wrong --name or store prefix is the usual cause (a key never seen, or idle "
+    "until its buckets were full and forgotten, has none either)\n"
+)
+
+
+@pytest.mark.parametrize("command", ["inspect", "reset"])
+def test_unseen_key_has_no_stored_state(
+    db: str, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
     charged(db)
-    report = inspect_json(capsys, "--store", db, "--limit", "5/minute", "user:7")
-    [bucket] = report["limits"]
-    assert (bucket["tokens"], bucket["tokens_exact"], bucket["full_in"]) == (5, 5.0, 0.0)
+    code, out, err = run(capsys, command, "--store", db, "--limit", "5/minute", "user:7")
+    assert (code, out) == (3, "")
+    assert err == (
+        f"limiter {command}: no stored state for key 'user:7' of limiter '0.0833333/s:5' "
+        f"on {db}" + NO_STATE_HINT
+    )
 
 
 def test_inspect_several_limits(db: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,16 +168,19 @@ def test_names_are_namespaces(db: str, capsys: pytest.CaptureFixture[str]) -> No
     charged(db, name="api", times=4)
     charged(db, name="login", times=1)
     tokens = {}
-    for name in ("api", "login", "other"):
+    for name in ("api", "login"):
         report = inspect_json(
             capsys, "--store", db, "--limit", "5/minute", "--name", name, "user:42"
         )
         assert report["limiter"] == name
         tokens[name] = report["limits"][0]["tokens"]
-    assert tokens == {"api": 1, "login": 4, "other": 5}
-    # Without --name: the default name, which neither limiter uses.
-    report = inspect_json(capsys, "--store", db, "--limit", "5/minute", "user:42")
-    assert report["limits"][0]["tokens"] == 5
+    assert tokens == {"api": 1, "login": 4}
+    # A name no limiter uses, or none (the default name): no stored state, exit 3.
+    for name in (["--name", "other"], []):
+        code, out, err = run(
+            capsys, "inspect", "--store", db, "--limit", "5/minute", *name, "user:42"
+        )
+        assert (code, out) == (3, "") and "no stored state for key 'user:42'" in err
 
 
 def test_burst_and_numeric_rate_name_like_ratelimiter(

@@ -306,3 +306,24 @@ def test_python_m_limiter_top_reads_the_demo(start_demo) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == (f"2 denials in the last 5 min ({demo.url}top)\nip:127.0.0.1  2\n")
     assert demo.stop() == "limiter demo: stopped\n"
+
+
+def test_the_documented_inspect_line_reads_the_demo_bucket(start_demo, tmp_path, capsys) -> None:
+    """docs/cli.md: the demo's limiter is named ``demo``; its inspect line sees the 429s."""
+    from limiter.__main__ import main
+
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    demo = start_demo("--store", db)
+    with demo.client() as client:
+        codes = [client.get("/api/").status_code for _ in range(8)]
+    assert codes == [200] * 5 + [429] * 3
+    # As docs/cli.md writes it (its sqlite:///demo.db is this db).
+    argv = ["inspect", "--store", db, "--limit", "5/minute", "--name", "demo", "ip:127.0.0.1"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"key 'ip:127.0.0.1' of limiter 'demo' on {db}"
+    name, burst, tokens, _exact, _full, _unit, verdict = lines[2].split()[:7]
+    assert (name, burst, tokens, verdict) == ("5/minute", "5", "0", "denied,")
+    # Without --name: another limiter's keys, said so (exit 3), not "full buckets".
+    assert main([*argv[:5], "ip:127.0.0.1"]) == 3
+    assert "no stored state for key 'ip:127.0.0.1'" in capsys.readouterr().err

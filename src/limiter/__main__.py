@@ -41,7 +41,7 @@ from urllib.parse import unquote
 from . import __version__
 from .adapters.common import RequestInfo
 from .adapters.httpserver import rate_limited, request_info
-from .bucket import Limit, RateLimitResult
+from .bucket import Limit, LockoutResult, RateLimitResult
 from .events import fan_out
 from .keys import ClientIP
 from .metrics.top import TopOffenders
@@ -340,9 +340,18 @@ def _bucket_parser(
         ),
     )
     sub.add_argument(
+        "--limiter",
+        metavar="MODULE:ATTRIBUTE",
+        default=None,
+        help=(
+            "the application's RateLimiter, imported (myapp.limits:rl): its limits, "
+            "lockout, name, store and clock, exactly; instead of --limit/--burst/--name"
+        ),
+    )
+    sub.add_argument(
         "--limit",
         metavar="RATE",
-        required=True,
+        default=None,
         action=_Once,
         help=(
             "the limit as the application gives it to RateLimiter: 5/minute, "
@@ -854,8 +863,82 @@ def _quiet_store_logs() -> Iterator[None]:
         stores_log.removeFilter(quiet)
 
 
+#: The exit status of ``inspect`` and ``reset`` when the store holds nothing for the key.
+NO_STATE = 3
+
+
+def _load_limiter(spec: str, sub: argparse.ArgumentParser) -> RateLimiter:
+    """The ``RateLimiter`` that ``module:attribute`` names (a usage error otherwise)."""
+    import importlib
+
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        sub.error(f"argument --limiter: expected MODULE:ATTRIBUTE (myapp.limits:rl), got {spec!r}")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        sub.error(f"argument --limiter: cannot import {module_name!r}: {exc}")
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            sub.error(f"argument --limiter: {module_name!r} has no attribute {attribute!r}")
+    if not isinstance(found, RateLimiter):
+        sub.error(f"argument --limiter: {spec!r} is no RateLimiter, got {found!r:.100}")
+    return found
+
+
+def _has_state(limiter: RateLimiter, key: str) -> Optional[bool]:
+    """Whether ``limiter``'s store holds any state of ``key`` (``None``: it cannot tell)."""
+    from .backends.memory import MemoryStore
+    from .backends.redis import RedisStore
+    from .backends.sqlite import SQLiteStore
+
+    skeys = limiter._storage_keys(key) if limiter._many else [limiter.storage_key(key)]
+    store: Any = limiter.store
+    if isinstance(store, SQLiteStore):
+        blobs = [skey.encode("utf-8", "surrogatepass") for skey in skeys]
+
+        def any_row(conn: Any) -> bool:
+            marks = ",".join("?" * len(blobs))
+            sql = f"SELECT 1 FROM limiter_buckets WHERE key IN ({marks}) LIMIT 1"
+            return conn.execute(sql, blobs).fetchone() is not None
+
+        return bool(store._run(any_row))
+    if isinstance(store, RedisStore):
+        try:
+            return bool(store.client.exists(*[store._key(skey) for skey in skeys]))
+        except Exception as exc:
+            raise StoreError(str(exc)) from exc
+    if type(store) is MemoryStore:
+        with store._lock:
+            return any(skey in store._young or skey in store._old for skey in skeys)
+    return None
+
+
+def _no_state(command: str, key: str, limiter: RateLimiter, shown: str) -> int:
+    print(
+        f"{command}: no stored state for key {_printable(key)} of limiter "
+        f"{_printable(limiter.name)} on {shown}: a wrong --name or store prefix is the "
+        "usual cause (a key never seen, or idle until its buckets were full and "
+        "forgotten, has none either)",
+        file=sys.stderr,
+    )
+    return NO_STATE
+
+
 def _bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
-    """``inspect`` or ``reset``: usage errors exit 2, a store that fails exits 1."""
+    """``inspect`` or ``reset``: usage errors exit 2, a store that fails exits 1,
+    no stored state for the key exits 3."""
+    if args.limiter is not None:
+        for given, option in ((args.limit, "--limit"), (args.burst, "--burst")):
+            if given is not None:
+                sub.error(f"argument {option}: not with --limiter, which gives the limits")
+        if args.name is not None:
+            sub.error("argument --name: not with --limiter, which gives the name")
+        return _app_bucket_command(args, sub, _load_limiter(args.limiter, sub))
+    if args.limit is None:
+        sub.error("give the application's limiter as --limiter MODULE:ATTRIBUTE, or --limit RATE")
     command = f"limiter {args.command}"
     try:  # the limiter and the key first: a usage error opens no store
         bare = RateLimiter(_rate(args.limit), args.burst, name=args.name)
@@ -891,21 +974,77 @@ def _bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> i
         return 1
     try:
         limiter = RateLimiter(list(bare.limits), store=store, name=bare.name)
+        return _run_bucket_command(args, limiter, shown, source, url)
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def _app_bucket_command(
+    args: argparse.Namespace, sub: argparse.ArgumentParser, app: RateLimiter
+) -> int:
+    """``inspect`` or ``reset`` through the application's own limiter (``--limiter``)."""
+    try:
+        app.storage_key(args.key)
+    except TypeError as exc:
+        sub.error(f"argument KEY: {exc}")
+    if args.store is None:
+        path = getattr(app.store, "path", None)
+        own = f"sqlite:///{path}" if isinstance(path, str) else ""
+        return _run_bucket_command(args, app, own or type(app.store).__name__, "--limiter", own)
+    url, source = args.store.strip(), "--store"
+    shown = redact_url(url)
+    private = _private_store(url)
+    if private is not None:
+        sub.error(f"--store: {private} ({shown}): give the shared store the application uses")
+    try:
+        store = store_from_url(url, fallback=None)
+    except (ValueError, ImportError) as exc:
+        sub.error(f"--store: {exc}")
+    except OSError as exc:
+        print(
+            f"limiter {args.command}: cannot open the store {shown}: {_one_line(exc, url)}",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        clock = app.clock if app._clock_now is not None else None
+        limiter = RateLimiter(
+            list(app.limits), store=store, name=app.name, lockout=app.lockout, clock=clock
+        )
+        return _run_bucket_command(args, limiter, shown, source, url)
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def _run_bucket_command(
+    args: argparse.Namespace, limiter: RateLimiter, shown: str, source: str, url: str
+) -> int:
+    command = f"limiter {args.command}"
+    try:
         with _quiet_store_logs():
+            if _has_state(limiter, args.key) is False:
+                return _no_state(command, args.key, limiter, shown)
             if args.command == "inspect":
                 report = _inspect_report(limiter, args.key, limiter.peek(args.key), shown)
             else:
                 limiter.reset(args.key)
+                if _has_state(limiter, args.key):
+                    print(
+                        f"{command}: the store {shown} still holds key "
+                        f"{_printable(args.key)} after the reset: nothing reset",
+                        file=sys.stderr,
+                    )
+                    return 1
                 report = _reset_report(limiter, args.key, shown)
     except StoreError as exc:
         print(
             f"{command}: the store {shown} does not answer: {_one_line(exc, url)}", file=sys.stderr
         )
         return 1
-    finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
     if args.json:
         print(json.dumps(report, sort_keys=False))
     elif args.command == "inspect":
@@ -942,14 +1081,20 @@ def _inspect_report(
 ) -> Dict[str, Any]:
     by_policy = {r.policy: r for r in result.results or (result,)}
     buckets = [_bucket(lim, by_policy.get(lim.name, result)) for lim in limiter.limits]
-    return {
+    locked = isinstance(result, LockoutResult) and result.locked_out
+    locked_for = float(result.retry_after or 0.0) if locked else 0.0
+    report: Dict[str, Any] = {
         "key": key,
         "limiter": limiter.name,
         "store": shown,
-        "allowed": all(b["allowed"] for b in buckets),
-        "retry_after": max(b["retry_after"] for b in buckets),
+        "allowed": not locked and all(b["allowed"] for b in buckets),
+        "retry_after": max([locked_for] + [b["retry_after"] for b in buckets]),
         "limits": buckets,
     }
+    if limiter.lockout is not None:
+        report["locked_out"] = locked
+        report["locked_out_for"] = locked_for
+    return report
 
 
 def _reset_report(limiter: RateLimiter, key: str, shown: str) -> Dict[str, Any]:
@@ -973,7 +1118,7 @@ def _seconds(value: float) -> str:
 
 def _origin(report: Dict[str, Any], source: str) -> str:
     where = f" (from {STORAGE_URL_ENV})" if source == STORAGE_URL_ENV else ""
-    return f"limiter {report['limiter']!r} on {report['store']}{where}"
+    return f"limiter {_printable(report['limiter'])} on {report['store']}{where}"
 
 
 def _inspect_text(report: Dict[str, Any], source: str) -> str:
@@ -992,14 +1137,16 @@ def _inspect_text(report: Dict[str, Any], source: str) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [f"key {report['key']!r} of {_origin(report, source)}"]
+    lines = [f"key {_printable(report['key'])} of {_origin(report, source)}"]
     for row in rows:
         cells = [
             cell.ljust(width) if i in (0, len(row) - 1) else cell.rjust(width)
             for i, (cell, width) in enumerate(zip(row, widths))
         ]
         lines.append("  ".join(cells).rstrip())
-    if len(report["limits"]) > 1:
+    if report.get("locked_out"):
+        lines.append(f"locked out: for {_seconds(report['locked_out_for'])} more")
+    if len(report["limits"]) > 1 or "locked_out" in report:
         verdict = (
             "allowed" if report["allowed"] else f"denied, in {_seconds(report['retry_after'])}"
         )
@@ -1009,7 +1156,31 @@ def _inspect_text(report: Dict[str, Any], source: str) -> str:
 
 def _reset_text(report: Dict[str, Any], source: str) -> str:
     limits = ", ".join(f"{lim['name']} (burst {lim['burst']})" for lim in report["limits"])
-    return f"reset key {report['key']!r} of {_origin(report, source)}: full buckets for {limits}"
+    key = _printable(report["key"])
+    return f"reset key {key} of {_origin(report, source)}: full buckets for {limits}"
+
+
+def _printable(text: str) -> str:
+    """``repr(text)`` for a terminal: control characters escaped (see ``_escape``)."""
+    return _escape(repr(text))
+
+
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _escape(text: str) -> str:
+    """``text`` with C0, DEL, C1 and bidi controls as ``\\xNN``/``\\uNNNN``: a key a client
+    chose must not set the terminal's title, clear it or reorder a line."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if code < 0x20 or 0x7F <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        elif char in _BIDI:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 # -- top ------------------------------------------------------------------------
@@ -1049,7 +1220,7 @@ def _top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
         window, total = float(payload["window_seconds"]), int(payload["total"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        print(f"limiter top: cannot read {shown}: {reason}", file=sys.stderr)
+        print(f"limiter top: cannot read {shown}: {_escape(str(reason))}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(payload, indent=1))
@@ -1058,6 +1229,7 @@ def _top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
     if not rows:
         print("no key denied")
         return 0
+    rows = [(_escape(key), count, error) for key, count, error in rows]  # keys clients chose
     width = max(len(key) for key, _, _ in rows)
     for key, count, error in rows:
         bound = f"  (up to {error} fewer)" if error else ""
