@@ -386,3 +386,20 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     for command in ("demo", "inspect", "reset"):
         assert command in out
+
+
+def test_keys_are_printed_escaped(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    key = "\x1b]0;pwn\x07\x1b[2J\u202e"
+    charged(db, key=key, times=1)
+    code, out, err = run(capsys, "inspect", "--store", db, "--limit", "5/minute", key)
+    assert (code, err) == (0, "")
+    assert (
+        out.splitlines()[0]
+        == f"key '\\x1b]0;pwn\\x07\\x1b[2J\\u202e' of limiter '0.0833333/s:5' on {db}"
+    )
+    code, out, err = run(capsys, "reset", "--store", db, "--limit", "5/minute", "--name", "x", key)
+    assert code == 3
+    assert err.startswith(
+        "limiter reset: no stored state for key '\\x1b]0;pwn\\x07\\x1b[2J\\u202e' "
+    )
+    assert "\x1b" not in out + err and "\u202e" not in out + err

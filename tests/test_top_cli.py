@@ -214,3 +214,39 @@ def test_top_drops_credentials_from_https_to_http(self_signed: ssl.SSLContext, c
     assert seen == [("/top?n=10", BASIC)]
     assert plain_seen == [("/top", None)]
     assert capsys.readouterr().out.endswith("no key denied\n")
+
+
+# -- keys clients chose are escaped (issue 22 item 15) -----------------------------
+
+
+def test_top_escapes_control_characters_in_keys(capsys: Any) -> None:
+    clock = ManualClock(T0)
+    top = TopOffenders(capacity=10, window=300.0, clock=clock)
+    keys = ["\x1b]0;pwn\x07", "\x1b[2J", "del\x7f c1\x9b", "bidi\u202eevil\u2066"]
+    for times, key in enumerate(keys, start=1):
+        for _ in range(times):
+            top.add(key)
+    limiter = RateLimiter("2/minute", clock=clock, name="demo", on_decision=top)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), demo_handler(limiter, top=top))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/top"
+        assert main(["top", "--url", url]) == 0
+        out = capsys.readouterr().out
+        assert main(["top", "--url", url, "--json"]) == 0
+        raw = capsys.readouterr().out
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert out.splitlines() == [
+        f"10 denials in the last 5 min ({url})",
+        "bidi\\u202eevil\\u2066  4",
+        "del\\x7f c1\\x9b        3",
+        "\\x1b[2J               2",
+        "\\x1b]0;pwn\\x07        1",
+    ]
+    assert "\x1b" not in raw and "\x07" not in raw and "\u202e" not in raw  # JSON escapes
+    assert json.loads(raw)["offenders"][-1]["key"] == "\x1b]0;pwn\x07"
