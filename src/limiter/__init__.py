@@ -87,3 +87,8 @@ def __getattr__(name: str) -> object:
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> "list[str]":
+    # The lazy names are no module globals yet: list them for dir() and tab completion.
+    return sorted(set(globals()) | set(__all__))
