@@ -630,3 +630,61 @@ def test_quota_results_carry_their_kind_through_every_store(client: Any, tmp_pat
         # The bucket is back to one token in 0.5 s; the quota's units, at midnight.
         assert fields["RateLimit"] == '"2/second";r=1;t=1, "3/day";r=0;t=43199', name
         assert fields["Retry-After"] == "43199", name
+
+
+# -- windows across a fall-back at midnight and a jump off the hour (issue 22, item 12)
+
+
+def test_a_day_after_a_fall_back_across_midnight_holds_now_and_admits_the_count():
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo("America/St_Johns")  # 2000-10-29 00:01 NDT back to 2000-10-28 23:01 NST
+    now = datetime(2000, 10, 28, 23, 30, fold=1, tzinfo=tz).timestamp()
+    quota = Quota(50, "day", tz="America/St_Johns")
+    start, end = quota.bounds(now)
+    # The new day began at its midnight's first reading and lasts 25 hours.
+    assert start == datetime(2000, 10, 29, tzinfo=tz).timestamp() == now - 1800
+    assert end == datetime(2000, 10, 30, tzinfo=tz).timestamp() == start + 25 * 3600
+    limiter = RateLimiter(quota, clock=ManualClock(now))
+    results = [limiter.check("k") for _ in range(51)]
+    assert [r.allowed for r in results] == [True] * 50 + [False]
+    assert results[0].reset_after == end - now == 88200.0
+    assert results[-1].retry_after == 88200.0
+
+
+def test_chatham_hours_on_the_spring_forward_day_follow_the_hour_rule():
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo("Pacific/Chatham")  # 2023-09-24 02:45 +1245 jumps to 03:45 +1345
+    jump = datetime(2023, 9, 24, 3, 45, tzinfo=tz).timestamp()
+    quota = Quota(5, "hour", tz="Pacific/Chatham")
+    two = datetime(2023, 9, 24, 2, tzinfo=tz).timestamp()
+    four = datetime(2023, 9, 24, 4, tzinfo=tz).timestamp()
+    assert quota.bounds(jump - 1) == (two, jump)  # 02:00 to the jump: 45 minutes
+    assert quota.bounds(jump) == (jump, four)  # the jump over 03:00 to 04:00: 15 minutes
+    assert four - jump == 900.0 and jump - two == 2700.0
+    assert quota.bounds(four) == (four, four + 3600)
+
+
+_ZONES = [
+    "America/St_Johns",
+    "America/Goose_Bay",
+    "America/Moncton",
+    "Pacific/Chatham",
+    "Australia/Lord_Howe",
+    "America/Havana",
+    "America/Santiago",
+    "Europe/Paris",
+    "Asia/Tehran",
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    zone=st.sampled_from(_ZONES),
+    per=st.sampled_from(["hour", "day", "week", "month"]),
+    now=st.integers(min_value=536_457_600, max_value=1_293_840_000),  # 1987 to 2011
+)
+def test_every_window_holds_now(zone, per, now):
+    start, end = Quota(1, per, tz=zone).bounds(float(now))
+    assert start <= now < end

@@ -718,21 +718,25 @@ class Quota(_OwnFields):
                 start, end = _hour_bounds(local, math.floor(now), tz)
             else:
                 first = local.date()
-                if self.per == "day":
-                    after = first + timedelta(days=1)
-                elif self.per == "week":
+                if self.per == "week":
                     first -= timedelta(days=first.weekday())
-                    after = first + timedelta(days=7)
-                else:
+                elif self.per == "month":
                     first = first.replace(day=1)
-                    if first.month == 12:
-                        after = first.replace(year=first.year + 1, month=1)
-                    else:
-                        after = first.replace(month=first.month + 1)
+                after = self._next_start(first)
                 # Midnight as a wall time: in a daylight-saving gap it maps to the
-                # first instant of the day (PEP 495, fold=0).
+                # first instant of the day (PEP 495, fold=0); read twice (a
+                # fall-back across midnight), its first reading.
                 start = datetime(first.year, first.month, first.day, tzinfo=tz).timestamp()
                 end = datetime(after.year, after.month, after.day, tzinfo=tz).timestamp()
+                # A clock set back across midnight reads the day before again
+                # after the new day began (America/St_Johns, 1987-2010: 00:01
+                # back to 23:01): those instants are the new day's.  So windows
+                # run from one midnight's first reading to the next, and the one
+                # holding now is found by stepping on (start <= now < end).
+                while end <= now:
+                    first, after = after, self._next_start(after)
+                    start = end
+                    end = datetime(after.year, after.month, after.day, tzinfo=tz).timestamp()
         except (OverflowError, OSError, ValueError):
             raise ValueError(
                 f"now must be a number of seconds within the years 1 to 9998, got {now!r}"
@@ -741,6 +745,18 @@ class Quota(_OwnFields):
         object.__setattr__(self, "_bounds", found)
         object.__setattr__(self, "window", end - start)
         return found
+
+    def _next_start(self, first: Any) -> Any:
+        """The date that starts the window after the one starting on the date ``first``."""
+        from datetime import timedelta
+
+        if self.per == "day":
+            return first + timedelta(days=1)
+        if self.per == "week":
+            return first + timedelta(days=7)
+        if first.month == 12:
+            return first.replace(year=first.year + 1, month=1)
+        return first.replace(month=first.month + 1)
 
     def _identity(self) -> Tuple[Any, ...]:
         return (self.count, self.per, self.tz)
@@ -768,16 +784,39 @@ def _hour_bounds(local: Any, now: int, tz: Any) -> Tuple[float, float]:
     found = []
     for hours in (-2, -1, 0, 1, 2, 3):
         wall = base + timedelta(hours=hours)
-        # fold=0 is the first reading, or for a wall time in a gap the instant
-        # the clock jumped over it; fold=1 counts only when it is a second reading.
-        found.append(wall.replace(tzinfo=tz).timestamp())
+        # fold=0 is the first reading; fold=1 counts only when it is a second
+        # reading.  A wall time in a gap is never read: its hour starts at the
+        # instant the clock jumped over it, which fold=0 (the offset before the
+        # jump) gives only for a jump that starts on it: Pacific/Chatham jumps
+        # from 02:45 to 03:45, so 03:00's hour starts at 02:45 (bisected).
+        first = wall.replace(tzinfo=tz).timestamp()
         second = wall.replace(tzinfo=tz, fold=1).timestamp()
-        if second != found[-1] and _wall(second, tz) == wall:
+        if _wall(first, tz) != wall and second != first:  # in a gap
+            found.append(_jump_over(wall, min(first, second), max(first, second), tz))
+            continue
+        found.append(first)
+        if second != first and _wall(second, tz) == wall:
             found.append(second)
     before = [t for t in found if t <= now]
     after = [t for t in found if t > now]
     start = max(before) if before else float(now)
     return start, (min(after) if after else start + 3600.0)
+
+
+def _jump_over(wall: Any, low: float, high: float, tz: Any) -> float:
+    """The first whole second in ``(low, high]`` whose local wall time is past ``wall``.
+
+    ``wall`` lies in a gap between ``low`` and ``high`` (its two readings, with
+    the offsets before and after the jump): the result is the jump's instant.
+    """
+    lo, hi = math.floor(low), math.ceil(high)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _wall(mid, tz) > wall:
+            hi = mid
+        else:
+            lo = mid
+    return float(hi)
 
 
 def _wall(t: float, tz: Any) -> Any:
