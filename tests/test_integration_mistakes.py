@@ -57,6 +57,25 @@ def test_a_bare_flask_limit_fails_at_decoration() -> None:
     assert "index()" in str(caught.value)
 
 
+def test_a_bare_flask_limit_on_a_view_with_a_url_argument_fails_its_first_request() -> None:
+    app = Flask("bare")
+    app.testing = True
+    rl = FlaskRateLimit(app)
+
+    @app.get("/users/<user>")
+    @rl.limit  # type: ignore[arg-type]
+    def user(user: str) -> str:  # one argument: it could be a rate function
+        return user
+
+    with pytest.raises(TypeError) as caught:
+        app.test_client().get("/users/ann")
+    assert str(caught.value) == (
+        "the view 'test_a_bare_flask_limit_on_a_view_with_a_url_argument_fails_its_first_request."
+        "<locals>.user' is under a bare @rl.limit: the rate comes first, as in "
+        '@rl.limit("5/minute")'
+    )
+
+
 def test_a_bare_django_ratelimit_is_a_system_check_error_and_a_clear_request_error() -> None:
     from django.core import checks
     from django.test import RequestFactory, override_settings

@@ -78,6 +78,9 @@ CONFIG_KEYS = (
 # Attributes the decorators set on view functions (and on MethodView methods).
 _LIMITS = "__limiter_limits__"
 _EXEMPT = "__limiter_exempt__"
+# Set on the decorator limit(f) returns when f is a function: if that decorator
+# is itself an app's view, @rl.limit was used bare (the view taken as the rate).
+_BARE = "__limiter_bare__"
 # Where the before_request hook leaves the Decision for the after_request hook:
 # the WSGI environ lives exactly as long as the request (``g`` may outlive it
 # when a test keeps an app context pushed).
@@ -192,6 +195,12 @@ class _AppState:
 
     def guards_for(self, endpoint: str, method: str) -> List[Guard]:
         view = self.app.view_functions.get(endpoint)
+        bare = getattr(view, _BARE, None)
+        if bare is not None:
+            raise TypeError(
+                f"the view {getattr(bare, '__qualname__', bare)!r} is under a bare @rl.limit: "
+                'the rate comes first, as in @rl.limit("5/minute")'
+            )
         limits: Iterable[_ViewLimit] = getattr(view, _LIMITS, ())
         exempt = bool(getattr(view, _EXEMPT, False))
         view_class = getattr(view, "view_class", None)
@@ -402,6 +411,8 @@ class RateLimit:
             setattr(view, _LIMITS, (limit, *getattr(view, _LIMITS, ())))
             return view
 
+        if callable(rate) and not isinstance(rate, (type, RateLimiter)):
+            setattr(decorate, _BARE, rate)  # found on the first request if served as a view
         return decorate
 
     def _check_set_up(self, sender: flask.Flask, **extra: Any) -> None:
