@@ -8,9 +8,10 @@ Nothing depends on this machine's speed: the limit refills one token an hour.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-from typing import Any, Iterator
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -56,6 +57,12 @@ def number(page: Any, element_id: str) -> int:
     return int(page.find_element(By.ID, element_id).text)
 
 
+def path(chart: Any) -> List[List[float]]:
+    """The chart's line as the page drew it: ``[seconds, tokens]`` vertices."""
+    vertices: List[List[float]] = json.loads(chart.get_attribute("data-path") or "[]")
+    return vertices
+
+
 def wait(page: Any, condition: Any) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -78,6 +85,11 @@ def test_a_burst_shows_the_429s_the_limit_implies_and_the_chart_follows(
     # The page's first peek: a full bucket, one point; loading the page took no token.
     wait(browser, lambda: chart.get_attribute("data-points") == "1")
     assert chart.get_attribute("data-last-tokens") == "3.00"
+    # On open the chart already draws the bucket: the peek carried on to now, level.
+    wait(browser, lambda: len(path(chart)) >= 2)
+    opened = path(chart)
+    assert [tokens for _, tokens in opened] == [3] * len(opened)
+    assert opened[-1][0] > opened[0][0]
 
     size.clear()
     size.send_keys("10")
@@ -91,6 +103,12 @@ def test_a_burst_shows_the_429s_the_limit_implies_and_the_chart_follows(
     # The chart: the first peek, a dot per response, and the peek after the burst (0 tokens).
     wait(browser, lambda: int(chart.get_attribute("data-points")) >= 12)
     wait(browser, lambda: chart.get_attribute("data-last-tokens") == "0.00")
+    # A step, not a slant: the burst's drop is one vertical segment from 3 tokens to 0.
+    line = path(chart)
+    drops = [(a, b) for a, b in zip(line, line[1:]) if b[1] < a[1]]
+    assert len(drops) == 1, line
+    (t_before, before), (t_after, after) = drops[0]
+    assert t_before == t_after and before == pytest.approx(3, abs=0.01) and after == 0
     # The last response's headers, as the page shows them.
     shown = browser.find_element(By.ID, "headers").text.splitlines()
     assert shown[0] == "HTTP 429"
@@ -109,6 +127,16 @@ def test_a_burst_shows_the_429s_the_limit_implies_and_the_chart_follows(
         assert client.get("/api/").status_code == 429
         bucket = client.get("/api/bucket").json()
     assert bucket["burst"] == 3 and bucket["tokens"] < 0.01 and bucket["full"] is False
+
+    # A burst above 100 is refused, visibly, and sends nothing (it was clamped to 100).
+    size.clear()
+    size.send_keys("101")
+    browser.find_element(By.ID, "burst").click()
+    wait(browser, lambda: browser.find_element(By.ID, "burst-error").text != "")
+    assert browser.find_element(By.ID, "burst-error").text == (
+        'a burst is 1 to 100 requests, not "101": nothing sent'
+    )
+    assert number(browser, "count-sent") == 11
     assert demo.stop() == "limiter demo: stopped\n"
 
 
@@ -126,3 +154,29 @@ def test_the_page_reads_the_draft_headers_too(start_demo, browser) -> None:
     # The remaining count comes from RateLimit's r= when there is no X-RateLimit-Remaining.
     remaining = browser.find_elements(By.CSS_SELECTOR, "#log tr td")[3].text
     assert remaining == "1"
+
+
+def test_the_chart_draws_steps_a_drop_vertical_and_a_refill_sloped(start_demo, browser) -> None:
+    """The page's own ``linePath`` on a known history: 1 token/s, burst 3."""
+    demo = start_demo("--rate", "1/hour", "--burst", "3")
+    browser.get(demo.url)
+    line = browser.execute_script(
+        "rate = 1; scale = 3;"
+        "return linePath(["
+        "{t: 0, tokens: 3, status: 0},"  # a peek: full
+        "{t: 1, tokens: 2, status: 200}, {t: 1.1, tokens: 1, status: 200},"  # two admitted
+        "{t: 1.15, tokens: 1, status: 429},"  # refused: takes nothing
+        "{t: 1.2, tokens: 1.2, status: 0},"  # the peek after them
+        "{t: 2, tokens: 2, status: 0}"  # refilling, no request between
+        "], 3.5);"
+    )
+    assert line == [
+        [0, 3],
+        [1, 3],  # full until the first 200 ...
+        [1, pytest.approx(1.0)],  # ... then straight down by the 2 tokens taken
+        [1.2, 1.2],  # refill: a slope of 1 token/s
+        [2, 2],
+        [3, 3],  # full again at 3 s ...
+        [3.5, 3],  # ... and level on to now
+    ]
+    demo.stop()

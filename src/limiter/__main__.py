@@ -616,6 +616,7 @@ gets a <code>429</code> and waits for the refill. This page and
 <button id="send-one" type="button">Send one request</button>
 <button id="burst" type="button">Send a burst</button> of
 <input id="burst-size" type="number" min="1" max="100" value="{{BURST_SIZE}}"> requests at once
+<span id="burst-error" class="no" role="alert"></span>
 </p>
 <p class="counts">
 <span>sent <b id="count-sent">0</b></span>
@@ -644,6 +645,8 @@ const points = [];  // {t: seconds, tokens, status: 0 for a peek, else the respo
 const started = performance.now();
 const WINDOW = 120;  // seconds of history the chart shows
 let scale = Number(chart.dataset.burst);  // the y axis, in tokens; then /api/bucket's burst
+let rate = 0;  // tokens per second the emptiest bucket refills, from /api/bucket
+const MAX_BURST = 100;  // requests one burst may send at once
 let polling = null;
 let peekQueued = false;
 
@@ -705,7 +708,15 @@ async function fire() {
 }
 
 async function burst() {
-  const size = Math.max(1, Math.min(100, Number(document.getElementById("burst-size").value)));
+  const given = document.getElementById("burst-size").value;
+  const size = Number(given);
+  if (!Number.isInteger(size) || size < 1 || size > MAX_BURST) {
+    // Refused, and said so: never a smaller burst than asked for.
+    const told = "a burst is 1 to " + MAX_BURST + " requests, not " + JSON.stringify(given);
+    text("burst-error", told + ": nothing sent");
+    return;
+  }
+  text("burst-error", "");
   const all = [];
   for (let i = 0; i < size; i += 1) all.push(fire());
   await Promise.all(all);
@@ -717,6 +728,11 @@ async function peek() {
     if (!response.ok) return null;
     const bucket = await response.json();
     scale = bucket.burst;
+    let low = null;  // the emptiest bucket: the one charted
+    for (const b of bucket.limits || []) {
+      if (low === null || b.tokens_exact < low.tokens_exact) low = b;
+    }
+    if (low !== null) rate = low.rate;
     points.push({t: now(), tokens: bucket.tokens, status: 0});
     draw();
     return bucket;
@@ -742,6 +758,54 @@ async function poll() {
     clearInterval(polling);
     polling = null;
   }
+}
+
+function refilled(tokens, seconds) {
+  return Math.min(scale, tokens + rate * Math.max(0, seconds));
+}
+
+function linePath(all, end) {
+  // The bucket between peeks, as [t, tokens] vertices: a refill is a slope (at the
+  // bucket's rate, up to its burst), the tokens the admitted requests took drop
+  // vertically, when the first 200 since the peek before came back (a 429 takes
+  // nothing); the last peek is carried on to now.
+  const path = [];
+  let last = null;
+  let drop = null;  // when the first 200 since the last peek came back
+  for (const p of all) {
+    if (p.status !== 0) {
+      if (p.status === 200 && last !== null && drop === null) drop = p.t;
+      continue;
+    }
+    if (last === null) {
+      path.push([p.t, p.tokens]);
+    } else {
+      const expected = refilled(last.tokens, p.t - last.t);
+      if (drop !== null) {
+        const at = drop;
+        const before = refilled(last.tokens, at - last.t);
+        const after = Math.max(0, p.tokens - rate * (p.t - at));
+        path.push(...corner(last, at, before), [at, before], [at, after]);
+      } else {
+        path.push(...corner(last, p.t, expected));
+      }
+      path.push([p.t, p.tokens]);
+    }
+    last = p;
+    drop = null;
+  }
+  if (last !== null && end > last.t) {
+    const level = refilled(last.tokens, end - last.t);
+    path.push(...corner(last, end, level), [end, level]);
+  }
+  return path;
+}
+
+function corner(from, until, level) {
+  // Where a refill from ``from`` reaches the burst before ``until``: the slope ends there.
+  if (rate <= 0 || level < scale || from.tokens >= scale) return [];
+  const full = from.t + (scale - from.tokens) / rate;
+  return full < until ? [[full, scale]] : [];
 }
 
 function draw() {
@@ -772,16 +836,17 @@ function draw() {
     ctx.fillText(t + " s", x(t), H - bottom + 6);
   }
   const shown = points.filter(function (p) { return p.t >= start; });
+  const path = linePath(points, end).filter(function (v) { return v[0] >= start; });
   ctx.strokeStyle = "#0969da";
   ctx.lineWidth = 2;
   ctx.beginPath();
-  let first = true;
-  for (const p of shown) {
-    if (p.status !== 0) continue;
-    if (first) ctx.moveTo(x(p.t), y(p.tokens)); else ctx.lineTo(x(p.t), y(p.tokens));
-    first = false;
-  }
+  path.forEach(function (v, i) {
+    if (i === 0) ctx.moveTo(x(v[0]), y(v[1])); else ctx.lineTo(x(v[0]), y(v[1]));
+  });
   ctx.stroke();
+  chart.dataset.path = JSON.stringify(path.map(function (v) {
+    return [Number(v[0].toFixed(3)), Number(v[1].toFixed(4))];
+  }));
   for (const p of shown) {
     if (p.status === 0) continue;
     ctx.fillStyle = p.status === 200 ? "#1a7f37" : "#cf222e";
@@ -793,7 +858,11 @@ function draw() {
 
 document.getElementById("send-one").addEventListener("click", fire);
 document.getElementById("burst").addEventListener("click", burst);
-peekSoon();
+// The current state at once, carried on to now every second (refills slope up).
+peek().then(function (bucket) {
+  if (bucket && !bucket.full && polling === null) polling = setInterval(poll, 1000);
+});
+setInterval(draw, 1000);
 draw();
 </script>
 </body>
