@@ -94,3 +94,26 @@ def test_a_refund_in_a_token_bucket_ignores_taken_at_and_stops_at_full():
     assert step(None, MIDNIGHT, limit, Refund(5, MIDNIGHT))[1].remaining == 10
     assert repr(Refund(2, 5)) == "Refund(2.0, taken_at=5.0)"
     assert MemoryStore().apply("k", limit, Refund(1, 0.0), MIDNIGHT).remaining == 10
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "denycache"])
+def test_a_store_applies_a_refund_tied_to_the_day_before_as_nothing(kind, tmp_path):
+    from limiter import DenyCache, SQLiteStore
+
+    if kind == "memory":
+        store = MemoryStore()
+    elif kind == "sqlite":
+        store = SQLiteStore(str(tmp_path / "limits.db"))
+    else:
+        store = DenyCache(MemoryStore())
+    quota = Quota(100, "day")
+    assert store.apply("u", quota, 50, MIDNIGHT - 2).remaining == 50
+    assert store.apply("u", quota, 100, MIDNIGHT + 1).remaining == 0  # the new day
+    spared = store.apply("u", quota, Refund(50, MIDNIGHT - 2), MIDNIGHT + 1)
+    assert (spared.allowed, spared.remaining) == (True, 0)
+    given = store.apply("u", quota, Refund(50, MIDNIGHT + 1), MIDNIGHT + 1)
+    assert given.remaining == 50
+    both = store.apply_many(["a", "b"], [quota, quota], (Refund(1, MIDNIGHT - 2), 0), MIDNIGHT + 1)
+    assert both.allowed
+    if kind == "sqlite":
+        store.close()

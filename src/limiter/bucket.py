@@ -473,6 +473,10 @@ class Refund(float):
     (``RateLimiter.refund(..., taken_at=)``; ``deduct_when`` does).  A token
     bucket ignores it: a refund never fills one beyond its burst, so after a
     reset or a refill to full it gives nothing back.  Not part of equality.
+    ``step`` honours it, so do the stores that apply it (memory, SQLite,
+    ``DenyCache``); the Redis script is sent no ``taken_at``, so through a
+    ``RedisStore`` it holds for ``RateLimiter.refund``, which makes the window
+    test itself for each quota.
     """
 
     __slots__ = ("taken_at",)
