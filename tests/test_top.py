@@ -372,3 +372,23 @@ def test_bad_n(n: Any, error: type) -> None:
         top.top(n)
     with pytest.raises(error, match=repr(n).replace(".", r"\.")):
         top.as_dict(n)
+
+
+@pytest.mark.parametrize("window", [10**400, -(10**400)])
+def test_a_window_past_the_largest_float_is_a_value_error(window: int) -> None:
+    with pytest.raises(ValueError, match=r"^window must be a finite number of seconds > 0, got "):
+        TopOffenders(window=window)
+
+
+def test_slices_past_the_largest_float_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match=r"^window 300\.0 is too small for 1000+ slices$"):
+        TopOffenders(slices=10**400)
+
+
+def test_huge_ints_elsewhere_do_not_overflow() -> None:
+    clock = ManualClock(1_700_000_000.0)
+    top = TopOffenders(capacity=10**400, clock=clock)  # a bound, never allocated
+    top.add("k", at=10**400)  # no finite time: counted at clock.now()
+    top.add("k")
+    assert top.top(10**400) == [Offender("k", 2, 0)]
+    assert top.as_dict(10**400)["offenders"] == [{"key": "k", "count": 2, "error": 0}]

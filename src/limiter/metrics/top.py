@@ -172,13 +172,20 @@ class TopOffenders:
         self._capacity = _count_arg(capacity, "capacity")
         if isinstance(window, bool) or not isinstance(window, (int, float)):
             raise TypeError(f"window must be a number of seconds, got {window!r}")
-        if not (math.isfinite(window) and window > 0):
-            raise ValueError(f"window must be a finite number of seconds > 0, got {window!r}")
+        try:
+            seconds = float(window)
+        except OverflowError:  # an int past the largest float: 10**400
+            seconds = math.inf
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"window must be a finite number of seconds > 0, got {window!r:.100}")
         self._slices = _count_arg(slices, "slices")
-        self._window = float(window)
-        self._width = self._window / self._slices
-        if not self._width > 0:  # a subnormal window cut too finely
-            raise ValueError(f"window {window!r} is too small for {slices!r} slices")
+        self._window = seconds
+        try:
+            self._width = self._window / self._slices
+        except OverflowError:  # slices past the largest float: 10**400
+            self._width = 0.0
+        if not self._width > 0:  # a window cut too finely (subnormal, or slices too many)
+            raise ValueError(f"window {window!r:.100} is too small for {slices!r:.100} slices")
         self._values = _outcome_values(outcomes)
         # Every member, counted or not, so that a member never needs hashing.
         self._by_id = {id(member): member.value in self._values for member in Outcome}
