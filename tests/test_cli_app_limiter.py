@@ -173,3 +173,28 @@ def test_limiter_excludes_limit_and_name(
     code, _, err = run(capsys, "inspect", "--store", "sqlite:///x.db", "k")
     assert code == 2
     assert "give the application's limiter as --limiter MODULE:ATTRIBUTE, or --limit RATE" in err
+
+
+def test_a_limiter_on_a_private_or_async_store_needs_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"cli_app_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text(
+        "from limiter import RateLimiter, store_from_url\n"
+        "mem = RateLimiter('5/minute', name='m')\n"
+        "aio = RateLimiter('5/minute', name='a',"
+        " store=store_from_url('redis://127.0.0.1:1/0', asyncio=True))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        code, _, err = run(capsys, "inspect", "--limiter", f"{name}:mem", "k")
+        assert code == 2
+        assert (
+            f"argument --limiter: {name}:mem's store, MemoryStore, is the memory of one "
+            "process: give --store URL, the shared store the application uses"
+        ) in err
+        code, _, err = run(capsys, "reset", "--limiter", f"{name}:aio", "k")
+        assert code == 2
+        assert f"argument --limiter: {name}:aio's store, AsyncRedisStore, is async only" in err
+    finally:
+        sys.modules.pop(name, None)

@@ -1059,6 +1059,16 @@ def _app_bucket_command(
     except TypeError as exc:
         sub.error(f"argument KEY: {exc}")
     if args.store is None:
+        from .backends.memory import MemoryStore
+
+        store_of = f"{args.limiter}'s store, {type(app.store).__name__},"
+        if isinstance(app.store, MemoryStore) or getattr(app.store, "path", None) == ":memory:":
+            sub.error(
+                f"argument --limiter: {store_of} is the memory of one process: give "
+                "--store URL, the shared store the application uses"
+            )
+        if not callable(getattr(app.store, "apply", None)):
+            sub.error(f"argument --limiter: {store_of} is async only: give --store URL")
         path = getattr(app.store, "path", None)
         own = f"sqlite:///{path}" if isinstance(path, str) else ""
         return _run_bucket_command(args, app, own or type(app.store).__name__, "--limiter", own)
