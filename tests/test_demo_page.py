@@ -86,10 +86,10 @@ def test_a_burst_shows_the_429s_the_limit_implies_and_the_chart_follows(
     wait(browser, lambda: chart.get_attribute("data-points") == "1")
     assert chart.get_attribute("data-last-tokens") == "3.00"
     # On open the chart already draws the bucket: the peek carried on to now, level.
-    wait(browser, lambda: len(path(chart)) >= 2)
+    # (the page redraws every second: the line grows to the right as time passes)
+    wait(browser, lambda: len(path(chart)) >= 2 and path(chart)[-1][0] > path(chart)[0][0])
     opened = path(chart)
     assert [tokens for _, tokens in opened] == [3] * len(opened)
-    assert opened[-1][0] > opened[0][0]
 
     size.clear()
     size.send_keys("10")
@@ -103,12 +103,13 @@ def test_a_burst_shows_the_429s_the_limit_implies_and_the_chart_follows(
     # The chart: the first peek, a dot per response, and the peek after the burst (0 tokens).
     wait(browser, lambda: int(chart.get_attribute("data-points")) >= 12)
     wait(browser, lambda: chart.get_attribute("data-last-tokens") == "0.00")
-    # A step, not a slant: the burst's drop is one vertical segment from 3 tokens to 0.
+    # Steps, not slants: the burst's drop is vertical, from 3 tokens to 0 (one
+    # segment, or a few should a peek land between the answers on a slow machine).
     line = path(chart)
     drops = [(a, b) for a, b in zip(line, line[1:]) if b[1] < a[1]]
-    assert len(drops) == 1, line
-    (t_before, before), (t_after, after) = drops[0]
-    assert t_before == t_after and before == pytest.approx(3, abs=0.01) and after == 0
+    assert drops and all(a[0] == b[0] for a, b in drops), line
+    assert sum(a[1] - b[1] for a, b in drops) == pytest.approx(3, abs=0.01)
+    assert drops[-1][1][1] == 0
     # The last response's headers, as the page shows them.
     shown = browser.find_element(By.ID, "headers").text.splitlines()
     assert shown[0] == "HTTP 429"

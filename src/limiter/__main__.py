@@ -17,11 +17,12 @@ first try on any machine: ``5/minute`` with a burst of 5 refills one token
 every 12 s, and the loop sends burst + 3 requests, so it prints five ``200``
 and three ``429`` unless the eight requests take more than 12 s.
 
-``inspect`` and ``reset`` are the operator's tools (docs/cli.md): they build
-the ``RateLimiter`` the application builds (same limits, same name, so the
-same keys) on the shared store the URL names, without its fallback (an
-operator must see the shared store or an error, never a private stand-in),
-and ``peek`` or ``reset`` one key through it.
+``inspect`` and ``reset`` are the operator's tools (docs/cli.md): they import
+the application's ``RateLimiter`` (``--limiter module:attribute``), or build
+the one it builds (same limits, same name, so the same keys) on the shared
+store the URL names, without its fallback (an operator must see the shared
+store or an error, never a private stand-in), and ``peek`` or ``reset`` one
+key through it; a key the store holds nothing of is said so (exit 3).
 """
 
 from __future__ import annotations
@@ -277,7 +278,8 @@ def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentPars
         "inspect",
         help="show one key's buckets in a shared store (takes no token)",
         description=(
-            "Show KEY's buckets as RateLimiter(RATE, name=NAME) on the store sees them: "
+            "Show KEY's buckets as the application's limiter (--limiter) or "
+            "RateLimiter(RATE, name=NAME) on the store sees them: "
             "for each limit its burst, the tokens available, the seconds until the "
             "bucket is full again and whether a request of cost 1 would pass now. "
             "Reading takes nothing (a peek)."
