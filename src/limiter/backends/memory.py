@@ -288,10 +288,8 @@ class MemoryStore:
             self._rotate()
         old, order = self._old, self._old_order
         in_use: List[Tuple[str, complex]] = []
-        unlocked = -1  # the index in in_use of the oldest entry that is no lockout
-        while self._old_pos < len(order) and (
-            len(in_use) < _EVICTION_PROBES or (unlocked < 0 and len(in_use) < _LOCKED_PROBES)
-        ):
+        probes = _EVICTION_PROBES
+        while len(in_use) < probes and self._old_pos < len(order):
             key = order[self._old_pos]
             self._old_pos += 1
             packed = old.pop(key, None)
@@ -300,12 +298,24 @@ class MemoryStore:
             if full_at(packed) <= now:  # full: forgetting it changes nothing
                 self._keep_young(in_use)  # a second chance for those looked at
                 return
-            if unlocked < 0 and packed.real >= 0.0:  # a locked-out key's mark is negative
-                unlocked = len(in_use)
             in_use.append((key, packed))
+            if packed.real >= 0.0:  # no lockout (a locked-out key's mark is negative)
+                if probes != _EVICTION_PROBES:
+                    break  # the one looked further for
+            elif len(in_use) == probes == _EVICTION_PROBES and all(
+                entry[1].real < 0.0 for entry in in_use
+            ):
+                # Locked-out keys go last: when all in reach are, look further,
+                # up to _LOCKED_PROBES entries, for one that is no lockout.
+                probes = _LOCKED_PROBES
         if in_use:  # nothing full in reach: the oldest that is no lockout goes
-            victim = unlocked if unlocked >= 0 else 0
-            self._keep_young(in_use[:victim] + in_use[victim + 1 :])
+            if in_use[0][1].real < 0.0:
+                for i, entry in enumerate(in_use):
+                    if entry[1].real >= 0.0:
+                        del in_use[i]
+                        self._keep_young(in_use)
+                        return
+            self._keep_young(in_use[1:])
             return
         # The order list is used up, so the old generation is empty: rotate again.
         self._evict(now)
