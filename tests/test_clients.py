@@ -769,3 +769,149 @@ def test_retries_release_their_connection_to_a_pool_of_one():
             s.mount("http://", adapter)
             assert s.get(url, timeout=5).status_code == 200
     assert [a.status for a in log] == [429, 429, 429, 200, 503, 503, 503, 200]
+
+
+# -- a call's bound: max_wait of pauses in total, inherited ones included ------------
+
+
+class WaitLog(ManualClock):
+    """A ManualClock that adds up, per thread, the seconds each thread slept."""
+
+    def __init__(self, start: float) -> None:
+        super().__init__(start)
+        self.mine = threading.local()
+
+    def sleep(self, seconds: float) -> None:
+        self.mine.waited = getattr(self.mine, "waited", 0.0) + seconds
+        super().sleep(seconds)
+
+    def waited(self) -> float:
+        """This thread's seconds slept since the last call, then zero again."""
+        total, self.mine.waited = getattr(self.mine, "waited", 0.0), 0.0
+        return float(total)
+
+
+def _calls(flavour: str, limiter: RateLimiter, **options: Any) -> Any:
+    if flavour == "sync":
+        return client(limiter, **options)
+    return session(limiter, **options)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "requests"])
+def test_eight_threads_sharing_a_transport_each_wait_at_most_max_wait(flavour: str):
+    # Every answer is a 429 "Retry-After: 1"; max_retries=3, max_wait=5.  The
+    # threads' 429s keep pausing the host they share, so without a bound per
+    # call a call waits out the others' pauses too (up to 38 s were seen).
+    # Tokens never wait here (10,000 a second): every sleep is a pause.
+    clock = WaitLog(NOW)
+    script: Script = [(429, {"Retry-After": "1"})] * 200
+    waits: List[float] = []
+    statuses: List[int] = []
+    limiter = RateLimiter(10_000, clock=clock)
+    with scripted_server(clock, script) as (url, log), _calls(flavour, limiter, max_wait=5) as c:
+
+        def run() -> None:
+            for _ in range(3):
+                clock.waited()
+                statuses.append(c.get(url, timeout=10).status_code)
+                waits.append(clock.waited())
+
+        threads = [threading.Thread(target=run) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert statuses == [429] * 24
+    assert len(waits) == 24 and all(w <= 5.0 for w in waits), waits
+    assert len(log) <= 24 * 4  # at most max_retries + 1 attempts a call
+
+
+@pytest.mark.parametrize("flavour", ["sync", "requests"])
+def test_a_retry_that_would_pass_max_wait_returns_the_429_unslept(flavour: str):
+    # Retry-After: 2, max_wait=5: a call waits 2 + 2, then a third 2 would
+    # make 6, so its third 429 comes back (whole) at 4, retries unspent.  The
+    # next call inherits the pause until 6 (2 s of its 5), then 2 more, then
+    # returns its second 429 at 8: 4 s in total again.
+    clock = WaitLog(NOW)
+    script: Script = [(429, {"Retry-After": "2", "X-Try": str(i)}) for i in range(9)]
+    limiter = RateLimiter(100, clock=clock)
+    with scripted_server(clock, script) as (url, log), _calls(flavour, limiter, max_wait=5) as c:
+        first = c.get(url, timeout=10)
+        first_wait = clock.waited()
+        second = c.get(url, timeout=10)
+        second_wait = clock.waited()
+    assert (first.status_code, first.headers["X-Try"], first.text) == (429, "2", "slow down")
+    assert (second.status_code, second.headers["X-Try"], second.text) == (429, "4", "slow down")
+    assert (first_wait, second_wait) == (4.0, 4.0)
+    assert [a.at for a in log] == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_async_a_retry_that_would_pass_max_wait_returns_the_429_unslept():
+    clock = ManualClock(NOW)
+    script: Script = [(429, {"Retry-After": "2", "X-Try": str(i)}) for i in range(9)]
+    with scripted_server(clock, script) as (url, log):
+
+        async def run() -> List[httpx.Response]:
+            transport = AsyncRateLimitTransport(RateLimiter(100, clock=clock), max_wait=5)
+            async with httpx.AsyncClient(transport=transport, timeout=10) as c:
+                return [await c.get(url), await c.get(url)]
+
+        first, second = asyncio.run(run())
+    assert [(r.status_code, r.headers["X-Try"], r.text) for r in (first, second)] == [
+        (429, "2", "slow down"),
+        (429, "4", "slow down"),
+    ]
+    assert [a.at for a in log] == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_default_max_wait_bounds_one_call_to_300_s_not_900():
+    # Retry-After: 300 every time, the defaults (max_retries=3, max_wait=300):
+    # 1,200 s were seen (an inherited pause, then 3 x 300); now 300 at most.
+    clock = WaitLog(NOW)
+    script: Script = [(429, {"Retry-After": "300"})] * 6
+    with scripted_server(clock, script) as (url, log), client(RateLimiter(100, clock=clock)) as c:
+        waits = []
+        for _ in range(2):
+            assert c.get(url).status_code == 429
+            waits.append(clock.waited())
+    # The first call: sent at 0 and 300, then another 300 would pass max_wait.
+    # The second inherits the pause until 600, and is sent then.
+    assert waits == [300.0, 300.0]
+    assert [a.at for a in log] == [0.0, 300.0, 600.0]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async", "requests"])
+def test_a_first_attempt_whose_budget_is_spent_is_sent_despite_the_pause(flavour: str):
+    # The host is paused for 3 s before the call (another request's 429).
+    # While this call waits it out, a 429 elsewhere pauses the host again,
+    # until 8: 5 more seconds, with 2 left of max_wait=5.  The call has no
+    # response to return, so it is sent at 3; the 200 comes back.
+    clock = PausingClock(NOW)
+    limiter = RateLimiter(100, clock=clock)
+    with scripted_server(clock, []) as (url, log):
+        clock.key = url.split("//")[1]
+        if flavour == "sync":
+            transport = RateLimitTransport(limiter, max_wait=5)
+            transport._pacer.pause(clock.key, 429, {"Retry-After": "3"}.get)
+            clock.pacer = transport._pacer
+            with httpx.Client(transport=transport, timeout=10) as c:
+                status = c.get(url).status_code
+        elif flavour == "requests":
+            adapter = RateLimitAdapter(limiter, max_wait=5)
+            adapter._pacer.pause(clock.key, 429, {"Retry-After": "3"}.get)
+            clock.pacer = adapter._pacer
+            with requests.Session() as s:
+                s.mount("http://", adapter)
+                status = s.get(url, timeout=10).status_code
+        else:
+
+            async def run() -> int:
+                transport = AsyncRateLimitTransport(limiter, max_wait=5)
+                transport._pacer.pause(clock.key, 429, {"Retry-After": "3"}.get)
+                clock.pacer = transport._pacer
+                async with httpx.AsyncClient(transport=transport, timeout=10) as c:
+                    return (await c.get(url)).status_code
+
+            status = asyncio.run(run())
+    assert status == 200
+    assert [a.at for a in log] == [3.0]

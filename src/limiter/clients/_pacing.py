@@ -278,35 +278,61 @@ class Pacer:
             del self._pauses[key]
             return 0.0
 
-    def turn(self, key: str) -> None:
-        """Block until ``key`` is not paused and its limiter token is taken."""
+    def budget(self) -> float:
+        """Seconds of pauses one call may wait in total: ``max_wait``, ``inf`` for ``None``."""
+        return math.inf if self.max_wait is None else self.max_wait
+
+    def turn(self, key: str, budget: float = math.inf, give_up: bool = False) -> Optional[float]:
+        """Block until ``key`` is not paused and its limiter token is taken; the budget left.
+
+        ``budget``: the seconds of pauses this call may still wait (pauses it
+        inherits from other requests count as much as its own).  A pause
+        longer than that is not waited at all: with ``give_up`` (a retry,
+        whose last response the caller gets instead) ``None`` is returned at
+        once, nothing taken; without (a first attempt, which has no response
+        to return) the request takes its token and is sent despite the pause.
+        """
         limiter = self.limiter
         clock = limiter.clock
         while True:
             left = self._pause_left(key, clock.now())
             if left > 0.0:
-                clock.sleep(left)
-                continue
+                if left <= budget:
+                    clock.sleep(left)
+                    budget -= left
+                    continue
+                if give_up:
+                    return None
+                limiter.acquire(key)
+                return budget
             limiter.acquire(key)
             if self._pause_left(key, clock.now()) == 0.0:
-                return
+                return budget
             # A pause began while this request waited for its token: give the
             # token back and wait out the pause, or every waiter would be sent
             # together the moment it ends.
             limiter.refund(key)
 
-    async def aturn(self, key: str) -> None:
+    async def aturn(
+        self, key: str, budget: float = math.inf, give_up: bool = False
+    ) -> Optional[float]:
         """``turn`` for asyncio: waits with ``await clock.asleep``."""
         limiter = self.limiter
         clock = limiter.clock
         while True:
             left = self._pause_left(key, clock.now())
             if left > 0.0:
-                await clock.asleep(left)
-                continue
+                if left <= budget:
+                    await clock.asleep(left)
+                    budget -= left
+                    continue
+                if give_up:
+                    return None
+                await limiter.aacquire(key)
+                return budget
             await limiter.aacquire(key)
             if self._pause_left(key, clock.now()) == 0.0:
-                return
+                return budget
             await limiter.arefund(key)
 
     def pause(self, key: str, status: int, get: HeaderGet) -> Optional[float]:

@@ -61,7 +61,11 @@ class RateLimitTransport(httpx.BaseTransport):
     when it has no hint, when the hint asks for more than ``max_wait``
     seconds (default 300; ``None``: no cap; such a hint does not pause the
     key either), or when the body was streamed (a generator, a file upload:
-    it cannot be sent twice).  A discarded response is closed.
+    it cannot be sent twice).  A discarded response is closed.  ``max_wait``
+    also bounds the pauses one call waits in total, its own and those other
+    requests set, across its retries: when the next one would go past it, a
+    retry returns the last response (read, so whole) without sleeping, and a
+    first attempt is sent despite the pause.
 
     The wait for a token raises ``limiter.RateLimitExceeded`` only if the
     limiter can never admit a request (a burst below 1).  Wrong argument
@@ -105,13 +109,20 @@ class RateLimitTransport(httpx.BaseTransport):
         pacer = self._pacer
         key = _key(pacer, request)
         retries = pacer.max_retries if _rewindable(request) else 0
+        budget: Optional[float] = pacer.turn(key, pacer.budget())
         while True:
-            pacer.turn(key)
             response = self.transport.handle_request(request)
             if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
                 return response
             retries -= 1
+            # Read, then closed: its connection goes back to the pool during
+            # the pause, and the caller still gets it whole if the pause would
+            # take this call past its max_wait.
+            response.read()
             response.close()
+            budget = pacer.turn(key, budget or 0.0, give_up=True)
+            if budget is None:
+                return response
 
     def close(self) -> None:
         """Close the wrapped transport."""
@@ -156,13 +167,17 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
         pacer = self._pacer
         key = _key(pacer, request)
         retries = pacer.max_retries if _rewindable(request) else 0
+        budget: Optional[float] = await pacer.aturn(key, pacer.budget())
         while True:
-            await pacer.aturn(key)
             response = await self.transport.handle_async_request(request)
             if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
                 return response
             retries -= 1
+            await response.aread()
             await response.aclose()
+            budget = await pacer.aturn(key, budget or 0.0, give_up=True)
+            if budget is None:
+                return response
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

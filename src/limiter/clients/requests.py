@@ -40,7 +40,9 @@ class RateLimitAdapter(HTTPAdapter):
     ``max_wait`` (seconds, default 300, ``None``: no cap) work as on
     ``limiter.clients.httpx.RateLimitTransport``: a 429 or 503 with a hint of
     at most ``max_wait`` seconds pauses the key and is retried after the
-    pause, up to ``max_retries`` times, then returned as it came.  A body
+    pause, up to ``max_retries`` times, then returned as it came; one call
+    waits at most ``max_wait`` seconds of pauses in total, inherited ones
+    included (past that its last response is returned).  A body
     that is a generator or a file object is not retried (it was consumed).
     A discarded response is closed.
 
@@ -93,12 +95,19 @@ class RateLimitAdapter(HTTPAdapter):
         parts = urlsplit(url)
         key = pacer.key_of(request, parts.scheme, parts.hostname or "", parts.port)
         retries = pacer.max_retries if _rewindable(request.body) else 0
+        budget: Optional[float] = pacer.turn(key, pacer.budget())
         while True:
-            pacer.turn(key)
             response: requests.Response = super().send(
                 request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
             )
             if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
                 return response
             retries -= 1
+            # Read, then closed: the connection goes back to the pool during
+            # the pause, and the caller still gets the body if the pause would
+            # take this call past its max_wait.
+            response.content  # noqa: B018
             response.close()
+            budget = pacer.turn(key, budget or 0.0, give_up=True)
+            if budget is None:
+                return response
