@@ -16,7 +16,7 @@ import sys
 import uuid
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -348,3 +348,57 @@ def test_interleaved_readings_admit_exactly_the_rate_on_every_store(
     sqlite_store: SQLiteStore, redis_client: Any
 ) -> None:
     interleaved_readings(Stores(sqlite_store, redis_client))
+
+
+# -- seconds arguments: one check (clock.finite_seconds), TypeError or ValueError --
+
+
+def _seconds_entry_points() -> Dict[str, Callable[[object], object]]:
+    from limiter import ManualClock, MemoryStore, RateLimiter
+    from limiter.backends.denycache import DenyCache
+    from limiter.backends.sqlite import SQLiteStore
+
+    return {
+        "start": lambda v: ManualClock(v),
+        "seconds": lambda v: ManualClock(0.0).advance(v),  # type: ignore[arg-type]
+        "t": lambda v: ManualClock(0.0).set(v),  # type: ignore[arg-type]
+        "max_stale": lambda v: DenyCache(MemoryStore(), max_stale=v),  # type: ignore[arg-type]
+        "timeout": lambda v: SQLiteStore(":memory:", timeout=v),  # type: ignore[arg-type]
+        "interval": lambda v: RateLimiter(1).start_cleanup(None, v),  # type: ignore[arg-type]
+    }
+
+
+_BAD_SECONDS = [
+    (10**400, ValueError),
+    (-(10**400), ValueError),
+    (float("nan"), ValueError),
+    (float("inf"), ValueError),
+    (Decimal("sNaN"), TypeError),
+    (Decimal("1e400"), TypeError),
+    (True, TypeError),
+    ("5", TypeError),
+]
+
+
+@pytest.mark.parametrize("name", sorted(_seconds_entry_points()))
+@pytest.mark.parametrize(("value", "error"), _BAD_SECONDS, ids=repr)
+def test_a_bad_seconds_argument_is_a_type_or_value_error_naming_it(
+    name: str, value: object, error: type
+):
+    with pytest.raises(error) as info:
+        _seconds_entry_points()[name](value)
+    message = str(info.value)
+    assert message.startswith(f"{name} must be ") and len(message) < 250
+
+
+def test_a_cleanup_interval_past_threading_timeout_max_is_refused():
+    import threading
+
+    from limiter import RateLimiter
+
+    limiter = RateLimiter(1)
+    with pytest.raises(
+        ValueError, match=r"interval must be .*TIMEOUT_MAX.*got 18446744073709551616"
+    ):
+        limiter.start_cleanup(None, 2**64)
+    limiter.start_cleanup(None, threading.TIMEOUT_MAX)()  # the largest accepted; stop() joins

@@ -60,12 +60,26 @@ class SystemClock:
         return "SystemClock()"
 
 
-def _finite(value: float, what: str) -> float:
+def finite_seconds(value: object, what: str) -> float:
+    """``value`` as a float of seconds; the one check of a seconds argument.
+
+    ``TypeError`` unless an ``int`` or ``float`` (a bool, a str, a
+    ``Decimal`` are not); ``ValueError`` for NaN, an infinity, or an int too
+    large for a float (``10**400``).  Both name ``what`` and the value (cut
+    to 100 characters).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{what} must be a finite number of seconds, got {value!r}")
-    return float(value)
+        raise TypeError(f"{what} must be a number of seconds, got {value!r:.100}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} must be a finite number of seconds, got {value!r:.100}")
+    return seconds
+
+
+_finite = finite_seconds
 
 
 class ManualClock:

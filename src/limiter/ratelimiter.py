@@ -26,7 +26,7 @@ from .bucket import (
     _checked_cost,
     looks_like_rate,
 )
-from .clock import Clock, SystemClock
+from .clock import Clock, SystemClock, finite_seconds
 from .events import DecisionEvent, Observer, Outcome
 from .store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
 
@@ -937,10 +937,14 @@ class RateLimiter:
         if not (isinstance(store, Sweepable) and callable(store.sweep)):
             raise TypeError(f"{store!r} has no sweep(); it does not need a cleanup thread")
         sweep = store.sweep
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            raise TypeError(f"interval must be a finite number of seconds > 0, got {interval!r}")
-        if not (interval > 0 and math.isfinite(interval)):
-            raise ValueError(f"interval must be a finite number of seconds > 0, got {interval!r}")
+        seconds = finite_seconds(interval, "interval")
+        # threading's waits take at most TIMEOUT_MAX: a longer one would kill
+        # the thread at its first wait and sweeping would silently stop.
+        if not 0 < seconds <= threading.TIMEOUT_MAX:
+            raise ValueError(
+                f"interval must be a number of seconds > 0 and <= threading.TIMEOUT_MAX "
+                f"({threading.TIMEOUT_MAX:g}), got {interval!r:.100}"
+            )
         if max_age is not None:
             if isinstance(max_age, bool) or not isinstance(max_age, (int, float)):
                 raise TypeError(

@@ -99,6 +99,7 @@ from ..bucket import (
     step,
     step_all,
 )
+from ..clock import finite_seconds
 from ..store import is_nonblocking
 
 __all__ = ["DenyCache"]
@@ -250,15 +251,10 @@ class DenyCache:
             raise TypeError(f"max_keys must be an integer >= 1, got {max_keys!r:.100}")
         if max_keys < 1:
             raise ValueError(f"max_keys must be an integer >= 1, got {max_keys!r}")
-        if max_stale is not None:
-            if isinstance(max_stale, bool) or not isinstance(max_stale, (int, float)):
-                raise TypeError(
-                    f"max_stale must be None or a number of seconds > 0, got {max_stale!r:.100}"
-                )
-            if not max_stale > 0:  # also NaN
-                raise ValueError(
-                    f"max_stale must be None or a number of seconds > 0, got {max_stale!r}"
-                )
+        if max_stale is not None and not finite_seconds(max_stale, "max_stale") > 0:
+            raise ValueError(
+                f"max_stale must be None or a number of seconds > 0, got {max_stale!r}"
+            )
         #: The wrapped store.
         self.store = store
         self._max_keys = max_keys

@@ -30,6 +30,7 @@ from ..bucket import (
     step_all,
     validate_costs,
 )
+from ..clock import finite_seconds
 from ..store import StoreError
 from ._fallback import Failover
 
@@ -144,9 +145,7 @@ class SQLiteStore:
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
             raise TypeError(f"path must be a str or an os.PathLike of str, got {path!r:.100}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be a number of seconds, got {timeout!r:.100}")
-        if not 0 <= timeout < math.inf:
+        if not finite_seconds(timeout, "timeout") >= 0:
             raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
         if isinstance(purge_every, bool) or not isinstance(purge_every, int):
             raise TypeError(f"purge_every must be an int, got {purge_every!r:.100}")
