@@ -357,6 +357,7 @@ def _seconds_entry_points() -> Dict[str, Callable[[object], object]]:
     from limiter import ManualClock, MemoryStore, RateLimiter
     from limiter.backends.denycache import DenyCache
     from limiter.backends.sqlite import SQLiteStore
+    from limiter.headers import rate_limit_headers
 
     return {
         "start": lambda v: ManualClock(v),
@@ -365,6 +366,7 @@ def _seconds_entry_points() -> Dict[str, Callable[[object], object]]:
         "max_stale": lambda v: DenyCache(MemoryStore(), max_stale=v),  # type: ignore[arg-type]
         "timeout": lambda v: SQLiteStore(":memory:", timeout=v),  # type: ignore[arg-type]
         "interval": lambda v: RateLimiter(1).start_cleanup(None, v),  # type: ignore[arg-type]
+        "now": lambda v: rate_limit_headers(RateLimiter(1).check("k"), now=v),  # type: ignore[arg-type]
     }
 
 

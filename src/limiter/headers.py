@@ -7,6 +7,7 @@ import re
 from typing import Dict, List, Literal, Optional, Tuple
 
 from .bucket import TIME_EPSILON, LockoutResult, QuotaResult, RateLimitResult
+from .clock import finite_seconds
 
 __all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style"]
 
@@ -152,13 +153,10 @@ def rate_limit_headers(
     """
     if result.__class__ is not RateLimitResult and not isinstance(result, RateLimitResult):
         raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
-    try:
-        if now - now != 0.0 or now.__class__ is bool:  # NaN or infinite, or a bool
-            if now.__class__ is not bool:
-                raise ValueError(f"now must be a finite number of seconds, got {now!r}")
-            raise TypeError
-    except TypeError:
-        raise TypeError(f"now must be a number of seconds, got {now!r:.100}") from None
+    if now.__class__ is not float:  # an int, a bool, a Decimal, 10**400...: the one check
+        now = finite_seconds(now, "now")
+    elif now - now != 0.0:  # NaN or infinite: one comparison on the hot path
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if policy is not None:
         _quoted_name(policy, "policy")
     if style not in _STYLES:  # inline: see CONTRIBUTING.md
