@@ -1008,3 +1008,50 @@ def test_an_unencoded_question_mark_in_a_password_is_never_shown(url: str, shown
         store_from_url(url.replace("cache", "127.0.0.1"))
     except ValueError as exc:
         assert secret not in str(exc) and secret.split("?")[1] not in str(exc)
+
+
+# -- no password survives redaction, whatever it contains ----------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PASSWORD_CHARS = "abcXYZ019?=#/@:&%!~+;,$ "
+_PASSWORDS = st.text(_PASSWORD_CHARS, min_size=4, max_size=20).map(lambda t: "Zq" + t)
+
+
+def _urls_with(password: str) -> List[str]:
+    raw, coded = password, quote(password, safe="")
+    return [
+        f"redis://app:{raw}@cache.example:6379/0",
+        f"rediss://app:{raw}@cache.example:6380/1?sentinel_password={coded}",
+        f"redis://:{raw}@cache.example/0?sentinel_password={coded}&db=2",
+        f"redis+sentinel://app:{raw}@s1.example:26379/mymaster?sentinel_password={coded}",
+        f"redis://cache.example/0?password={coded}",
+        f"redis://cache.example/0?auth_token={coded}&client_secret={coded}",
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_PASSWORDS)
+def test_no_password_survives_redact_url(password: str) -> None:
+    for url in _urls_with(password):
+        assert password not in redact_url(url), url
+        assert quote(password, safe="") not in redact_url(url), url
+
+
+@settings(max_examples=60, deadline=None)
+@given(_PASSWORDS, st.sampled_from([":99999999/0", ":6379/x", ":6379/0?nope=1", ":port/0"]))
+def test_no_password_in_a_store_from_url_error(password: str, bad: str) -> None:
+    coded = quote(password, safe="")
+    for url in [
+        f"redis://app:{password}@cache.example{bad}",
+        f"redis://app:{coded}@cache.example{bad}{'&' if '?' in bad else '?'}"
+        f"sentinel_password={coded}",
+    ]:
+        try:
+            store = store_from_url(url)
+        except Exception as error:
+            shown = f"{error} {error!r}"
+        else:
+            shown = repr(store)
+        assert password not in shown and coded not in shown, (url, shown)

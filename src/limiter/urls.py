@@ -124,7 +124,10 @@ def _split_userinfo(url: str) -> Tuple[str, Optional[str], str]:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password (and any ``*password`` query value) replaced by ``***``.
+    """``url`` with its password and secret query values replaced by ``***``.
+
+    A query value is secret when its name has ``password``, ``token`` or
+    ``secret`` in it (``sentinel_password=``, ``auth_token=``).
 
     Safe to log or show: ``redact_url("redis://app:s3cret@cache:6379/0")`` is
     ``"redis://app:***@cache:6379/0"``.  Every message of this module shows
@@ -136,9 +139,11 @@ def redact_url(url: str) -> str:
     head, userinfo, rest = _split_userinfo(url)
     if userinfo is None and _may_hide_a_password(rest):
         # "user:pa?ss=1@host": parsed as a query, but it may be an unencoded
-        # password.  A display string can afford to hide too much.
-        return head + rest[: rest.index(":") + 1] + "***@" + rest[rest.rindex("@") + 1 :]
-    if userinfo is not None:
+        # password.  A display string can afford to hide too much; the query
+        # after the host still has its own secrets hidden below.
+        head += rest[: rest.index(":") + 1] + "***@"
+        rest = rest[rest.rindex("@") + 1 :]
+    elif userinfo is not None:
         user, colon, _ = userinfo.partition(":")
         if colon:
             userinfo = user + ":***"
@@ -148,10 +153,16 @@ def redact_url(url: str) -> str:
         fields = rest[query + 1 :].split("&")
         for i, field in enumerate(fields):
             name, eq, _ = field.partition("=")
-            if eq and "password" in unquote(name).lower():
+            if eq and _secret(unquote(name)):
                 fields[i] = name + "=***"
         rest = rest[: query + 1] + "&".join(fields)
     return head + rest
+
+
+def _secret(name: str) -> bool:
+    """A query parameter whose value is hidden: its name has password, token or secret in it."""
+    name = name.lower()
+    return "password" in name or "token" in name or "secret" in name
 
 
 def _may_hide_a_password(rest: str) -> bool:
