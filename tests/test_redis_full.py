@@ -29,12 +29,17 @@ def full_server() -> Iterator[RedisServer]:
 
 
 def fill(client: redis.Redis) -> None:
-    for i in range(100_000):
-        try:
-            client.set(f"fill:{i}", "x" * 1000)
-        except redis.exceptions.OutOfMemoryError:
-            return
-    raise AssertionError("maxmemory never reached")
+    """Redis over its maxmemory for the rest of the test: filling it to the brim
+    is not enough (freed buffers let the next small write through), so the
+    limit goes below what any server uses."""
+    client.config_set("maxmemory", "1")
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.set("fill", "x")
+
+
+def room(client: redis.Redis) -> None:
+    client.config_set("maxmemory", "2mb")
+    client.flushall()
 
 
 def outcomes(limiter: RateLimiter, n: int) -> list:
@@ -52,7 +57,7 @@ def outcomes(limiter: RateLimiter, n: int) -> list:
 @pytest.mark.parametrize("lockout", [None, Lockout(breaches=3, within=3600, duration=3600)])
 def test_13_checks_at_3_per_hour_on_a_full_redis_admit_3_and_deny_10(full_server, lockout):
     client = full_server.client()
-    client.flushall()
+    room(client)
     store = RedisStore(client, prefix="full:")
     limiter = RateLimiter("3/hour", store=store, clock=ManualClock(T0), lockout=lockout)
     assert outcomes(limiter, 3) == [True, True, True]  # written before Redis filled up
@@ -64,7 +69,7 @@ def test_13_checks_at_3_per_hour_on_a_full_redis_admit_3_and_deny_10(full_server
     assert limiter.check("user:2", 0).allowed  # a peek writes nothing
     with pytest.raises(StoreError, match="OutOfMemoryError"):
         limiter.check("user:2")
-    client.flushall()  # room again: the lockout counts as before
+    room(client)  # room again: the lockout counts as before
     limiter2 = RateLimiter("3/hour", store=store, clock=ManualClock(T0), lockout=lockout)
     expected = (
         [True] * 3 + [False] * 10 if lockout is None else [True] * 3 + [False] * 2 + ["locked"] * 8

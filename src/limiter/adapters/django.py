@@ -58,7 +58,7 @@ from .integration import (
 )
 from .wsgi import EnvironHeaders
 
-__all__ = ["RateLimitMiddleware", "check_bare_ratelimit", "django_request_info", "ratelimit"]
+__all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

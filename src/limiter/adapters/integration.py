@@ -61,12 +61,7 @@ __all__ = [
     "IntegrationOptions",
     "RateSpec",
     "RouteLimit",
-    "acheck_store",
-    "check_deduct_when_signature",
-    "check_key_func",
     "check_rate",
-    "check_store",
-    "store_shown",
     "view_scope",
 ]
 

@@ -95,6 +95,13 @@ def pool_wait(client: Any) -> Optional[float]:
     """How long a check may wait for a pool connection: the client's connect (else socket)
     timeout, or ``None`` (no bound: the client has neither, as the warning at construction
     says)."""
+    try:
+        return _pool_wait(client)
+    except Exception:  # a client whose attributes cannot be read: no bound, as for none
+        return None
+
+
+def _pool_wait(client: Any) -> Optional[float]:
     pool = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if not isinstance(kwargs, dict):  # a cluster client keeps them itself
