@@ -36,7 +36,19 @@ import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
 from urllib.parse import unquote
 
 from . import __version__
@@ -1010,7 +1022,6 @@ def _bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> i
         return _app_bucket_command(args, sub, _load_limiter(args.limiter, sub))
     if args.limit is None:
         sub.error("give the application's limiter as --limiter MODULE:ATTRIBUTE, or --limit RATE")
-    command = f"limiter {args.command}"
     try:  # the limiter and the key first: a usage error opens no store
         bare = RateLimiter(_rate(args.limit), args.burst, name=args.name)
     except (TypeError, ValueError) as exc:
@@ -1022,34 +1033,13 @@ def _bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> i
     url, source = _store_url(args.store)
     if url is None:
         sub.error(f"no store: give --store URL or set {STORAGE_URL_ENV}")
-    shown = redact_url(url)
-    private = _private_store(url)
-    if private is not None:
-        sub.error(
-            f"{source}: {private} ({shown}): {args.command} needs the shared store the "
-            "application uses (sqlite:///path.db, redis://host:6379/0, ...)"
-        )
-    path = _sqlite_path(url)
-    if path is not None and not os.path.exists(path):
-        # SQLiteStore would create an empty database: a typo would show full buckets.
-        print(f"{command}: the store {shown} does not exist: no file {path!r}", file=sys.stderr)
-        return 1
-    try:
-        # No fallback, whatever the URL says: the shared store answers, or an error.
-        store = store_from_url(url, fallback=None)
-    except (ValueError, ImportError) as exc:
-        # A bad URL or scheme (shown with its password as ***) or an extra to install.
-        sub.error(f"{source}: {exc}")
-    except OSError as exc:  # sqlite: not a database, no permission, ...
-        print(f"{command}: cannot open the store {shown}: {_one_line(exc, url)}", file=sys.stderr)
-        return 1
-    try:
-        limiter = RateLimiter(list(bare.limits), store=store, name=bare.name)
-        return _run_bucket_command(args, limiter, shown, source, url)
-    finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+    return _on_store(
+        args,
+        sub,
+        url,
+        source,
+        lambda store: RateLimiter(list(bare.limits), store=store, name=bare.name),
+    )
 
 
 def _app_bucket_command(
@@ -1074,27 +1064,51 @@ def _app_bucket_command(
         path = getattr(app.store, "path", None)
         own = f"sqlite:///{path}" if isinstance(path, str) else ""
         return _run_bucket_command(args, app, own or type(app.store).__name__, "--limiter", own)
-    url, source = args.store.strip(), "--store"
+    clock = app.clock if app._clock_now is not None else None
+    return _on_store(
+        args,
+        sub,
+        args.store.strip(),
+        "--store",
+        lambda store: RateLimiter(
+            list(app.limits), store=store, name=app.name, lockout=app.lockout, clock=clock
+        ),
+    )
+
+
+def _on_store(
+    args: argparse.Namespace,
+    sub: argparse.ArgumentParser,
+    url: str,
+    source: str,
+    build: Callable[[Any], RateLimiter],
+) -> int:
+    """Open the shared store at ``url`` (given by ``source``), run the bucket command
+    on the limiter ``build`` makes over it, and close the store."""
+    command = f"limiter {args.command}"
     shown = redact_url(url)
     private = _private_store(url)
     if private is not None:
-        sub.error(f"--store: {private} ({shown}): give the shared store the application uses")
-    try:
-        store = store_from_url(url, fallback=None)
-    except (ValueError, ImportError) as exc:
-        sub.error(f"--store: {exc}")
-    except OSError as exc:
-        print(
-            f"limiter {args.command}: cannot open the store {shown}: {_one_line(exc, url)}",
-            file=sys.stderr,
+        sub.error(
+            f"{source}: {private} ({shown}): {args.command} needs the shared store the "
+            "application uses (sqlite:///path.db, redis://host:6379/0, ...)"
         )
+    path = _sqlite_path(url)
+    if path is not None and not os.path.exists(path):
+        # SQLiteStore would create an empty database: a typo would show full buckets.
+        print(f"{command}: the store {shown} does not exist: no file {path!r}", file=sys.stderr)
         return 1
     try:
-        clock = app.clock if app._clock_now is not None else None
-        limiter = RateLimiter(
-            list(app.limits), store=store, name=app.name, lockout=app.lockout, clock=clock
-        )
-        return _run_bucket_command(args, limiter, shown, source, url)
+        # No fallback, whatever the URL says: the shared store answers, or an error.
+        store = store_from_url(url, fallback=None)
+    except (ValueError, ImportError) as exc:
+        # A bad URL or scheme (shown with its password as ***) or an extra to install.
+        sub.error(f"{source}: {exc}")
+    except OSError as exc:  # sqlite: not a database, no permission, ...
+        print(f"{command}: cannot open the store {shown}: {_one_line(exc, url)}", file=sys.stderr)
+        return 1
+    try:
+        return _run_bucket_command(args, build(store), shown, source, url)
     finally:
         close = getattr(store, "close", None)
         if callable(close):
