@@ -175,6 +175,7 @@ def test_limiter_excludes_limit_and_name(
     assert "give the application's limiter as --limiter MODULE:ATTRIBUTE, or --limit RATE" in err
 
 
+@pytest.mark.usefixtures("current_loop")  # Python 3.9: redis.asyncio asks for the current loop
 def test_a_limiter_on_a_private_or_async_store_needs_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

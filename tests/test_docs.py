@@ -52,6 +52,7 @@ def docs_redis() -> Iterator[Any]:
     yield from redis_server()
 
 
+@pytest.mark.usefixtures("current_loop")  # Python 3.9: redis.asyncio asks for the current loop
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_code_blocks_run(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest

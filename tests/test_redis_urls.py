@@ -48,6 +48,7 @@ def test_pipelining_from_url(server: RedisServer, url: str, options: dict, expec
     asyncio.run(scenario())
 
 
+@pytest.mark.usefixtures("current_loop")  # Python 3.9: redis.asyncio asks for the current loop
 def test_bad_pipelining_values_are_named() -> None:
     with pytest.raises(ValueError, match=r"pipelining must be true or false.*'maybe'"):
         store_from_url("redis://127.0.0.1:1/0?pipelining=maybe", asyncio=True)

@@ -326,6 +326,8 @@ class RateLimit:
             f"rate_limit[{bucket_scope}] is a dependency, not a decorator: write "
             "@app.get(path, dependencies=[Depends(rl.limit(...))]); rate_limit"
         )
+        if sys.version_info < (3, 10):  # 3.9 names a function by its code in a TypeError
+            rate_limit.__code__ = rate_limit.__code__.replace(co_name=rate_limit.__qualname__)
         setattr(rate_limit, _MARK, self)
         setattr(rate_limit, _BIND, bind)
         return rate_limit
