@@ -182,7 +182,7 @@ def flask_flask_limiter() -> Any:
 
 
 def flask_ours_default() -> Any:
-    from limiter.adapters.flask import RateLimit
+    from limiter.integrations.flask import RateLimit
 
     app = flask_bare()
     RateLimit(app, default=HIGH_TEXT)
@@ -192,7 +192,7 @@ def flask_ours_default() -> Any:
 def flask_ours_route() -> Any:
     from flask import Flask
 
-    from limiter.adapters.flask import RateLimit
+    from limiter.integrations.flask import RateLimit
 
     app = Flask("bench")
     rl = RateLimit(app)
@@ -230,12 +230,12 @@ def fastapi_bare(limit: str = "") -> Any:
 
     app = FastAPI()
     if limit == "ours":
-        from limiter.adapters.fastapi import RateLimit
+        from limiter.integrations.fastapi import RateLimit
 
         rl = RateLimit(app)
         dependencies = [Depends(rl.limit(HIGH_TEXT))]
     elif limit == "ours-default":
-        from limiter.adapters.fastapi import RateLimit
+        from limiter.integrations.fastapi import RateLimit
 
         RateLimit(app, default=HIGH_TEXT)
         dependencies = []
@@ -312,11 +312,11 @@ def django_bare() -> Any:
 
 
 def django_ours() -> Any:
-    return _django(["limiter.adapters.django.RateLimitMiddleware"], _django_home)
+    return _django(["limiter.integrations.django.RateLimitMiddleware"], _django_home)
 
 
 def django_ours_route() -> Any:
-    from limiter.adapters.django import ratelimit
+    from limiter.integrations.django import ratelimit
 
     return _django([], ratelimit(HIGH_TEXT)(_django_home))
 

@@ -127,7 +127,7 @@ def breakdown(settings: Settings) -> Dict[str, float]:
     import threading
 
     from limiter import Limit, MemoryStore, RateLimiter
-    from limiter.bucket import step
+    from limiter.core.bucket import step
 
     n = settings.scale(200_000, 50_000, 1_000)
     limiter = RateLimiter(HIGH, HIGH)

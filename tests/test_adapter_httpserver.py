@@ -21,7 +21,7 @@ import pytest
 
 from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters.httpserver import rate_limited, request_info
-from limiter.keys import header_key
+from limiter.http.keys import header_key
 
 NOW = 1_700_000_000
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'

@@ -1,4 +1,4 @@
-"""The adapters' ``cost=`` as a mapping of limit names to costs (``limiter.adapters.common``).
+"""The adapters' ``cost=`` as a mapping of limit names to costs (``limiter.http.guard``).
 
 A mapping given as ``cost=`` is checked when the adapter is built (against
 its limiter and each rule's limiter it applies to); one returned by a cost
@@ -23,7 +23,7 @@ from limiter.adapters import DENIED_BODY, Guard, RequestInfo
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.httpserver import rate_limited
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
-from limiter.keys import header_key
+from limiter.http.keys import header_key
 from test_servers import uvicorn_running, wait_until_up
 
 NOW = 1_700_000_000

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from limiter import ManualClock, RateLimiter
 from limiter.adapters import asgi, wsgi
-from limiter.adapters.common import Guard, Response
 from limiter.adapters.httpserver import rate_limited
+from limiter.http.guard import Guard, Response
 
 NOW = 1_700_000_000.5
 PEERS = [

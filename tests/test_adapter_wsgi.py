@@ -22,7 +22,7 @@ import pytest
 from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY
 from limiter.adapters.wsgi import RateLimitMiddleware, request_info
-from limiter.keys import header_key
+from limiter.http.keys import header_key
 
 NOW = 1_700_000_000
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
@@ -503,7 +503,7 @@ def test_an_async_exempt_hidden_behind_a_plain_function_is_an_error_not_an_open_
 def test_shadow_mode_logs_would_be_denials_at_most_once_per_interval(caplog):
     import logging
 
-    from limiter.adapters import common
+    from limiter.http import guard as common
 
     app = RateLimitMiddleware(
         hello, RateLimiter("1/second", clock=ManualClock(), name="trial"), mode="shadow"

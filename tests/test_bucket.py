@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter.bucket import (
+from limiter.core.bucket import (
     CLOCK_TOLERANCE,
     Charge,
     Limit,
@@ -680,7 +680,7 @@ class TestTypes:
 # -- rate strings (issue 9, item 4) ------------------------------------------------
 
 #: Every accepted spelling and its length in seconds, written out independently
-#: of limiter.bucket's table.
+#: of limiter.core.bucket's table.
 SECONDS = {
     **dict.fromkeys(["ms", "msec", "msecs", "millisecond", "milliseconds"], Fraction(1, 1000)),
     **dict.fromkeys(["s", "sec", "secs", "second", "seconds"], Fraction(1)),
@@ -859,7 +859,7 @@ class TestMutationGaps:
 
     @pytest.mark.parametrize("zero", [0, 0.0, Fraction(0), Decimal(0), Decimal("-0")], ids=repr)
     def test_a_cost_of_zero_of_any_type_is_a_peek(self, zero: object) -> None:
-        from limiter.bucket import validate_cost
+        from limiter.core.bucket import validate_cost
 
         assert validate_cost(zero) == 0.0
         limit = Limit(1, 3)
@@ -871,7 +871,7 @@ class TestMutationGaps:
 
     @pytest.mark.parametrize("one", [1, 1.0, Fraction(1), Decimal(1), Decimal("1.000")], ids=repr)
     def test_a_cost_of_one_of_any_type_takes_one_token(self, one: object) -> None:
-        from limiter.bucket import validate_cost
+        from limiter.core.bucket import validate_cost
 
         assert validate_cost(one) == 1.0
         state, result = step(None, T0, Limit(1, 3), one)  # type: ignore[call-overload]
@@ -914,7 +914,7 @@ class TestMutationGaps:
             assert (result.allowed, result.policy, result.remaining) == (False, "a", 1)
 
     def test_full_at_is_when_the_bucket_is_full_again(self) -> None:
-        from limiter.bucket import full_at
+        from limiter.core.bucket import full_at
 
         limit = Limit(2, 10)
         state, _ = step(None, T0, limit, 4)  # 4 tokens short: 2 s to refill
@@ -938,7 +938,7 @@ class TestRefund:
     def test_a_refund_undoes_a_charge_and_never_fills_beyond_burst(
         self, rate: float, burst: int, history: List[Tuple[float, float]], cost: float
     ) -> None:
-        from limiter.bucket import Refund
+        from limiter.core.bucket import Refund
 
         limit = Limit(rate, burst)
         state: Optional[complex] = None
@@ -962,7 +962,7 @@ class TestRefund:
         assert full_state == complex(0.0, full_state.imag)
 
     def test_refund_amounts_are_checked_like_costs(self) -> None:
-        from limiter.bucket import Refund
+        from limiter.core.bucket import Refund
 
         assert repr(Refund(2)) == "Refund(2.0)" and float(Refund(2)) == -2.0
         with pytest.raises(ValueError, match="got -1"):

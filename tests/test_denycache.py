@@ -32,9 +32,9 @@ from limiter import (
     StoreError,
     store_from_url,
 )
-from limiter.bucket import LockoutResult, Refund
+from limiter.core.bucket import LockoutResult, Refund
 from limiter.events import DecisionEvent, Outcome
-from limiter.headers import rate_limit_headers
+from limiter.http.headers import rate_limit_headers
 from limiter.testing import T0, StoreConformance
 
 STYLES = ("x", "draft", "both")
@@ -672,7 +672,7 @@ def test_a_str_subclass_key_is_never_replayed_after_a_reset_through_the_wrapper(
     if forget == "reset":
         cache.reset(_Key("k"))
     else:
-        from limiter.bucket import Refund
+        from limiter.core.bucket import Refund
 
         cache.apply(_Key("k"), limit, Refund(1), T0)
     # The store admits "k" now; so must the wrapper, whichever str the key is.

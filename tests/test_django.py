@@ -1,4 +1,4 @@
-"""The Django integration: ``limiter.adapters.django`` (middleware and ``ratelimit``).
+"""The Django integration: ``limiter.integrations.django`` (middleware and ``ratelimit``).
 
 Django is configured once per process, by whichever module comes first (this
 one, or docs/adapters.md's recipe through test_docs / test_recipes): every
@@ -30,8 +30,8 @@ from django.views import View
 
 from limiter import ManualClock
 from limiter.adapters import DENIED_BODY, RequestInfo
-from limiter.adapters.django import RateLimitMiddleware, ratelimit
-from limiter.keys import header_key
+from limiter.http.keys import header_key
+from limiter.integrations.django import RateLimitMiddleware, ratelimit
 from limiter.testing import T0, AdapterConformance
 from test_servers import uvicorn_running, wait_until_up
 
@@ -62,7 +62,7 @@ if not settings.configured:
     )
     django.setup()
 
-MIDDLEWARE = ["limiter.adapters.django.RateLimitMiddleware"]
+MIDDLEWARE = ["limiter.integrations.django.RateLimitMiddleware"]
 Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]
 
 
@@ -780,7 +780,7 @@ def test_bad_decorator_arguments_fail_when_decorating() -> None:
 
 def test_importing_limiter_does_not_import_django() -> None:
     code = (
-        "import sys, limiter, limiter.adapters, limiter.adapters.integration\n"
+        "import sys, limiter, limiter.adapters, limiter.integrations.common\n"
         "from limiter import RateLimiter\n"
         "assert 'django' not in sys.modules, 'django was imported'\n"
     )

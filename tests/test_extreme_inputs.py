@@ -1,10 +1,10 @@
 """Extreme limits and costs: memory, SQLite and Redis agree on everything accepted.
 
 Issue 9, items 1 and 3.  A limit is accepted only where every float derived
-from it is finite and normal (``limiter.bucket``'s docstring); on every such
+from it is finite and normal (``limiter.core.bucket``'s docstring); on every such
 limit, and on costs of any type and size, the three stores must give the same
 result, field for field and bit for bit: the Lua script computes the same
-doubles as ``limiter.bucket.step``, and no value ever becomes NaN, infinite
+doubles as ``limiter.core.bucket.step``, and no value ever becomes NaN, infinite
 where it should not, or the ``-9223372036854775808`` Lua prints for a NaN
 integer.
 """
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from limiter import Limit, MemoryStore, RateLimitResult
 from limiter.backends.sqlite import SQLiteStore
-from limiter.bucket import CLOCK_TOLERANCE
+from limiter.core.bucket import CLOCK_TOLERANCE
 from limiter.testing import T0
 
 TINY = sys.float_info.min  # the smallest accepted rate
@@ -252,7 +252,7 @@ def test_burst_near_2_53_keeps_remaining_in_range_on_every_store(
     stores = Stores(sqlite_store, redis_client)
     for rate, slop in ((1.0, 0), (0.5, 0), (2.0**20, 0), (3.0, 2), (1e9, 2)):
         # A power-of-2 rate keeps seconds exact; other rates round a float
-        # second near 2**53 tokens by a token or two (limiter.bucket's docstring).
+        # second near 2**53 tokens by a token or two (limiter.core.bucket's docstring).
         limit = Limit(rate, 2**53)
         key = f"big:{rate}:{stores.uid}"
         assert stores.apply_many([key], [limit], 0, T0).remaining == 2**53
@@ -357,7 +357,7 @@ def _seconds_entry_points() -> Dict[str, Callable[[object], object]]:
     from limiter import ManualClock, MemoryStore, RateLimiter
     from limiter.backends.denycache import DenyCache
     from limiter.backends.sqlite import SQLiteStore
-    from limiter.headers import rate_limit_headers
+    from limiter.http.headers import rate_limit_headers
 
     return {
         "start": lambda v: ManualClock(v),

@@ -1,4 +1,4 @@
-"""``limiter.adapters.fastapi``: the FastAPI / Starlette integration.
+"""``limiter.integrations.fastapi``: the FastAPI / Starlette integration.
 
 The conformance suite runs twice: once with the limiter as ``RateLimit``'s
 ``default`` (applied by the middleware) and once as a ``limit()`` dependency
@@ -26,8 +26,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from limiter import ManualClock, RateLimiter
 from limiter.adapters import DENIED_BODY, RequestInfo
-from limiter.adapters.fastapi import RateLimit
-from limiter.rules import Rule
+from limiter.http.rules import Rule
+from limiter.integrations.fastapi import RateLimit
 from limiter.testing import AdapterConformance
 from test_servers import uvicorn_running
 
@@ -218,7 +218,7 @@ def test_editing_the_file_above_a_route_keeps_its_buckets(clock: ManualClock) ->
     store = MemoryStore()
     source = """
 from fastapi import Depends, FastAPI
-from limiter.adapters.fastapi import RateLimit
+from limiter.integrations.fastapi import RateLimit
 
 app = FastAPI()
 rl = RateLimit(app, store=store, clock=clock)
@@ -544,7 +544,7 @@ def test_a_crashing_route_keeps_its_deduct_when_charge(clock: ManualClock) -> No
 
 
 def _middleware(app: Any) -> Any:
-    from limiter.adapters.fastapi import _RateLimitMiddleware
+    from limiter.integrations.fastapi import _RateLimitMiddleware
 
     node = app.middleware_stack
     while not isinstance(node, _RateLimitMiddleware):
@@ -558,7 +558,7 @@ def test_the_default_finds_routes_through_hosts_mounts_routers_and_late_addition
     from starlette.applications import Starlette
     from starlette.routing import Host, Route
 
-    import limiter.adapters.fastapi as module
+    import limiter.integrations.fastapi as module
 
     monkeypatch.setattr(module, "_CACHE_SIZE", 4)  # the cache starts afresh when full
     app = FastAPI()

@@ -1,4 +1,4 @@
-"""``limiter.adapters.flask.RateLimit``: conformance, decorators, config, a real server.
+"""``limiter.integrations.flask.RateLimit``: conformance, decorators, config, a real server.
 
 Requests go through Flask's test client (the peer set with ``environ_base``),
 except in the last test, which runs an app under waitress on 127.0.0.1 and
@@ -23,8 +23,8 @@ from flask.views import MethodView
 
 from limiter import ManualClock
 from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo
-from limiter.adapters.flask import EXTENSION, RateLimit
-from limiter.keys import header_key
+from limiter.http.keys import header_key
+from limiter.integrations.flask import EXTENSION, RateLimit
 from limiter.store import StoreError
 from limiter.testing import T0, AdapterConformance
 
@@ -878,10 +878,10 @@ def test_import_limiter_does_not_import_flask() -> None:
     code = textwrap.dedent(
         """
         import sys
-        import limiter, limiter.adapters, limiter.adapters.integration, limiter.adapters.wsgi
+        import limiter, limiter.adapters, limiter.integrations.common, limiter.adapters.wsgi
         limiter.RateLimiter("1/second")
         assert "flask" not in sys.modules, "flask imported"
-        import limiter.adapters.flask
+        import limiter.integrations.flask
         assert "flask" in sys.modules
         """
     )

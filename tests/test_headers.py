@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import limiter.headers as headers_module
+import limiter.http.headers as headers_module
 from limiter import Limit, ManualClock, RateLimiter, RateLimitResult, rate_limit_headers
-from limiter.bucket import TIME_EPSILON, step
-from limiter.headers import SF_INT_MAX, build_headers, build_raw_headers
+from limiter.core.bucket import TIME_EPSILON, step
+from limiter.http.headers import SF_INT_MAX, build_headers, build_raw_headers
 
 NOW = 1_700_000_000.25
 STYLES = ("x", "draft", "both")

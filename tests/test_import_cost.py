@@ -167,7 +167,7 @@ def test_testing_without_pytest_says_pytest_is_needed() -> None:
 def test_the_suite_loads_on_first_use() -> None:
     from limiter.testing import StoreConformance
 
-    assert StoreConformance.__module__ == "limiter._conformance"
+    assert StoreConformance.__module__ == "limiter.testing._conformance"
     assert callable(StoreConformance.test_matches_the_pure_step)
 
 

@@ -1,4 +1,4 @@
-"""``limiter.adapters.integration``: what the Flask, FastAPI and Django integrations share.
+"""``limiter.integrations.common``: what the Flask, FastAPI and Django integrations share.
 
 The integrations are tested end to end in their own files; these tests pin
 the shared rules: bucket scopes, limiter functions, stacked limits, methods.
@@ -13,17 +13,17 @@ import pytest
 
 from limiter import RateLimiter
 from limiter.adapters import DENIED_BODY
-from limiter.adapters.integration import (
+from limiter.adapters.wsgi import request_info
+from limiter.backends.memory import MemoryStore
+from limiter.clock import ManualClock
+from limiter.http.request import RequestInfo
+from limiter.integrations.common import (
     MAX_RATES_PER_SCOPE,
     NOT_LIMITED,
     Integration,
     RouteLimit,
     view_scope,
 )
-from limiter.adapters.wsgi import request_info
-from limiter.backends.memory import MemoryStore
-from limiter.clock import ManualClock
-from limiter.request import RequestInfo
 
 T0 = 1_700_000_000.0
 

@@ -9,7 +9,7 @@ import pytest
 from flask import Flask
 
 from limiter import ManualClock
-from limiter.adapters.flask import RateLimit as FlaskRateLimit
+from limiter.integrations.flask import RateLimit as FlaskRateLimit
 
 
 def test_flask_limit_of_a_rate_limit_never_set_up_fails_loudly() -> None:
@@ -82,7 +82,7 @@ def test_a_bare_django_ratelimit_is_a_system_check_error_and_a_clear_request_err
     from django.urls import path
 
     import test_django  # noqa: F401  (configures settings)
-    from limiter.adapters.django import ratelimit
+    from limiter.integrations.django import ratelimit
 
     @ratelimit  # type: ignore[arg-type]
     def view(request: Any) -> Any:
@@ -107,7 +107,7 @@ def get_remote_address() -> str:  # flask-limiter's key function: no argument
 
 
 def test_a_key_func_without_the_request_argument_fails_at_construction() -> None:
-    from limiter.adapters.fastapi import RateLimit as FastAPIRateLimit
+    from limiter.integrations.fastapi import RateLimit as FastAPIRateLimit
 
     for build in (
         lambda: FlaskRateLimit(key_func=get_remote_address),
@@ -142,7 +142,7 @@ def test_a_deduct_when_of_the_response_fails_at_decoration() -> None:
 def test_slowapi_decorator_style_on_a_fastapi_route_names_the_dependency_form() -> None:
     from fastapi import FastAPI
 
-    from limiter.adapters.fastapi import RateLimit as FastAPIRateLimit
+    from limiter.integrations.fastapi import RateLimit as FastAPIRateLimit
 
     app = FastAPI()
     rl = FastAPIRateLimit(app)

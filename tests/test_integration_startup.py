@@ -37,7 +37,7 @@ def shown(url: str) -> str:
 def fastapi_app(url: str, **options: object) -> object:
     from fastapi import Depends, FastAPI
 
-    from limiter.adapters.fastapi import RateLimit
+    from limiter.integrations.fastapi import RateLimit
 
     app = FastAPI()
     rl = RateLimit(app, store=url, **options)  # type: ignore[arg-type]
@@ -110,7 +110,7 @@ def test_flask_init_app_fails_on_a_dead_store_naming_it_without_the_password(
 ) -> None:
     from flask import Flask
 
-    from limiter.adapters.flask import RateLimit
+    from limiter.integrations.flask import RateLimit
 
     with pytest.raises(StoreError) as caught:
         RateLimit(Flask("dead"), store=dead_url)
@@ -134,8 +134,8 @@ def test_flask_check_store_false_and_a_fallback_start(
     from flask import Flask
 
     from limiter import MemoryStore
-    from limiter.adapters.flask import RateLimit
     from limiter.backends.redis import RedisStore
+    from limiter.integrations.flask import RateLimit
 
     RateLimit(Flask("unchecked"), store=dead_url, check_store=False)
     import redis
@@ -150,7 +150,7 @@ def test_flask_check_store_false_and_a_fallback_start(
 def test_flask_with_a_store_that_answers_starts() -> None:
     from flask import Flask
 
-    from limiter.adapters.flask import RateLimit
+    from limiter.integrations.flask import RateLimit
 
     app = Flask("memory")
     RateLimit(app, default="1/minute")  # a MemoryStore has no ping: nothing to check
@@ -168,7 +168,7 @@ def test_django_start_up_fails_on_a_dead_store_naming_it_without_the_password(
 
     import test_django  # noqa: F401  (configures settings)
 
-    middleware = ["limiter.adapters.django.RateLimitMiddleware"]
+    middleware = ["limiter.integrations.django.RateLimitMiddleware"]
     with override_settings(MIDDLEWARE=middleware, RATE_LIMIT={"store": dead_url}):
         with pytest.raises(StoreError) as caught:
             WSGIHandler()  # builds the middleware, as a server does at start-up

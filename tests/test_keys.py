@@ -1,4 +1,4 @@
-"""limiter.keys: the client-IP trust model, address normalisation, header keys.
+"""limiter.http.keys: the client-IP trust model, address normalisation, header keys.
 
 Every behaviour of keys.py is pinned here (the module is mutation-tested):
 boundaries are tested on both sides and each branch of the parsers has an
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from limiter.adapters import RequestInfo
-from limiter.keys import UNKNOWN_CLIENT, ClientIP, client_ip, header_key, parse_address
+from limiter.http.keys import UNKNOWN_CLIENT, ClientIP, client_ip, header_key, parse_address
 
 
 def req(peer=None, headers=()):
@@ -408,7 +408,7 @@ def test_client_ip_function_accepts_the_same_options():
 
 
 def test_client_ip_caches_options_by_type():
-    from limiter.keys import _client_ip
+    from limiter.http.keys import _client_ip
 
     assert _client_ip.cache_info().maxsize == 32
     _client_ip.cache_clear()
@@ -606,7 +606,7 @@ def test_parse_address_ends_a_bracketed_address_at_its_first_closing_bracket(tex
 
 
 def test_allow_list_never_lists_a_client_hidden_behind_a_listed_trusted_proxy():
-    from limiter.keys import AllowList
+    from limiter.http.keys import AllowList
 
     client_ip = ClientIP(["10.0.0.1"], header="x-forwarded-for")
     allow = AllowList(["10.0.0.0/8"], client_ip)
@@ -625,7 +625,7 @@ def test_allow_list_never_lists_a_client_hidden_behind_a_listed_trusted_proxy():
     assert listed("6.6.6.6", peer="10.9.9.9")  # ...and it is listed by its own address
     assert not allow(RequestInfo("GET", "/", {}, peer=None))
     assert repr(allow) == "AllowList(['10.0.0.0/8'])" and allow and not AllowList((), client_ip)
-    with pytest.raises(TypeError, match=r"client_ip must be a limiter\.keys\.ClientIP"):
+    with pytest.raises(TypeError, match=r"client_ip must be a limiter\.http\.keys\.ClientIP"):
         AllowList(["10.0.0.0/8"], "x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="allow_list must be a str or an iterable"):
         AllowList(5, client_ip)  # type: ignore[arg-type]

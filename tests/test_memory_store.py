@@ -19,7 +19,7 @@ from hypothesis.stateful import (
 
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter
 from limiter.backends import memory
-from limiter.bucket import step, step_all
+from limiter.core.bucket import step, step_all
 from limiter.testing import StoreConformance
 
 

@@ -23,7 +23,7 @@ from limiter import (
     SQLiteStore,
     rate_limit_headers,
 )
-from limiter.bucket import LockoutResult
+from limiter.core.bucket import LockoutResult
 from limiter.events import DecisionEvent
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from limiter import Charge, Limit, Lockout, MemoryStore, Quota
 from limiter.backends.sqlite import SQLiteStore
-from limiter.bucket import Cost, LockoutResult, RateLimitResult
+from limiter.core.bucket import Cost, LockoutResult, RateLimitResult
 from limiter.testing import T0
 
 REQUESTS = Limit.parse("10/minute")

@@ -3,7 +3,7 @@
 Midnight in UTC and Europe/Paris, the 23- and 25-hour days of a daylight-saving
 change, month ends (a leap February), ISO weeks, atomicity beside a token
 bucket, every store (memory, SQLite, a throwaway Redis), threads, and the Lua
-script checked against ``limiter.bucket.step_quota`` on random sequences.
+script checked against ``limiter.core.bucket.step_quota`` on random sequences.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from limiter import Limit, ManualClock, MemoryStore, Quota, RateLimiter, SQLiteStore
-from limiter.bucket import (
+from limiter.core.bucket import (
     CLOCK_TOLERANCE,
     Charge,
     QuotaResult,
@@ -30,7 +30,7 @@ from limiter.bucket import (
     step_all,
     step_quota,
 )
-from limiter.headers import rate_limit_headers
+from limiter.http.headers import rate_limit_headers
 from test_redis_store import check_stored
 
 PARIS = timezone(timedelta(hours=1))  # Europe/Paris in winter (CET)

@@ -428,7 +428,7 @@ def store_records(caplog: pytest.LogCaptureFixture, level: int) -> List[logging.
 def test_first_failure_and_recovery_are_logged_once(
     server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from limiter.backends import _fallback
+    from limiter.backends import _failover as _fallback
 
     monkeypatch.setattr(_fallback, "ERROR_LOG_INTERVAL", 0.0)  # log every outage
     store = RedisStore(short_timeouts(server), prefix="app:")
@@ -643,7 +643,7 @@ def test_async_malformed_reply_and_a_sync_only_fallback() -> None:
 # -- the connection-level fast path (issue 14 item 2) ------------------------------------
 #
 # A plain redis.Redis client's checks are sent on the store's own connections
-# (limiter.backends._redis_conn); these tests hold it to the client path's
+# (limiter.backends.redis._connection); these tests hold it to the client path's
 # behaviour: the same results, StoreError on failure, and a broken connection
 # never reused.
 
@@ -844,7 +844,7 @@ def test_fast_path_without_poll_reconnects_a_connection_closed_while_idle(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch, admin: redis.Redis
 ) -> None:
     """Where ``select.poll`` is missing (Windows), ``can_read()`` tests the idle connection."""
-    from limiter.backends import _redis_conn
+    from limiter.backends.redis import _connection as _redis_conn
 
     monkeypatch.setattr(_redis_conn, "_HAS_POLL", False)
     store = RedisStore(short_timeouts(server), prefix="app:")

@@ -1,6 +1,6 @@
 """RedisStore and AsyncRedisStore against a real redis-server started for this module.
 
-The conformance suite, the Lua script checked against ``limiter.bucket`` by
+The conformance suite, the Lua script checked against ``limiter.core.bucket`` by
 hypothesis (results and the stored state, exactly), the key scheme and expiry,
 server time, one round trip per check, and 4 processes on one key.
 """
@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
-from limiter.backends.redis import SCRIPT_SHA, AsyncRedisStore, RedisStore, hash_tag, redis_key
-from limiter.bucket import (
+from limiter.backends.redis import AsyncRedisStore, RedisStore, hash_tag, redis_key
+from limiter.backends.redis._store import SCRIPT_SHA
+from limiter.core.bucket import (
     CLOCK_TOLERANCE,
     Charge,
     Lockout,
@@ -99,7 +100,7 @@ class TestAsyncRedisStore(StoreConformance):
         self.run(store.client.aclose())
 
 
-# -- the Lua script is limiter.bucket.step ---------------------------------------
+# -- the Lua script is limiter.core.bucket.step ---------------------------------------
 
 RATES = st.sampled_from([0.001, 0.5, 1.0, 3.0, 100 / 60, 7.3, 1000.0, 2500.0, 1e6])
 COSTS = st.one_of(

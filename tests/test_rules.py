@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 from limiter import MemoryStore, RateLimiter
-from limiter.rules import Rule, check_distinct_names
+from limiter.http.rules import Rule, check_distinct_names
 
 LIM = RateLimiter("5/minute")
 
@@ -89,7 +89,7 @@ def test_wrong_types_are_type_errors(kwargs: dict, message: str) -> None:
 
 
 def test_a_cost_may_be_any_real_number_and_is_kept_as_a_float() -> None:
-    # One cost check for every type and size (limiter.bucket.validate_cost):
+    # One cost check for every type and size (limiter.core.bucket.validate_cost):
     # a cost above any burst is inf, denied by the bucket, never an error.
     assert Rule("/x", LIM, cost=Decimal("2.5")).cost == 2.5
     assert Rule("/x", LIM, cost=Fraction(1, 4)).cost == 0.25

@@ -16,7 +16,7 @@ import pytest
 from limiter import ManualClock, MemoryStore, RateLimiter, Rule
 from limiter.adapters import asgi, wsgi
 from limiter.adapters.httpserver import rate_limited
-from limiter.keys import header_key
+from limiter.http.keys import header_key
 
 NOW = 1_700_000_000.0
 Response = Tuple[int, Dict[str, str]]

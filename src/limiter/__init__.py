@@ -9,17 +9,17 @@
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .backends.denycache import DenyCache
-    from .backends.memory import MemoryStore
-    from .backends.redis import AsyncRedisStore, RedisStore
-    from .backends.sqlite import SQLiteStore
-    from .bucket import Charge, Limit, Lockout, Quota, RateLimitResult, step
-    from .clock import Clock, ManualClock, SystemClock
-    from .headers import rate_limit_headers
-    from .ratelimiter import RateLimiter, RateLimitExceeded
-    from .rules import Rule
-    from .store import AsyncStore, Store, StoreError
-    from .urls import store_from_env, store_from_url
+    from limiter.backends.denycache import DenyCache
+    from limiter.backends.memory import MemoryStore
+    from limiter.backends.redis import AsyncRedisStore, RedisStore
+    from limiter.backends.sqlite import SQLiteStore
+    from limiter.clock import Clock, ManualClock, SystemClock
+    from limiter.core.bucket import Charge, Limit, Lockout, Quota, RateLimitResult, step
+    from limiter.http.headers import rate_limit_headers
+    from limiter.http.rules import Rule
+    from limiter.ratelimiter import RateLimiter, RateLimitExceeded
+    from limiter.store import AsyncStore, Store, StoreError
+    from limiter.urls import store_from_env, store_from_url
 
 __all__ = [
     "AsyncRedisStore",
@@ -54,19 +54,19 @@ __version__ = "0.1.0"
 _LAZY = {
     # Every name loads on first use, the core too: the pytest plugin (limiter.testing) imports
     # this package in every pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
-    "Charge": "limiter.bucket",
-    "Limit": "limiter.bucket",
-    "Lockout": "limiter.bucket",
-    "Quota": "limiter.bucket",
-    "RateLimitResult": "limiter.bucket",
-    "step": "limiter.bucket",
+    "Charge": "limiter.core.bucket",
+    "Limit": "limiter.core.bucket",
+    "Lockout": "limiter.core.bucket",
+    "Quota": "limiter.core.bucket",
+    "RateLimitResult": "limiter.core.bucket",
+    "step": "limiter.core.bucket",
     "Clock": "limiter.clock",
     "ManualClock": "limiter.clock",
     "SystemClock": "limiter.clock",
-    "rate_limit_headers": "limiter.headers",
+    "rate_limit_headers": "limiter.http.headers",
     "RateLimiter": "limiter.ratelimiter",
     "RateLimitExceeded": "limiter.ratelimiter",
-    "Rule": "limiter.rules",
+    "Rule": "limiter.http.rules",
     "AsyncStore": "limiter.store",
     "Store": "limiter.store",
     "StoreError": "limiter.store",

@@ -51,19 +51,19 @@ from typing import (
 )
 from urllib.parse import unquote
 
-from . import __version__
-from .adapters.common import RequestInfo
-from .adapters.httpserver import rate_limited, request_info
-from .bucket import Limit, LockoutResult, RateLimitResult
-from .events import fan_out
-from .keys import ClientIP
-from .metrics.top import TopOffenders
-from .ratelimiter import RateLimiter
-from .store import StoreError
-from .urls import STORAGE_URL_ENV, redact_url, resolve_store, store_from_url
+from limiter import __version__
+from limiter.adapters.httpserver import rate_limited, request_info
+from limiter.core.bucket import Limit, LockoutResult, RateLimitResult
+from limiter.events import fan_out
+from limiter.http.guard import RequestInfo
+from limiter.http.keys import ClientIP
+from limiter.metrics.top import TopOffenders
+from limiter.ratelimiter import RateLimiter
+from limiter.store import StoreError
+from limiter.urls import STORAGE_URL_ENV, redact_url, resolve_store, store_from_url
 
 if TYPE_CHECKING:
-    from .metrics.prometheus import PrometheusMetrics
+    from limiter.metrics.prometheus import PrometheusMetrics
 
 __all__ = ["demo_handler", "main"]
 
@@ -534,7 +534,7 @@ def _top_n(query: str) -> Optional[int]:
 def _metrics() -> Optional[PrometheusMetrics]:
     """The demo's metrics on prometheus_client's default registry, or ``None`` without it."""
     try:
-        from .metrics.prometheus import PrometheusMetrics
+        from limiter.metrics.prometheus import PrometheusMetrics
     except ImportError as exc:
         if exc.name != "prometheus_client":
             raise
@@ -973,9 +973,9 @@ def _load_limiter(spec: str, sub: argparse.ArgumentParser) -> RateLimiter:
 
 def _has_state(limiter: RateLimiter, key: str) -> Optional[bool]:
     """Whether ``limiter``'s store holds any state of ``key`` (``None``: it cannot tell)."""
-    from .backends.memory import MemoryStore
-    from .backends.redis import RedisStore
-    from .backends.sqlite import SQLiteStore
+    from limiter.backends.memory import MemoryStore
+    from limiter.backends.redis import RedisStore
+    from limiter.backends.sqlite import SQLiteStore
 
     skeys = limiter._storage_keys(key) if limiter._many else [limiter.storage_key(key)]
     store: Any = limiter.store
@@ -1051,7 +1051,7 @@ def _app_bucket_command(
     except TypeError as exc:
         sub.error(f"argument KEY: {exc}")
     if args.store is None:
-        from .backends.memory import MemoryStore
+        from limiter.backends.memory import MemoryStore
 
         store_of = f"{args.limiter}'s store, {type(app.store).__name__},"
         if isinstance(app.store, MemoryStore) or getattr(app.store, "path", None) == ":memory:":

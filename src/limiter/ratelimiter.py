@@ -13,8 +13,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
-from .backends.memory import MemoryStore
-from .bucket import (
+from limiter.backends.memory import MemoryStore
+from limiter.clock import Clock, SystemClock, finite_seconds
+from limiter.core.bucket import (
     TIME_EPSILON,
     Charge,
     Limit,
@@ -26,9 +27,8 @@ from .bucket import (
     _checked_cost,
     looks_like_rate,
 )
-from .clock import Clock, SystemClock, finite_seconds
-from .events import DecisionEvent, Observer, Outcome
-from .store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
+from limiter.events import DecisionEvent, Observer, Outcome
+from limiter.store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
 
 __all__ = ["MAX_KEY_LENGTH", "CostSpec", "RateLimitExceeded", "RateLimiter", "RateSpec"]
 
@@ -177,7 +177,7 @@ def _store_from(store: Optional[Union[Store, AsyncStore, str]]) -> Union[Store, 
         return MemoryStore()
     if isinstance(store, str):
         # Imported here: urls imports backends lazily, and most limiters need none.
-        from .urls import store_from_url
+        from limiter.urls import store_from_url
 
         made: Union[Store, AsyncStore] = store_from_url(store)
         return made
@@ -477,7 +477,7 @@ class RateLimiter:
     def validate_cost(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
         """``cost`` as this limiter charges it, or the error a check would raise.
 
-        A number is ``limiter.bucket.validate_cost``'s float (tokens >= 0,
+        A number is ``limiter.core.bucket.validate_cost``'s float (tokens >= 0,
         ``inf`` when too large for a float).  A mapping of limit names to
         tokens is a tuple of one such float per limit, in the order of
         ``limits`` (0.0 for a limit it does not name); on a one-limit limiter
@@ -667,7 +667,7 @@ class RateLimiter:
         nothing), in every store.  Without it a quota's current window gets
         the units back, whichever took them: pass it whenever a refund may
         come after a boundary (``deduct_when`` does).  A token bucket
-        ignores it (see ``limiter.bucket.Refund``).
+        ignores it (see ``limiter.core.bucket.Refund``).
         """
         _refuse_rate_key(key)
         return self._settle(key, self._refund_cost(cost, taken_at))
@@ -709,7 +709,7 @@ class RateLimiter:
         For a cost known only after the work (the tokens an LLM call used):
         always taken, even from an empty bucket, which then owes tokens
         (``remaining`` 0) and denies later checks until refilling has repaid
-        them; a bucket owes at most one burst (``limiter.bucket.Charge``).
+        them; a bucket owes at most one burst (``limiter.core.bucket.Charge``).
         ``cost`` is a number for every limit or a mapping of limit names to
         tokens, checked as ``check``'s.  Returns the result after it
         (``allowed`` True).  Not a decision: not observed, and a ``lockout``

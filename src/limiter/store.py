@@ -1,6 +1,6 @@
 """The storage contract: how bucket state is kept per key, atomically.
 
-A store owns the state of many keys and applies ``limiter.bucket.step`` to one
+A store owns the state of many keys and applies ``limiter.core.bucket.step`` to one
 key (or ``step_all`` to the keys of several limits) atomically: under a lock
 (``MemoryStore``), in a transaction (SQLite) or in a server-side script
 (Redis).  See docs/stores.md.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
-from .bucket import Cost, Limit, RateLimitResult
+from limiter.core.bucket import Cost, Limit, RateLimitResult
 
 __all__ = [
     "AsyncStore",
@@ -61,8 +61,8 @@ class Store(Protocol):
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
     store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
     A denied request or ``cost == 0`` must leave the stored state unchanged.
-    ``cost`` may be a ``limiter.bucket.Refund``, the one negative cost (tokens
-    given back), or a ``limiter.bucket.Charge`` (taken unconditionally): pass
+    ``cost`` may be a ``limiter.core.bucket.Refund``, the one negative cost (tokens
+    given back), or a ``limiter.core.bucket.Charge`` (taken unconditionally): pass
     either to ``step`` as it is, without ``validate_cost``.
     Raise ``StoreError`` when the backend fails.  See ``Nonblocking`` for a
     store whose ``apply`` never waits on I/O.
@@ -75,7 +75,7 @@ class Store(Protocol):
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
-        """``limiter.bucket.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
+        """``limiter.core.bucket.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
 
         Either every bucket is charged ``cost`` or none is.  ``cost`` is one
         number for every limit or a sequence of one per limit (each may be a

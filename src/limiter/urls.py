@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import unquote
@@ -148,15 +149,17 @@ def redact_url(url: str) -> str:
         if colon:
             userinfo = user + ":***"
         head += userinfo + "@"
-    query = rest.find("?")
-    if query >= 0:
-        fields = rest[query + 1 :].split("&")
-        for i, field in enumerate(fields):
-            name, eq, _ = field.partition("=")
-            if eq and _secret(unquote(name)):
-                fields[i] = name + "=***"
-        rest = rest[: query + 1] + "&".join(fields)
+    # Every "?name=" or "&name=" counts, not only those after the first "?": an
+    # unencoded "?" in a password would otherwise hide the real query's start.
+    for match in reversed(list(_QUERY_FIELD.finditer(rest))):
+        if _secret(unquote(match.group(1))):
+            end = rest.find("&", match.end())
+            rest = rest[: match.end()] + "***" + (rest[end:] if end >= 0 else "")
     return head + rest
+
+
+#: "?name=" or "&name=": a query field's name, up to its "=".
+_QUERY_FIELD = re.compile(r"[?&]([^?&=]*)=")
 
 
 def _secret(name: str) -> bool:
@@ -322,7 +325,7 @@ def _fallback(value: Any, parsed: Optional[_Parsed] = None) -> Any:
             if parsed is not None:
                 parsed.fail(problem)
             raise ValueError(problem)
-        from .backends.memory import MemoryStore
+        from limiter.backends.memory import MemoryStore
 
         return MemoryStore()
     return value
@@ -454,7 +457,7 @@ class LazyCluster:
 
 
 def _memory(parsed: _Parsed, options: Dict[str, Any]) -> Any:
-    from .backends.memory import MemoryStore
+    from limiter.backends.memory import MemoryStore
 
     parsed.no_userinfo()
     if parsed.netloc or parsed.path not in ("", "/"):
@@ -499,7 +502,7 @@ def _sqlite(parsed: _Parsed, options: Dict[str, Any]) -> Any:
                 f"store; it takes: {', '.join(_SQLITE_STORE_OPTIONS)}"
             )
         kwargs[name] = _fallback(value) if name == "fallback" else value
-    from .backends.sqlite import SQLiteStore
+    from limiter.backends.sqlite import SQLiteStore
 
     return SQLiteStore(path, **kwargs)
 
@@ -543,7 +546,7 @@ def _redis(parsed: _Parsed, asyncio: bool, options: Dict[str, Any]) -> Any:
     target = _redis_target(parsed, kind, settings.db, options)
     client = _redis_client(_Library(package, asyncio, scheme), kind, settings, target)
 
-    from .backends.redis import AsyncRedisStore, RedisStore
+    from limiter.backends.redis import AsyncRedisStore, RedisStore
 
     store_class = AsyncRedisStore if asyncio else RedisStore
     return store_class(client, **settings.store_kwargs)
@@ -809,7 +812,7 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
     )
     if deny_cache is None:
         return store
-    from .backends.denycache import DenyCache
+    from limiter.backends.denycache import DenyCache
 
     return DenyCache(store, **deny_cache)
 
@@ -872,6 +875,6 @@ def resolve_store(store: Any = None, *, asyncio: bool = False) -> Any:
     from_env = store_from_env(asyncio=asyncio)
     if from_env is not None:
         return from_env
-    from .backends.memory import MemoryStore
+    from limiter.backends.memory import MemoryStore
 
     return MemoryStore()

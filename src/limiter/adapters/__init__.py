@@ -9,7 +9,7 @@ same ``RequestInfo``, so those are written once for all three.  See
 docs/adapters.md.
 """
 
-from .common import (
+from limiter.http.guard import (
     DENIED_BODY,
     UNAVAILABLE_BODY,
     Guard,

@@ -24,8 +24,8 @@ from typing import (
     Tuple,
 )
 
-from ..rules import LimiterSpec
-from .common import Deferred, GuardOptions, HeaderView, RequestInfo, adapter_guard
+from limiter.http.guard import Deferred, GuardOptions, HeaderView, RequestInfo, adapter_guard
+from limiter.http.rules import LimiterSpec
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -106,7 +106,7 @@ class RateLimitMiddleware:
     ``lifespan`` and unknown scope types pass through untouched.  The scope
     is never mutated.
 
-    ``options``: ``limiter.adapters.common.GuardOptions`` (documented there).
+    ``options``: ``limiter.http.guard.GuardOptions`` (documented there).
     Only a ``StoreError`` goes to ``on_error``; any other exception (the
     app's ``key_func``, ``exempt``, ``cost`` or ``on_limited`` failing)
     propagates from the middleware call to the server, like one from the app.

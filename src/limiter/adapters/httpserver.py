@@ -16,8 +16,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Type, TypeVar, Union
 from urllib.parse import unquote
 
-from ..rules import LimiterSpec
-from .common import (
+from limiter.http.guard import (
     Deferred,
     Guard,
     GuardOptions,
@@ -27,6 +26,7 @@ from .common import (
     Response,
     adapter_guard,
 )
+from limiter.http.rules import LimiterSpec
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -80,7 +80,7 @@ def rate_limited(
     429 (no body for ``HEAD``) and ``do_<METHOD>`` is not called.  A limited
     request with a body is answered with ``Connection: close``, since its
     unread body cannot be left on a kept-alive connection.  Thread-safe under
-    ``ThreadingHTTPServer``.  ``options``: ``limiter.adapters.common.GuardOptions``
+    ``ThreadingHTTPServer``.  ``options``: ``limiter.http.guard.GuardOptions``
     (documented there); the stores must be synchronous.  Only a ``StoreError``
     goes to ``on_error``; any other exception (the app's ``key_func``,
     ``exempt``, ``cost`` or ``on_limited`` failing) propagates out of the

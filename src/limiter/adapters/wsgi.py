@@ -13,8 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Tuple
 
-from ..rules import LimiterSpec
-from .common import (
+from limiter.http.guard import (
     Deferred,
     GuardOptions,
     HeaderList,
@@ -23,6 +22,7 @@ from .common import (
     adapter_guard,
     status_line,
 )
+from limiter.http.rules import LimiterSpec
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -86,7 +86,7 @@ class RateLimitMiddleware:
     a ``429`` JSON response (or ``on_limited(request, result, headers)``'s)
     without calling ``app``; ``HEAD`` requests get the headers and no body.
 
-    ``options``: ``limiter.adapters.common.GuardOptions`` (documented there).
+    ``options``: ``limiter.http.guard.GuardOptions`` (documented there).
     The limiters' stores must be synchronous.  Only a ``StoreError`` goes to
     ``on_error``; any other exception (the app's ``key_func``, ``exempt``,
     ``cost`` or ``on_limited`` failing) propagates from the middleware call,

@@ -6,10 +6,10 @@ repeated denials are answered in this process; it loads on first use.
 
 from typing import TYPE_CHECKING
 
-from .memory import MemoryStore
+from limiter.backends.memory import MemoryStore
 
 if TYPE_CHECKING:
-    from .denycache import DenyCache
+    from limiter.backends.denycache import DenyCache
 
 __all__ = ["DenyCache", "MemoryStore"]
 
@@ -17,7 +17,7 @@ __all__ = ["DenyCache", "MemoryStore"]
 def __getattr__(name: str) -> object:
     # Lazy: most processes never wrap a store.
     if name == "DenyCache":
-        from .denycache import DenyCache
+        from limiter.backends.denycache import DenyCache
 
         return DenyCache
     raise AttributeError(f"module 'limiter.backends' has no attribute {name!r}")

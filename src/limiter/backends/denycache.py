@@ -5,7 +5,7 @@ round trip.  A denial takes nothing from the bucket, so until its
 ``retry_after`` has passed the same check (same key, same limits, same cost)
 is denied again, with fields that follow from the first answer and the time
 elapsed: ``remaining``, ``reset_after`` and ``retry_after`` are what
-``limiter.bucket.step`` computes from the debt the store reported
+``limiter.core.bucket.step`` computes from the debt the store reported
 (``reset_after`` of a denial is the bucket's debt at that time).  So the
 wrapper remembers each denial and replays it through ``step`` (``step_all``
 for several limits): ``bucket.py`` stays the only place with the arithmetic.
@@ -27,7 +27,7 @@ cost types.  What only the store can know is bounded rather than guessed:
   the replay stops at the earliest moment the store could admit.  A replayed
   denial is never one the store would have admitted.  A store applies a
   ``now`` that lags the key's last update at that update's time
-  (``limiter.bucket.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
+  (``limiter.core.bucket.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
   one already sent through this wrapper is not remembered; one behind a
   reading of another process (skewed clocks) is replayed from ``now``: still
   denied rightly, with a ``retry_after`` short by up to that skew.
@@ -45,7 +45,7 @@ cost types.  What only the store can know is bounded rather than guessed:
 * Floats.  The replay computes from the store's reported debt rather than
   from its stored state, so a field may differ from the store's by a rounding
   of one subtraction (~1e-16 of the window; the headers, rounded with
-  ``limiter.bucket.TIME_EPSILON`` of slack, never show it).  Within a few
+  ``limiter.core.bucket.TIME_EPSILON`` of slack, never show it).  Within a few
   such roundings of the moment the key could pass, the store is asked.
 * Calendar quotas.  A denial under a ``limiter.Quota`` (alone or beside
   token buckets) is never remembered: its ``reset_after`` is the time to its
@@ -87,7 +87,8 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from ..bucket import (
+from limiter.clock import finite_seconds
+from limiter.core.bucket import (
     _LOCKED,
     Cost,
     Limit,
@@ -99,8 +100,7 @@ from ..bucket import (
     step,
     step_all,
 )
-from ..clock import finite_seconds
-from ..store import is_nonblocking
+from limiter.store import is_nonblocking
 
 __all__ = ["DenyCache"]
 
@@ -516,7 +516,7 @@ class DenyCache:
         if injected:
             if not (now.__class__ is float or now.__class__ is int) or now < self._latest:
                 # Behind a reading already sent: the store may have applied this
-                # check at that later time (limiter.bucket.CLOCK_TOLERANCE), and
+                # check at that later time (limiter.core.bucket.CLOCK_TOLERANCE), and
                 # its debt is then not this ``now``'s.
                 return
             at = now

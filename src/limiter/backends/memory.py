@@ -5,7 +5,7 @@ distinct keys (one per spoofed address, say) must not grow the process
 without bound, each tracked key should cost well under 200 bytes, and no
 housekeeping may hold the lock long enough to stall requests.
 
-* A key's state is the bucket's own ``complex`` (see ``limiter.bucket``), stored
+* A key's state is the bucket's own ``complex`` (see ``limiter.core.bucket``), stored
   as is: 32 bytes.
 * Keys live in two dicts, a young and an old generation, instead of an ordered
   LRU list: ``OrderedDict`` costs about 80 more bytes a key, and a plain dict
@@ -48,7 +48,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..bucket import Cost, Limit, RateLimitResult, admit, full_at, step, step_all
+from limiter.core.bucket import Cost, Limit, RateLimitResult, admit, full_at, step, step_all
 
 __all__ = ["MemoryStore"]
 

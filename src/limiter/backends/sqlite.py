@@ -1,7 +1,7 @@
 """``SQLiteStore``: bucket state in one SQLite file, shared by the processes of one host.
 
 For several worker processes without Redis (``gunicorn -w 4``): each check is
-one ``BEGIN IMMEDIATE`` transaction (read the states, ``limiter.bucket.step``
+one ``BEGIN IMMEDIATE`` transaction (read the states, ``limiter.core.bucket.step``
 in Python, write what changed), so checks from every process are serialized
 by SQLite's write lock.  The file is in WAL mode with ``synchronous=NORMAL``:
 readers never block, and a commit does not wait for the disk (a power cut may
@@ -19,7 +19,9 @@ import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from ..bucket import (
+from limiter.backends._failover import Failover
+from limiter.clock import finite_seconds
+from limiter.core.bucket import (
     Cost,
     Limit,
     RateLimitResult,
@@ -30,9 +32,7 @@ from ..bucket import (
     step_all,
     validate_costs,
 )
-from ..clock import finite_seconds
-from ..store import StoreError
-from ._fallback import Failover
+from limiter.store import StoreError
 
 __all__ = ["SQLiteStore"]
 
@@ -187,7 +187,7 @@ class SQLiteStore:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or none (one transaction).
 
         ``cost``: one for every limit, or a list or tuple of one per limit; a
-        ``Lockout`` may come last (``limiter.bucket.step_all``).
+        ``Lockout`` may come last (``limiter.core.bucket.step_all``).
         """
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")

@@ -16,7 +16,7 @@ from typing import Optional
 
 import httpx
 
-from ._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
+from limiter.clients._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
 
 __all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
 

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
-from ._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
+from limiter.clients._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
 
 __all__ = ["RateLimitAdapter"]
 

@@ -53,8 +53,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..events import DecisionEvent, Outcome
-from . import STORE_SECONDS_BUCKETS
+from limiter.events import DecisionEvent, Outcome
+from limiter.metrics import STORE_SECONDS_BUCKETS
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation

@@ -50,8 +50,8 @@ import threading
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..events import DecisionEvent
-from . import STORE_SECONDS_BUCKETS
+from limiter.events import DecisionEvent
+from limiter.metrics import STORE_SECONDS_BUCKETS
 
 try:
     from prometheus_client import (

@@ -53,11 +53,11 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
 
-from ..clock import SystemClock
-from ..events import DecisionEvent, Outcome
+from limiter.clock import SystemClock
+from limiter.events import DecisionEvent, Outcome
 
 if TYPE_CHECKING:
-    from ..clock import Clock
+    from limiter.clock import Clock
 
 __all__ = ["Offender", "TopOffenders"]
 

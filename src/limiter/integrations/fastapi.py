@@ -1,7 +1,7 @@
 """FastAPI and Starlette integration: per-route limits as dependencies, and a default.
 
 >>> from fastapi import Depends, FastAPI
->>> from limiter.adapters.fastapi import RateLimit
+>>> from limiter.integrations.fastapi import RateLimit
 >>> app = FastAPI()
 >>> rl = RateLimit(app, default="100/minute")
 >>> @app.get("/search", dependencies=[Depends(rl.limit("5/minute"))])
@@ -61,12 +61,12 @@ from starlette.responses import Response as StarletteResponse
 from starlette.routing import Host, Match, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..clock import Clock
-from ..request import Cost, KeyFunc
-from ..rules import DeductWhen
-from .asgi import WEBSOCKET_CLOSE_CODE, _encode, request_info
-from .common import Deferred, Guard, HeaderList, Response
-from .integration import (
+from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, _encode, request_info
+from limiter.clock import Clock
+from limiter.http.guard import Deferred, Guard, HeaderList, Response
+from limiter.http.request import Cost, KeyFunc
+from limiter.http.rules import DeductWhen
+from limiter.integrations.common import (
     Integration,
     IntegrationOptions,
     RateSpec,
@@ -155,7 +155,7 @@ class RateLimit:
     store is built from it) or ``None`` (``LIMITER_STORAGE_URL``, else
     memory).  ``clock``: for the limiters built here (tests: a
     ``ManualClock``).  The other options are ``GuardOptions``
-    (``limiter.adapters.common``); ``cost``, ``rules`` and ``deduct_when``
+    (``limiter.http.guard``); ``cost``, ``rules`` and ``deduct_when``
     apply to the default only.  Everything is checked here.
 
     ``check_store`` (``True``): when the app starts (the ASGI lifespan

@@ -49,7 +49,7 @@ import contextlib
 import inspect
 from typing import Any, Callable, List, Optional, Set, Tuple
 
-from ._redis_conn import await_pool, plain_client, pool_wait
+from limiter.backends.redis._connection import await_pool, plain_client, pool_wait
 
 __all__ = ["ScriptPipeline"]
 

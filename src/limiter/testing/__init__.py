@@ -50,8 +50,8 @@ else:
     _PYTEST_MISSING = False
 
 if TYPE_CHECKING:
-    from ._conformance import AdapterConformance, StoreConformance
-    from .clock import ManualClock
+    from limiter.clock import ManualClock
+    from limiter.testing._conformance import AdapterConformance, StoreConformance
 
 __all__ = ["T0", "AdapterConformance", "StoreConformance", "limiter_clock"]
 
@@ -63,7 +63,7 @@ if not _PYTEST_MISSING:
     @pytest.fixture
     def limiter_clock() -> ManualClock:
         """A ``ManualClock`` at 0.0 seconds; move it with ``advance()`` or ``set()``."""
-        from .clock import ManualClock
+        from limiter.clock import ManualClock
 
         return ManualClock()
 
@@ -82,9 +82,9 @@ def __getattr__(name: str) -> object:
         )
     # limiter_clock is defined above whenever pytest is there: only the suites are left.
     # Plain asserts in the suites explain their failures, as in the user's own tests.
-    if "limiter._conformance" not in sys.modules:
-        pytest.register_assert_rewrite("limiter._conformance")
-    from . import _conformance
+    if "limiter.testing._conformance" not in sys.modules:
+        pytest.register_assert_rewrite("limiter.testing._conformance")
+    from limiter.testing import _conformance as conformance
 
-    suite: object = getattr(_conformance, name)
+    suite: object = getattr(conformance, name)
     return suite

@@ -1,6 +1,6 @@
 """What the three adapters share: their options, the decision and the responses.
 
-An adapter translates its protocol into a ``RequestInfo`` (``limiter.request``,
+An adapter translates its protocol into a ``RequestInfo`` (``limiter.http.request``,
 re-exported here), asks a ``Guard`` for a decision and translates the decision
 back.  Everything else (the options, exemption, the key, the cost, the check,
 the headers, the 429 and 503 bodies, store failures) happens here, once.
@@ -33,13 +33,12 @@ from typing import (
     Union,
 )
 
-from ..bucket import RateLimitResult, validate_cost
-from ..clock import SystemClock
-from ..headers import build_headers, build_raw_headers, validate_style
-from ..keys import AllowList, ClientIP
-from ..ratelimiter import CostSpec, RateLimiter
-from ..request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
-from ..rules import (
+from limiter.clock import SystemClock
+from limiter.core.bucket import RateLimitResult, validate_cost
+from limiter.http.headers import build_headers, build_raw_headers, validate_style
+from limiter.http.keys import AllowList, ClientIP
+from limiter.http.request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
+from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
     Rule,
@@ -51,7 +50,8 @@ from ..rules import (
     plain_mapping,
     shadowed,
 )
-from ..store import StoreError
+from limiter.ratelimiter import CostSpec, RateLimiter
+from limiter.store import StoreError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -163,12 +163,12 @@ class GuardOptions(IntegrationOptions, total=False):
 
     ``key_func`` (default ``None``): ``key_func(request) -> str | None``, the
     bucket a request is charged to; ``None``, given or returned, means the
-    client IP (``limiter.keys.ClientIP``).
+    client IP (``limiter.http.keys.ClientIP``).
     ``trusted_proxies`` (``()``), ``proxy_header`` (``None``) and
     ``ipv6_prefix`` (``64``): how the client IP is found; they are
     ``ClientIP``'s ``trusted_proxies``, ``header`` and ``ipv6_prefix``.
     ``header_style`` (``"x"``): ``"x"``, ``"draft"`` or ``"both"``, the
-    rate-limit headers added to responses (``limiter.headers``).
+    rate-limit headers added to responses (``limiter.http.headers``).
     ``exempt`` (``None``): ``exempt(request) -> bool``; ``True`` skips
     limiting (no tokens taken, no headers added).
     ``on_error`` (``"allow"``): what a ``StoreError`` does.  ``"allow"`` lets
@@ -177,7 +177,7 @@ class GuardOptions(IntegrationOptions, total=False):
     ``ERROR_LOG_INTERVAL``; ``"deny"`` answers ``503`` with
     ``UNAVAILABLE_BODY``.
     ``cost`` (``1``): tokens per request, a number or ``cost(request) ->
-    number`` (checked by ``limiter.bucket.validate_cost``: one above the
+    number`` (checked by ``limiter.core.bucket.validate_cost``: one above the
     burst is denied, never admitted).  With named limits it may also be a
     mapping of limit names to numbers, or a function returning one
     (``{"requests": 1, "tokens": 350}``; a limit left out costs 0): a

@@ -30,14 +30,14 @@ from typing import (
 
 import pytest
 
-from .adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
-from .bucket import Charge, Cost, Limit, Lockout, Quota, RateLimitResult, Refund, step
-from .clock import ManualClock
-from .events import DecisionEvent
-from .keys import header_key
-from .ratelimiter import RateLimiter
-from .rules import Rule
-from .store import StoreError
+from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
+from limiter.clock import ManualClock
+from limiter.core.bucket import Charge, Cost, Limit, Lockout, Quota, RateLimitResult, Refund, step
+from limiter.events import DecisionEvent
+from limiter.http.keys import header_key
+from limiter.http.rules import Rule
+from limiter.ratelimiter import RateLimiter
+from limiter.store import StoreError
 
 #: The suites' start time, equal to ``limiter.testing.T0`` (a test checks it):
 #: defined here too so that this module does not import the plugin that loads it.
@@ -89,7 +89,7 @@ def _property_test() -> Any:
     def test_matches_the_pure_step(
         self: Any, rate: float, burst: int, ops: List[Any], store: Any
     ) -> None:
-        """The store computes exactly what ``limiter.bucket.step`` computes."""
+        """The store computes exactly what ``limiter.core.bucket.step`` computes."""
         limit = Limit(rate, burst)
         key = f"prop-{next(_keys)}"
         state = None

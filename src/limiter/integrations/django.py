@@ -3,7 +3,7 @@
 Configured from ``settings.RATE_LIMIT`` (a dict; see docs/django.md)::
 
     RATE_LIMIT = {"default": "100/minute", "exempt_paths": ["/health", "/static/*"]}
-    MIDDLEWARE = [..., "limiter.adapters.django.RateLimitMiddleware", ...]
+    MIDDLEWARE = [..., "limiter.integrations.django.RateLimitMiddleware", ...]
 
     @ratelimit("5/minute", methods=["POST"], deduct_when=lambda s: s in (401, 403))
     def login(request): ...
@@ -11,7 +11,7 @@ Configured from ``settings.RATE_LIMIT`` (a dict; see docs/django.md)::
 The middleware applies ``default`` to every view without a ``ratelimit`` of
 its own (one set of buckets shared by all of them); each decorated view has
 its own buckets (``name=`` shares them).  Both use one ``Integration``
-(``limiter.adapters.integration``) built from the settings on first use and
+(``limiter.integrations.common``) built from the settings on first use and
 rebuilt when ``RATE_LIMIT`` changes (``override_settings``), so the decorator
 works without the middleware too.  Decisions, bodies and headers are those of
 the WSGI and ASGI adapters.
@@ -43,10 +43,11 @@ from django.http import Http404, HttpRequest, HttpResponse  # type: ignore[impor
 from django.http.multipartparser import MultiPartParserError  # type: ignore[import-untyped]
 from django.http.response import HttpResponseBase  # type: ignore[import-untyped]
 
-from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, path_pattern
-from .common import Guard, GuardOptions, HeaderList, Response
-from .integration import (
+from limiter.adapters.wsgi import EnvironHeaders
+from limiter.http.guard import Guard, GuardOptions, HeaderList, Response
+from limiter.http.request import Cost, KeyFunc, RequestInfo
+from limiter.http.rules import DeductWhen, path_pattern
+from limiter.integrations.common import (
     NOT_LIMITED,
     Decision,
     Integration,
@@ -56,7 +57,6 @@ from .integration import (
     check_store,
     view_scope,
 )
-from .wsgi import EnvironHeaders
 
 __all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
 
@@ -112,7 +112,7 @@ class _Config:
         if source is None:
             source = {}
         if not isinstance(source, dict):
-            from ..urls import redact_url
+            from limiter.urls import redact_url
 
             # A store URL given as the whole setting: never show its password.
             shown = redact_url(source) if isinstance(source, str) else f"{source!r:.200}"
@@ -210,7 +210,7 @@ def _setting_changed(*, setting: str, **kwargs: Any) -> None:
             _config = None
 
 
-setting_changed.connect(_setting_changed, dispatch_uid="limiter.adapters.django")
+setting_changed.connect(_setting_changed, dispatch_uid="limiter.integrations.django")
 
 
 # -- responses -----------------------------------------------------------------------------
@@ -285,7 +285,7 @@ def _unresolved(request: HttpRequest, response: Any) -> bool:
 class RateLimitMiddleware:
     """Apply ``settings.RATE_LIMIT["default"]`` to every view without a ``ratelimit``.
 
-    Add ``"limiter.adapters.django.RateLimitMiddleware"`` to ``MIDDLEWARE``
+    Add ``"limiter.integrations.django.RateLimitMiddleware"`` to ``MIDDLEWARE``
     (early: a request refused by a middleware before it is not counted).
     Paths under ``exempt_paths`` are not limited.  Allowed responses get the
     rate-limit headers; limited requests get the 429 JSON response without

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
 
-from ..store import StoreError
+from limiter.store import StoreError
 
 __all__ = ["ERROR_LOG_INTERVAL", "AsyncView", "Breaker", "Failover", "Health"]
 

@@ -89,7 +89,7 @@ Several limits are charged together by ``step_all``, each its own amount
 when ``cost`` is a sequence (one cost per limit: requests and tokens).
 
 This module does no I/O and reads no clock; stores call ``step`` under their
-own atomicity (a lock, a transaction); ``backends/bucket.lua`` mirrors
+own atomicity (a lock, a transaction); ``backends/redis/bucket.lua`` mirrors
 ``step`` and ``step_all`` for Redis, checked against this file by a property
 test.  ``validate_cost``, ``full_at`` and ``combine`` are the pieces stores
 reuse rather than rewrite.
@@ -140,7 +140,7 @@ TIME_EPSILON = 1e-6
 #: refill the lag twice.  Real backward steps are larger (ntpd steps only
 #: beyond 128 ms, and slews below; VM restores and manual resets are seconds
 #: to hours); one under the tolerance costs a key at most that long without
-#: refill.  ``backends/redis.py`` uses the same value.
+#: refill.  ``backends/redis/_store.py`` uses the same value.
 CLOCK_TOLERANCE = 1.0
 
 #: ``complex(debt, updated_at)``, both in seconds (see the module docstring).

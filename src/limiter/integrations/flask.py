@@ -1,7 +1,7 @@
 """Flask integration: ``RateLimit`` with a ``default`` limit, ``limit`` and ``exempt``.
 
 >>> from flask import Flask
->>> from limiter.adapters.flask import RateLimit
+>>> from limiter.integrations.flask import RateLimit
 >>> app = Flask("demo")
 >>> rl = RateLimit(app, default="100/minute")
 >>> @app.post("/login")
@@ -12,7 +12,7 @@
 One ``before_request`` hook decides (before the view runs) and one
 ``after_request`` hook adds the rate-limit headers to the view's response, so
 error responses (``abort(401)``) get them too and ``deduct_when`` sees their
-status.  The decision itself is ``limiter.adapters.integration``'s, the very
+status.  The decision itself is ``limiter.integrations.common``'s, the very
 one of the WSGI middleware: same keys, headers and 429 body.  Flask is
 imported by this module only; ``import limiter`` never loads it.
 """
@@ -36,12 +36,12 @@ from typing import (
 import flask
 from flask.views import MethodView
 
-from ..clock import Clock
-from ..ratelimiter import RateLimiter
-from ..request import Cost, KeyFunc
-from ..rules import DeductWhen, is_async_callable
-from .common import Guard, Response, check_options
-from .integration import (
+from limiter.adapters.wsgi import request_info
+from limiter.clock import Clock
+from limiter.http.guard import Guard, Response, check_options
+from limiter.http.request import Cost, KeyFunc
+from limiter.http.rules import DeductWhen, is_async_callable
+from limiter.integrations.common import (
     Integration,
     IntegrationOptions,
     RateSpec,
@@ -52,7 +52,7 @@ from .integration import (
     check_store,
     store_shown,
 )
-from .wsgi import request_info
+from limiter.ratelimiter import RateLimiter
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -246,7 +246,7 @@ class RateLimit:
     ``header_style`` (``None``: no rate-limit headers), ``on_error`` and
     ``**options`` (``proxy_header``, ``ipv6_prefix``, ``exempt``, ``cost``,
     ``on_limited``, ``rules``, ``deduct_when``, ``allow_list``, ``enabled``)
-    are the ``GuardOptions`` of ``limiter.adapters.common``; ``cost``,
+    are the ``GuardOptions`` of ``limiter.http.guard``; ``cost``,
     ``rules`` and ``deduct_when`` apply to the default limit only.
 
     ``default``, ``store``, ``header_style`` and ``enabled`` may come from
@@ -296,7 +296,7 @@ class RateLimit:
         self._store: Any = store
         self._store_given: Any = store
         if isinstance(store, str):
-            from ..urls import resolve_store  # one store for every app of this RateLimit
+            from limiter.urls import resolve_store  # one store for every app of this RateLimit
 
             self._store = resolve_store(store)
         if store is not _UNSET and store is not None:
@@ -338,7 +338,7 @@ class RateLimit:
         store = _config_store(config) if self._store is _UNSET else self._store
         given = config.get("RATELIMIT_STORAGE_URL") if self._store is _UNSET else self._store_given
         if store is None:
-            from ..urls import resolve_store
+            from limiter.urls import resolve_store
 
             store = resolve_store(None)  # LIMITER_STORAGE_URL, else a MemoryStore
             _sync_store(store, "the store of LIMITER_STORAGE_URL")
@@ -465,7 +465,7 @@ def _config_store(config: flask.Config) -> Any:
         return None
     if not isinstance(url, str):
         raise TypeError(f"RATELIMIT_STORAGE_URL must be a URL string, got {url!r}")
-    from ..urls import resolve_store
+    from limiter.urls import resolve_store
 
     try:
         store = resolve_store(url)

@@ -1,6 +1,6 @@
 """Request keys: which bucket a request is charged to.
 
-A key function (``KeyFunc``, from ``limiter.request``) takes a
+A key function (``KeyFunc``, from ``limiter.http.request``) takes a
 ``limiter.adapters.RequestInfo`` and returns a ``str`` key, or ``None`` to
 fall back to the client IP.  ``client_ip`` is the default;
 ``header_key`` keys on a header such as ``X-API-Key``.  Keys are passed to
@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable as _IterableABC
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .request import KeyFunc, RequestInfo
+from limiter.http.request import KeyFunc, RequestInfo
 
 __all__ = [
     "UNKNOWN_CLIENT",
@@ -329,7 +329,7 @@ class AllowList:
 
     def __init__(self, entries: Union[str, Iterable[str]], client_ip: ClientIP) -> None:
         if not isinstance(client_ip, ClientIP):
-            raise TypeError(f"client_ip must be a limiter.keys.ClientIP, got {client_ip!r}")
+            raise TypeError(f"client_ip must be a limiter.http.keys.ClientIP, got {client_ip!r}")
         if isinstance(entries, str):
             entries = (entries,)
         elif isinstance(entries, (bytes, bytearray)) or not isinstance(entries, _IterableABC):

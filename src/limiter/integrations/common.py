@@ -4,7 +4,7 @@ An integration is one object (``RateLimit`` in each framework module) that
 holds a store, a clock and the adapter options, a ``default`` limit for
 every view without one of its own, and the limits its decorators or
 dependencies put on single views.  Each of those is a ``RouteLimit``; this
-module turns them into ``Guard``s (``limiter.adapters.common``), so a
+module turns them into ``Guard``s (``limiter.http.guard``), so a
 decision on a view is the very decision the WSGI and ASGI middleware make,
 with the same request view, key functions, bodies and headers.
 
@@ -36,11 +36,8 @@ from typing import (
     Union,
 )
 
-from ..clock import Clock
-from ..ratelimiter import RateLimiter
-from ..request import Cost, KeyFunc, RequestInfo
-from ..rules import DeductWhen, LimiterSpec, check_deduct_when, checked_mapping, method_set, then
-from .common import (
+from limiter.clock import Clock
+from limiter.http.guard import (
     Deferred,
     Guard,
     GuardOptions,
@@ -49,6 +46,16 @@ from .common import (
     Response,
     check_options,
 )
+from limiter.http.request import Cost, KeyFunc, RequestInfo
+from limiter.http.rules import (
+    DeductWhen,
+    LimiterSpec,
+    check_deduct_when,
+    checked_mapping,
+    method_set,
+    then,
+)
+from limiter.ratelimiter import RateLimiter
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -205,7 +212,7 @@ class RouteLimit:
             shape = RateLimiter(self.rate) if isinstance(self.rate, str) else self.rate
             cost = checked_mapping(cost, [shape])
         elif not callable(cost):
-            from ..bucket import validate_cost
+            from limiter.core.bucket import validate_cost
 
             validate_cost(cost)
         self.scope = scope
@@ -287,7 +294,7 @@ class Integration:
         asyncio: bool = False,
         **options: Unpack[GuardOptions],
     ) -> None:
-        from ..urls import resolve_store  # only the integrations need URLs resolved
+        from limiter.urls import resolve_store  # only the integrations need URLs resolved
 
         check_options(owner, options)
         check_key_func(options.get("key_func"))
@@ -436,7 +443,7 @@ def store_shown(given: Any, store: Any) -> str:
     redacted (``given``, else ``LIMITER_STORAGE_URL``), else its type."""
     import os
 
-    from ..urls import redact_url
+    from limiter.urls import redact_url
 
     if isinstance(given, str):
         return redact_url(given)
@@ -458,7 +465,7 @@ def _unreachable(owner: str, shown: str, store: Any, exc: Exception) -> Optional
             exc,
         )
         return None
-    from ..store import StoreError
+    from limiter.store import StoreError
 
     return StoreError(
         f"{owner}: the store {shown} does not answer at start-up: {exc} (start it or fix "
@@ -473,7 +480,7 @@ def check_store(owner: str, store: Any, shown: str) -> None:
     A store with a ``fallback`` is only logged (WARNING, ``limiter.adapters``).
     Stores without ``ping`` (memory, SQLite) are not checked.
     """
-    from ..store import StoreError
+    from limiter.store import StoreError
 
     ping = getattr(store, "ping", None)
     if not callable(ping):
@@ -488,7 +495,7 @@ def check_store(owner: str, store: Any, shown: str) -> None:
 
 async def acheck_store(owner: str, store: Any, shown: str) -> None:
     """``check_store`` for asyncio: ``await store.aping()`` (or ``ping()``)."""
-    from ..store import StoreError
+    from limiter.store import StoreError
 
     aping = getattr(store, "aping", None)
     if not callable(aping):

@@ -1,11 +1,11 @@
--- limiter's token bucket for Redis and Valkey: limiter.bucket in Lua, run by
--- EVALSHA for every check (limiter/backends/redis.py loads this file and
--- sends it).  limiter/bucket.py is the specification; each part below mirrors
+-- limiter's token bucket for Redis and Valkey: limiter.core.bucket in Lua, run by
+-- EVALSHA for every check (limiter/backends/redis/_store.py loads this file and
+-- sends it).  limiter/core/bucket.py is the specification; each part below mirrors
 -- one of its functions, computing the very same doubles, and
 -- tests/test_redis_store.py feeds both the same random sequences and compares
 -- the results bit for bit.  Change the two together.
 --
---   this file                          mirrors (limiter/bucket.py)
+--   this file                          mirrors (limiter/core/bucket.py)
 --   ARGV parsing, cost <= 2^54         validate_cost / validate_costs (done in
 --                                      Python first, see redis.py's _cost_arg)
 --                                      and Limit.__post_init__
@@ -19,16 +19,16 @@
 --                                      window end comes from Python, see below)
 --   lockstatus, breach                 _lock_status, _breach
 --
--- Two placeholders in capitals, in the code below, stand for limiter.bucket's
+-- Two placeholders in capitals, in the code below, stand for limiter.core.bucket's
 -- time epsilon and clock tolerance constants: redis.py substitutes their
 -- Python reprs when it loads this file, so the text sent to Redis (and its
 -- SHA-1) carries the numbers.
 --
--- The rules, as limiter.bucket's module docstring and step_all state them:
+-- The rules, as limiter.core.bucket's module docstring and step_all state them:
 -- * State: "debt updated_at" (seconds, exact: %.17g, the caller's repr of
 --   now, or the server's TIME as "seconds.microseconds"); a missing key is a
 --   full bucket.  It is full again at updated_at + debt.
--- * now < updated_at - tolerance (limiter.bucket's clock tolerance, 1 s; a
+-- * now < updated_at - tolerance (limiter.core.bucket's clock tolerance, 1 s; a
 --   clock stepped back): keep the debt, re-anchor at now, and store that even
 --   on denial.  now < updated_at within the tolerance (read before a later
 --   reading was applied): keep the debt and apply the request at updated_at
@@ -56,13 +56,13 @@
 -- * Every write sets PX to the time until the bucket is full again, so an
 --   expired key is a full bucket and nothing needs sweeping.  A written state
 --   is anchored at now, or at updated_at for a now just behind it.
--- * A calendar quota (limiter.bucket.step_quota) comes as "q<end> count" in
+-- * A calendar quota (limiter.core.bucket.step_quota) comes as "q<end> count" in
 --   place of "rate burst": end is the end of the window holding now +
 --   epsilon, which the client computes (time zones are beyond this script),
 --   and now is then always the client's.  Its state is "used*2^-600 end", so
 --   updated_at + debt is its end, and PX is the time left to that end.  A
 --   Charge adds to used unconditionally, at most 2 * count.
--- * A lockout (limiter.bucket.Lockout) comes as "l<within>/<duration>
+-- * A lockout (limiter.core.bucket.Lockout) comes as "l<within>/<duration>
 --   breaches", only ever as the last key (alone, it reports its status and
 --   takes nothing).  Its state is "breaches*2^-600 run_end" for an open run
 --   of breaches or "-2^-600 until" when locked out (PX: the time to that
@@ -83,7 +83,7 @@
 -- tonumber may not read) is sent as 2^54, above every burst (<= 2^53) and at
 -- least twice every burst, so its result is the same.  (One argument: each
 -- one costs clients more to send than the match below costs here.)
--- interval = 1 / rate, window = burst / rate and slack = min(limiter.bucket's
+-- interval = 1 / rate, window = burst / rate and slack = min(limiter.core.bucket's
 -- epsilon, 1e-3 / rate) are derived here as limiter.Limit derives them: IEEE
 -- division is exact, so they are the very same doubles.
 -- Returns one string (cheaper for clients to read than an array): per key
@@ -124,7 +124,7 @@ local function readcost(text)
   return tonumber(text), nil
 end
 
--- Mirrors limiter.bucket.State.  The stored debt, updated_at and updated_at's
+-- Mirrors limiter.core.bucket.State.  The stored debt, updated_at and updated_at's
 -- text (nil for a new key); false and an error reply for a corrupt state.
 local function load(key)
   local raw = redis.call('GET', key)
@@ -139,7 +139,7 @@ local function load(key)
   end
 end
 
--- Mirrors limiter.bucket.full_at: the key expires when the bucket is full
+-- Mirrors limiter.core.bucket.full_at: the key expires when the bucket is full
 -- again.  Writes debt d anchored at the text at, or at now when at is nil
 -- (full again in d seconds, or in px when given); returns d formatted.
 -- A denial's bookkeeping (soft: a lockout's breach, a re-anchoring) is
@@ -161,13 +161,13 @@ local function store(key, d, at, px, soft)
   return ds
 end
 
--- int() in limiter.bucket.step: truncation toward zero.
+-- int() in limiter.core.bucket.step: truncation toward zero.
 local function trunc(x)
   if x >= 0 then return math.floor(x) end
   return math.ceil(x)
 end
 
--- Mirrors limiter.bucket.step_quota (_apply_quota): d, u, us as for step;
+-- Mirrors limiter.core.bucket.step_quota (_apply_quota): d, u, us as for step;
 -- ends: the text of the current window's end; count: the quota; mode: '!'
 -- for a Charge.  Returns what step returns, and the seconds until the written
 -- state's end (for PX).
@@ -216,7 +216,7 @@ local function quota(d, u, us, ends, count, cost, mode)
   return write, at, 0, rem, reset, retry, reset
 end
 
--- Mirrors limiter.bucket._lock_status.  spec: "l<within>/<duration>".
+-- Mirrors limiter.core.bucket._lock_status.  spec: "l<within>/<duration>".
 -- Returns the state to store (mark, and its until as text; nil: nothing),
 -- allowed (0: locked out), remaining, the seconds left of the lockout, and
 -- the open run's breaches and end (0 and -inf when none).
@@ -244,7 +244,7 @@ local function lockstatus(d, u, spec, breaches)
   return nil, nil, 1, rem, 0, count, runend
 end
 
--- Mirrors limiter.bucket._breach: the lockout's state and reply after a
+-- Mirrors limiter.core.bucket._breach: the lockout's state and reply after a
 -- denial, as finish takes them (PX: the time to the run's or lockout's end).
 local function breach(count, runend, spec, breaches)
   local within, duration = match(spec, '^l(%S+)/(%S+)$')
@@ -263,7 +263,7 @@ local function breach(count, runend, spec, breaches)
   return count * QSCALE, format('%.17g', runend), 1, trunc(breaches - count), 0, 0, runend - now
 end
 
--- Mirrors limiter.bucket.step (and _settle for a Refund or a Charge, mode
+-- Mirrors limiter.core.bucket.step (and _settle for a Refund or a Charge, mode
 -- '-' or '!').  d, u, us: the stored debt, updated_at and its text (nil for a
 -- new key).  Returns the debt to store (nil: nothing to store), its anchor
 -- (nil: now, or us), and allowed, remaining, reset_after, retry_after (and
@@ -303,7 +303,7 @@ local function step(d, u, us, rate, burst, cost, mode)
   end
   local remaining
   if mode or (cost == 0 and debt > window + slack) then
-    -- A Refund or a Charge (limiter.bucket._settle), or a peek of a bucket in
+    -- A Refund or a Charge (limiter.core.bucket._settle), or a peek of a bucket in
     -- debt (settled as cost 0): always admitted.
     local after = debt
     if cost ~= 0 then
@@ -353,7 +353,7 @@ if n == 1 then
   return finish(key, step(d, u, us, rate1, burst1, c, mode))
 end
 
--- Mirrors limiter.bucket.step_all: all admit or none is charged, and a
+-- Mirrors limiter.core.bucket.step_all: all admit or none is charged, and a
 -- lockout last (combine is Python's, on the replies).
 local debts, stamps, texts, limits = {}, {}, {}, {}
 for i = 1, n do

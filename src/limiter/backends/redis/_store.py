@@ -32,7 +32,16 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..bucket import (
+from limiter.backends._failover import Failover
+from limiter.backends.redis._connection import (
+    Connections,
+    PoolFullError,
+    await_pool,
+    pool_full,
+    pool_wait,
+    wait_for_pool,
+)
+from limiter.core.bucket import (
     CLOCK_TOLERANCE,
     TIME_EPSILON,
     Charge,
@@ -48,9 +57,7 @@ from ..bucket import (
     validate_cost,
     validate_costs,
 )
-from ..store import StoreError
-from ._fallback import Failover
-from ._redis_conn import Connections, PoolFullError, await_pool, pool_full, pool_wait, wait_for_pool
+from limiter.store import StoreError
 
 __all__ = ["SCRIPT", "AsyncRedisStore", "PoolFullError", "RedisStore", "hash_tag", "redis_key"]
 
@@ -58,7 +65,7 @@ _log = logging.getLogger("limiter.stores")
 
 
 def _load_script() -> str:
-    """``bucket.lua`` (beside this file), with ``limiter.bucket``'s constants in place.
+    """``bucket.lua`` (beside this file), with ``limiter.core.bucket``'s constants in place.
 
     Its placeholders ``EPSILON`` and ``TOLERANCE`` become the reprs of
     ``TIME_EPSILON`` and ``CLOCK_TOLERANCE``, so the script uses the very
@@ -69,13 +76,15 @@ def _load_script() -> str:
     text = files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
     for placeholder, value in (("EPSILON", TIME_EPSILON), ("TOLERANCE", CLOCK_TOLERANCE)):
         if placeholder not in text:
-            raise RuntimeError(f"limiter/backends/bucket.lua lacks its {placeholder} placeholder")
+            raise RuntimeError(
+                f"limiter/backends/redis/bucket.lua lacks its {placeholder} placeholder"
+            )
         text = text.replace(placeholder, repr(value))
     return text
 
 
 #: The Lua script run by EVALSHA for every check (``bucket.lua``, which says
-#: which function of ``limiter.bucket`` each of its parts mirrors).
+#: which function of ``limiter.core.bucket`` each of its parts mirrors).
 SCRIPT = _load_script()
 
 #: SHA-1 of ``SCRIPT``, the name EVALSHA calls it by.
@@ -131,7 +140,7 @@ def redis_key(key: str, prefix: str = "limiter:") -> str:
 
 
 def _cost_arg(cost: Any) -> str:
-    # Validated here (limiter.bucket.validate_cost, as step does) so a bad cost
+    # Validated here (limiter.core.bucket.validate_cost, as step does) so a bad cost
     # never costs a round trip nor touches state.  The script reads the exact
     # double step uses; above 2**53, more than any burst, every cost is denied
     # alike (retry_after = inf), so 2**54 stands for all of them: the script
@@ -325,7 +334,7 @@ def _backs_off(backoff: Any) -> bool:
 
 
 # Fields after ``results`` (such as ``policy``) are taken from the limit, so
-# results match limiter.bucket.step's field for field.
+# results match limiter.core.bucket.step's field for field.
 _EXTRA_FIELDS = RateLimitResult._fields[7:]
 
 
@@ -579,7 +588,7 @@ class RedisStore(_RedisBase):
     blocking-pool, single-connection and client-side-caching clients, and a
     client whose ``execute_command`` (or ``evalsha``/``eval``) is overridden,
     wrapped or replaced (a tracer: OpenTelemetry, ddtrace, sentry-sdk), keep
-    the client's own path: see ``limiter.backends._redis_conn.plain_client``.
+    the client's own path: see ``limiter.backends.redis._connection.plain_client``.
     Every failure is a ``StoreError`` wrapping the client's exception.  A
     reply the script cannot have given (malformed: a proxy in between, or
     another script under its SHA-1) is a ``StoreError`` like any other
@@ -616,7 +625,7 @@ class RedisStore(_RedisBase):
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none (one script call).
 
         ``cost``: one for every limit, or a list or tuple of one per limit.  A
-        ``Lockout`` may come last (``limiter.bucket.step_all``).  On a cluster
+        ``Lockout`` may come last (``limiter.core.bucket.step_all``).  On a cluster
         the keys must share a hash tag (``ValueError`` otherwise).
         """
         rkeys, args = self._many(keys, limits, cost, now)
@@ -749,7 +758,7 @@ class AsyncRedisStore(_RedisBase):
         # its checks keep the client's own per-call path.
         self._pipeline: Any = None  # a _pipeline.ScriptPipeline
         if pipelining and not self._cluster:
-            from ._pipeline import ScriptPipeline
+            from limiter.backends.redis._pipeline import ScriptPipeline
 
             self._pipeline = ScriptPipeline.for_client(client, SCRIPT, _SHA)
 

@@ -6,8 +6,8 @@ import math
 import re
 from typing import Dict, List, Literal, Optional, Tuple
 
-from .bucket import TIME_EPSILON, LockoutResult, QuotaResult, RateLimitResult
-from .clock import finite_seconds
+from limiter.clock import finite_seconds
+from limiter.core.bucket import TIME_EPSILON, LockoutResult, QuotaResult, RateLimitResult
 
 __all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style"]
 

@@ -1,0 +1,1 @@
+"""The ``limiter`` command line: demo, inspect, reset, top."""

@@ -1,0 +1,1 @@
+"""The pure core: policies, their steps and results; standard library only, no I/O, no clock."""

@@ -1,0 +1,1 @@
+"""Flask, FastAPI and Django integrations, each importing its framework lazily."""
