@@ -33,6 +33,7 @@ LEVELS: Dict[str, int] = {
     "limiter.http.keys": 2,
     "limiter.backends": 3,
     "limiter.urls": 4,
+    "limiter.waiting": 5,
     "limiter.ratelimiter": 5,
     "limiter.http.rules": 6,
     "limiter.clients": 6,

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import hashlib
-import inspect
 import logging
-import math
 import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+from limiter import waiting
 from limiter.backends.memory import MemoryStore
 from limiter.clock import Clock, SystemClock, finite_seconds
 from limiter.core.bucket import (
@@ -25,10 +23,11 @@ from limiter.core.bucket import (
     Refund,
     _check_name,
     _checked_cost,
-    looks_like_rate,
 )
+from limiter.core.keys import MAX_KEY_LENGTH, refuse_rate_key
 from limiter.events import DecisionEvent, Observer, Outcome
 from limiter.store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
+from limiter.waiting import RateLimitExceeded
 
 __all__ = ["MAX_KEY_LENGTH", "CostSpec", "RateLimitExceeded", "RateLimiter", "RateSpec"]
 
@@ -37,11 +36,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("limiter")
 
 _perf_counter = time.perf_counter
+_ONE = 1  # ``cost is _ONE``: the default cost, CPython's cached small int
 _ALLOWED = Outcome.ALLOWED
-
-#: Keys longer than this many characters are stored as a SHA-256 digest, so a
-#: 1 MB API key costs 71 bytes of key, not 1 MB.
-MAX_KEY_LENGTH = 256
 
 #: What ``RateLimiter(rate)`` accepts: a rate, a ``Limit``, a list of them, or a
 #: mapping of limit names to one rate each.
@@ -56,32 +52,6 @@ CostSpec = Union[float, Mapping[str, float]]
 #: The storage-key suffix of a limiter's lockout state.  A limit's suffix is
 #: ``|<name>`` and a limit name cannot hold ``"``, so no limit has this one.
 _LOCKOUT_SUFFIX = '|"lockout"'
-
-
-def _refuse_rate_key(key: object) -> None:
-    """Raise ``TypeError`` when ``key`` reads as a rate: a limit passed where a key goes.
-
-    Only a key that parses as a rate is refused (``"5/minute"``,
-    ``"10 per second"``); other keys with ``/`` or spaces (``"user/42"``) are valid.
-    """
-    if isinstance(key, str) and looks_like_rate(key):
-        raise TypeError(
-            f"key {key!r:.100} looks like a rate: pass the rate to RateLimiter({key!r:.100}) "
-            "(or a framework integration's limit()) and use a client key here"
-        )
-
-
-class RateLimitExceeded(Exception):
-    """Raised when a request may not proceed and waiting is not an option.
-
-    ``retry_after``: seconds until it could pass (``inf`` if it never can);
-    ``result``: the ``RateLimitResult`` that refused it.
-    """
-
-    def __init__(self, result: RateLimitResult) -> None:
-        self.result = result
-        self.retry_after = result.retry_after
-        super().__init__(f"rate limit exceeded; retry after {result.retry_after:.3f} s")
 
 
 def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
@@ -444,8 +414,8 @@ class RateLimiter:
         With several limits (or a lockout) each bucket is stored under
         ``{<this key>}|<limit name>`` and the lockout's state under
         ``{<this key>}|"lockout"`` (braces: one Redis Cluster hash tag for all
-        of them; no limit name holds a quote).  A key that
-        parses as a rate (``"5/minute"``) is a ``TypeError``: see ``_refuse_rate_key``.
+        of them; no limit name holds a quote).  A key that parses as a rate
+        (``"5/minute"``) is a ``TypeError`` (``limiter.core.keys.refuse_rate_key``).
         """
         # The common case first: check, allow and acheck call this per request.
         # A rate has a "/" or a space ("10 per second"), so a short key with
@@ -455,7 +425,7 @@ class RateLimiter:
             return self._prefix + key
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {key!r:.100}")
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         if len(key) > MAX_KEY_LENGTH:
             digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
             key = "sha256:" + digest
@@ -559,16 +529,20 @@ class RateLimiter:
         With a ``lockout``, a locked-out key gets a ``LockoutResult``.
         """
         # The hot path: everything inline that can be (each call costs ~30-50 ns).
-        # A mapping cost is handled after a store refused it with TypeError: a
-        # try block costs nothing on the number path (CONTRIBUTING.md, "Hot paths").
+        # A mapping cost becomes the one limit's cost first; the default cost
+        # (the cached int 1) and plain numbers pass the test in a few ns.
+        if (
+            cost is not _ONE
+            and cost.__class__ is not int
+            and cost.__class__ is not float
+            and isinstance(cost, Mapping)
+        ):
+            if self._many:
+                return self._check_slow(key, cost)
+            cost = self._scalar(cost)
         fast = self._fast_check
         if fast is not None:
-            try:
-                return fast(key, cost)  # type: ignore[arg-type]
-            except TypeError:
-                if not isinstance(cost, Mapping):
-                    raise
-            return fast(key, self._scalar(cost))
+            return fast(key, cost)  # type: ignore[arg-type]
         apply = self._apply
         if apply is None:
             return self._check_slow(key, cost)
@@ -583,13 +557,7 @@ class RateLimiter:
         else:
             skey = self.storage_key(key)
         clock_now = self._clock_now
-        now = None if clock_now is None else clock_now()
-        try:
-            return apply(skey, self._limit, cost, now)  # type: ignore[arg-type]
-        except TypeError:
-            if not isinstance(cost, Mapping):
-                raise
-        return apply(skey, self._limit, self._scalar(cost), now)
+        return apply(skey, self._limit, cost, None if clock_now is None else clock_now())  # type: ignore[arg-type]
 
     def _check_slow(self, key: str, cost: CostSpec) -> RateLimitResult:
         if self._sync is None:
@@ -609,14 +577,17 @@ class RateLimiter:
         The same decision as ``check``, on the store's ``allow`` fast path when
         it has one (``MemoryStore`` skips building the result).
         """
+        if (
+            cost is not _ONE
+            and cost.__class__ is not int
+            and cost.__class__ is not float
+            and isinstance(cost, Mapping)
+            and not self._many
+        ):
+            cost = self._scalar(cost)  # see check
         bound = self._fast_allow
         if bound is not None:
-            try:
-                return bound(key, cost)  # type: ignore[arg-type]
-            except TypeError:  # a mapping cost: see check
-                if not isinstance(cost, Mapping):
-                    raise
-            return bound(key, self._scalar(cost))
+            return bound(key, cost)  # type: ignore[arg-type]
         fast = self._allow
         if fast is None:
             result: RateLimitResult = RateLimiter.check(self, key, cost)
@@ -627,13 +598,7 @@ class RateLimiter:
         else:
             skey = self.storage_key(key)
         clock_now = self._clock_now
-        now = None if clock_now is None else clock_now()
-        try:
-            return fast(skey, self._limit, cost, now)  # type: ignore[arg-type]
-        except TypeError:
-            if not isinstance(cost, Mapping):
-                raise
-        return fast(skey, self._limit, self._scalar(cost), now)
+        return fast(skey, self._limit, cost, None if clock_now is None else clock_now())  # type: ignore[arg-type]
 
     def peek(self, key: str) -> RateLimitResult:
         """``key``'s state now, taking nothing.
@@ -642,7 +607,7 @@ class RateLimiter:
         then the ``LockoutResult`` (``allowed`` False, ``retry_after`` the
         seconds left), as a check would get.
         """
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         return RateLimiter.check(self, key, 0)  # a peek is no decision: not observed
 
     def refund(
@@ -669,14 +634,14 @@ class RateLimiter:
         come after a boundary (``deduct_when`` does).  A token bucket
         ignores it (see ``limiter.core.bucket.Refund``).
         """
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         return self._settle(key, self._refund_cost(cost, taken_at))
 
     async def arefund(
         self, key: str, cost: CostSpec = 1, taken_at: Optional[float] = None
     ) -> RateLimitResult:
         """``refund`` for asyncio."""
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         return await self._asettle(key, self._refund_cost(cost, taken_at))
 
     def _refund_cost(self, cost: CostSpec, taken_at: Optional[float]) -> Any:
@@ -717,12 +682,12 @@ class RateLimiter:
         the estimate, then ``charge`` what it fell short or ``refund`` what
         it took beyond the real cost.
         """
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         return self._settle(key, self._settled(cost, Charge))
 
     async def acharge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """``charge`` for asyncio."""
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         return await self._asettle(key, self._settled(cost, Charge))
 
     def _limit_keys(self, key: str) -> List[str]:
@@ -748,7 +713,7 @@ class RateLimiter:
 
     def reset(self, key: str) -> None:
         """Give ``key`` full buckets again, and lift its lockout if any."""
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         if self._sync is None:
             raise TypeError(f"{self.store!r} is async only: use areset")
         for skey in self._storage_keys(key) if self._many else [self.storage_key(key)]:
@@ -788,19 +753,19 @@ class RateLimiter:
 
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         return await RateLimiter.acheck(self, key, 0)
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
-        _refuse_rate_key(key)
+        refuse_rate_key(key)
         if self._async is None:
             self.reset(key)
             return
         for skey in self._storage_keys(key) if self._many else [self.storage_key(key)]:
             await self._async.areset(skey)
 
-    # -- waiting for tokens (client side) ----------------------------------
+    # -- waiting for tokens (client side: limiter.waiting) -------------------
 
     def acquire(
         self, key: str, cost: CostSpec = 1, timeout: Optional[float] = None
@@ -817,41 +782,15 @@ class RateLimiter:
         ``lockout`` cannot wait: every refusal on the way would count as a
         breach, so it is a ``TypeError``.
         """
-        self._refuse_waits_with_lockout()
-        _check_timeout(timeout)
-        _refuse_rate_key(key)
-        clock = self.clock
-        start = clock.now()
-        while True:
-            result = self.check(key, cost)
-            if result.allowed:
-                return result
-            _give_up_if_late(result, clock.now() - start, timeout, self._slack)
-            clock.sleep(result.retry_after)
+        result: RateLimitResult = waiting.acquire(self, key, cost, timeout)
+        return result
 
     async def aacquire(
         self, key: str, cost: CostSpec = 1, timeout: Optional[float] = None
     ) -> RateLimitResult:
         """``acquire`` for asyncio: waits with ``await clock.asleep(...)``."""
-        self._refuse_waits_with_lockout()
-        _check_timeout(timeout)
-        _refuse_rate_key(key)
-        clock = self.clock
-        start = clock.now()
-        while True:
-            result = await self.acheck(key, cost)
-            if result.allowed:
-                return result
-            _give_up_if_late(result, clock.now() - start, timeout, self._slack)
-            await clock.asleep(result.retry_after)
-
-    def _refuse_waits_with_lockout(self) -> None:
-        if self.lockout is not None:
-            raise TypeError(
-                f"{self.name!r} has a lockout: waiting for tokens (acquire, throttle) would "
-                "count each refusal on the way as a breach and lock the caller out; use "
-                "check() with a lockout, and a limiter without one to pace calls"
-            )
+        result: RateLimitResult = await waiting.aacquire(self, key, cost, timeout)
+        return result
 
     def throttle(
         self,
@@ -878,49 +817,8 @@ class RateLimiter:
         ``cost`` (a number, or a mapping of limit names to tokens) is checked
         here too (``validate_cost``).  With ``wait=True``, a limiter with a
         ``lockout`` is a ``TypeError`` (see ``acquire``).
-        (Renamed from ``limit`` in 0.x: the old name read as a server-side limit.)
         """
-        if wait:
-            self._refuse_waits_with_lockout()
-        _check_timeout(timeout)
-        self.validate_cost(cost)
-        if not (isinstance(key, str) or callable(key)):
-            raise TypeError(f"key must be a str or a callable returning one, got {key!r:.100}")
-        _refuse_rate_key(key)
-        key_of: Callable[..., str] = key if callable(key) else (lambda *a, **k: key)
-
-        def decorate(func: F) -> F:
-            if inspect.iscoroutinefunction(func):
-
-                @functools.wraps(func)
-                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                    k = key_of(*args, **kwargs)
-                    if wait:
-                        await self.aacquire(k, cost, timeout)
-                    else:
-                        _refuse_rate_key(k)
-                        result = await self.acheck(k, cost)
-                        if not result.allowed:
-                            raise RateLimitExceeded(result)
-                    return await func(*args, **kwargs)
-
-                return async_wrapper  # type: ignore[return-value]
-
-            @functools.wraps(func)
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                k = key_of(*args, **kwargs)
-                if wait:
-                    self.acquire(k, cost, timeout)
-                else:
-                    _refuse_rate_key(k)
-                    result = self.check(k, cost)
-                    if not result.allowed:
-                        raise RateLimitExceeded(result)
-                return func(*args, **kwargs)
-
-            return wrapper  # type: ignore[return-value]
-
-        return decorate
+        return waiting.throttle(self, key, cost, wait, timeout)
 
     # -- housekeeping --------------------------------------------------------
 
@@ -975,23 +873,3 @@ class RateLimiter:
                 thread.join()
 
         return stop
-
-
-def _check_timeout(timeout: Optional[float]) -> None:
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-    if not timeout >= 0:  # also NaN
-        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-
-
-def _give_up_if_late(
-    result: RateLimitResult, waited: float, timeout: Optional[float], slack: float
-) -> None:
-    # ``slack``: retry_after carries float rounding (0.1 s is 0.10000000000000003
-    # after a burst at 10/s); the bucket admits a client that waits it exactly,
-    # so a wait of exactly ``timeout`` must not be refused either.
-    never = not math.isfinite(result.retry_after)
-    if never or (timeout is not None and waited + result.retry_after > timeout + slack):
-        raise RateLimitExceeded(result)
