@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, Tuple
 import pytest
 
 from limiter import RateLimiter
-from limiter.__main__ import main
+from limiter.cli import main
 from limiter.urls import STORAGE_URL_ENV
 
 Run = Tuple[int, str, str]

@@ -17,7 +17,7 @@ from typing import Iterator, Tuple
 
 import pytest
 
-from limiter.__main__ import main
+from limiter.cli import main
 from limiter.urls import STORAGE_URL_ENV
 
 APP = """

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from limiter.__main__ import main
+from limiter.cli import main
 
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
 LOOP = re.compile(
@@ -310,7 +310,7 @@ def test_python_m_limiter_top_reads_the_demo(start_demo) -> None:
 
 def test_the_documented_inspect_line_reads_the_demo_bucket(start_demo, tmp_path, capsys) -> None:
     """docs/cli.md: the demo's limiter is named ``demo``; its inspect line sees the 429s."""
-    from limiter.__main__ import main
+    from limiter.cli import main
 
     db = f"sqlite:///{tmp_path / 'demo.db'}"
     demo = start_demo("--store", db)

@@ -18,7 +18,8 @@ from typing import Any, Iterator, List, Optional, Tuple
 import pytest
 
 from limiter import RateLimiter
-from limiter.__main__ import demo_handler, main
+from limiter.cli import main
+from limiter.cli._demo import demo_handler
 from limiter.clock import ManualClock
 from limiter.metrics.top import TopOffenders
 

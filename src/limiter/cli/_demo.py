@@ -1,0 +1,421 @@
+"""``demo``: a small rate-limited JSON API and a page to watch it (docs/cli.md).
+
+The demo runs the standard library's ``ThreadingHTTPServer`` behind
+``limiter.adapters.httpserver.rate_limited``; it needs nothing else installed
+(a ``redis://`` store needs the ``redis`` extra).  ``/`` is an HTML page
+(``demo.html`` beside this file, no external assets) that fires requests at
+``/api/`` and charts the bucket from ``/api/bucket``; the JSON API is under
+``/api/`` so that a browser opening the page spends no token.  With the
+``prometheus`` extra installed it also serves the limiter's metrics at
+``/metrics`` (``limiter.metrics.prometheus``, on prometheus_client's default
+registry); without it, ``/metrics`` answers 404 with the extra to install.
+
+Its defaults are chosen so that the loop it prints shows the limit on the
+first try on any machine: ``5/minute`` with a burst of 5 refills one token
+every 12 s, and the loop sends burst + 3 requests, so it prints five ``200``
+and three ``429`` unless the eight requests take more than 12 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import html
+import json
+import logging
+import os
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    NamedTuple,
+    Optional,
+    Tuple,
+    Type,
+    Union,
+)
+
+from limiter import __version__
+from limiter.adapters.httpserver import rate_limited, request_info
+from limiter.cli._inspect import limit_buckets
+from limiter.cli._output import duration, quiet_store_logs
+from limiter.events import fan_out
+from limiter.http.guard import RequestInfo
+from limiter.http.keys import ClientIP
+from limiter.metrics.top import TopOffenders
+from limiter.ratelimiter import RateLimiter
+from limiter.store import StoreError
+from limiter.urls import STORAGE_URL_ENV, redact_url, resolve_store
+
+if TYPE_CHECKING:
+    from limiter.metrics.prometheus import PrometheusMetrics
+
+#: The demo's default limit: slow enough that no machine refills a token
+#: while the printed loop runs (one every 12 s), so the 429s always show.
+DEFAULT_RATE = "5/minute"
+#: What ``/metrics`` says when prometheus_client is not installed.
+NO_METRICS = 'no metrics: /metrics needs prometheus_client, pip install "tokenlimiter[prometheus]"'
+#: How many requests past the burst the printed loop sends (the 429s it shows).
+EXTRA_REQUESTS = 3
+# A refill interval at least this long (seconds) makes the printed loop's
+# output certain: its burst + 3 requests take well under a second.
+_SURE_INTERVAL = 10.0
+
+#: The paths that take no token: the page, its chart's data and the operator's endpoints.
+#: (``/favicon.ico``: a browser asks for it with the page, and must not spend a token.)
+EXEMPT_PATHS = frozenset(("/", "/api/bucket", "/health", "/metrics", "/top", "/favicon.ico"))
+#: The JSON endpoints ``/api/`` lists.
+ENDPOINTS = ["/api/", "/api/time", "/api/bucket", "/health"]
+
+HEADER_STYLES = {
+    "x": "X-RateLimit-* headers",
+    "draft": "RateLimit and RateLimit-Policy headers",
+    "both": "X-RateLimit-*, RateLimit and RateLimit-Policy headers",
+}
+
+
+def _describe_limits(limiter: RateLimiter, rate: Optional[str] = None) -> str:
+    """``"5/minute burst 5"``: each limit as written (``rate``, if one) with its burst."""
+    if rate is not None and len(limiter.limits) == 1:
+        return f"{' '.join(rate.split())} burst {limiter.limits[0].burst}"
+    parts = []
+    for lim in limiter.limits:
+        if lim.name == "default":
+            parts.append(str(lim))  # "0.1/s burst 3"
+        else:  # one of several limits, named after its text: "10/second"
+            parts.append(f"{lim.name} burst {lim.burst}")
+    return "; ".join(parts)
+
+
+class _Demo(NamedTuple):
+    """What a demo handler serves: its limiter, the client's key, the texts and trackers."""
+
+    limiter: RateLimiter
+    client_key: Callable[[RequestInfo], str]
+    described: str
+    page: bytes
+    metrics: Optional[PrometheusMetrics]
+    top: Optional[TopOffenders]
+
+
+def demo_handler(
+    limiter: RateLimiter,
+    *,
+    description: Optional[str] = None,
+    header_style: str = "x",
+    metrics: Optional[PrometheusMetrics] = None,
+    top: Optional[TopOffenders] = None,
+) -> Type[BaseHTTPRequestHandler]:
+    """The demo's handler class.
+
+    ``/api/`` and ``/api/time`` are limited (one bucket per client IP, which
+    any other path but the exempt ones also spends); ``/`` (the HTML page),
+    ``/api/bucket`` (the client's bucket, peeked: the tokens, exact, and each
+    limit's state), ``/health``, ``/metrics``, ``/top`` and ``/favicon.ico``
+    are exempt: they take no token and get no rate-limit headers.
+
+    ``description`` is the limit as ``/api/`` reports it (default: ``_describe_limits``);
+    ``header_style`` is the adapters' option (``"x"``, ``"draft"`` or ``"both"``);
+    ``metrics``: the ``PrometheusMetrics`` ``/metrics`` serves (``None``: a 404
+    that names the extra to install).  ``top``: the ``TopOffenders`` that
+    ``/top`` reports as JSON (``?n=`` keys, default 10; ``None``: a 404).
+    """
+    client_key = ClientIP()
+    described = _describe_limits(limiter) if description is None else description
+    page = _page(described, limiter.burst)
+
+    def exempt(request: RequestInfo) -> bool:
+        return request.path in EXEMPT_PATHS
+
+    @rate_limited(limiter, key_func=client_key, exempt=exempt, header_style=header_style)
+    class DemoHandler(_DemoHandler):
+        demo = _Demo(limiter, client_key, described, page, metrics, top)
+
+    return DemoHandler
+
+
+class _DemoHandler(BaseHTTPRequestHandler):
+    """The demo's routes; ``demo_handler`` gives a subclass its ``demo``."""
+
+    demo: _Demo
+    protocol_version = "HTTP/1.1"
+    wbufsize = -1  # one send per response: no Nagle stalls on kept-alive connections
+    server_version = f"limiter-demo/{__version__}"
+
+    def _json(self, status: int, payload: Dict[str, Any]) -> None:
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        self._send(status, body, "application/json")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _route(self) -> Tuple[int, Dict[str, Any]]:
+        path = self.path.partition("?")[0]
+        demo = self.demo
+        if path == "/api/":
+            return 200, {"hello": "world", "limit": demo.described, "endpoints": ENDPOINTS}
+        if path == "/api/time":
+            return 200, {"unix": time.time()}
+        if path == "/api/bucket":
+            key = demo.client_key(request_info(self))
+            return _bucket_state(demo.limiter, key, demo.described)
+        if path == "/health":
+            return 200, {"status": "ok"}
+        message = "no such endpoint: the JSON API is under /api/"
+        return 404, {"status": 404, "code": "not_found", "message": message}
+
+    def do_GET(self) -> None:
+        path, _, query = self.path.partition("?")
+        top, metrics = self.demo.top, self.demo.metrics
+        if path == "/":
+            self._send(200, self.demo.page, "text/html; charset=utf-8")
+            return
+        if path == "/top":
+            if top is None:
+                self._json(404, {"status": 404, "code": "not_found", "message": "no tracker"})
+                return
+            n = _top_n(query)
+            if n is None:
+                message = "n must be a whole number from 1 to 1000"
+                self._json(400, {"status": 400, "code": "bad_request", "message": message})
+                return
+            self._json(200, top.as_dict(n))
+            return
+        if path == "/metrics":
+            if metrics is None:
+                self._json(404, {"status": 404, "code": "no_metrics", "message": NO_METRICS})
+            else:
+                self._send(200, metrics.generate_latest(), metrics.content_type)
+            return
+        self._json(*self._route())
+
+    do_HEAD = do_GET
+
+    def log_request(self, code: Union[int, str] = "-", size: Union[int, str] = "-") -> None:
+        # The page polls /api/bucket every second while the bucket refills:
+        # its answers would bury the requests worth reading.
+        if code != 200 or self.path.partition("?")[0] != "/api/bucket":
+            super().log_request(code, size)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+
+def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, Dict[str, Any]]:
+    """``/api/bucket``: ``key``'s buckets, peeked (nothing taken), for the page's chart.
+
+    ``tokens`` and ``burst`` are those of the bucket with the fewest tokens (the
+    one that refuses first); ``full`` is whether every bucket is full (the page
+    stops polling then).  A store that fails without a fallback is a 503.
+    """
+    try:
+        result = limiter.peek(key)
+    except StoreError as exc:
+        message = f"the store does not answer: {exc}"
+        return 503, {"status": 503, "code": "store_unavailable", "message": message}
+    buckets = limit_buckets(limiter, result)
+    fewest = min(buckets, key=lambda b: float(b["tokens_exact"]))
+    return 200, {
+        "key": key,
+        "limit": described,
+        "tokens": round(fewest["tokens_exact"], 4),
+        "burst": fewest["burst"],
+        "full": all(b["full_in"] <= 0 for b in buckets),
+        "limits": buckets,
+    }
+
+
+def _page(described: str, burst: int) -> bytes:
+    """The demo's HTML page for a limit: its text, its burst (the chart's scale) and the
+    burst button's default size (burst + ``EXTRA_REQUESTS``, as the printed loop).
+
+    The page is ``demo.html`` beside this file: plain HTML and a little JavaScript,
+    no external asset (it works offline).  Its counters and the chart's data-*
+    attributes are what tests/test_demo_page.py reads in a headless browser.
+    """
+    from importlib.resources import files  # Python >= 3.9
+
+    page = files(__package__).joinpath("demo.html").read_text(encoding="utf-8")
+    return (
+        page.replace("{{LIMIT}}", html.escape(described))
+        .replace("{{BURST}}", str(burst))
+        .replace("{{BURST_SIZE}}", str(burst + EXTRA_REQUESTS))
+        .encode()
+    )
+
+
+def _describe_store(given: Optional[str]) -> str:
+    """Where the store comes from, for the start-up line; passwords are ``***``."""
+    if given is not None:
+        return redact_url(given.strip())
+    from_env = os.environ.get(STORAGE_URL_ENV, "").strip()
+    if from_env:
+        return f"{redact_url(from_env)} (from {STORAGE_URL_ENV})"
+    return "memory:// (this process only)"
+
+
+class _Brief(logging.Formatter):
+    """One line per record, without the traceback: the demo's store warnings."""
+
+    def formatException(self, ei: Any) -> str:
+        return ""
+
+    def formatStack(self, stack_info: str) -> str:
+        return ""
+
+
+@contextlib.contextmanager
+def _brief_logging() -> Iterator[None]:
+    """Show the limiter's log records (a store failing, answering again) on one line each.
+
+    Undone on the way out, so ``main()`` called in a test leaves logging as it was.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Brief("limiter demo: %(levelname)s: %(message)s"))
+    logger = logging.getLogger("limiter")
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)  # (setLevel, not .level =: it clears the loggers' cache)
+        logger.propagate = propagate
+
+
+def _check_store(store: Any, shown: str) -> Optional[str]:
+    """Ping a store that can be pinged (Redis): ``None`` if usable, else the error to show."""
+    ping = getattr(store, "ping", None)
+    if not callable(ping):
+        return None
+
+    try:
+        with quiet_store_logs():  # the outage is reported below, with the URL, instead
+            ping()
+    except StoreError as exc:
+        if getattr(store, "fallback", None) is not None:
+            print(
+                f"limiter demo: warning: the store {shown} does not answer ({exc}); "
+                "its fallback answers until it does",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        return f"the store {shown} does not answer: {exc}"
+    return None
+
+
+def demo_command(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int:
+    """``demo``: serve until Ctrl-C (0); usage errors exit 2, a store or port that fails 1."""
+    try:  # the limit first: a bad --rate opens no store
+        limits = RateLimiter(args.rate, args.burst).limits
+    except (TypeError, ValueError) as exc:
+        demo.error(str(exc))
+    shown_store = _describe_store(args.store)
+    try:
+        store = resolve_store(args.store)
+    except (ValueError, ImportError) as exc:
+        # A bad URL or scheme (the message shows the URL with its password as
+        # ***), or a client library to install (the message names the extra).
+        demo.error(f"--store: {exc}" if args.store is not None else str(exc))
+    except OSError as exc:  # sqlite:///: a directory that does not exist, ...
+        print(f"limiter demo: cannot open the store {shown_store}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        metrics = _metrics()
+        top = TopOffenders(capacity=100, window=300.0)
+        limiter = RateLimiter(
+            list(limits), store=store, name="demo", on_decision=fan_out(metrics, top)
+        )
+        with _brief_logging():
+            problem = _check_store(store, shown_store)
+            if problem is not None:
+                print(f"limiter demo: {problem}", file=sys.stderr)
+                return 1
+            return _serve(args, limiter, shown_store, metrics, top)
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def _top_n(query: str) -> Optional[int]:
+    """``n`` from ``/top``'s query string (default 10), or ``None`` when it is no count."""
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name == "n":
+            if not value.isdigit() or not 1 <= int(value) <= 1000:
+                return None
+            return int(value)
+    return 10
+
+
+def _metrics() -> Optional[PrometheusMetrics]:
+    """The demo's metrics on prometheus_client's default registry, or ``None`` without it."""
+    try:
+        from limiter.metrics.prometheus import PrometheusMetrics
+    except ImportError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        return None  # /metrics says which extra to install
+    return PrometheusMetrics()
+
+
+def _serve(
+    args: argparse.Namespace,
+    limiter: RateLimiter,
+    shown_store: str,
+    metrics: Optional[PrometheusMetrics] = None,
+    top: Optional[TopOffenders] = None,
+) -> int:
+    described = _describe_limits(limiter, args.rate)
+    handler = demo_handler(
+        limiter, description=described, header_style=args.headers, metrics=metrics, top=top
+    )
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), handler)
+    except OSError as exc:
+        print(f"limiter demo: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    server.daemon_threads = True
+    host, port = server.server_address[:2]
+    if isinstance(host, bytes):
+        host = host.decode()
+    shown = f"[{host}]" if ":" in str(host) else str(host)
+    url = f"http://{shown}:{port}/"
+    burst = limiter.burst
+    # The buckets that empty first, and the slowest of their refills: while it
+    # has not brought a token back, every request past the burst is a 429.
+    interval = max(lim.interval for lim in limiter.limits if lim.burst == burst)
+    expected = " ".join(["200"] * burst + ["429"] * EXTRA_REQUESTS)
+    note = f"one token back every {duration(interval)}"
+    if interval < _SURE_INTERVAL:
+        note += "; a slower loop shows fewer 429s"
+    print(f"limiter demo: serving {url} at {described} (open it in a browser; Ctrl-C to stop)")
+    print(f"limiter demo: store {shown_store}; {HEADER_STYLES[args.headers]}")
+    print(
+        "watch the 429s: "
+        f"for i in $(seq {burst + EXTRA_REQUESTS}); "
+        f"do curl -s -o /dev/null -w '%{{http_code}} ' {url}api/; done; echo"
+    )
+    print(f"expect: {expected} ({note})", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    print("limiter demo: stopped", flush=True)
+    return 0
