@@ -21,6 +21,7 @@ import redis.asyncio
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from helpers.redis_servers import RedisServer, unique_prefix
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, hash_tag, redis_key
 from limiter.backends.redis._store import SCRIPT_SHA
@@ -34,7 +35,6 @@ from limiter.core.bucket import (
     step_all,
 )
 from limiter.testing import T0, StoreConformance
-from redis_servers import RedisServer, unique_prefix
 
 pytestmark = pytest.mark.redis
 
