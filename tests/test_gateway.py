@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from test_servers import uvicorn_running
+from helpers.servers import uvicorn_running
 
 pytestmark = pytest.mark.servers
 

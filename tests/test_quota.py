@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.redis_state import check_stored
 from limiter import Limit, ManualClock, MemoryStore, Quota, RateLimiter, SQLiteStore
 from limiter.core.bucket import (
     CLOCK_TOLERANCE,
@@ -31,7 +32,6 @@ from limiter.core.bucket import (
     step_quota,
 )
 from limiter.http.headers import rate_limit_headers
-from test_redis_store import check_stored
 
 PARIS = timezone(timedelta(hours=1))  # Europe/Paris in winter (CET)
 PARIS_SUMMER = timezone(timedelta(hours=2))  # CEST
