@@ -5,18 +5,18 @@
   machine does now and then).  A test's own ``@settings`` still wins for the
   fields it sets.
 * The report header says whether the Redis tests will run (they start their own
-  throwaway ``redis-server``; see ``redis_servers.py``).
+  throwaway ``redis-server``; see ``helpers/redis_servers.py``).
 * ``LIMITER_STORAGE_URL`` from the developer's shell is dropped: no test (nor a
   process a test starts, such as the demo) may use a real store by accident.
   Tests of the variable set it themselves (``monkeypatch.setenv``).
 
-Shared Redis scaffolding (``redis_servers`` is imported inside the fixtures, so
+Shared Redis scaffolding (``helpers.redis_servers`` is imported inside the fixtures, so
 a run without redis-py never loads it):
 
 * ``server``: one throwaway redis-server per test module.  A module whose tests
   stop or kill their server asks for ``own_server`` instead (a fresh one per test).
 * ``unique_prefix()``: a plain function, not a fixture (``make_store`` and tests
-  call it once per store): ``from redis_servers import unique_prefix``.
+  call it once per store): ``from helpers.redis_servers import unique_prefix``.
 * ``class_event_loop``: one event loop per test class, current while it runs,
   plus ``cls.port = redis_port``.  ``redis_port`` is ``server.port`` unless the
   module overrides it (the cluster tests hand a node's port).
@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 if TYPE_CHECKING:
-    from redis_servers import RedisServer
+    from helpers.redis_servers import RedisServer
 
 os.environ.pop("LIMITER_STORAGE_URL", None)
 
@@ -90,7 +90,7 @@ def current_loop() -> Iterator[asyncio.AbstractEventLoop]:
 @pytest.fixture(scope="module")
 def server() -> Iterator[RedisServer]:
     """One throwaway redis-server for the whole module (skips without the binary)."""
-    from redis_servers import redis_server
+    from helpers.redis_servers import redis_server
 
     yield from redis_server()
 
@@ -98,7 +98,7 @@ def server() -> Iterator[RedisServer]:
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, which it may stop, kill and restart."""
-    from redis_servers import RedisServer
+    from helpers.redis_servers import RedisServer
 
     s = RedisServer()
     s.start()

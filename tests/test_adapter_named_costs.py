@@ -18,13 +18,13 @@ import httpx
 import pytest
 import waitress
 
+from helpers.servers import uvicorn_running, wait_until_up
 from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters import DENIED_BODY, Guard, RequestInfo
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.httpserver import rate_limited
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
 from limiter.http.keys import header_key
-from test_servers import uvicorn_running, wait_until_up
 
 NOW = 1_700_000_000
 LIMITS = {"requests": "3/minute", "tokens": "100/minute"}

@@ -352,7 +352,7 @@ def test_unreachable_redis(
 class TestRedis:
     @pytest.fixture
     def url(self, server: Any) -> str:
-        from redis_servers import unique_prefix
+        from helpers.redis_servers import unique_prefix
 
         return f"redis://127.0.0.1:{server.port}/0?prefix={unique_prefix()}"
 

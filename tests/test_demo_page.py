@@ -9,19 +9,14 @@ Nothing depends on this machine's speed: the limit refills one token an hour.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from typing import Any, Iterator, List
 
 import pytest
 
+from helpers.needs import FULL, need
+
 TIMEOUT = 60  # seconds; generous: a busy machine
-
-
-def _need(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason}; CI=true, so the browser tests must run", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +27,11 @@ def browser() -> Iterator[Any]:
         from selenium.webdriver.chrome.options import Options
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        _need("selenium is not installed: pip install -e '.[dev]'")
+        need(f"selenium is not installed: {FULL}")
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if binary is None or driver is None:
-        _need(
-            "chromium or chromedriver not found on PATH: apt-get install chromium chromium-driver"
-        )
+        need("chromium or chromedriver not found on PATH: apt-get install chromium chromium-driver")
     options = Options()
     options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):

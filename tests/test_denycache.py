@@ -543,8 +543,8 @@ def script_calls(client: Any) -> int:
 class TestRedis:
     @pytest.fixture(autouse=True)
     def _client(self, rclient: Any) -> None:
+        from helpers.redis_servers import unique_prefix
         from limiter.backends.redis import RedisStore
-        from redis_servers import unique_prefix
 
         self.client = rclient
         self.store: Callable[[], Any] = lambda: RedisStore(rclient, prefix=unique_prefix())
@@ -614,8 +614,8 @@ class TestAsyncRedis:
     def test_acheck_replays_denials_with_the_stores_answers(self, rclient: Any) -> None:
         import redis.asyncio
 
+        from helpers.redis_servers import unique_prefix
         from limiter.backends.redis import AsyncRedisStore
-        from redis_servers import unique_prefix
 
         client = redis.asyncio.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
         clock = ManualClock(T0)
@@ -651,8 +651,8 @@ class TestDenyCacheOverRedis(StoreConformance):
         self.client = rclient
 
     def make_store(self) -> DenyCache:
+        from helpers.redis_servers import unique_prefix
         from limiter.backends.redis import RedisStore
-        from redis_servers import unique_prefix
 
         return DenyCache(RedisStore(self.client, prefix=unique_prefix()))
 

@@ -1,7 +1,8 @@
 """The Django integration: ``limiter.integrations.django`` (middleware and ``ratelimit``).
 
-Django is configured once per process, by whichever module comes first (this
-one, or docs/adapters.md's recipe through test_docs / test_recipes): every
+Django is configured once per process, by whichever module comes first
+(helpers.django_settings, or docs/adapters.md's recipe through test_docs /
+test_recipes): every
 test here sets what it needs with ``override_settings`` (ROOT_URLCONF,
 MIDDLEWARE, RATE_LIMIT), never a second ``settings.configure``.  Time moves
 only through the ``ManualClock`` given as ``RATE_LIMIT["clock"]``.
@@ -17,50 +18,22 @@ import sys
 import threading
 from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import django
 import httpx
 import pytest
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied, SuspiciousOperation
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path, re_path
 from django.utils.decorators import method_decorator
 from django.views import View
 
+import helpers.django_settings  # noqa: F401  (configures Django, once per process)
+from helpers.servers import uvicorn_running, wait_until_up
 from limiter import ManualClock
 from limiter.adapters import DENIED_BODY, RequestInfo
 from limiter.http.keys import header_key
 from limiter.integrations.django import RateLimitMiddleware, ratelimit
 from limiter.testing import T0, AdapterConformance
-from test_servers import uvicorn_running, wait_until_up
-
-
-def index(request: Any) -> JsonResponse:
-    return JsonResponse({"hello": "world"})
-
-
-class process_urls:
-    """The process-wide URLconf when this module configures Django first.
-
-    It serves what docs/adapters.md's Django recipe serves: the recipe
-    (tests/test_recipes.py, tests/test_docs.py) configures Django only when
-    nothing did, and then runs on whatever URLconf is configured.
-    """
-
-    urlpatterns: ClassVar[List[Any]] = [path("", index)]
-
-
-if not settings.configured:
-    settings.configure(
-        DEBUG=False,
-        ALLOWED_HOSTS=["*"],
-        ROOT_URLCONF=process_urls,
-        MIDDLEWARE=[],
-        # Django 4.2 reads it when it logs a 5xx (the mail_admins handler).
-        SECRET_KEY="limiter-tests-not-a-secret",
-    )
-    django.setup()
 
 MIDDLEWARE = ["limiter.integrations.django.RateLimitMiddleware"]
 Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]

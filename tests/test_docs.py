@@ -2,11 +2,15 @@
 
 A block whose first line is ``# needs: redis`` needs a Redis server: for a doc
 with such a block, the test starts a throwaway redis-server on a free loopback
-port (``redis_servers.py``) and the doc's blocks find it in ``REDIS_URL``
+port (``helpers/redis_servers.py``) and the doc's blocks find it in ``REDIS_URL``
 (``"redis://127.0.0.1:<port>/0"``, also set in the environment), ``REDIS_HOST``
 and ``REDIS_PORT``.  Without a ``redis-server`` binary the whole doc is skipped
 with the reason (its blocks share one namespace), except under ``CI=true``.
 No block may count on a server at 6379.
+
+``# needs: slowapi`` (or ``flask-limiter``, ``django-ratelimit``) names a peer
+library a block runs beside ours: they are in the ``full`` extra, and without
+one the doc is skipped with how to install it, except under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -18,13 +22,21 @@ from typing import Any, Iterator, List, Set
 
 import pytest
 
+from helpers.needs import need_module
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 # "# needs: redis" or "# needs: redis, other", optionally followed by a comment
 # in parentheses or after " -- ".
 NEEDS = re.compile(r"\A#\s*needs:\s*([a-z][a-z0-9-]*(?:\s*,\s*[a-z][a-z0-9-]*)*)")
-KNOWN_NEEDS = {"redis"}
+#: The peer libraries a block may need: the name in "# needs:" -> the module to import.
+PEERS = {
+    "slowapi": "slowapi",
+    "flask-limiter": "flask_limiter",
+    "django-ratelimit": "django_ratelimit",
+}
+KNOWN_NEEDS = {"redis", *PEERS}
 
 
 def python_blocks(path: Path) -> List[str]:
@@ -47,7 +59,7 @@ def doc_needs(path: Path) -> Set[str]:
 def docs_redis() -> Iterator[Any]:
     """One throwaway redis-server for the docs; skips without the binary (fails if CI=true)."""
     pytest.importorskip("redis", reason="redis-py is not installed: pip install -e '.[dev]'")
-    from redis_servers import redis_server
+    from helpers.redis_servers import redis_server
 
     yield from redis_server()
 
@@ -62,6 +74,8 @@ def test_code_blocks_run(
     namespace: dict = {"__name__": f"docs_{path.stem}"}
     needs = doc_needs(path)
     assert needs <= KNOWN_NEEDS, f"unknown '# needs:' in {path.name}: {needs - KNOWN_NEEDS}"
+    for peer in sorted(needs & PEERS.keys()):
+        need_module(PEERS[peer])  # skips the doc without it
     if "redis" in needs:
         server = request.getfixturevalue("docs_redis")  # skips the doc without redis-server
         client = server.client()
@@ -99,6 +113,9 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one() -> None:
     # .ci/run takes the command from README.md (the first line that starts so).
     assert """grep -m1 -E '^pip install -e "\\.\\[dev\\]" && python -m pytest' README.md""" in ci
     assert 'eval "$test_cmd"' in ci
+    # ... after the full extra: the tests that dev leaves out fail under CI=true.
+    assert ci.index('pip install -q -e ".[full]"') < ci.index('eval "$test_cmd"')
+    assert 'pip install -e ".[full]"' in readme
     # README says what the full suite needs; CI also runs it where Redis is absent.
     assert "redis-server" in readme and "apt-get install redis-server" in readme
     assert "unshare -n -m" in ci and 'eval "$pytest_cmd"' in ci

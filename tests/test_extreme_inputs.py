@@ -109,7 +109,7 @@ def redis_client() -> Iterator[Any]:
     pytest.importorskip(
         "redis", reason="redis-py is not installed: pip install 'tokenlimiter[redis]'"
     )
-    from redis_servers import redis_server
+    from helpers.redis_servers import redis_server
 
     for server in redis_server():  # skips with the reason when there is no redis-server
         client = server.client()

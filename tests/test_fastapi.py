@@ -24,12 +24,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from helpers.servers import uvicorn_running
 from limiter import ManualClock, RateLimiter
 from limiter.adapters import DENIED_BODY, RequestInfo
 from limiter.http.rules import Rule
 from limiter.integrations.fastapi import RateLimit
 from limiter.testing import AdapterConformance
-from test_servers import uvicorn_running
 
 with warnings.catch_warnings():
     # Starlette >= 1.x nudges towards httpx2; the client works the same here.

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from test_servers import uvicorn_running
+from helpers.servers import uvicorn_running
 
 pytestmark = pytest.mark.servers
 
@@ -53,8 +53,8 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[Any]:
     assert namespace["clock"].now() == START
     if request.param == "redis":
         pytest.importorskip("redis", reason="redis-py is not installed: pip install -e '.[dev]'")
+        from helpers.redis_servers import unique_prefix
         from limiter import RateLimiter, RedisStore
-        from redis_servers import unique_prefix
 
         server = request.getfixturevalue("server")  # skips without redis-server
         page = namespace["limiter"]

@@ -165,9 +165,10 @@ def test_testing_without_pytest_says_pytest_is_needed() -> None:
 
 
 def test_the_suite_loads_on_first_use() -> None:
-    from limiter.testing import StoreConformance
+    from limiter.testing import AdapterConformance, StoreConformance
 
-    assert StoreConformance.__module__ == "limiter.testing._conformance"
+    assert StoreConformance.__module__ == "limiter.testing._store_suite"
+    assert AdapterConformance.__module__ == "limiter.testing._adapter_suite"
     assert callable(StoreConformance.test_matches_the_pure_step)
 
 

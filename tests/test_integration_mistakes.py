@@ -81,7 +81,7 @@ def test_a_bare_django_ratelimit_is_a_system_check_error_and_a_clear_request_err
     from django.test import RequestFactory, override_settings
     from django.urls import path
 
-    import test_django  # noqa: F401  (configures settings)
+    import helpers.django_settings  # noqa: F401  (configures Django)
     from limiter.integrations.django import ratelimit
 
     @ratelimit  # type: ignore[arg-type]

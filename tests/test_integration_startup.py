@@ -166,7 +166,7 @@ def test_django_start_up_fails_on_a_dead_store_naming_it_without_the_password(
     from django.core.handlers.wsgi import WSGIHandler
     from django.test import override_settings
 
-    import test_django  # noqa: F401  (configures settings)
+    import helpers.django_settings  # noqa: F401  (configures Django)
 
     middleware = ["limiter.integrations.django.RateLimitMiddleware"]
     with override_settings(MIDDLEWARE=middleware, RATE_LIMIT={"store": dead_url}):

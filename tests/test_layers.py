@@ -268,6 +268,7 @@ def test_known_cycle_edges_still_exist() -> None:
 
 def test_the_suites_and_the_plugin_share_t0() -> None:
     from limiter import testing
-    from limiter.testing import _conformance
+    from limiter.testing import _adapter_suite, _shared, _store_suite
 
-    assert _conformance.T0 == testing.T0 == 1_700_000_000.0
+    assert _shared.T0 == testing.T0 == 1_700_000_000.0
+    assert _store_suite.T0 is _adapter_suite.T0 is _shared.T0

@@ -1,6 +1,6 @@
 """Several limits on the shared stores: atomic across processes (Redis and SQLite).
 
-The Redis test starts its own throwaway redis-server (``redis_servers.py``);
+The Redis test starts its own throwaway redis-server (``helpers/redis_servers.py``);
 without the binary it skips with the reason.
 """
 
@@ -53,7 +53,7 @@ def run_processes(kind: str, where: str) -> int:
 def redis_url() -> Iterator[str]:
     """The URL of a throwaway redis-server of this test's own (empty)."""
     pytest.importorskip("redis", reason="redis-py is not installed: pip install -e '.[dev]'")
-    from redis_servers import redis_server
+    from helpers.redis_servers import redis_server
 
     for server in redis_server():
         yield server.url

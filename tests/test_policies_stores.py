@@ -85,8 +85,8 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
         for handle in handles:
             handle.close()
     elif kind == "redis":
+        from helpers.redis_servers import unique_prefix
         from limiter.backends.redis import RedisStore
-        from redis_servers import unique_prefix
 
         client = request.getfixturevalue("server").client()
         yield Stores([RedisStore(client, prefix=unique_prefix())])
@@ -94,8 +94,8 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
     else:
         import redis.asyncio
 
+        from helpers.redis_servers import unique_prefix
         from limiter.backends.redis import AsyncRedisStore
-        from redis_servers import unique_prefix
 
         port = request.getfixturevalue("server").port
         loop = asyncio.new_event_loop()
@@ -256,7 +256,7 @@ def test_eight_threads_admit_exactly(
     if kind == "memory":
         shared = MemoryStore()
     elif kind == "redis":
-        from redis_servers import unique_prefix
+        from helpers.redis_servers import unique_prefix
 
         shared = redis_store(request.getfixturevalue("server").port, unique_prefix())
     path = tmp_path / "limits.db"
@@ -286,8 +286,8 @@ def test_asyncio_checks_in_flight_together_admit_exactly(server: Any) -> None:
     # AsyncRedisStore pipelines checks issued while one is in flight.
     import redis.asyncio
 
+    from helpers.redis_servers import unique_prefix
     from limiter.backends.redis import AsyncRedisStore
-    from redis_servers import unique_prefix
 
     async def flood() -> Tuple[int, int, int]:
         client = redis.asyncio.Redis(port=server.port, socket_timeout=10)
@@ -339,7 +339,7 @@ def test_four_processes_on_one_sqlite_file_admit_exactly(tmp_path: Path) -> None
 
 @pytest.mark.redis
 def test_four_processes_on_redis_admit_exactly(server: Any) -> None:
-    from redis_servers import unique_prefix
+    from helpers.redis_servers import unique_prefix
 
     prefix = unique_prefix()
     assert run_processes("redis", (server.port, prefix)) == (28, 4, 200 - 32)
@@ -360,7 +360,7 @@ def charge_frozen(kind: str, where: Any, charges: int, start: Any) -> int:
 def shared_place(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """Where processes meet: Redis's (port, a fresh prefix), or a SQLite file."""
     if kind == "redis":
-        from redis_servers import unique_prefix
+        from helpers.redis_servers import unique_prefix
 
         return (request.getfixturevalue("server").port, unique_prefix())
     return str(tmp_path / "limits.db")

@@ -18,10 +18,10 @@ import httpx
 import pytest
 import waitress
 
+from helpers.servers import uvicorn_running, wait_until_up
 from limiter import ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
-from test_servers import uvicorn_running, wait_until_up
 
 pytestmark = pytest.mark.servers
 

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.redis_state import check_stored
 from limiter import Limit, ManualClock, MemoryStore, Quota, RateLimiter, SQLiteStore
 from limiter.core.bucket import (
     CLOCK_TOLERANCE,
@@ -31,7 +32,6 @@ from limiter.core.bucket import (
     step_quota,
 )
 from limiter.http.headers import rate_limit_headers
-from test_redis_store import check_stored
 
 PARIS = timezone(timedelta(hours=1))  # Europe/Paris in winter (CET)
 PARIS_SUMMER = timezone(timedelta(hours=2))  # CEST
@@ -339,8 +339,8 @@ def client(server: Any) -> Iterator[Any]:
 
 @pytest.mark.redis
 def test_redis_store(client: Any) -> None:
+    from helpers.redis_servers import unique_prefix
     from limiter.backends.redis import RedisStore, redis_key
-    from redis_servers import unique_prefix
 
     store = RedisStore(client, prefix=unique_prefix())
     run_scenario(store)
@@ -355,8 +355,8 @@ def test_redis_store(client: Any) -> None:
 
 @pytest.mark.redis
 def test_redis_threads_admit_exactly_count(client: Any) -> None:
+    from helpers.redis_servers import unique_prefix
     from limiter.backends.redis import RedisStore
-    from redis_servers import unique_prefix
 
     clock = ManualClock(ts(2024, 5, 10, 12))
     store = RedisStore(client, prefix=unique_prefix())
@@ -411,8 +411,8 @@ def test_script_matches_step_quota(
     client: Any, quota: Quota, start: float, ops: Any, bucket: bool
 ) -> None:
     """The Lua script and ``step``/``step_all`` agree on every field and the stored state."""
+    from helpers.redis_servers import unique_prefix
     from limiter.backends.redis import RedisStore, redis_key
-    from redis_servers import unique_prefix
 
     store = RedisStore(client, prefix=unique_prefix())
     limits: List[Limit] = [Limit(2.0, 3), quota] if bucket else [quota]
@@ -586,8 +586,8 @@ def test_draft_t_of_a_quota_is_the_time_to_its_boundary() -> None:
 
 @pytest.mark.redis
 def test_redis_key_reused_between_a_limit_and_a_quota(client: Any) -> None:
+    from helpers.redis_servers import unique_prefix
     from limiter.backends.redis import RedisStore
-    from redis_servers import unique_prefix
 
     store = RedisStore(client, prefix=unique_prefix())
     bucket, q = Limit(1, 3), Quota(5, per="day")
@@ -607,8 +607,8 @@ def test_redis_key_reused_between_a_limit_and_a_quota(client: Any) -> None:
 
 @pytest.mark.redis
 def test_quota_results_carry_their_kind_through_every_store(client: Any, tmp_path: Any) -> None:
+    from helpers.redis_servers import unique_prefix
     from limiter.backends.redis import RedisStore
-    from redis_servers import unique_prefix
 
     stores = {
         "memory": MemoryStore(),

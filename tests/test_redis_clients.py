@@ -15,10 +15,10 @@ import valkey.retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from helpers.redis_servers import RedisServer, sentinel_for, unique_prefix
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore
 from limiter.testing import T0, StoreConformance
-from redis_servers import RedisServer, sentinel_for, unique_prefix
 
 
 class TestValkeyClient(StoreConformance):

@@ -9,10 +9,10 @@ import pytest
 import redis.asyncio.cluster
 import redis.cluster
 
+from helpers.redis_servers import RedisClusterNodes, unique_prefix
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
 from limiter.testing import T0, StoreConformance
-from redis_servers import RedisClusterNodes, unique_prefix
 
 pytestmark = pytest.mark.redis
 

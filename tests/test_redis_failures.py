@@ -26,11 +26,11 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from helpers.redis_servers import RedisServer, free_port
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.adapters.wsgi import RateLimitMiddleware
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
 from limiter.testing import T0
-from redis_servers import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 

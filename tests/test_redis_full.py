@@ -13,10 +13,10 @@ from typing import Iterator
 import pytest
 import redis
 
+from helpers.redis_servers import RedisServer
 from limiter import Lockout, ManualClock, RateLimiter, StoreError
 from limiter.backends.redis import RedisStore
 from limiter.testing import T0
-from redis_servers import RedisServer
 
 
 @pytest.fixture(scope="module")

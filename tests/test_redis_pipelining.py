@@ -21,10 +21,10 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
+from helpers.redis_servers import RedisServer, unique_prefix
 from limiter import Limit, ManualClock, MemoryStore, RateLimitResult, StoreError
 from limiter.backends.redis import AsyncRedisStore, redis_key
 from limiter.testing import T0
-from redis_servers import RedisServer, unique_prefix
 
 pytestmark = pytest.mark.redis
 

@@ -20,10 +20,10 @@ import pytest
 import redis
 import redis.asyncio
 
+from helpers.redis_servers import RedisServer, unique_prefix
 from limiter import Limit, MemoryStore
 from limiter.backends.redis import AsyncRedisStore, PoolFullError, RedisStore
 from limiter.testing import T0
-from redis_servers import RedisServer, unique_prefix
 
 pytestmark = pytest.mark.redis
 

@@ -17,10 +17,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from helpers.redis_servers import RedisServer, unique_prefix
 from limiter import Limit, StoreError
 from limiter.backends.redis import RedisStore
 from limiter.testing import T0
-from redis_servers import RedisServer, unique_prefix
 
 pytestmark = pytest.mark.redis
 

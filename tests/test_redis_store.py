@@ -21,6 +21,8 @@ import redis.asyncio
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from helpers.redis_servers import RedisServer, unique_prefix
+from helpers.redis_state import check_stored
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, hash_tag, redis_key
 from limiter.backends.redis._store import SCRIPT_SHA
@@ -34,7 +36,6 @@ from limiter.core.bucket import (
     step_all,
 )
 from limiter.testing import T0, StoreConformance
-from redis_servers import RedisServer, unique_prefix
 
 pytestmark = pytest.mark.redis
 
@@ -159,33 +160,6 @@ def move(now: float, dt: Any, states: List[Optional[complex]]) -> float:
         return now + dt
     anchors = [state.imag for state in states if state is not None]
     return max(anchors) - dt[1] if anchors else now
-
-
-def check_stored(
-    client: redis.Redis, rkey: str, state: Optional[complex], since: Optional[float] = None
-) -> Optional[complex]:
-    """Assert that ``rkey`` holds ``state`` bit for bit, and return what it holds.
-
-    The key's TTL must be the time until the bucket is full; the key is then
-    made persistent, so that the next step of the test does not depend on how
-    fast it runs (TTLs run in real time, the test's clock does not).  Should
-    the server have expired a nearly full bucket already, the test goes on
-    from that, as Redis does.  ``since`` is ``time.monotonic()`` read before
-    the step: the TTL ran for at most the time elapsed since (a busy machine
-    may take long; without ``since``, up to a minute is allowed).
-    """
-    raw, ttl = client.pipeline().get(rkey).pttl(rkey).persist(rkey).execute()[:2]
-    elapsed_ms = 60_000 if since is None else math.ceil((time.monotonic() - since) * 1000) + 2
-    if raw is None:  # expired: the bucket was full again within the time elapsed
-        assert state is None or math.ceil(state.real * 1000) <= elapsed_ms
-        return None
-    debt, updated_at = raw.split()
-    stored = complex(float(debt), float(updated_at))
-    assert stored == state
-    if ttl != -1:  # written by this step (-1: kept from before, made persistent)
-        expected_ttl = min(10**15, max(1, math.ceil(stored.real * 1000)))  # PX's bounds
-        assert expected_ttl - elapsed_ms <= ttl <= expected_ttl  # less what elapsed since
-    return stored
 
 
 def stored_state(client: redis.Redis, rkey: str) -> Optional[complex]:

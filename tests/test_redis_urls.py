@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from helpers.redis_servers import RedisServer, unique_prefix
 from limiter import Limit
 from limiter.backends.redis import AsyncRedisStore
 from limiter.testing import T0
 from limiter.urls import store_from_url
-from redis_servers import RedisServer, unique_prefix
 
 pytestmark = pytest.mark.redis
 

@@ -8,7 +8,6 @@ limit ("3/hour") refills too slowly to matter during the test.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import signal
@@ -18,13 +17,12 @@ import sys
 import textwrap
 import threading
 import time
-from typing import Any, Iterator
 
 import httpx
 import pytest
-import uvicorn
 import waitress
 
+from helpers.servers import uvicorn_running, wait_until_up
 from limiter import ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
@@ -32,45 +30,6 @@ from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
 pytestmark = pytest.mark.servers
 
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
-
-
-def wait_until_up(port, deadline=60.0):  # generous: a busy machine
-    end = time.monotonic() + deadline
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.02)
-
-
-@contextlib.contextmanager
-def uvicorn_running(app: Any, **options: Any) -> Iterator[str]:
-    """``app`` served by uvicorn in a thread on a free 127.0.0.1 port; yields its base URL.
-
-    ``options`` go to ``uvicorn.Config`` (log level warning, no lifespan).
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", **options)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
-    thread.start()
-    try:
-        end = time.monotonic() + 60  # generous: a busy machine
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
-            time.sleep(0.01)  # waits for start-up; rate-limit time is the tests' ManualClock's
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-    assert not thread.is_alive(), "uvicorn did not stop"
 
 
 def free_socket():

@@ -280,8 +280,8 @@ from redis.asyncio.retry import Retry as AsyncRetry  # noqa: E402
 from redis.backoff import ExponentialBackoff, NoBackoff  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 
+from helpers.redis_servers import free_port  # noqa: E402
 from limiter.backends.redis import AsyncRedisStore, RedisStore  # noqa: E402
-from redis_servers import free_port  # noqa: E402
 
 FAST: Any = {"socket_timeout": 0.1, "socket_connect_timeout": 0.1}
 PORT = 1  # constructing a client or a store connects to nothing

@@ -3,7 +3,7 @@ clients, secrets kept out of reprs, messages and logs, LIMITER_STORAGE_URL.
 
 The parsing, memory and SQLite tests need nothing.  Closed-port and silent-server
 tests need only redis-py (and valkey-py).  The rest start throwaway servers on free
-loopback ports (``redis_servers.py``): one redis-server with a password, an ACL user
+loopback ports (``helpers/redis_servers.py``): one redis-server with a password, an ACL user
 and a Unix socket; one with TLS (a self-signed certificate made by ``openssl``); a
 Sentinel watching the first; a 3-master cluster.  Without ``redis-server`` they skip
 with the reason (they fail under ``CI=true``).
@@ -684,7 +684,7 @@ def test_a_silent_server_costs_one_socket_timeout(
 
 def server_with(*extra: str) -> Any:
     needs("redis")
-    from redis_servers import RedisServer
+    from helpers.redis_servers import RedisServer
 
     return RedisServer(None, *extra)
 
@@ -831,7 +831,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[Any, 
         capture_output=True,
         timeout=60,
     )  # fmt: skip
-    from redis_servers import free_port
+    from helpers.redis_servers import free_port
 
     tls_port = free_port()
     server = server_with(
@@ -887,7 +887,7 @@ def test_tls_against_a_real_server(
 @pytest.fixture(scope="module")
 def sentinel(auth_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A Sentinel (with a password of its own) watching ``auth_server`` as "primary"."""
-    from redis_servers import sentinel_for
+    from helpers.redis_servers import sentinel_for
 
     conf_dir = tmp_path_factory.mktemp("sentinel")
     with sentinel_for(
@@ -931,7 +931,7 @@ def test_sentinel_against_a_real_server(
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     needs("redis")
-    from redis_servers import RedisClusterNodes, require_redis
+    from helpers.redis_servers import RedisClusterNodes, require_redis
 
     require_redis(cli=True)
     nodes = RedisClusterNodes().start()

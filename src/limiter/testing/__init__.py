@@ -39,6 +39,7 @@ installed, ``T0`` still works, and the suites and ``limiter_clock`` raise an
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import TYPE_CHECKING
 
@@ -51,9 +52,16 @@ else:
 
 if TYPE_CHECKING:
     from limiter.clock import ManualClock
-    from limiter.testing._conformance import AdapterConformance, StoreConformance
+    from limiter.testing._adapter_suite import AdapterConformance
+    from limiter.testing._store_suite import StoreConformance
 
 __all__ = ["T0", "AdapterConformance", "StoreConformance", "limiter_clock"]
+
+#: Where each suite lives; pytest rewrites their asserts when they load.
+_SUITES = {
+    "AdapterConformance": "limiter.testing._adapter_suite",
+    "StoreConformance": "limiter.testing._store_suite",
+}
 
 #: A realistic Unix time, so float precision at today's epoch is exercised.
 T0 = 1_700_000_000.0
@@ -82,9 +90,8 @@ def __getattr__(name: str) -> object:
         )
     # limiter_clock is defined above whenever pytest is there: only the suites are left.
     # Plain asserts in the suites explain their failures, as in the user's own tests.
-    if "limiter.testing._conformance" not in sys.modules:
-        pytest.register_assert_rewrite("limiter.testing._conformance")
-    from limiter.testing import _conformance as conformance
-
-    suite: object = getattr(conformance, name)
+    unloaded = [module for module in _SUITES.values() if module not in sys.modules]
+    if unloaded:
+        pytest.register_assert_rewrite(*unloaded)
+    suite: object = getattr(importlib.import_module(_SUITES[name]), name)
     return suite

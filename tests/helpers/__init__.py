@@ -1,0 +1,9 @@
+"""What several test modules share; no test module imports another.
+
+* ``needs``: skip a test for want of a package or a binary, saying how to get
+  it, or fail it under ``CI=true`` (CI must run everything).
+* ``redis_servers``: throwaway redis-server processes and clusters.
+* ``redis_state``: reading back what a Redis store wrote.
+* ``servers``: uvicorn in a thread on a free loopback port.
+* ``django_settings``: Django configured once per process (import it first).
+"""

@@ -1,0 +1,50 @@
+"""Real servers for the tests: uvicorn in a thread on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from typing import Any, Iterator
+
+import uvicorn
+
+
+def wait_until_up(port, deadline=60.0):  # generous: a busy machine
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def uvicorn_running(app: Any, **options: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread on a free 127.0.0.1 port; yields its base URL.
+
+    ``options`` go to ``uvicorn.Config`` (log level warning, no lifespan).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", **options)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
+    thread.start()
+    try:
+        end = time.monotonic() + 60  # generous: a busy machine
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
+            time.sleep(0.01)  # waits for start-up; rate-limit time is the tests' ManualClock's
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+    assert not thread.is_alive(), "uvicorn did not stop"

@@ -1,0 +1,37 @@
+"""The test suite's own rule: no test module imports another; what they share is in helpers/.
+
+Every ``.py`` file under ``tests/`` is parsed with ``ast`` (never imported), and
+every import counts, at module level or inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterator, List
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imported(tree: ast.AST) -> Iterator[str]:
+    """The dotted names a module imports (``from x import y`` gives ``x``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+def test_no_test_module_imports_another() -> None:
+    offending: List[str] = []
+    for path in sorted(TESTS.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for name in imported(tree):
+            if any(part.startswith("test_") for part in name.split(".")):
+                offending.append(f"{path.relative_to(TESTS)} imports {name}")
+    assert offending == [], "move what they share into tests/helpers/: " + "; ".join(offending)
+
+
+def test_the_checker_sees_both_kinds_of_import() -> None:
+    tree = ast.parse("import test_a\ndef f():\n    from test_b import x\nfrom helpers import y\n")
+    assert sorted(imported(tree)) == ["helpers", "test_a", "test_b"]
