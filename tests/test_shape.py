@@ -34,7 +34,6 @@ KNOWN_LONG_MODULES: Set[str] = {
     "limiter.integrations.django",
     "limiter.integrations.fastapi",
     "limiter.ratelimiter",
-    "limiter.testing._conformance",
     "limiter.urls",
 }
 
