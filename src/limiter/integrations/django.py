@@ -21,39 +21,34 @@ Django is imported by this module only: ``import limiter`` never loads it.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
-import threading
 from types import FunctionType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Pattern, Sequence, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.conf import settings  # type: ignore[import-untyped]
 from django.core import checks  # type: ignore[import-untyped]
 from django.core.exceptions import (  # type: ignore[import-untyped]
     BadRequest,
-    ImproperlyConfigured,
     PermissionDenied,
     SuspiciousOperation,
 )
 from django.core.handlers.exception import response_for_exception  # type: ignore[import-untyped]
-from django.core.signals import setting_changed  # type: ignore[import-untyped]
 from django.http import Http404, HttpRequest, HttpResponse  # type: ignore[import-untyped]
 from django.http.multipartparser import MultiPartParserError  # type: ignore[import-untyped]
 from django.http.response import HttpResponseBase  # type: ignore[import-untyped]
 
 from limiter.adapters.wsgi import EnvironHeaders
-from limiter.http.guard import Guard, GuardOptions, HeaderList, Response
+from limiter.http.guard import Guard, HeaderList, Response
 from limiter.http.request import Cost, KeyFunc, RequestInfo
-from limiter.http.rules import DeductWhen, path_pattern
+from limiter.http.rules import DeductWhen
+from limiter.integrations._django_settings import current
 from limiter.integrations.common import (
     NOT_LIMITED,
     Decision,
     Integration,
     RateSpec,
     RouteLimit,
-    check_rate,
     check_store,
     view_scope,
 )
@@ -62,9 +57,6 @@ __all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
-_OWN_KEYS = ("default", "store", "clock", "exempt_paths", "check_store")
-_KEYS = frozenset((*_OWN_KEYS, *GuardOptions.__annotations__))
 #: Set (to True) on every view ``ratelimit`` wraps; ``functools.wraps`` and
 #: ``method_decorator`` copy it outwards, so the middleware sees it on the
 #: URLconf's callback even under other decorators.
@@ -98,119 +90,6 @@ def django_request_info(request: HttpRequest) -> RequestInfo:
         meta.get("REMOTE_ADDR") or None,
         request,
     )
-
-
-# -- configuration -------------------------------------------------------------------------
-
-
-class _Config:
-    """``settings.RATE_LIMIT``, checked and built: the integration, the default, exempt paths."""
-
-    __slots__ = ("check_store", "default", "exempt", "integration")
-
-    def __init__(self, source: object) -> None:
-        if source is None:
-            source = {}
-        if not isinstance(source, dict):
-            from limiter.urls import redact_url
-
-            # A store URL given as the whole setting: never show its password.
-            shown = redact_url(source) if isinstance(source, str) else f"{source!r:.200}"
-            hint = ' (a store URL goes under "store": {"store": "redis://..."})'
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT must be a dict, got {shown:.200}"
-                + (hint if isinstance(source, str) else "")
-            )
-        for key in source:
-            if key not in _KEYS:
-                close = difflib.get_close_matches(str(key), sorted(_KEYS), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ImproperlyConfigured(f"settings.RATE_LIMIT has an unknown key {key!r}{hint}")
-        options = {k: v for k, v in source.items() if k not in _OWN_KEYS}
-        default = source.get("default")
-        if default is not None:
-            try:
-                check_rate(default)
-            except (TypeError, ValueError) as exc:
-                raise ImproperlyConfigured(
-                    f"settings.RATE_LIMIT['default'] = {default!r:.200} is invalid: {exc}"
-                ) from exc
-        self.exempt = _exempt_patterns(source.get("exempt_paths", ()))
-        clock = source.get("clock")
-        if clock is not None and not callable(getattr(clock, "now", None)):
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT['clock'] must be a limiter.Clock (with now()) or None, "
-                f"got {clock!r:.200}"
-            )
-        store = source.get("store")
-        check = source.get("check_store", True)
-        if not isinstance(check, bool):
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT['check_store'] must be True or False, got {check!r:.200}"
-            )
-        #: Whether the middleware pings the store when Django builds it.
-        self.check_store = check
-        try:
-            self.integration = Integration(
-                "RateLimitMiddleware", default=default, store=store, clock=clock, **options
-            )
-        except (TypeError, ValueError) as exc:
-            # Guard's messages name the option and the value; say where it came from.
-            raise ImproperlyConfigured(f"settings.RATE_LIMIT is invalid: {exc}") from exc
-        #: The default guard, or None: views without a limit are not limited.
-        self.default: Optional[Guard] = self.integration.default
-
-    def exempt_path(self, path: str) -> bool:
-        return any(pattern.fullmatch(path) is not None for pattern in self.exempt)
-
-
-def _exempt_patterns(paths: object) -> Tuple[Pattern[str], ...]:
-    if isinstance(paths, (str, bytes)) or not isinstance(paths, (list, tuple, set, frozenset)):
-        raise ImproperlyConfigured(
-            f"settings.RATE_LIMIT['exempt_paths'] must be a list of paths like "
-            f"['/health', '/static/*'], got {paths!r:.200}"
-        )
-    patterns = []
-    for path in paths:
-        try:
-            patterns.append(path_pattern(path))
-        except (TypeError, ValueError) as exc:
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT['exempt_paths'] has an invalid path {path!r:.200}: {exc}"
-            ) from exc
-    return tuple(patterns)
-
-
-_lock = threading.Lock()
-_config: Optional[_Config] = None
-
-
-def _current() -> _Config:
-    """The configuration of ``settings.RATE_LIMIT``, built on first use."""
-    config = _config
-    if config is not None:
-        return config
-    return _rebuild()
-
-
-def _rebuild() -> _Config:
-    global _config
-    with _lock:
-        if _config is None:
-            _config = _Config(getattr(settings, "RATE_LIMIT", None))
-        return _config
-
-
-def _setting_changed(*, setting: str, **kwargs: Any) -> None:
-    # override_settings (and tests that change settings) send this: the next
-    # request rebuilds from the new value, with a new store unless one is given.
-    global _config
-    if setting == "RATE_LIMIT":
-        with _lock:
-            _config = None
-
-
-setting_changed.connect(_setting_changed, dispatch_uid="limiter.integrations.django")
 
 
 # -- responses -----------------------------------------------------------------------------
@@ -330,7 +209,7 @@ class RateLimitMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
-        config = _current()  # a misconfiguration fails at start-up, not on the first request
+        config = current()  # a misconfiguration fails at start-up, not on the first request
         if config.check_store:
             # A store that does not answer (Redis down, wrong port) stops start-up.
             store = config.integration.store
@@ -346,7 +225,7 @@ class RateLimitMiddleware:
         response = self.get_response(request)
         decision, guards = self._pending(request, response)
         if guards:
-            decision = _decide(_current().integration, guards, request)
+            decision = _decide(current().integration, guards, request)
         if decision is None:
             return response
         return _respond(request, response, decision, decision.headers(response.status_code))
@@ -355,7 +234,7 @@ class RateLimitMiddleware:
         response = await self.get_response(request)
         decision, guards = self._pending(request, response)
         if guards:
-            decision = await _adecide(_current().integration, guards, request)
+            decision = await _adecide(current().integration, guards, request)
         if decision is None:
             return response
         return _respond(request, response, decision, await decision.aheaders(response.status_code))
@@ -375,7 +254,7 @@ class RateLimitMiddleware:
     @staticmethod
     def _default_guards(request: HttpRequest) -> List[Guard]:
         """The default, unless there is none, it is off, or the path is exempt."""
-        config = _current()
+        config = current()
         default = config.default
         if default is None or not config.integration.enabled:
             return []
@@ -393,13 +272,13 @@ class RateLimitMiddleware:
     ) -> Optional[HttpResponseBase]:
         """Check the default limit once the view is known (synchronous mode)."""
         guards = self._guards(request, view_func)
-        return _record(request, _decide(_current().integration, guards, request))
+        return _record(request, _decide(current().integration, guards, request))
 
     async def _aprocess_view(
         self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any
     ) -> Optional[HttpResponseBase]:
         guards = self._guards(request, view_func)
-        return _record(request, await _adecide(_current().integration, guards, request))
+        return _record(request, await _adecide(current().integration, guards, request))
 
 
 # -- the decorator -------------------------------------------------------------------------
@@ -478,7 +357,7 @@ _CALL = "_limiter_call"
 def _start(limited: Tuple[RouteLimit, ...], args: Tuple[Any, ...]) -> _Plan:
     """What a decorated view's call decides on: no I/O yet."""
     request = _request_of(args)
-    integration = _current().integration
+    integration = current().integration
     return integration, integration.guards(limited, request.method or "GET"), request
 
 
