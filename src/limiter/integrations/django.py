@@ -347,7 +347,7 @@ async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decis
     return _respond(request, response, decision, await decision.aheaders(response.status_code))
 
 
-#: What a decorated view's call decides on: ``_decide(*plan)``.
+#: The integration, the guards and the request of a decorated view's call.
 _Plan = Tuple[Integration, Sequence[Guard], HttpRequest]
 #: Set on the calls ``ratelimit`` builds; ``_unwrap`` finds the view of a
 #: ``functools.partial(call, view)`` made per request under ``method_decorator``.
@@ -355,7 +355,7 @@ _CALL = "_limiter_call"
 
 
 def _start(limited: Tuple[RouteLimit, ...], args: Tuple[Any, ...]) -> _Plan:
-    """What a decorated view's call decides on: no I/O yet."""
+    """What a decorated view's call decides on (no I/O yet): ``_decide(*plan)``."""
     request = _request_of(args)
     integration = current().integration
     return integration, integration.guards(limited, request.method or "GET"), request
@@ -372,24 +372,24 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
     """
 
     def call(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        plan = _start(limited, args)
-        decision = _decide(*plan)
+        integration, guards, request = _start(limited, args)
+        decision = _decide(integration, guards, request)
         if decision.response is not None:
-            return _http_response(decision.response, plan[2].method or "GET")
+            return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
             return view(*args, **kwargs)
         try:
             response = view(*args, **kwargs)
         except Exception as exc:
-            response = _error_response(plan[2], exc)
+            response = _error_response(request, exc)
             if response is None:
                 decision.headers(500)
                 raise
         if inspect.isawaitable(response):
             # An async view seen as a sync one (a dispatch not recognised
             # by _is_async_view): finish when Django awaits it.
-            return _finish(response, plan[2], decision)
-        return _respond(plan[2], response, decision, decision.headers(response.status_code))
+            return _finish(response, request, decision)
+        return _respond(request, response, decision, decision.headers(response.status_code))
 
     setattr(call, _CALL, True)
     return call
@@ -399,13 +399,13 @@ def _async_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
     """``_sync_call`` for an async view: the store and the view are awaited."""
 
     async def acall(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        plan = _start(limited, args)
-        decision = await _adecide(*plan)
+        integration, guards, request = _start(limited, args)
+        decision = await _adecide(integration, guards, request)
         if decision.response is not None:
-            return _http_response(decision.response, plan[2].method or "GET")
+            return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
             return await view(*args, **kwargs)
-        return await _finish(view(*args, **kwargs), plan[2], decision)
+        return await _finish(view(*args, **kwargs), request, decision)
 
     setattr(acall, _CALL, True)
     return acall
