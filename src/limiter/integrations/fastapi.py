@@ -27,6 +27,7 @@ import functools
 import sys
 from typing import (
     TYPE_CHECKING,
+    AbstractSet,
     Any,
     Callable,
     Dict,
@@ -230,10 +231,8 @@ class RateLimit:
         lines are added above the route).
         On a WebSocket route a refused handshake is closed with code 1013.
         """
-        # Without a name, the buckets are named by the routes that use this
-        # dependency ("GET /search"), once the app first starts or serves
-        # (_RateLimitMiddleware._name_limits); until then, and for a dependency
-        # no route of the app uses, by the call site.
+        # Until the routes name an unnamed limit (_name_limits, when the app
+        # first starts or serves), and for one no route uses: its call site.
         bucket_scope = _caller_scope(1) if name is None else name
         limit_for = functools.partial(
             RouteLimit, rate, key_func=key_func, cost=cost, methods=methods, deduct_when=deduct_when
@@ -284,7 +283,7 @@ class RateLimit:
 
 
 def _dependency(
-    integration: Integration, guards: List[Guard], allowed: Optional[Any], key: str
+    integration: Integration, guards: List[Guard], allowed: Optional[AbstractSet[str]], key: str
 ) -> Callable[..., Any]:
     """The dependency function of one ``limit()``: decides with ``guards[0]`` and
     records the outcome in the scope under ``key`` for the middleware."""
