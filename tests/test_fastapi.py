@@ -600,7 +600,7 @@ def test_the_default_finds_routes_through_hosts_mounts_routers_and_late_addition
     assert statuses(c, "/v1/r", 3) == [200, 200, 429]
     assert statuses(c, "/plain", 3) == [200, 200, 429]  # the default
     assert (c.get("/late").status_code, c.get("/v1/late").status_code) == (429, 429)
-    cache = _middleware(app)._cache
+    cache = _middleware(app).routes.cache
     assert cache is not None and 0 < len(cache) <= 4
 
     # Routes added after the first request are found.
@@ -654,7 +654,7 @@ def test_a_custom_route_is_asked_on_every_request(clock: ManualClock) -> None:
     c = client(app)
     assert [c.get("/x", headers={"X-Beta": "1"}).text for _ in range(3)] == ["beta"] * 3
     assert statuses(c, "/x", 2) == [200, 429]
-    assert _middleware(app)._cache is None
+    assert _middleware(app).routes.cache is None
 
 
 def test_enabled_false_limits_nothing_and_adds_no_headers(clock: ManualClock) -> None:

@@ -21,39 +21,34 @@ Django is imported by this module only: ``import limiter`` never loads it.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
-import threading
 from types import FunctionType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Pattern, Sequence, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.conf import settings  # type: ignore[import-untyped]
 from django.core import checks  # type: ignore[import-untyped]
 from django.core.exceptions import (  # type: ignore[import-untyped]
     BadRequest,
-    ImproperlyConfigured,
     PermissionDenied,
     SuspiciousOperation,
 )
 from django.core.handlers.exception import response_for_exception  # type: ignore[import-untyped]
-from django.core.signals import setting_changed  # type: ignore[import-untyped]
 from django.http import Http404, HttpRequest, HttpResponse  # type: ignore[import-untyped]
 from django.http.multipartparser import MultiPartParserError  # type: ignore[import-untyped]
 from django.http.response import HttpResponseBase  # type: ignore[import-untyped]
 
 from limiter.adapters.wsgi import EnvironHeaders
-from limiter.http.guard import Guard, GuardOptions, HeaderList, Response
+from limiter.http.guard import Guard, HeaderList, Response
 from limiter.http.request import Cost, KeyFunc, RequestInfo
-from limiter.http.rules import DeductWhen, path_pattern
+from limiter.http.rules import DeductWhen
+from limiter.integrations._django_settings import current
 from limiter.integrations.common import (
     NOT_LIMITED,
     Decision,
     Integration,
     RateSpec,
     RouteLimit,
-    check_rate,
     check_store,
     view_scope,
 )
@@ -62,9 +57,6 @@ __all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
-_OWN_KEYS = ("default", "store", "clock", "exempt_paths", "check_store")
-_KEYS = frozenset((*_OWN_KEYS, *GuardOptions.__annotations__))
 #: Set (to True) on every view ``ratelimit`` wraps; ``functools.wraps`` and
 #: ``method_decorator`` copy it outwards, so the middleware sees it on the
 #: URLconf's callback even under other decorators.
@@ -100,119 +92,6 @@ def django_request_info(request: HttpRequest) -> RequestInfo:
     )
 
 
-# -- configuration -------------------------------------------------------------------------
-
-
-class _Config:
-    """``settings.RATE_LIMIT``, checked and built: the integration, the default, exempt paths."""
-
-    __slots__ = ("check_store", "default", "exempt", "integration")
-
-    def __init__(self, source: object) -> None:
-        if source is None:
-            source = {}
-        if not isinstance(source, dict):
-            from limiter.urls import redact_url
-
-            # A store URL given as the whole setting: never show its password.
-            shown = redact_url(source) if isinstance(source, str) else f"{source!r:.200}"
-            hint = ' (a store URL goes under "store": {"store": "redis://..."})'
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT must be a dict, got {shown:.200}"
-                + (hint if isinstance(source, str) else "")
-            )
-        for key in source:
-            if key not in _KEYS:
-                close = difflib.get_close_matches(str(key), sorted(_KEYS), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ImproperlyConfigured(f"settings.RATE_LIMIT has an unknown key {key!r}{hint}")
-        options = {k: v for k, v in source.items() if k not in _OWN_KEYS}
-        default = source.get("default")
-        if default is not None:
-            try:
-                check_rate(default)
-            except (TypeError, ValueError) as exc:
-                raise ImproperlyConfigured(
-                    f"settings.RATE_LIMIT['default'] = {default!r:.200} is invalid: {exc}"
-                ) from exc
-        self.exempt = _exempt_patterns(source.get("exempt_paths", ()))
-        clock = source.get("clock")
-        if clock is not None and not callable(getattr(clock, "now", None)):
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT['clock'] must be a limiter.Clock (with now()) or None, "
-                f"got {clock!r:.200}"
-            )
-        store = source.get("store")
-        check = source.get("check_store", True)
-        if not isinstance(check, bool):
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT['check_store'] must be True or False, got {check!r:.200}"
-            )
-        #: Whether the middleware pings the store when Django builds it.
-        self.check_store = check
-        try:
-            self.integration = Integration(
-                "RateLimitMiddleware", default=default, store=store, clock=clock, **options
-            )
-        except (TypeError, ValueError) as exc:
-            # Guard's messages name the option and the value; say where it came from.
-            raise ImproperlyConfigured(f"settings.RATE_LIMIT is invalid: {exc}") from exc
-        #: The default guard, or None: views without a limit are not limited.
-        self.default: Optional[Guard] = self.integration.default
-
-    def exempt_path(self, path: str) -> bool:
-        return any(pattern.fullmatch(path) is not None for pattern in self.exempt)
-
-
-def _exempt_patterns(paths: object) -> Tuple[Pattern[str], ...]:
-    if isinstance(paths, (str, bytes)) or not isinstance(paths, (list, tuple, set, frozenset)):
-        raise ImproperlyConfigured(
-            f"settings.RATE_LIMIT['exempt_paths'] must be a list of paths like "
-            f"['/health', '/static/*'], got {paths!r:.200}"
-        )
-    patterns = []
-    for path in paths:
-        try:
-            patterns.append(path_pattern(path))
-        except (TypeError, ValueError) as exc:
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT['exempt_paths'] has an invalid path {path!r:.200}: {exc}"
-            ) from exc
-    return tuple(patterns)
-
-
-_lock = threading.Lock()
-_config: Optional[_Config] = None
-
-
-def _current() -> _Config:
-    """The configuration of ``settings.RATE_LIMIT``, built on first use."""
-    config = _config
-    if config is not None:
-        return config
-    return _rebuild()
-
-
-def _rebuild() -> _Config:
-    global _config
-    with _lock:
-        if _config is None:
-            _config = _Config(getattr(settings, "RATE_LIMIT", None))
-        return _config
-
-
-def _setting_changed(*, setting: str, **kwargs: Any) -> None:
-    # override_settings (and tests that change settings) send this: the next
-    # request rebuilds from the new value, with a new store unless one is given.
-    global _config
-    if setting == "RATE_LIMIT":
-        with _lock:
-            _config = None
-
-
-setting_changed.connect(_setting_changed, dispatch_uid="limiter.integrations.django")
-
-
 # -- responses -----------------------------------------------------------------------------
 
 
@@ -238,12 +117,19 @@ def _add_headers(response: Any, headers: HeaderList) -> None:
         response.headers[name] = value
 
 
+def _info(integration: Integration, guards: Sequence[Guard], request: HttpRequest) -> Any:
+    """The ``RequestInfo`` to decide on, or ``None`` when nothing limits the request."""
+    if not integration.enabled or not guards:
+        return None
+    return django_request_info(request)
+
+
 def _decide(integration: Integration, guards: Sequence[Guard], request: HttpRequest) -> Decision:
     """``integration.decide`` in synchronous code; ``async def`` callables are awaited
     through ``async_to_sync`` (rather than refused: the same settings serve WSGI and ASGI)."""
-    if not integration.enabled or not guards:
+    info = _info(integration, guards, request)
+    if info is None:
         return NOT_LIMITED
-    info = django_request_info(request)
     if any(guard.is_async for guard in guards):
         decision: Decision = async_to_sync(integration.adecide)(guards, info)
         return decision
@@ -253,9 +139,26 @@ def _decide(integration: Integration, guards: Sequence[Guard], request: HttpRequ
 async def _adecide(
     integration: Integration, guards: Sequence[Guard], request: HttpRequest
 ) -> Decision:
-    if not integration.enabled or not guards:
-        return NOT_LIMITED
-    return await integration.adecide(guards, django_request_info(request))
+    info = _info(integration, guards, request)
+    return NOT_LIMITED if info is None else await integration.adecide(guards, info)
+
+
+def _record(request: HttpRequest, decision: Decision) -> Optional[HttpResponseBase]:
+    """``process_view``'s answer: the refusal, or ``None`` (run the view) with the
+    decision kept on the request until the response."""
+    if decision.response is not None:
+        return _http_response(decision.response, request.method or "GET")
+    if decision is not NOT_LIMITED:
+        setattr(request, _DECISION, decision)
+    return None
+
+
+def _respond(request: HttpRequest, response: Any, decision: Decision, headers: HeaderList) -> Any:
+    """``response`` with ``headers``, or the refusal ``decision`` holds instead of it."""
+    if decision.response is not None:
+        return _http_response(decision.response, request.method or "GET")
+    _add_headers(response, headers)
+    return response
 
 
 # -- the middleware ------------------------------------------------------------------------
@@ -306,7 +209,7 @@ class RateLimitMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
-        config = _current()  # a misconfiguration fails at start-up, not on the first request
+        config = current()  # a misconfiguration fails at start-up, not on the first request
         if config.check_store:
             # A store that does not answer (Redis down, wrong port) stops start-up.
             store = config.integration.store
@@ -320,43 +223,38 @@ class RateLimitMiddleware:
         if self.async_mode:
             return self.__acall__(request)
         response = self.get_response(request)
-        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-        if decision is not None:
-            _add_headers(response, decision.headers(response.status_code))
-        elif _unresolved(request, response):
-            guards = self._default_guards(request)
-            if guards:
-                decision = _decide(_current().integration, guards, request)
-                return self._not_found(request, response, decision, decision.headers(404))
-        return response
+        decision, guards = self._pending(request, response)
+        if guards:
+            decision = _decide(current().integration, guards, request)
+        if decision is None:
+            return response
+        return _respond(request, response, decision, decision.headers(response.status_code))
 
     async def __acall__(self, request: HttpRequest) -> Any:
         response = await self.get_response(request)
-        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-        if decision is not None:
-            _add_headers(response, await decision.aheaders(response.status_code))
-        elif _unresolved(request, response):
-            guards = self._default_guards(request)
-            if guards:
-                decision = await _adecide(_current().integration, guards, request)
-                return self._not_found(request, response, decision, await decision.aheaders(404))
-        return response
+        decision, guards = self._pending(request, response)
+        if guards:
+            decision = await _adecide(current().integration, guards, request)
+        if decision is None:
+            return response
+        return _respond(request, response, decision, await decision.aheaders(response.status_code))
 
-    @staticmethod
-    def _not_found(
-        request: HttpRequest, response: Any, decision: Decision, headers: HeaderList
-    ) -> Any:
-        # A path that matches no URL pattern: counted against the default, as
-        # the Flask and FastAPI integrations count their 404s (URL scanning).
-        if decision.response is not None:
-            return _http_response(decision.response, request.method or "GET")
-        _add_headers(response, headers)
-        return response
+    def _pending(
+        self, request: HttpRequest, response: Any
+    ) -> Tuple[Optional[Decision], List[Guard]]:
+        """What is left to do once the view answered: settle the decision
+        ``process_view`` recorded, or decide on a path that resolved to no view
+        (counted against the default once Django answered its 404, as the Flask
+        and FastAPI integrations count theirs: URL scanning costs tokens)."""
+        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+        if decision is None and _unresolved(request, response):
+            return None, self._default_guards(request)
+        return decision, []
 
     @staticmethod
     def _default_guards(request: HttpRequest) -> List[Guard]:
         """The default, unless there is none, it is off, or the path is exempt."""
-        config = _current()
+        config = current()
         default = config.default
         if default is None or not config.integration.enabled:
             return []
@@ -370,39 +268,17 @@ class RateLimitMiddleware:
         return self._default_guards(request)
 
     def process_view(
-        self,
-        request: HttpRequest,
-        view_func: Callable[..., Any],
-        view_args: Any,
-        view_kwargs: Any,
+        self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any
     ) -> Optional[HttpResponseBase]:
         """Check the default limit once the view is known (synchronous mode)."""
         guards = self._guards(request, view_func)
-        if not guards:
-            return None
-        decision = _decide(_current().integration, guards, request)
-        return self._record(request, decision)
+        return _record(request, _decide(current().integration, guards, request))
 
     async def _aprocess_view(
-        self,
-        request: HttpRequest,
-        view_func: Callable[..., Any],
-        view_args: Any,
-        view_kwargs: Any,
+        self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any
     ) -> Optional[HttpResponseBase]:
         guards = self._guards(request, view_func)
-        if not guards:
-            return None
-        decision = await _adecide(_current().integration, guards, request)
-        return self._record(request, decision)
-
-    @staticmethod
-    def _record(request: HttpRequest, decision: Decision) -> Optional[HttpResponseBase]:
-        if decision.response is not None:
-            return _http_response(decision.response, request.method or "GET")
-        if decision is not NOT_LIMITED:
-            setattr(request, _DECISION, decision)
-        return None
+        return _record(request, await _adecide(current().integration, guards, request))
 
 
 # -- the decorator -------------------------------------------------------------------------
@@ -460,7 +336,7 @@ async def _aerror_response(request: HttpRequest, exc: Exception) -> Optional[Htt
 
 
 async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decision) -> Any:
-    """The end of ``_sync_call`` for a view that returned an awaitable."""
+    """Await the view's ``pending`` response, then settle ``decision`` with its status."""
     try:
         response = await pending
     except Exception as exc:
@@ -468,13 +344,21 @@ async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decis
         if response is None:
             await decision.aheaders(500)
             raise
-    _add_headers(response, await decision.aheaders(response.status_code))
-    return response
+    return _respond(request, response, decision, await decision.aheaders(response.status_code))
 
 
+#: The integration, the guards and the request of a decorated view's call.
+_Plan = Tuple[Integration, Sequence[Guard], HttpRequest]
 #: Set on the calls ``ratelimit`` builds; ``_unwrap`` finds the view of a
 #: ``functools.partial(call, view)`` made per request under ``method_decorator``.
 _CALL = "_limiter_call"
+
+
+def _start(limited: Tuple[RouteLimit, ...], args: Tuple[Any, ...]) -> _Plan:
+    """What a decorated view's call decides on (no I/O yet): ``_decide(*plan)``."""
+    request = _request_of(args)
+    integration = current().integration
+    return integration, integration.guards(limited, request.method or "GET"), request
 
 
 def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
@@ -488,12 +372,10 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
     """
 
     def call(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        request = _request_of(args)
-        integration = _current().integration
-        method = request.method or "GET"
-        decision = _decide(integration, integration.guards(limited, method), request)
+        integration, guards, request = _start(limited, args)
+        decision = _decide(integration, guards, request)
         if decision.response is not None:
-            return _http_response(decision.response, method)
+            return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
             return view(*args, **kwargs)
         try:
@@ -507,8 +389,7 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
             # An async view seen as a sync one (a dispatch not recognised
             # by _is_async_view): finish when Django awaits it.
             return _finish(response, request, decision)
-        _add_headers(response, decision.headers(response.status_code))
-        return response
+        return _respond(request, response, decision, decision.headers(response.status_code))
 
     setattr(call, _CALL, True)
     return call
@@ -518,23 +399,13 @@ def _async_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
     """``_sync_call`` for an async view: the store and the view are awaited."""
 
     async def acall(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        request = _request_of(args)
-        integration = _current().integration
-        method = request.method or "GET"
-        decision = await _adecide(integration, integration.guards(limited, method), request)
+        integration, guards, request = _start(limited, args)
+        decision = await _adecide(integration, guards, request)
         if decision.response is not None:
-            return _http_response(decision.response, method)
+            return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
             return await view(*args, **kwargs)
-        try:
-            response = await view(*args, **kwargs)
-        except Exception as exc:
-            response = await _aerror_response(request, exc)
-            if response is None:
-                await decision.aheaders(500)
-                raise
-        _add_headers(response, await decision.aheaders(response.status_code))
-        return response
+        return await _finish(view(*args, **kwargs), request, decision)
 
     setattr(acall, _CALL, True)
     return acall
@@ -608,80 +479,75 @@ def ratelimit(
     the middleware need not be installed.  Arguments are checked here
     (``TypeError``/``ValueError``).
     """
-    RouteLimit(  # checked now: a typo fails at import, not on the first request
-        rate,
-        scope="ratelimit" if name is None else name,
-        key_func=key_func,
-        cost=cost,
-        methods=methods,
-        deduct_when=deduct_when,
+    limit_for = functools.partial(
+        RouteLimit, rate, key_func=key_func, cost=cost, methods=methods, deduct_when=deduct_when
     )
-    routes: Dict[str, RouteLimit] = {}
-    routes_lock = threading.Lock()
-    #: method_decorator calls the decorator on every request, with a new
-    #: partial: the call for each (method, class) is built once.
-    calls: Dict[Tuple[Any, type], Callable[..., Any]] = {}
-
-    def route_for(view: Callable[..., Any]) -> RouteLimit:
-        # One RouteLimit per scope: Integration caches guards per RouteLimit.
-        scope = _scope(view, name)
-        route = routes.get(scope)
-        if route is None:
-            with routes_lock:
-                route = routes.get(scope)
-                if route is None:
-                    route = RouteLimit(
-                        rate,
-                        scope=scope,
-                        key_func=key_func,
-                        cost=cost,
-                        methods=methods,
-                        deduct_when=deduct_when,
-                    )
-                    routes[scope] = route
-        return route
-
-    def prepare(view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
-        inner = _unwrap(view)
-        limited = (route_for(inner),)
-        if _is_async_view(inner):
-            return _async_call(limited), True
-        return _sync_call(limited), False
+    limit_for(scope="ratelimit" if name is None else name)  # a typo fails at import
+    views = _Views(limit_for, name)
 
     def decorator(view: F) -> F:
         key = _method_key(_unwrap(view))
-        if key is not None:
-            # The per-request path of method_decorator: a lookup and a partial.
-            call = calls.get(key)
-            if call is None:
-                call = calls.setdefault(key, prepare(view)[0])
-            return functools.partial(call, view)  # type: ignore[return-value]
+        if key is not None:  # the per-request path of method_decorator
+            return views.per_request(view, key)
         if isinstance(view, HttpRequest):
             raise TypeError(f"{_BARE_FIX}; the view was passed as the rate")
         if not callable(view):
             raise TypeError(f"ratelimit decorates a view function, got {view!r:.200}")
-        call, is_async = prepare(view)
-        wrapper: Callable[..., Any]
-        if is_async:
-
-            @functools.wraps(view)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await call(view, *args, **kwargs)
-
-            wrapper = async_wrapper
-        else:
-
-            @functools.wraps(view)
-            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return call(view, *args, **kwargs)
-
-            wrapper = sync_wrapper
-        setattr(wrapper, _MARK, True)
-        return wrapper  # type: ignore[return-value]
+        return _wrapped(view, *views.prepare(view))
 
     if callable(rate) and not isinstance(rate, type) and not hasattr(rate, "limits"):
         setattr(decorator, _BARE, rate)
     return decorator
+
+
+class _Views:
+    """The views of one ``ratelimit(...)``: a ``RouteLimit`` per bucket scope (the
+    guards are cached per ``RouteLimit``), and the call for each method under
+    ``method_decorator``, which calls the decorator on every request."""
+
+    def __init__(self, limit_for: Callable[..., RouteLimit], name: Optional[str]) -> None:
+        self.limit_for = limit_for
+        self.name = name
+        self.routes: Dict[str, RouteLimit] = {}
+        self.calls: Dict[Tuple[Any, type], Callable[..., Any]] = {}
+
+    def prepare(self, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
+        """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
+        inner = _unwrap(view)
+        scope = _scope(inner, self.name)
+        route = self.routes.get(scope)
+        if route is None:  # setdefault: threads building the same scope share one
+            route = self.routes.setdefault(scope, self.limit_for(scope=scope))
+        if _is_async_view(inner):
+            return _async_call((route,)), True
+        return _sync_call((route,)), False
+
+    def per_request(self, view: F, key: Tuple[Any, type]) -> F:
+        call = self.calls.get(key)
+        if call is None:
+            call = self.calls.setdefault(key, self.prepare(view)[0])
+        return functools.partial(call, view)  # type: ignore[return-value]
+
+
+def _wrapped(view: F, call: Callable[..., Any], is_async: bool) -> F:
+    """``view`` calling ``call(view, ...)``, marked for the middleware."""
+    wrapper: Callable[..., Any]
+    if is_async:
+
+        @functools.wraps(view)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await call(view, *args, **kwargs)
+
+        wrapper = async_wrapper
+    else:
+
+        @functools.wraps(view)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return call(view, *args, **kwargs)
+
+        wrapper = sync_wrapper
+    setattr(wrapper, _MARK, True)
+    return wrapper  # type: ignore[return-value]
 
 
 def check_bare_ratelimit(app_configs: Any = None, **kwargs: Any) -> List[Any]:

@@ -8,30 +8,14 @@
 ... async def search() -> dict:
 ...     return {}
 
-How it fits together (``init_app``):
-
-* ``limit(...)`` returns a dependency.  It decides with the shared
-  ``Integration`` (the very decision of the ASGI middleware) and, when the
-  request is limited, raises an internal exception carrying the ``Response``;
-  the exception handler ``init_app`` registers sends it as is, so the client
-  gets ``DENIED_BODY`` and the limit headers, not FastAPI's ``{"detail": ...}``.
-  The handler runs inside the app: user middleware (CORS) sees a normal 429.
-* A small ASGI middleware, added by ``init_app``, puts a per-request list in
-  the scope, where the dependencies put what they decided; it adds the
-  headers of those decisions to the route's response on
-  ``http.response.start`` (whatever the route returned: a model, a
-  ``Response`` object, an ``HTTPException``) and settles ``deduct_when``
-  charges with the status.  A dependency that refuses settles the earlier
-  ones' charges with the refusal's status first.  The route itself never
-  needs a ``request`` parameter.
-* The same middleware applies ``default`` to requests whose route has no
-  ``limit`` dependency of its own (anywhere in its dependency tree, router
-  and app dependencies included) and is not ``exempt``; it finds the route
-  by matching the app's routes before the app runs, up to the last route
-  the default does not apply to, and caches the answer per method, path and
-  ``root_path`` (bounded: ``_CACHE_SIZE``).  Requests that match no route
-  (404, 405) are under the default too: scanning costs tokens.  WebSocket
-  handshakes are limited by their route's ``limit`` only.
+``init_app`` installs an exception handler, which sends the response a
+refusing ``limit`` dependency raises, and a middleware: it keeps the
+request's decisions in the scope, adds their headers on
+``http.response.start`` and settles ``deduct_when`` charges with the status.
+It applies ``default`` to requests whose route (as the routes' own
+``matches()`` decide) has no ``limit`` of its own and is not ``exempt``, and
+to requests no route matches (404, 405).  See "How it works" in
+docs/fastapi.md.
 
 FastAPI and Starlette are imported by this module only: ``import limiter``
 never loads them.
@@ -39,13 +23,16 @@ never loads them.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import (
     TYPE_CHECKING,
+    AbstractSet,
     Any,
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Optional,
     Set,
@@ -61,7 +48,7 @@ from starlette.responses import Response as StarletteResponse
 from starlette.routing import Host, Match, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, _encode, request_info
+from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, RawHeaders, request_info
 from limiter.clock import Clock
 from limiter.http.guard import Deferred, Guard, HeaderList, Response
 from limiter.http.request import Cost, KeyFunc
@@ -107,16 +94,17 @@ async def _settle(outcomes: List[_Pending], status: int) -> HeaderList:
     """Settle every pending charge with ``status``; the first limit's headers that has any."""
     shown: HeaderList = []
     for outcome in outcomes:
-        if isinstance(outcome, Deferred):
-            if outcome.guard.nonblocking:
-                headers = outcome.settle(status)
-            else:
-                headers = await outcome.asettle(status)
-        else:
-            headers = outcome
+        if isinstance(outcome, Deferred):  # a memory store answers without a coroutine
+            nonblocking = outcome.guard.nonblocking
+            outcome = outcome.settle(status) if nonblocking else await outcome.asettle(status)
         if not shown:
-            shown = headers
+            shown = outcome
     return shown
+
+
+def _encode(headers: HeaderList) -> RawHeaders:
+    """``headers`` as ASGI sends them: latin-1 ``bytes`` pairs."""
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
 def _starlette_response(response: Response, method: str) -> StarletteResponse:
@@ -137,8 +125,7 @@ async def _send_response(response: Response, scope: Scope, send: Send) -> None:
 
 def _caller_scope(depth: int) -> str:
     # "<module>:<line>" of the limit() call: the same in every worker process
-    # (a counter would depend on import order), so a shared store sees one
-    # set of buckets per call site.
+    # (unlike a counter), so a shared store sees one set of buckets per call site.
     frame = sys._getframe(depth + 1)
     return f"{frame.f_globals.get('__name__', '?')}:{frame.f_lineno}"
 
@@ -158,12 +145,10 @@ class RateLimit:
     (``limiter.http.guard``); ``cost``, ``rules`` and ``deduct_when``
     apply to the default only.  Everything is checked here.
 
-    ``check_store`` (``True``): when the app starts (the ASGI lifespan
-    startup: uvicorn, ``with TestClient(app)``), a store that can be pinged
-    (Redis) is pinged once, after the app's own startup; if it does not
-    answer, startup fails with a ``StoreError`` naming the store (password
-    redacted) and the server does not start.  A store with a ``fallback`` is
-    only logged.
+    ``check_store`` (``True``): at the ASGI lifespan startup, after the app's
+    own, a store that can be pinged (Redis) is pinged; if it does not answer,
+    startup fails with a ``StoreError`` naming the store (password redacted).
+    A store with a ``fallback`` is only logged.
     """
 
     def __init__(
@@ -184,8 +169,8 @@ class RateLimit:
             raise TypeError(f"check_store must be True or False, got {check_store!r}")
         #: Ping the store when the app starts (its lifespan startup).
         self.check_store = check_store
-        given: Dict[str, Any] = dict(options)
-        given.update(
+        given: Dict[str, Any] = dict(
+            options,
             key_func=key_func,
             trusted_proxies=trusted_proxies,
             header_style=header_style,
@@ -205,15 +190,11 @@ class RateLimit:
         default = self.integration.default
         return f"RateLimit(default={None if default is None else default.limiter!r})"
 
-    # -- set-up ------------------------------------------------------------
-
     def init_app(self, app: Starlette) -> None:
         """Install on ``app``: the exception handler that sends refusals, and the middleware.
 
-        Call it before the app serves (Starlette refuses middleware later).
-        Middleware added after this call wraps this one (``add_middleware``
-        puts the newest outside): add ``CORSMiddleware`` after it so that
-        429s get CORS headers too.
+        Call it before the app serves.  Middleware added later wraps this one:
+        add ``CORSMiddleware`` after it so that 429s get CORS headers too.
         """
         if not isinstance(app, Starlette):
             raise TypeError(f"app must be a FastAPI or Starlette application, got {app!r:.200}")
@@ -226,8 +207,6 @@ class RateLimit:
         app.add_exception_handler(_Refusal, _refusal_handler)
         app.add_middleware(_RateLimitMiddleware, rate_limit=self, routed=app)
         self._apps.append(app)
-
-    # -- per-route limits --------------------------------------------------
 
     def limit(
         self,
@@ -252,74 +231,24 @@ class RateLimit:
         lines are added above the route).
         On a WebSocket route a refused handshake is closed with code 1013.
         """
-        # Without a name, the buckets are named by the routes that use this
-        # dependency ("GET /search"), once the app first starts or serves
-        # (_RateLimitMiddleware._name_limits); until then, and for a dependency
-        # no route of the app uses, by the call site.
+        # Until the routes name an unnamed limit (_name_limits, when the app
+        # first starts or serves), and for one no route uses: its call site.
         bucket_scope = _caller_scope(1) if name is None else name
-        route = RouteLimit(
-            rate,
-            scope=bucket_scope,
-            key_func=key_func,
-            cost=cost,
-            methods=methods,
-            deduct_when=deduct_when,
+        limit_for = functools.partial(
+            RouteLimit, rate, key_func=key_func, cost=cost, methods=methods, deduct_when=deduct_when
         )
-        integration = self.integration
-        guard = integration.guard(route)  # built now: a bad option fails at start-up
-        guards = [guard]  # guards[0]: replaced once, when the routes name the buckets
-        enabled = integration.enabled
-        allowed = route.methods
-        key = self._key
+        route = limit_for(scope=bucket_scope)
+        # Built now: a bad option fails at start-up.  guards[0] is replaced
+        # once, when the routes name the buckets of an unnamed limit.
+        guards = [self.integration.guard(route)]
+        rate_limit = _dependency(self.integration, guards, route.methods, self._key)
 
         def bind(routes: str) -> None:
             # The buckets of an unnamed limit: those of the routes using it.
             if name is not None or getattr(rate_limit, _BOUND, None) is not None:
                 return
-            named = RouteLimit(
-                route.rate,
-                scope=routes,
-                key_func=key_func,
-                cost=route.cost,
-                methods=allowed,
-                deduct_when=route.deduct_when,
-            )
-            guards[0] = integration.guard(named)
+            guards[0] = self.integration.guard(limit_for(scope=routes))
             setattr(rate_limit, _BOUND, routes)
-
-        # Keyword-only (FastAPI passes dependencies by name): slowapi's style,
-        # @rl.limit(...) above the route, calls it with the endpoint and fails
-        # here, at import, with the fix in the function's name.
-        async def rate_limit(*, connection: HTTPConnection) -> None:
-            scope = connection.scope
-            outcomes: Optional[List[_Pending]] = scope.get(key)
-            if outcomes is None:
-                if scope["type"] == "websocket":
-                    await _websocket(integration, guards, scope)
-                    return
-                raise RuntimeError(
-                    "a RateLimit.limit() dependency ran on an app without its middleware: "
-                    "call rl.init_app(app) (or RateLimit(app)) when you build the app"
-                )
-            if not enabled or (allowed is not None and scope["method"] not in allowed):
-                return
-            # A memory store answers at once: no coroutine to build and await.
-            guard = guards[0]
-            outcome = (
-                guard.decide(request_info(scope))
-                if guard.nonblocking
-                else await guard.adecide(request_info(scope))
-            )
-            if isinstance(outcome, Response):
-                if outcomes:
-                    # The route will not run: the earlier limits' deduct_when
-                    # charges are settled with the refusal's status (given back
-                    # unless it matches), and their headers are not sent.
-                    await _settle(outcomes, outcome.status)
-                    outcomes.clear()
-                raise _Refusal(outcome)
-            if outcome:  # [] : exempt, allow-listed or a failed store: nothing to add
-                outcomes.append(outcome)
 
         rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
         rate_limit.__qualname__ = (
@@ -339,8 +268,6 @@ class RateLimit:
         self._exempt.add(endpoint)
         return endpoint
 
-    # -- used by the middleware ------------------------------------------------
-
     def _covered(self, route: Any) -> bool:
         """True when ``route`` has a limit of this ``RateLimit`` or is exempt."""
         endpoint = getattr(route, "endpoint", None)
@@ -351,18 +278,52 @@ class RateLimit:
                 return True
         except TypeError:  # an unhashable endpoint cannot have been marked
             pass
-        dependant = getattr(route, "dependant", None)
-        seen: Set[int] = set()
-        stack = [dependant] if dependant is not None else []
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if getattr(getattr(node, "call", None), _MARK, None) is self:
-                return True
-            stack.extend(getattr(node, "dependencies", ()) or ())
-        return False
+        calls = _limit_calls(getattr(route, "dependant", None))
+        return any(getattr(call, _MARK, None) is self for call in calls)
+
+
+def _dependency(
+    integration: Integration, guards: List[Guard], allowed: Optional[AbstractSet[str]], key: str
+) -> Callable[..., Any]:
+    """The dependency function of one ``limit()``: decides with ``guards[0]`` and
+    records the outcome in the scope under ``key`` for the middleware."""
+    enabled = integration.enabled
+
+    # Keyword-only (FastAPI passes dependencies by name): slowapi's style,
+    # @rl.limit(...) above the route, calls it with the endpoint and fails
+    # here, at import, with the fix in the function's name.
+    async def rate_limit(*, connection: HTTPConnection) -> None:
+        scope = connection.scope
+        outcomes: Optional[List[_Pending]] = scope.get(key)
+        if outcomes is None:
+            if scope["type"] == "websocket":
+                await _websocket(integration, guards, scope)
+                return
+            raise RuntimeError(
+                "a RateLimit.limit() dependency ran on an app without its middleware: "
+                "call rl.init_app(app) (or RateLimit(app)) when you build the app"
+            )
+        if not enabled or (allowed is not None and scope["method"] not in allowed):
+            return
+        # A memory store answers at once: no coroutine to build and await.
+        guard = guards[0]
+        outcome = (
+            guard.decide(request_info(scope))
+            if guard.nonblocking
+            else await guard.adecide(request_info(scope))
+        )
+        if isinstance(outcome, Response):
+            if outcomes:
+                # The route will not run: the earlier limits' deduct_when
+                # charges are settled with the refusal's status (given back
+                # unless it matches), and their headers are not sent.
+                await _settle(outcomes, outcome.status)
+                outcomes.clear()
+            raise _Refusal(outcome)
+        if outcome:  # [] : exempt, allow-listed or a failed store: nothing to add
+            outcomes.append(outcome)
+
+    return rate_limit
 
 
 async def _websocket(integration: Integration, guards: List[Guard], scope: Scope) -> None:
@@ -380,14 +341,23 @@ async def _refusal_handler(request: Request, exc: Exception) -> StarletteRespons
     return _starlette_response(exc.response, request.method)
 
 
-def _flat_routes(routes: List[Any]) -> List[Any]:
-    """``routes`` as the router tries them, included routers opened.
+def _limit_calls(dependant: Any) -> Iterator[Any]:
+    """The ``call`` of each node of a FastAPI dependency tree, each node once."""
+    seen: Set[int] = set()
+    stack = [dependant] if dependant is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield getattr(node, "call", None)
+        stack.extend(getattr(node, "dependencies", ()) or ())
 
-    FastAPI before 0.16x copies included routes into ``app.router.routes``;
-    later versions keep an included router as one route and list its routes,
-    with the dependencies the inclusion adds, through
-    ``fastapi.routing.iter_route_contexts``.
-    """
+
+def _flat_routes(routes: List[Any]) -> List[Any]:
+    """``routes`` as the router tries them, included routers opened (FastAPI 0.16x
+    keeps an included router as one route; ``iter_route_contexts`` lists its routes
+    with the inclusion's dependencies; earlier versions copy them into ``routes``)."""
     try:
         from fastapi.routing import iter_route_contexts
     except ImportError:  # older FastAPI, or plain Starlette without FastAPI installed
@@ -411,89 +381,115 @@ def _routers(router: Any) -> List[Any]:
     return found
 
 
-def _state(routers: List[Any]) -> List[Tuple[int, int]]:
-    # Changes when a route is added to any of them (FastAPI counts versions;
-    # a plain Starlette router only grows).
-    return [(len(r.routes), getattr(r, "_routes_version", 0)) for r in routers]
-
-
+#: The route classes of WebSocket endpoints (they never match an http request),
+#: and the ``matches`` functions that read only the scope's type, path,
+#: ``root_path`` and method (their answers can be remembered per method and path).
+_SOCKETS: Tuple[type, ...] = (WebSocketRoute,)
+_BY_PATH: Tuple[Any, ...] = (Route.matches, Mount.matches, WebSocketRoute.matches)
 try:
-    from starlette._utils import get_route_path
-except ImportError:  # Starlette before 0.33: every route is asked through matches()
-    get_route_path = None  # type: ignore[assignment]
-try:
-    from fastapi import routing as _fastapi_routing
+    from fastapi.routing import APIRoute, APIWebSocketRoute
 except ImportError:  # plain Starlette
-    _fastapi_routing = None  # type: ignore[assignment]
+    pass
+else:
+    _SOCKETS += (APIWebSocketRoute,)
+    _BY_PATH += (APIRoute.matches, APIWebSocketRoute.matches)
 
-#: The Starlette and FastAPI classes whose matches() of an ``http`` scope is
-#: ``path_regex`` on the route path, then ``methods`` (FULL if allowed).
-_ROUTES: Tuple[Any, ...] = (Route,)
-#: Those whose matches() of an ``http`` scope is ``path_regex`` alone.
-_MOUNTS: Tuple[Any, ...] = (Mount,)
-#: Those that never match an ``http`` scope.
-_SOCKETS: Tuple[Any, ...] = (WebSocketRoute,)
-if _fastapi_routing is not None:
-    _ROUTES += (_fastapi_routing.APIRoute,)
-    _SOCKETS += (_fastapi_routing.APIWebSocketRoute,)
-
-#: A row of the default's table: (path_regex.match, methods, default applies,
-#: matches), with ``path_regex.match`` None when the route's own matches() is
-#: asked (a Host, a custom route).
-_Row = Tuple[Optional[Callable[[str], Any]], Optional[Set[str]], bool, Any]
-_PATH, _HOST, _OTHER = 0, 1, 2
+#: What a route's ``matches()`` reads besides the method and path.
+_PATH_ONLY, _HOST, _MORE = 0, 1, 2
 
 
-def _classify(matches: Any) -> Tuple[int, Any]:
-    """What the bound ``matches`` reads of an ``http`` scope: ``(_PATH, owner)``
-    for a known route (``owner`` has ``path_regex``; ``None``: never matches),
-    ``(_HOST, None)`` for a ``Host``, ``(_OTHER, None)`` for a custom route."""
-    owner = getattr(matches, "__self__", None)
-    func = getattr(type(owner), "matches", None)
-    for kinds in (_ROUTES, _MOUNTS, _SOCKETS):
-        if any(func is kind.matches for kind in kinds):
-            return _PATH, None if kinds is _SOCKETS else owner
-    if func is Host.matches:
-        return _HOST, None
-    context = getattr(_fastapi_routing, "_EffectiveRouteContext", None)
-    if context is not None and type(owner) is context:
-        # An included route: FastAPI matches an APIRoute on the prefixed path,
-        # anything else through the prefixed Starlette route it built.
-        starlette_route = getattr(owner, "starlette_route", None)
-        if starlette_route is not None:
-            return _classify(starlette_route.matches)
-        original = getattr(owner, "original_route", None)
-        api_route = _fastapi_routing.APIRoute
-        if isinstance(original, api_route) and type(original).matches is api_route.matches:
-            return _PATH, owner  # its own path_regex and methods
-    return _OTHER, None  # asked on every request, never cached
+def _original(route: Any) -> Any:
+    # FastAPI 0.16x lists an included route as a RouteContext: the route it came from.
+    return getattr(route, "original_route", route)
 
 
-def _row(matches: Any, applies: bool) -> Tuple[int, Optional[_Row]]:
-    kind, owner = _classify(matches)
-    if kind != _PATH or get_route_path is None:
-        return kind, (None, None, applies, matches)
-    if owner is None:
-        return kind, None  # a WebSocket route: no http request reaches it
-    regex = getattr(owner, "path_regex", None)
-    if regex is None:
-        return kind, (None, None, applies, matches)
-    methods = None if isinstance(owner, _MOUNTS) else (getattr(owner, "methods", None) or None)
-    return kind, (regex.match, methods, applies, None)
+def _reads(route: Any) -> int:
+    """``_PATH_ONLY``, ``_HOST`` (a ``Host``) or ``_MORE`` (a custom ``matches``)."""
+    matches = getattr(type(_original(route)), "matches", None)
+    if matches in _BY_PATH:
+        return _PATH_ONLY
+    return _HOST if matches is Host.matches else _MORE
 
 
-def _host(scope: Scope) -> Optional[bytes]:
-    for name, value in scope.get("headers") or ():
-        if name == b"host":
-            return bytes(value)
-    return None
-
-
-#: How many answers ``_default_applies`` remembers; full, it starts afresh, so a
-#: flood of made-up paths cannot grow memory.  Paths longer than
-#: ``_LONGEST_CACHED`` are matched without the cache.
+#: How many answers are remembered (full: forgotten together, so made-up paths
+#: cannot grow memory), and the longest path remembered.
 _CACHE_SIZE = 4096
 _LONGEST_CACHED = 512
+#: A route's bound ``matches`` and whether the default applies to what it matches.
+_Row = Tuple[Callable[[Scope], Tuple[Match, Scope]], bool]
+
+
+def _scan(table: List[_Row], scope: Scope) -> bool:
+    """Whether the default applies: asked of each route as the router would."""
+    for matches, applies in table:
+        if matches(scope)[0] is Match.FULL:
+            return applies
+    return True  # no route: a 404 or 405 is under the default too
+
+
+class _DefaultRoutes:
+    """Which requests ``default`` applies to on one app, asked of its routes.
+
+    Rebuilt when a route is added to the app or a router included in it, or
+    when ``exempt`` marks another endpoint.
+    """
+
+    def __init__(self, rate_limit: RateLimit, app: Starlette) -> None:
+        self.rate_limit = rate_limit
+        self.app = app
+        self.routers: List[Any] = []
+        self.sizes: List[int] = []
+        self.exempt = -1
+        self.table: List[_Row] = []
+        # (method, path, root_path, host) -> answer; None: a route reads more
+        # of the request than that, so every request is asked afresh.
+        self.cache: Optional[Dict[Tuple[Any, ...], bool]] = None
+        self.by_host = False
+
+    def applies(self, scope: Scope) -> bool:
+        """Whether ``default`` applies to the http request ``scope``."""
+        if self.exempt != len(self.rate_limit._exempt) or self.sizes != [
+            len(router.routes) for router in self.routers
+        ]:
+            self.rebuild()
+        table = self.table
+        if not table:
+            return True
+        cache = self.cache
+        path = scope["path"]
+        if cache is None or len(path) > _LONGEST_CACHED:
+            return _scan(table, scope)
+        host = None
+        if self.by_host:
+            host = next((bytes(v) for n, v in scope.get("headers") or () if n == b"host"), None)
+        slot = (scope["method"], path, scope.get("root_path"), host)
+        answer = cache.get(slot)
+        if answer is None:
+            answer = _scan(table, scope)
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[slot] = answer
+        return answer
+
+    def rebuild(self) -> None:
+        router = self.app.router
+        self.routers = _routers(router)
+        self.sizes = [len(known.routes) for known in self.routers]
+        self.exempt = len(self.rate_limit._exempt)
+        covered = self.rate_limit._covered
+        # The bound matches() of each route (FastAPI's RouteContext resolves
+        # it through __getattr__: once here, not per request).  A WebSocket
+        # route never matches an http request: the default applies past it.
+        rows = [
+            (route, route.matches, isinstance(_original(route), _SOCKETS) or not covered(route))
+            for route in _flat_routes(router.routes)
+        ]
+        last = max((i for i, (_, _, applies) in enumerate(rows) if not applies), default=-1)
+        rows = rows[: last + 1]
+        reads = {_reads(route) for route, _, _ in rows}
+        self.table = [(matches, applies) for _, matches, applies in rows]
+        self.cache = None if _MORE in reads else {}
+        self.by_host = _HOST in reads
 
 
 class _RateLimitMiddleware:
@@ -509,18 +505,7 @@ class _RateLimitMiddleware:
         self.default: Optional[Guard] = (
             default if default is not None and integration.enabled else None
         )
-        # The routers whose routes decide, their state when the table was built
-        # (rebuilt when a route is added), and the table itself: (route.matches,
-        # default applies) up to the last route the default does not apply to
-        # (past it, the answer is "applies" whether a route matches or not).
-        self._routers: List[Any] = []
-        self._state: List[Tuple[int, int]] = []
-        self._exempt = -1
-        self._table: List[_Row] = []
-        # (method, path, root_path[, host]) -> answer; None: a custom route
-        # reads more of the request, so nothing is cached.
-        self._cache: Optional[Dict[Tuple[Any, ...], bool]] = None
-        self._by_host = False
+        self.routes = _DefaultRoutes(rate_limit, routed)
         self._named = False
 
     def _name_limits(self) -> None:
@@ -538,17 +523,9 @@ class _RateLimitMiddleware:
                 continue
             methods = getattr(route, "methods", None)
             label = f"{','.join(sorted(methods)) if methods else 'WEBSOCKET'} {path}"
-            seen: Set[int] = set()
-            stack = [dependant]
-            while stack:
-                node = stack.pop()
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                call = getattr(node, "call", None)
+            for call in _limit_calls(dependant):
                 if getattr(call, _MARK, None) is owner:
                     found.setdefault(id(call), (call, set()))[1].add(label)
-                stack.extend(getattr(node, "dependencies", ()) or ())
         for call, labels in found.values():
             getattr(call, _BIND)(", ".join(sorted(labels)))
 
@@ -564,7 +541,7 @@ class _RateLimitMiddleware:
         outcomes: List[_Pending] = []
         scope[self.key] = outcomes
         default = self.default
-        if default is not None and self._default_applies(scope):
+        if default is not None and self.routes.applies(scope):
             request = request_info(scope)
             if default.nonblocking:
                 outcome = default.decide(request)
@@ -581,18 +558,7 @@ class _RateLimitMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                if outcomes:
-                    first = outcomes[0]
-                    if len(outcomes) == 1 and isinstance(first, list):
-                        shown = first  # one limit, nothing to settle: no coroutine
-                    else:
-                        shown = await _settle(outcomes, message["status"])
-                    outcomes.clear()
-                    if shown:
-                        message = {
-                            **message,
-                            "headers": [*message.get("headers", ()), *_encode(shown)],
-                        }
+                message = await _with_headers(message, outcomes)
             await send(message)
 
         try:
@@ -616,69 +582,17 @@ class _RateLimitMiddleware:
 
         return checked
 
-    def _default_applies(self, scope: Scope) -> bool:
-        routers = self._routers
-        if not routers or self._exempt != len(self.rate_limit._exempt):
-            self._rebuild()
-        else:
-            state = self._state
-            for i, router in enumerate(routers):
-                routes = router.routes
-                if state[i] != (len(routes), getattr(router, "_routes_version", 0)):
-                    self._rebuild()
-                    break
-        table = self._table
-        if not table:
-            return True
-        cache = self._cache
-        if cache is None:
-            return self._scan(table, scope)
-        path = scope["path"]
-        if len(path) > _LONGEST_CACHED:
-            return self._scan(table, scope)
-        if self._by_host:
-            slot: Tuple[Any, ...] = (scope["method"], path, scope.get("root_path"), _host(scope))
-        else:
-            slot = (scope["method"], path, scope.get("root_path"))
-        answer = cache.get(slot)
-        if answer is None:
-            answer = self._scan(table, scope)
-            if len(cache) >= _CACHE_SIZE:
-                cache.clear()
-            cache[slot] = answer
-        return answer
 
-    @staticmethod
-    def _scan(table: List[_Row], scope: Scope) -> bool:
-        # As Starlette's router tries them, without building child scopes.
-        path = get_route_path(scope) if get_route_path is not None else ""
-        method = scope["method"]
-        for match, methods, applies, matches in table:
-            if match is not None:
-                if match(path) is not None and (methods is None or method in methods):
-                    return applies
-            elif matches(scope)[0] is Match.FULL:
-                return applies
-        return True  # no route: a 404 or 405 is under the default too
-
-    def _rebuild(self) -> None:
-        router = self.routed.router
-        routers = _routers(router)
-        covered = self.rate_limit._covered
-        # The bound matches() of each route (FastAPI's RouteContext resolves
-        # it through __getattr__: once here, not per request).
-        pairs = [(route.matches, not covered(route)) for route in _flat_routes(router.routes)]
-        last = max((i for i, (_, applies) in enumerate(pairs) if not applies), default=-1)
-        table: List[_Row] = []
-        kinds: Set[int] = set()
-        for matches, applies in pairs[: last + 1]:
-            kind, row = _row(matches, applies)
-            kinds.add(kind)
-            if row is not None:
-                table.append(row)
-        self._table = table
-        self._cache = None if _OTHER in kinds else {}
-        self._by_host = _HOST in kinds
-        self._state = _state(routers)
-        self._exempt = len(self.rate_limit._exempt)
-        self._routers = routers
+async def _with_headers(message: Message, outcomes: List[_Pending]) -> Message:
+    """``http.response.start`` with the headers of the request's limits; settles them."""
+    if not outcomes:
+        return message
+    first = outcomes[0]
+    if len(outcomes) == 1 and isinstance(first, list):
+        shown = first  # one limit, nothing to settle: no coroutine
+    else:
+        shown = await _settle(outcomes, message["status"])
+    outcomes.clear()
+    if not shown:
+        return message
+    return {**message, "headers": [*message.get("headers", ()), *_encode(shown)]}

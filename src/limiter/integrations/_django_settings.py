@@ -1,0 +1,130 @@
+"""``settings.RATE_LIMIT`` for the Django integration: checked, built on first use,
+rebuilt when the setting changes (``override_settings``).  See docs/django.md."""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from typing import Any, Optional, Pattern, Tuple
+
+from django.conf import settings  # type: ignore[import-untyped]
+from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
+from django.core.signals import setting_changed  # type: ignore[import-untyped]
+
+from limiter.http.guard import Guard, GuardOptions
+from limiter.http.rules import path_pattern
+from limiter.integrations.common import Integration, check_rate
+
+#: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
+OWN_KEYS = ("default", "store", "clock", "exempt_paths", "check_store")
+KEYS = frozenset((*OWN_KEYS, *GuardOptions.__annotations__))
+
+
+class Config:
+    """``settings.RATE_LIMIT``, checked and built: the integration, the default, exempt paths."""
+
+    __slots__ = ("check_store", "default", "exempt", "integration")
+
+    def __init__(self, source: object) -> None:
+        if source is None:
+            source = {}
+        if not isinstance(source, dict):
+            from limiter.urls import redact_url
+
+            # A store URL given as the whole setting: never show its password.
+            shown = redact_url(source) if isinstance(source, str) else f"{source!r:.200}"
+            hint = ' (a store URL goes under "store": {"store": "redis://..."})'
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT must be a dict, got {shown:.200}"
+                + (hint if isinstance(source, str) else "")
+            )
+        for key in source:
+            if key not in KEYS:
+                close = difflib.get_close_matches(str(key), sorted(KEYS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ImproperlyConfigured(f"settings.RATE_LIMIT has an unknown key {key!r}{hint}")
+        options = {k: v for k, v in source.items() if k not in OWN_KEYS}
+        default = source.get("default")
+        if default is not None:
+            try:
+                check_rate(default)
+            except (TypeError, ValueError) as exc:
+                raise ImproperlyConfigured(
+                    f"settings.RATE_LIMIT['default'] = {default!r:.200} is invalid: {exc}"
+                ) from exc
+        self.exempt = exempt_patterns(source.get("exempt_paths", ()))
+        clock = source.get("clock")
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT['clock'] must be a limiter.Clock (with now()) or None, "
+                f"got {clock!r:.200}"
+            )
+        store = source.get("store")
+        check = source.get("check_store", True)
+        if not isinstance(check, bool):
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT['check_store'] must be True or False, got {check!r:.200}"
+            )
+        #: Whether the middleware pings the store when Django builds it.
+        self.check_store = check
+        try:
+            self.integration = Integration(
+                "RateLimitMiddleware", default=default, store=store, clock=clock, **options
+            )
+        except (TypeError, ValueError) as exc:
+            # Guard's messages name the option and the value; say where it came from.
+            raise ImproperlyConfigured(f"settings.RATE_LIMIT is invalid: {exc}") from exc
+        #: The default guard, or None: views without a limit are not limited.
+        self.default: Optional[Guard] = self.integration.default
+
+    def exempt_path(self, path: str) -> bool:
+        return any(pattern.fullmatch(path) is not None for pattern in self.exempt)
+
+
+def exempt_patterns(paths: object) -> Tuple[Pattern[str], ...]:
+    if isinstance(paths, (str, bytes)) or not isinstance(paths, (list, tuple, set, frozenset)):
+        raise ImproperlyConfigured(
+            f"settings.RATE_LIMIT['exempt_paths'] must be a list of paths like "
+            f"['/health', '/static/*'], got {paths!r:.200}"
+        )
+    patterns = []
+    for path in paths:
+        try:
+            patterns.append(path_pattern(path))
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(
+                f"settings.RATE_LIMIT['exempt_paths'] has an invalid path {path!r:.200}: {exc}"
+            ) from exc
+    return tuple(patterns)
+
+
+_lock = threading.Lock()
+_config: Optional[Config] = None
+
+
+def current() -> Config:
+    """The configuration of ``settings.RATE_LIMIT``, built on first use."""
+    config = _config
+    if config is not None:
+        return config
+    return _rebuild()
+
+
+def _rebuild() -> Config:
+    global _config
+    with _lock:
+        if _config is None:
+            _config = Config(getattr(settings, "RATE_LIMIT", None))
+        return _config
+
+
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # override_settings (and tests that change settings) send this: the next
+    # request rebuilds from the new value, with a new store unless one is given.
+    global _config
+    if setting == "RATE_LIMIT":
+        with _lock:
+            _config = None
+
+
+setting_changed.connect(_setting_changed, dispatch_uid="limiter.integrations.django")
