@@ -31,8 +31,6 @@ KNOWN_LONG_MODULES: Set[str] = {
     "limiter.backends.redis._store",
     "limiter.core.bucket",
     "limiter.http.guard",
-    "limiter.integrations.django",
-    "limiter.integrations.fastapi",
     "limiter.ratelimiter",
     "limiter.urls",
 }
@@ -41,8 +39,6 @@ KNOWN_LONG_MODULES: Set[str] = {
 KNOWN_LONG_FUNCTIONS: Set[str] = {
     "limiter.core.bucket:step",
     "limiter.http.guard:Guard.__init__",
-    "limiter.integrations.django:ratelimit",
-    "limiter.integrations.fastapi:RateLimit.limit",
     "limiter.ratelimiter:RateLimiter.__init__",
 }
 
@@ -50,7 +46,6 @@ KNOWN_LONG_FUNCTIONS: Set[str] = {
 KNOWN_PRIVATE_IMPORTS: Set[str] = {
     "limiter.backends.denycache imports limiter.core.bucket._LOCKED",
     "limiter.backends.sqlite imports limiter.core.bucket._checked_cost",
-    "limiter.integrations.fastapi imports limiter.adapters.asgi._encode",
     "limiter.ratelimiter imports limiter.core.bucket._check_name",
     "limiter.ratelimiter imports limiter.core.bucket._checked_cost",
 }
