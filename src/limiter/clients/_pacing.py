@@ -12,7 +12,7 @@ import email.utils
 import math
 import re
 import threading
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Tuple, Union
 
 from limiter.core.bucket import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
@@ -22,6 +22,10 @@ __all__ = ["DEFAULT_MAX_WAIT", "RETRY_STATUSES", "KeySpec", "Pacer", "host_key",
 #: A request's key: ``None`` (its host), a fixed string, or ``key(request) -> str``.
 KeySpec = Union[None, str, Callable[[Any], str]]
 HeaderGet = Callable[[str], Optional[str]]
+
+# What a request's plan (``Pacer.plan``) asks its shell to do, with a value.
+SLEEP, ACQUIRE, REFUND, SEND, DISCARD = "sleep", "acquire", "refund", "send", "discard"
+Step = Tuple[str, Any]
 
 #: The statuses whose hints pause a host and retry the request.
 RETRY_STATUSES = frozenset({429, 503})
@@ -282,8 +286,10 @@ class Pacer:
         """Seconds of pauses one call may wait in total: ``max_wait``, ``inf`` for ``None``."""
         return math.inf if self.max_wait is None else self.max_wait
 
-    def turn(self, key: str, budget: float = math.inf, give_up: bool = False) -> Optional[float]:
-        """Block until ``key`` is not paused and its limiter token is taken; the budget left.
+    def _turn(
+        self, key: str, budget: float, give_up: bool
+    ) -> Generator[Step, Any, Optional[float]]:
+        """The steps until ``key`` is not paused and its token is taken; returns the budget left.
 
         ``budget``: the seconds of pauses this call may still wait (pauses it
         inherits from other requests count as much as its own).  A pause
@@ -292,48 +298,97 @@ class Pacer:
         once, nothing taken; without (a first attempt, which has no response
         to return) the request takes its token and is sent despite the pause.
         """
-        limiter = self.limiter
-        clock = limiter.clock
+        now = self.limiter.clock.now
         while True:
-            left = self._pause_left(key, clock.now())
+            left = self._pause_left(key, now())
             if left > 0.0:
                 if left <= budget:
-                    clock.sleep(left)
+                    yield SLEEP, left
                     budget -= left
                     continue
                 if give_up:
                     return None
-                limiter.acquire(key)
+                yield ACQUIRE, None
                 return budget
-            limiter.acquire(key)
-            if self._pause_left(key, clock.now()) == 0.0:
+            yield ACQUIRE, None
+            if self._pause_left(key, now()) == 0.0:
                 return budget
             # A pause began while this request waited for its token: give the
             # token back and wait out the pause, or every waiter would be sent
             # together the moment it ends.
-            limiter.refund(key)
+            yield REFUND, None
 
-    async def aturn(
-        self, key: str, budget: float = math.inf, give_up: bool = False
-    ) -> Optional[float]:
-        """``turn`` for asyncio: waits with ``await clock.asleep``."""
-        limiter = self.limiter
-        clock = limiter.clock
+    def plan(self, key: str, retries: int) -> Generator[Step, Any, Any]:
+        """One request's steps, without I/O; returns the response the caller gets.
+
+        Its turn (``SLEEP`` seconds, ``ACQUIRE``, ``REFUND`` a token of
+        ``key``), then ``SEND``, answered with the response; a response the
+        server asks to retry (``pause``) is ``DISCARD``-ed (read, then closed)
+        and the request waits for its turn again, at most ``retries`` times.
+        ``max_wait`` bounds the pauses of the whole call (see ``_turn``).
+        """
+        budget = yield from self._turn(key, self.budget(), False)
         while True:
-            left = self._pause_left(key, clock.now())
-            if left > 0.0:
-                if left <= budget:
-                    await clock.asleep(left)
-                    budget -= left
-                    continue
-                if give_up:
-                    return None
+            response = yield SEND, None
+            if self.pause(key, response.status_code, response.headers.get) is None or not retries:
+                return response
+            retries -= 1
+            yield DISCARD, response
+            budget = yield from self._turn(key, budget or 0.0, True)
+            if budget is None:
+                return response
+
+    def call(
+        self, key: str, retries: int, send: Callable[[], Any], discard: Callable[[Any], None]
+    ) -> Any:
+        """Run ``plan(key, retries)``: ``send()`` sends the request, ``discard(r)`` drops one."""
+        limiter = self.limiter
+        plan = self.plan(key, retries)
+        reply = None
+        while True:
+            try:
+                step, value = plan.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = None
+            if step is SEND:
+                reply = send()
+            elif step is SLEEP:
+                limiter.clock.sleep(value)
+            elif step is ACQUIRE:
+                limiter.acquire(key)
+            elif step is REFUND:
+                limiter.refund(key)
+            else:
+                discard(value)
+
+    async def acall(
+        self,
+        key: str,
+        retries: int,
+        send: Callable[[], Awaitable[Any]],
+        discard: Callable[[Any], Awaitable[None]],
+    ) -> Any:
+        """``call`` for asyncio: waits with ``clock.asleep`` and the limiter's ``aacquire``."""
+        limiter = self.limiter
+        plan = self.plan(key, retries)
+        reply = None
+        while True:
+            try:
+                step, value = plan.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = None
+            if step is SEND:
+                reply = await send()
+            elif step is SLEEP:
+                await limiter.clock.asleep(value)
+            elif step is ACQUIRE:
                 await limiter.aacquire(key)
-                return budget
-            await limiter.aacquire(key)
-            if self._pause_left(key, clock.now()) == 0.0:
-                return budget
-            await limiter.arefund(key)
+            elif step is REFUND:
+                await limiter.arefund(key)
+            else:
+                await discard(value)
 
     def pause(self, key: str, status: int, get: HeaderGet) -> Optional[float]:
         """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).

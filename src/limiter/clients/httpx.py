@@ -32,6 +32,19 @@ def _rewindable(request: httpx.Request) -> bool:
     return True
 
 
+def _discard(response: httpx.Response) -> None:
+    # Read, then closed: its connection goes back to the pool during the
+    # pause, and the caller still gets it whole if the pause would take the
+    # call past its max_wait.
+    response.read()
+    response.close()
+
+
+async def _adiscard(response: httpx.Response) -> None:
+    await response.aread()
+    await response.aclose()
+
+
 def _key(pacer: Pacer, request: httpx.Request) -> str:
     url = request.url
     return pacer.key_of(request, url.scheme, url.host, url.port)
@@ -109,20 +122,10 @@ class RateLimitTransport(httpx.BaseTransport):
         pacer = self._pacer
         key = _key(pacer, request)
         retries = pacer.max_retries if _rewindable(request) else 0
-        budget: Optional[float] = pacer.turn(key, pacer.budget())
-        while True:
-            response = self.transport.handle_request(request)
-            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
-                return response
-            retries -= 1
-            # Read, then closed: its connection goes back to the pool during
-            # the pause, and the caller still gets it whole if the pause would
-            # take this call past its max_wait.
-            response.read()
-            response.close()
-            budget = pacer.turn(key, budget or 0.0, give_up=True)
-            if budget is None:
-                return response
+        response: httpx.Response = pacer.call(
+            key, retries, lambda: self.transport.handle_request(request), _discard
+        )
+        return response
 
     def close(self) -> None:
         """Close the wrapped transport."""
@@ -167,17 +170,10 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
         pacer = self._pacer
         key = _key(pacer, request)
         retries = pacer.max_retries if _rewindable(request) else 0
-        budget: Optional[float] = await pacer.aturn(key, pacer.budget())
-        while True:
-            response = await self.transport.handle_async_request(request)
-            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
-                return response
-            retries -= 1
-            await response.aread()
-            await response.aclose()
-            budget = await pacer.aturn(key, budget or 0.0, give_up=True)
-            if budget is None:
-                return response
+        response: httpx.Response = await pacer.acall(
+            key, retries, lambda: self.transport.handle_async_request(request), _adiscard
+        )
+        return response
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
