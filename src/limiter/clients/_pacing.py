@@ -12,7 +12,18 @@ import email.utils
 import math
 import re
 import threading
-from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Tuple, Union
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+    Union,
+)
 
 from limiter.core.bucket import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
@@ -23,9 +34,10 @@ __all__ = ["DEFAULT_MAX_WAIT", "RETRY_STATUSES", "KeySpec", "Pacer", "host_key",
 KeySpec = Union[None, str, Callable[[Any], str]]
 HeaderGet = Callable[[str], Optional[str]]
 
-# What a request's plan (``Pacer.plan``) asks its shell to do, with a value.
-SLEEP, ACQUIRE, REFUND, SEND, DISCARD = "sleep", "acquire", "refund", "send", "discard"
-Step = Tuple[str, Any]
+# What a request's plan (``Pacer.plan``) asks its shell to do: an index into
+# the shell's actions (sleep, acquire, refund, send, discard) and the arguments.
+SLEEP, ACQUIRE, REFUND, SEND, DISCARD = range(5)
+Step = Tuple[int, Tuple[Any, ...]]
 
 #: The statuses whose hints pause a host and retry the request.
 RETRY_STATUSES = frozenset({429, 503})
@@ -303,20 +315,20 @@ class Pacer:
             left = self._pause_left(key, now())
             if left > 0.0:
                 if left <= budget:
-                    yield SLEEP, left
+                    yield SLEEP, (left,)
                     budget -= left
                     continue
                 if give_up:
                     return None
-                yield ACQUIRE, None
+                yield ACQUIRE, (key,)
                 return budget
-            yield ACQUIRE, None
+            yield ACQUIRE, (key,)
             if self._pause_left(key, now()) == 0.0:
                 return budget
             # A pause began while this request waited for its token: give the
             # token back and wait out the pause, or every waiter would be sent
             # together the moment it ends.
-            yield REFUND, None
+            yield REFUND, (key,)
 
     def plan(self, key: str, retries: int) -> Generator[Step, Any, Any]:
         """One request's steps, without I/O; returns the response the caller gets.
@@ -329,11 +341,11 @@ class Pacer:
         """
         budget = yield from self._turn(key, self.budget(), False)
         while True:
-            response = yield SEND, None
+            response = yield SEND, ()
             if self.pause(key, response.status_code, response.headers.get) is None or not retries:
                 return response
             retries -= 1
-            yield DISCARD, response
+            yield DISCARD, (response,)
             budget = yield from self._turn(key, budget or 0.0, True)
             if budget is None:
                 return response
@@ -343,24 +355,11 @@ class Pacer:
     ) -> Any:
         """Run ``plan(key, retries)``: ``send()`` sends the request, ``discard(r)`` drops one."""
         limiter = self.limiter
-        plan = self.plan(key, retries)
-        reply = None
-        while True:
-            try:
-                step, value = plan.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = None
-            if step is SEND:
-                reply = send()
-            elif step is SLEEP:
-                limiter.clock.sleep(value)
-            elif step is ACQUIRE:
-                limiter.acquire(key)
-            elif step is REFUND:
-                limiter.refund(key)
-            else:
-                discard(value)
+        actions = (limiter.clock.sleep, limiter.acquire, limiter.refund, send, discard)
+        run = _Run(self.plan(key, retries))
+        for step, args in run:
+            run.reply = actions[step](*args)
+        return run.result
 
     async def acall(
         self,
@@ -371,24 +370,11 @@ class Pacer:
     ) -> Any:
         """``call`` for asyncio: waits with ``clock.asleep`` and the limiter's ``aacquire``."""
         limiter = self.limiter
-        plan = self.plan(key, retries)
-        reply = None
-        while True:
-            try:
-                step, value = plan.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = None
-            if step is SEND:
-                reply = await send()
-            elif step is SLEEP:
-                await limiter.clock.asleep(value)
-            elif step is ACQUIRE:
-                await limiter.aacquire(key)
-            elif step is REFUND:
-                await limiter.arefund(key)
-            else:
-                await discard(value)
+        actions = (limiter.clock.asleep, limiter.aacquire, limiter.arefund, send, discard)
+        run = _Run(self.plan(key, retries))
+        for step, args in run:
+            run.reply = await actions[step](*args)
+        return run.result
 
     def pause(self, key: str, status: int, get: HeaderGet) -> Optional[float]:
         """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).
@@ -412,3 +398,24 @@ class Pacer:
                 for stale in [k for k, at in pauses.items() if at <= now]:
                     del pauses[stale]
         return delay
+
+
+class _Run:
+    """A plan's steps, for a shell's ``for`` loop: each ``reply`` goes back to the plan.
+
+    ``result`` is what the plan returned, once the loop ends.
+    """
+
+    def __init__(self, plan: Generator[Step, Any, Any]) -> None:
+        self._plan = plan
+        self.reply: Any = None
+        self.result: Any = None
+
+    def __iter__(self) -> Iterator[Step]:
+        while True:
+            try:
+                step = self._plan.send(self.reply)
+            except StopIteration as done:
+                self.result = done.value
+                return
+            yield step
