@@ -330,25 +330,28 @@ class Pacer:
             # together the moment it ends.
             yield REFUND, (key,)
 
-    def plan(self, key: str, retries: int) -> Generator[Step, Any, Any]:
-        """One request's steps, without I/O; returns the response the caller gets.
+    def plan(self, key: str, retries: int, reply: List[Any]) -> Iterator[Step]:
+        """One request's steps, without I/O; ``reply[0]`` is then the response the caller gets.
 
         Its turn (``SLEEP`` seconds, ``ACQUIRE``, ``REFUND`` a token of
-        ``key``), then ``SEND``, answered with the response; a response the
-        server asks to retry (``pause``) is ``DISCARD``-ed (read, then closed)
-        and the request waits for its turn again, at most ``retries`` times.
-        ``max_wait`` bounds the pauses of the whole call (see ``_turn``).
+        ``key``), then ``SEND``, whose response the shell puts in ``reply[0]``;
+        a response the server asks to retry (``pause``) is ``DISCARD``-ed
+        (read, then closed) and the request waits for its turn again, at most
+        ``retries`` times.  ``max_wait`` bounds the pauses of the whole call
+        (see ``_turn``).
         """
         budget = yield from self._turn(key, self.budget(), False)
         while True:
-            response = yield SEND, ()
+            yield SEND, ()
+            response = reply[0]
             if self.pause(key, response.status_code, response.headers.get) is None or not retries:
-                return response
+                break
             retries -= 1
             yield DISCARD, (response,)
             budget = yield from self._turn(key, budget or 0.0, True)
             if budget is None:
-                return response
+                break
+        reply[0] = response
 
     def call(
         self, key: str, retries: int, send: Callable[[], Any], discard: Callable[[Any], None]
@@ -356,10 +359,10 @@ class Pacer:
         """Run ``plan(key, retries)``: ``send()`` sends the request, ``discard(r)`` drops one."""
         limiter = self.limiter
         actions = (limiter.clock.sleep, limiter.acquire, limiter.refund, send, discard)
-        run = _Run(self.plan(key, retries))
-        for step, args in run:
-            run.reply = actions[step](*args)
-        return run.result
+        reply: List[Any] = [None]
+        for step, args in self.plan(key, retries, reply):
+            reply[0] = actions[step](*args)
+        return reply[0]
 
     async def acall(
         self,
@@ -371,10 +374,10 @@ class Pacer:
         """``call`` for asyncio: waits with ``clock.asleep`` and the limiter's ``aacquire``."""
         limiter = self.limiter
         actions = (limiter.clock.asleep, limiter.aacquire, limiter.arefund, send, discard)
-        run = _Run(self.plan(key, retries))
-        for step, args in run:
-            run.reply = await actions[step](*args)
-        return run.result
+        reply: List[Any] = [None]
+        for step, args in self.plan(key, retries, reply):
+            reply[0] = await actions[step](*args)
+        return reply[0]
 
     def pause(self, key: str, status: int, get: HeaderGet) -> Optional[float]:
         """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).
@@ -398,24 +401,3 @@ class Pacer:
                 for stale in [k for k, at in pauses.items() if at <= now]:
                     del pauses[stale]
         return delay
-
-
-class _Run:
-    """A plan's steps, for a shell's ``for`` loop: each ``reply`` goes back to the plan.
-
-    ``result`` is what the plan returned, once the loop ends.
-    """
-
-    def __init__(self, plan: Generator[Step, Any, Any]) -> None:
-        self._plan = plan
-        self.reply: Any = None
-        self.result: Any = None
-
-    def __iter__(self) -> Iterator[Step]:
-        while True:
-            try:
-                step = self._plan.send(self.reply)
-            except StopIteration as done:
-                self.result = done.value
-                return
-            yield step
