@@ -12,7 +12,7 @@ retry needs and when it happens is described on ``RateLimitTransport``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import httpx
 
@@ -43,6 +43,17 @@ def _discard(response: httpx.Response) -> None:
 async def _adiscard(response: httpx.Response) -> None:
     await response.aread()
     await response.aclose()
+
+
+def _wrapped(owner: str, transport: object, base: type, default: Callable[[], Any]) -> Any:
+    """``transport``, checked to be a ``base``; a new ``default()`` for ``None``."""
+    if transport is None:
+        return default()
+    if not isinstance(transport, base):
+        raise TypeError(
+            f"{owner}: transport must be an httpx.{base.__name__}, got {transport!r:.100}"
+        )
+    return transport
 
 
 def _key(pacer: Pacer, request: httpx.Request) -> str:
@@ -105,17 +116,12 @@ class RateLimitTransport(httpx.BaseTransport):
                 f"RateLimitTransport: {pacer.limiter.store!r} is async only: "
                 "use AsyncRateLimitTransport"
             )
-        if transport is None:
-            transport = httpx.HTTPTransport()
-        elif not isinstance(transport, httpx.BaseTransport):
-            raise TypeError(
-                f"RateLimitTransport: transport must be an httpx.BaseTransport, "
-                f"got {transport!r:.100}"
-            )
         #: The limiter whose tokens each request takes.
         self.limiter = pacer.limiter
         #: The transport that sends the requests.
-        self.transport = transport
+        self.transport: httpx.BaseTransport = _wrapped(
+            "RateLimitTransport", transport, httpx.BaseTransport, httpx.HTTPTransport
+        )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""
@@ -153,17 +159,12 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
         self._pacer = pacer = Pacer(
             "AsyncRateLimitTransport", limiter, key, respect_server, max_retries, max_wait
         )
-        if transport is None:
-            transport = httpx.AsyncHTTPTransport()
-        elif not isinstance(transport, httpx.AsyncBaseTransport):
-            raise TypeError(
-                f"AsyncRateLimitTransport: transport must be an httpx.AsyncBaseTransport, "
-                f"got {transport!r:.100}"
-            )
         #: The limiter whose tokens each request takes.
         self.limiter = pacer.limiter
         #: The transport that sends the requests.
-        self.transport = transport
+        self.transport: httpx.AsyncBaseTransport = _wrapped(
+            "AsyncRateLimitTransport", transport, httpx.AsyncBaseTransport, httpx.AsyncHTTPTransport
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""
