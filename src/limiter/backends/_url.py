@@ -76,8 +76,8 @@ def redact_url(url: str) -> str:
     ``secret`` in it (``sentinel_password=``, ``auth_token=``).
 
     Safe to log or show: ``redact_url("redis://app:s3cret@cache:6379/0")`` is
-    ``"redis://app:***@cache:6379/0"``.  Every message of this module shows
-    URLs this way.  Anything that is not a string is returned as its ``repr``,
+    ``"redis://app:***@cache:6379/0"``.  Every message about a store URL
+    shows it this way.  Anything that is not a string is returned as its ``repr``,
     cut to 100 characters.
     """
     if not isinstance(url, str):
