@@ -226,8 +226,9 @@ class Failover:
     while the primary is down, calls go straight to the fallback, but for the
     probe; without one, a ``Health`` only records and logs the outages, and
     every failure reaches the caller.  ``run(primary, fallback)`` (and
-    ``arun`` for coroutines) is the only place that decides: ``primary()``,
-    its outcome recorded; a ``StoreError`` from it marks the primary down and
+    ``arun`` for coroutines, the same shell with awaits) is the only path:
+    ``primary()``, its outcome recorded (``failed_over`` decides after an
+    exception); a ``StoreError`` from it marks the primary down and
     ``fallback()`` answers (``fallback=None``: the error is raised, for calls
     such as ``ping`` that must never answer from the fallback); any other
     exception (a cancelled call, a bad argument) lets another caller probe
