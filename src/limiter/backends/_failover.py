@@ -226,8 +226,9 @@ class Failover:
     while the primary is down, calls go straight to the fallback, but for the
     probe; without one, a ``Health`` only records and logs the outages, and
     every failure reaches the caller.  ``run(primary, fallback)`` (and
-    ``arun`` for coroutines) is the only place that decides: ``primary()``,
-    its outcome recorded; a ``StoreError`` from it marks the primary down and
+    ``arun`` for coroutines, the same shell with awaits) is the only path:
+    ``primary()``, its outcome recorded (``failed_over`` decides after an
+    exception); a ``StoreError`` from it marks the primary down and
     ``fallback()`` answers (``fallback=None``: the error is raised, for calls
     such as ``ping`` that must never answer from the fallback); any other
     exception (a cancelled call, a bad argument) lets another caller probe
@@ -267,14 +268,10 @@ class Failover:
             return fallback()
         try:
             result = primary()
-        except StoreError as exc:
-            health.failed(exc)
-            if fallback is None or not health.serves_fallback:
+        except BaseException as exc:
+            if not self.failed_over(exc) or fallback is None:
                 raise
             return fallback()
-        except BaseException:
-            health.abandoned()
-            raise
         if health.failing:
             health.succeeded()
         return result
@@ -290,17 +287,27 @@ class Failover:
             return await fallback()
         try:
             result = await primary()
-        except StoreError as exc:
-            health.failed(exc)
-            if fallback is None or not health.serves_fallback:
+        except BaseException as exc:
+            if not self.failed_over(exc) or fallback is None:
                 raise
             return await fallback()
-        except BaseException:  # cancelled: let another caller probe
-            health.abandoned()
-            raise
         if health.failing:
             health.succeeded()
         return result
+
+    def failed_over(self, error: BaseException) -> bool:
+        """Record that the primary raised ``error``; whether the fallback answers instead.
+
+        A ``StoreError`` is a failure (the fallback answers if there is a
+        ``Breaker``); anything else (a cancelled call, a bad argument) neither
+        failed nor succeeded, and propagates.
+        """
+        health = self.health
+        if not isinstance(error, StoreError):
+            health.abandoned()  # cancelled: let another caller probe
+            return False
+        health.failed(error)
+        return health.serves_fallback
 
 
 class AsyncView:

@@ -12,7 +12,18 @@ import email.utils
 import math
 import re
 import threading
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+    Union,
+)
 
 from limiter.core.bucket import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
@@ -22,6 +33,11 @@ __all__ = ["DEFAULT_MAX_WAIT", "RETRY_STATUSES", "KeySpec", "Pacer", "host_key",
 #: A request's key: ``None`` (its host), a fixed string, or ``key(request) -> str``.
 KeySpec = Union[None, str, Callable[[Any], str]]
 HeaderGet = Callable[[str], Optional[str]]
+
+# What a request's plan (``Pacer.plan``) asks its shell to do: an index into
+# the shell's actions (sleep, acquire, refund, send, discard) and the arguments.
+SLEEP, ACQUIRE, REFUND, SEND, DISCARD = range(5)
+Step = Tuple[int, Tuple[Any, ...]]
 
 #: The statuses whose hints pause a host and retry the request.
 RETRY_STATUSES = frozenset({429, 503})
@@ -282,8 +298,10 @@ class Pacer:
         """Seconds of pauses one call may wait in total: ``max_wait``, ``inf`` for ``None``."""
         return math.inf if self.max_wait is None else self.max_wait
 
-    def turn(self, key: str, budget: float = math.inf, give_up: bool = False) -> Optional[float]:
-        """Block until ``key`` is not paused and its limiter token is taken; the budget left.
+    def _turn(
+        self, key: str, budget: float, give_up: bool
+    ) -> Generator[Step, Any, Optional[float]]:
+        """The steps until ``key`` is not paused and its token is taken; returns the budget left.
 
         ``budget``: the seconds of pauses this call may still wait (pauses it
         inherits from other requests count as much as its own).  A pause
@@ -292,48 +310,74 @@ class Pacer:
         once, nothing taken; without (a first attempt, which has no response
         to return) the request takes its token and is sent despite the pause.
         """
-        limiter = self.limiter
-        clock = limiter.clock
+        now = self.limiter.clock.now
         while True:
-            left = self._pause_left(key, clock.now())
+            left = self._pause_left(key, now())
             if left > 0.0:
                 if left <= budget:
-                    clock.sleep(left)
+                    yield SLEEP, (left,)
                     budget -= left
                     continue
                 if give_up:
                     return None
-                limiter.acquire(key)
+                yield ACQUIRE, (key,)
                 return budget
-            limiter.acquire(key)
-            if self._pause_left(key, clock.now()) == 0.0:
+            yield ACQUIRE, (key,)
+            if self._pause_left(key, now()) == 0.0:
                 return budget
             # A pause began while this request waited for its token: give the
             # token back and wait out the pause, or every waiter would be sent
             # together the moment it ends.
-            limiter.refund(key)
+            yield REFUND, (key,)
 
-    async def aturn(
-        self, key: str, budget: float = math.inf, give_up: bool = False
-    ) -> Optional[float]:
-        """``turn`` for asyncio: waits with ``await clock.asleep``."""
-        limiter = self.limiter
-        clock = limiter.clock
+    def plan(self, key: str, retries: int, reply: List[Any]) -> Iterator[Step]:
+        """One request's steps, without I/O; ``reply[0]`` is then the response the caller gets.
+
+        Its turn (``SLEEP`` seconds, ``ACQUIRE``, ``REFUND`` a token of
+        ``key``), then ``SEND``, whose response the shell puts in ``reply[0]``;
+        a response the server asks to retry (``pause``) is ``DISCARD``-ed
+        (read, then closed) and the request waits for its turn again, at most
+        ``retries`` times.  ``max_wait`` bounds the pauses of the whole call
+        (see ``_turn``).
+        """
+        budget = yield from self._turn(key, self.budget(), False)
         while True:
-            left = self._pause_left(key, clock.now())
-            if left > 0.0:
-                if left <= budget:
-                    await clock.asleep(left)
-                    budget -= left
-                    continue
-                if give_up:
-                    return None
-                await limiter.aacquire(key)
-                return budget
-            await limiter.aacquire(key)
-            if self._pause_left(key, clock.now()) == 0.0:
-                return budget
-            await limiter.arefund(key)
+            yield SEND, ()
+            response = reply[0]
+            if self.pause(key, response.status_code, response.headers.get) is None or not retries:
+                break
+            retries -= 1
+            yield DISCARD, (response,)
+            budget = yield from self._turn(key, budget or 0.0, True)
+            if budget is None:
+                break
+        reply[0] = response
+
+    def call(
+        self, key: str, retries: int, send: Callable[[], Any], discard: Callable[[Any], None]
+    ) -> Any:
+        """Run ``plan(key, retries)``: ``send()`` sends the request, ``discard(r)`` drops one."""
+        limiter = self.limiter
+        actions = (limiter.clock.sleep, limiter.acquire, limiter.refund, send, discard)
+        reply: List[Any] = [None]
+        for step, args in self.plan(key, retries, reply):
+            reply[0] = actions[step](*args)
+        return reply[0]
+
+    async def acall(
+        self,
+        key: str,
+        retries: int,
+        send: Callable[[], Awaitable[Any]],
+        discard: Callable[[Any], Awaitable[None]],
+    ) -> Any:
+        """``call`` for asyncio: waits with ``clock.asleep`` and the limiter's ``aacquire``."""
+        limiter = self.limiter
+        actions = (limiter.clock.asleep, limiter.aacquire, limiter.arefund, send, discard)
+        reply: List[Any] = [None]
+        for step, args in self.plan(key, retries, reply):
+            reply[0] = await actions[step](*args)
+        return reply[0]
 
     def pause(self, key: str, status: int, get: HeaderGet) -> Optional[float]:
         """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).

@@ -12,7 +12,7 @@ retry needs and when it happens is described on ``RateLimitTransport``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import httpx
 
@@ -30,6 +30,30 @@ def _rewindable(request: httpx.Request) -> bool:
     except httpx.RequestNotRead:
         return False
     return True
+
+
+def _discard(response: httpx.Response) -> None:
+    # Read, then closed: its connection goes back to the pool during the
+    # pause, and the caller still gets it whole if the pause would take the
+    # call past its max_wait.
+    response.read()
+    response.close()
+
+
+async def _adiscard(response: httpx.Response) -> None:
+    await response.aread()
+    await response.aclose()
+
+
+def _wrapped(owner: str, transport: object, base: type, default: Callable[[], Any]) -> Any:
+    """``transport``, checked to be a ``base``; a new ``default()`` for ``None``."""
+    if transport is None:
+        return default()
+    if not isinstance(transport, base):
+        raise TypeError(
+            f"{owner}: transport must be an httpx.{base.__name__}, got {transport!r:.100}"
+        )
+    return transport
 
 
 def _key(pacer: Pacer, request: httpx.Request) -> str:
@@ -92,37 +116,22 @@ class RateLimitTransport(httpx.BaseTransport):
                 f"RateLimitTransport: {pacer.limiter.store!r} is async only: "
                 "use AsyncRateLimitTransport"
             )
-        if transport is None:
-            transport = httpx.HTTPTransport()
-        elif not isinstance(transport, httpx.BaseTransport):
-            raise TypeError(
-                f"RateLimitTransport: transport must be an httpx.BaseTransport, "
-                f"got {transport!r:.100}"
-            )
         #: The limiter whose tokens each request takes.
         self.limiter = pacer.limiter
         #: The transport that sends the requests.
-        self.transport = transport
+        self.transport: httpx.BaseTransport = _wrapped(
+            "RateLimitTransport", transport, httpx.BaseTransport, httpx.HTTPTransport
+        )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""
         pacer = self._pacer
         key = _key(pacer, request)
         retries = pacer.max_retries if _rewindable(request) else 0
-        budget: Optional[float] = pacer.turn(key, pacer.budget())
-        while True:
-            response = self.transport.handle_request(request)
-            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
-                return response
-            retries -= 1
-            # Read, then closed: its connection goes back to the pool during
-            # the pause, and the caller still gets it whole if the pause would
-            # take this call past its max_wait.
-            response.read()
-            response.close()
-            budget = pacer.turn(key, budget or 0.0, give_up=True)
-            if budget is None:
-                return response
+        response: httpx.Response = pacer.call(
+            key, retries, lambda: self.transport.handle_request(request), _discard
+        )
+        return response
 
     def close(self) -> None:
         """Close the wrapped transport."""
@@ -150,34 +159,22 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
         self._pacer = pacer = Pacer(
             "AsyncRateLimitTransport", limiter, key, respect_server, max_retries, max_wait
         )
-        if transport is None:
-            transport = httpx.AsyncHTTPTransport()
-        elif not isinstance(transport, httpx.AsyncBaseTransport):
-            raise TypeError(
-                f"AsyncRateLimitTransport: transport must be an httpx.AsyncBaseTransport, "
-                f"got {transport!r:.100}"
-            )
         #: The limiter whose tokens each request takes.
         self.limiter = pacer.limiter
         #: The transport that sends the requests.
-        self.transport = transport
+        self.transport: httpx.AsyncBaseTransport = _wrapped(
+            "AsyncRateLimitTransport", transport, httpx.AsyncBaseTransport, httpx.AsyncHTTPTransport
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""
         pacer = self._pacer
         key = _key(pacer, request)
         retries = pacer.max_retries if _rewindable(request) else 0
-        budget: Optional[float] = await pacer.aturn(key, pacer.budget())
-        while True:
-            response = await self.transport.handle_async_request(request)
-            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
-                return response
-            retries -= 1
-            await response.aread()
-            await response.aclose()
-            budget = await pacer.aturn(key, budget or 0.0, give_up=True)
-            if budget is None:
-                return response
+        response: httpx.Response = await pacer.acall(
+            key, retries, lambda: self.transport.handle_async_request(request), _adiscard
+        )
+        return response
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

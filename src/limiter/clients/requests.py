@@ -27,6 +27,14 @@ def _rewindable(body: object) -> bool:
     return body is None or isinstance(body, (bytes, str))
 
 
+def _discard(response: requests.Response) -> None:
+    # Read, then closed: the connection goes back to the pool during the
+    # pause, and the caller still gets the body if the pause would take the
+    # call past its max_wait.
+    response.content  # noqa: B018
+    response.close()
+
+
 class RateLimitAdapter(HTTPAdapter):
     """A ``requests`` transport adapter that paces requests with ``limiter``.
 
@@ -95,19 +103,13 @@ class RateLimitAdapter(HTTPAdapter):
         parts = urlsplit(url)
         key = pacer.key_of(request, parts.scheme, parts.hostname or "", parts.port)
         retries = pacer.max_retries if _rewindable(request.body) else 0
-        budget: Optional[float] = pacer.turn(key, pacer.budget())
-        while True:
-            response: requests.Response = super().send(
+        send = super().send
+        response: requests.Response = pacer.call(
+            key,
+            retries,
+            lambda: send(
                 request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
-            )
-            if pacer.pause(key, response.status_code, response.headers.get) is None or not retries:
-                return response
-            retries -= 1
-            # Read, then closed: the connection goes back to the pool during
-            # the pause, and the caller still gets the body if the pause would
-            # take this call past its max_wait.
-            response.content  # noqa: B018
-            response.close()
-            budget = pacer.turn(key, budget or 0.0, give_up=True)
-            if budget is None:
-                return response
+            ),
+            _discard,
+        )
+        return response

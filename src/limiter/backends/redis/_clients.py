@@ -1,0 +1,212 @@
+"""The Redis and Valkey clients a store URL asks for, fail-fast, and ``LazyCluster``.
+
+redis-py or valkey-py (sync or asyncio) is imported here only, when a store
+is built; user names and passwords go to the client in a credential
+provider, so they are in no ``repr``, message or log.  The retry policy is
+``Retry(NoBackoff(), 0)`` everywhere (a cluster's own retries and the
+Sentinel connections included): the store's breaker is what retries.
+
+The clients' own ``from_url`` is not used: it knows neither our schemes
+(``redis+sentinel``, ``valkey``...) nor our query fields (it passes unknown
+ones on to the connection), lets the query win over keyword arguments, and
+takes a password whole only when it is percent-encoded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+__all__ = ["LazyCluster"]
+
+
+def import_module(module: str, scheme: str) -> Any:
+    """Import ``module`` of redis-py or valkey-py, saying which extra installs it."""
+    package = module.partition(".")[0]
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.partition(".")[0] != package:
+            raise  # something else is missing: not ours to explain
+        name = "redis-py" if package == "redis" else "valkey-py"
+        raise ModuleNotFoundError(
+            f"{scheme}:// needs {name} (the {package!r} package): "
+            f'pip install "tokenlimiter[{package}]"',
+            name=package,
+        ) from exc
+
+
+class Library:
+    """Where redis-py or valkey-py (sync or asyncio) keeps what a URL needs."""
+
+    def __init__(self, package: str, asyncio: bool, scheme: str) -> None:
+        self.package = package
+        self.asyncio = asyncio
+        self.scheme = scheme
+        self.root = import_module(package, scheme)
+
+    def get(self, module: str, name: str) -> Any:
+        base = f"{self.package}.asyncio" if self.asyncio and module != "backoff" else self.package
+        return getattr(import_module(f"{base}.{module}" if module else base, self.scheme), name)
+
+    @property
+    def client_class(self) -> Any:
+        return self.get("", "Valkey" if self.package == "valkey" else "Redis")
+
+    @property
+    def cluster_class(self) -> Any:
+        return self.get("cluster", "ValkeyCluster" if self.package == "valkey" else "RedisCluster")
+
+    def no_retry(self) -> Any:
+        """``Retry(NoBackoff(), 0)`` of this library (and of its asyncio flavour)."""
+        return self.get("retry", "Retry")(self.get("backoff", "NoBackoff")(), 0)
+
+    def credentials(self, username: Optional[str], password: Optional[str]) -> Any:
+        module = import_module(f"{self.package}.credentials", self.scheme)
+        provider = module.UsernamePasswordCredentialProvider
+        # AUTH needs a password: a user without one (an ACL "nopass" user) sends "".
+        return provider(username, "" if password is None and username else password)
+
+    def cluster_retries_are_legacy(self) -> bool:
+        """Whether the cluster client retries ``cluster_error_retry_attempts`` times.
+
+        redis-py 6 made its ``retry`` the one policy of a cluster client (the
+        old argument now warns); redis-py 4-5 and valkey-py 6 retry
+        ``cluster_error_retry_attempts`` times (default 3), whatever ``retry``.
+        """
+        if self.package != "redis":
+            return True
+        major = str(getattr(self.root, "__version__", "6")).partition(".")[0]
+        return major.isdigit() and int(major) < 6
+
+
+class LazyCluster:
+    """A cluster client (``RedisCluster``/``ValkeyCluster``) built on first use.
+
+    The synchronous cluster clients connect in their constructor;
+    ``store_from_url`` opens no connection, so a ``redis+cluster://`` store
+    whose cluster is down at start-up still starts (and answers from its
+    ``fallback``, or raises ``StoreError`` per check): each call that finds no
+    client tries to build it again.  ``connect()`` returns the real client,
+    building it now; ``close()`` closes it.  Thread-safe.
+    """
+
+    def __init__(self, factory: Callable[[], Any], description: str) -> None:
+        self._factory = factory
+        self._description = description
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "connected" if self._client is not None else "not connected yet"
+        return f"<LazyCluster {self._description} ({state})>"
+
+    def connect(self) -> Any:
+        """The cluster client, built (and so connected) now if it is not yet."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                client = self._client
+                if client is None:
+                    client = self._client = self._factory()
+        return client
+
+    def close(self) -> None:
+        """Close the cluster client's connections, if it was built."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    # What RedisStore calls.  keyslot and get_nodes make it a cluster to the
+    # store (keys of one apply_many call must share a slot).
+    def evalsha(self, *args: Any) -> Any:
+        return self.connect().evalsha(*args)
+
+    def eval(self, *args: Any) -> Any:
+        return self.connect().eval(*args)
+
+    def delete(self, *names: Any) -> Any:
+        return self.connect().delete(*names)
+
+    def keyslot(self, key: Any) -> int:
+        slot: int = self.connect().keyslot(key)
+        return slot
+
+    def get_nodes(self) -> List[Any]:
+        """The nodes of the cluster client once built; none before (no I/O)."""
+        client = self._client
+        return [] if client is None else list(client.get_nodes())
+
+
+class RedisSettings(NamedTuple):
+    """What a Redis URL's query and user information say (then with the caller's options over)."""
+
+    store_kwargs: Dict[str, Any]
+    client_kwargs: Dict[str, Any]
+    db: Any
+    username: Optional[str]
+    password: Optional[str]
+    sentinel_username: Optional[str]
+    sentinel_password: Optional[str]
+    sentinel_extra: Dict[str, Any]
+
+
+class RedisTarget(NamedTuple):
+    """Where a Redis client connects, as the URL's host and path say."""
+
+    where: Dict[str, Any]  # host/port or unix_socket_path, and db: client arguments
+    hosts: List[Tuple[str, int]]  # the Sentinels or the cluster's startup nodes
+    service: str  # the Sentinel service name
+
+
+def redis_client(library: Library, kind: str, settings: RedisSettings, target: RedisTarget) -> Any:
+    """The client: plain or unix socket, through a Sentinel, or a cluster's."""
+    client_kwargs = settings.client_kwargs
+    client_kwargs.setdefault("retry", library.no_retry())
+    if settings.username is not None or settings.password is not None:
+        client_kwargs["credential_provider"] = library.credentials(
+            settings.username, settings.password
+        )
+    if kind in ("", "unix"):
+        return library.client_class(**target.where, **client_kwargs)
+    if kind == "sentinel":
+        return sentinel_client(library, settings, target)
+    return cluster_client(library, client_kwargs, target.hosts)
+
+
+def sentinel_client(library: Library, settings: RedisSettings, target: RedisTarget) -> Any:
+    """The master client of the target's service, found through its Sentinels."""
+    client_kwargs = settings.client_kwargs
+    sentinel_kwargs = {
+        name: client_kwargs[name]
+        for name in ("socket_timeout", "socket_connect_timeout", "health_check_interval")
+    }
+    sentinel_kwargs["retry"] = library.no_retry()
+    if settings.sentinel_username is not None or settings.sentinel_password is not None:
+        sentinel_kwargs["credential_provider"] = library.credentials(
+            settings.sentinel_username, settings.sentinel_password
+        )
+    sentinel_kwargs.update(settings.sentinel_extra)
+    sentinel = library.get("sentinel", "Sentinel")(target.hosts, sentinel_kwargs=sentinel_kwargs)
+    return sentinel.master_for(target.service, **target.where, **client_kwargs)
+
+
+def cluster_client(
+    library: Library, client_kwargs: Dict[str, Any], hosts: List[Tuple[str, int]]
+) -> Any:
+    """A cluster client: asyncio's as is (it connects later), a sync one in a ``LazyCluster``."""
+    if library.cluster_retries_are_legacy():
+        client_kwargs.setdefault("cluster_error_retry_attempts", 0)
+    node_class = library.get("cluster", "ClusterNode")
+    cluster_class = library.cluster_class
+
+    def build() -> Any:
+        startup = [node_class(host, port) for host, port in hosts]
+        return cluster_class(startup_nodes=startup, **client_kwargs)
+
+    if library.asyncio:
+        return build()  # the asyncio client connects on its first command
+    shown = ",".join(f"{host}:{port}" for host, port in hosts)
+    return LazyCluster(build, f"{cluster_class.__name__} at {shown}")

@@ -1,0 +1,219 @@
+"""Redis and Valkey store URLs: ``redis://``, ``rediss://``, ``redis+unix://``,
+``redis+sentinel://``, ``redis+cluster://`` and the same with ``valkey``.
+
+The query and the caller's keyword options become the store's and the
+client's arguments; every URL error is raised before a client library is
+imported (``_clients`` builds the client).  See docs/stores.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import unquote
+
+from limiter.backends._url import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SOCKET_TIMEOUT,
+    DENY_CACHE_PARAMS,
+    FALLBACK_PARAMS,
+    StoreURL,
+    fallback_store,
+)
+from limiter.backends.redis._clients import Library, RedisSettings, RedisTarget, redis_client
+from limiter.backends.redis._store import AsyncRedisStore, RedisStore
+
+__all__ = ["redis_store"]
+
+_DEFAULT_PORT = 6379
+_DEFAULT_SENTINEL_PORT = 26379
+
+_REDIS_PARAMS = (
+    "prefix",
+    "server_time",
+    "socket_timeout",
+    "connect_timeout",
+    "socket_connect_timeout",  # redis-py's name for connect_timeout
+    "pipelining",  # AsyncRedisStore's (asyncio=True only)
+    *FALLBACK_PARAMS,
+    *DENY_CACHE_PARAMS,
+)
+_TLS_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
+_SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
+# Keyword options that go to the store itself (the rest go to the client).
+_REDIS_STORE_OPTIONS = ("prefix", "server_time", "pipelining", "probe_clock", *FALLBACK_PARAMS)
+
+
+def redis_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
+    """A ``RedisStore`` (or ``AsyncRedisStore``) for a redis or valkey scheme."""
+    scheme = parsed.scheme
+    base, _, kind = scheme.partition("+")
+    tls = base in ("rediss", "valkeys")
+    package = base[:-1] if tls else base
+    parsed.check_query(_redis_params(kind, tls))
+    settings = _redis_options(_redis_query(parsed, tls), kind, options)
+    if not asyncio and "pipelining" in settings.store_kwargs:
+        raise ValueError(
+            f"pipelining={settings.store_kwargs['pipelining']!r:.100}: only an asyncio store "
+            "pipelines (store_from_url(..., asyncio=True)); a RedisStore sends each check on "
+            "its own"
+        )
+    # Every URL error is raised here, before a client library is imported.
+    target = _redis_target(parsed, kind, settings.db, options)
+    client = redis_client(Library(package, asyncio, scheme), kind, settings, target)
+
+    store_class = AsyncRedisStore if asyncio else RedisStore
+    return store_class(client, **settings.store_kwargs)
+
+
+def _redis_params(kind: str, tls: bool) -> Tuple[str, ...]:
+    """The query parameters a Redis scheme of this kind (and TLS or not) takes."""
+    known: Tuple[str, ...] = _REDIS_PARAMS
+    if kind in ("", "unix", "sentinel"):
+        known += ("db",)
+    if kind == "sentinel":
+        known += _SENTINEL_PARAMS
+    if tls:
+        known += _TLS_PARAMS
+    return known
+
+
+def _redis_query(parsed: StoreURL, tls: bool) -> RedisSettings:
+    """The store and client keyword arguments the URL's query (and user information) says."""
+    store_kwargs: Dict[str, Any] = {}
+    client_kwargs: Dict[str, Any] = {
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
+        "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+        "health_check_interval": 0,
+    }
+    if "prefix" in parsed.query:
+        store_kwargs["prefix"] = parsed.query["prefix"]
+    server_time = parsed.flag("server_time")
+    if server_time is not None:
+        store_kwargs["server_time"] = server_time
+    pipelining = parsed.flag("pipelining")
+    if pipelining is not None:
+        store_kwargs["pipelining"] = pipelining
+    parsed.fallback_options(store_kwargs)
+    timeout = parsed.seconds("socket_timeout")
+    if timeout is not None:
+        client_kwargs["socket_timeout"] = timeout
+    if "connect_timeout" in parsed.query and "socket_connect_timeout" in parsed.query:
+        parsed.fail("give connect_timeout or socket_connect_timeout, not both")
+    for name in ("connect_timeout", "socket_connect_timeout"):
+        timeout = parsed.seconds(name)
+        if timeout is not None:
+            client_kwargs["socket_connect_timeout"] = timeout
+    db = parsed.integer("db", 0)
+    if tls:
+        _tls_query(parsed, client_kwargs)
+    return RedisSettings(
+        store_kwargs=store_kwargs,
+        client_kwargs=client_kwargs,
+        db=db,
+        username=parsed.username,
+        password=parsed.password,
+        sentinel_username=parsed.query.get("sentinel_username"),
+        sentinel_password=parsed.query.get("sentinel_password"),
+        sentinel_extra={},
+    )
+
+
+def _tls_query(parsed: StoreURL, client_kwargs: Dict[str, Any]) -> None:
+    """Put the TLS client arguments of a rediss:// or valkeys:// query into ``client_kwargs``."""
+    client_kwargs["ssl"] = True
+    for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+        if name in parsed.query:
+            client_kwargs[name] = parsed.query[name]
+    reqs = parsed.query.get("ssl_cert_reqs")
+    if reqs is not None:
+        if reqs.lower() not in ("none", "optional", "required"):
+            parsed.fail(f"ssl_cert_reqs must be none, optional or required, got {reqs!r}")
+        client_kwargs["ssl_cert_reqs"] = reqs.lower()
+    check_hostname = parsed.flag("ssl_check_hostname")
+    if check_hostname is not None:
+        client_kwargs["ssl_check_hostname"] = check_hostname
+
+
+def _redis_options(settings: RedisSettings, kind: str, options: Dict[str, Any]) -> RedisSettings:
+    """``settings`` with the caller's keyword options applied over what the URL says."""
+    db, username, password = settings.db, settings.username, settings.password
+    sentinel_extra = settings.sentinel_extra
+    for name, value in options.items():
+        if name in _REDIS_STORE_OPTIONS:
+            settings.store_kwargs[name] = fallback_store(value) if name == "fallback" else value
+        elif name == "connect_timeout":
+            settings.client_kwargs["socket_connect_timeout"] = value
+        elif name == "db":
+            db = value
+        elif name == "username":
+            username = value
+        elif name == "password":
+            password = value
+        elif name == "sentinel_kwargs" and kind == "sentinel":
+            if not isinstance(value, dict):
+                raise TypeError(f"sentinel_kwargs must be a dict, got {value!r:.100}")
+            sentinel_extra = dict(value)
+        else:
+            settings.client_kwargs[name] = value
+    return settings._replace(
+        db=db, username=username, password=password, sentinel_extra=sentinel_extra
+    )
+
+
+def _redis_target(parsed: StoreURL, kind: str, db: Any, options: Dict[str, Any]) -> RedisTarget:
+    """Where to connect, from the URL's host and path; raises every URL error left."""
+    scheme = parsed.scheme
+    where: Dict[str, Any] = {}
+    hosts: List[Tuple[str, int]] = []
+    service = ""
+    if kind == "":
+        where["host"], where["port"] = _one_host(parsed, "localhost")
+        path_db = _path_db(parsed)
+        if path_db is not None and db is not None and "db" not in options:
+            parsed.fail("give the database number in the path or as ?db=, not both")
+        db = path_db if db is None else db
+    elif kind == "unix":
+        if parsed.netloc:
+            parsed.fail(
+                f"{scheme}:// takes a socket path, no host: write {scheme}:///path/to/redis.sock"
+            )
+        where["unix_socket_path"] = unquote(parsed.path)
+        if not where["unix_socket_path"]:
+            parsed.fail(f"the socket path is missing ({scheme}:///path/to/redis.sock)")
+    elif kind == "sentinel":
+        hosts = parsed.hosts(_DEFAULT_SENTINEL_PORT)
+        service = unquote(parsed.path[1:])
+        if not service or "/" in service:
+            parsed.fail(
+                f"the path must be the service name: {scheme}://host:26379[,host:port]/mymaster"
+                " (the database number goes in ?db=N)"
+            )
+    else:  # cluster
+        hosts = parsed.hosts(_DEFAULT_PORT)
+        if parsed.path not in ("", "/", "/0"):
+            parsed.fail(f"a cluster has only database 0: write {scheme}://host:port[,host:port]")
+        if db not in (None, 0):
+            raise ValueError(f"db must be 0 on a cluster, got {db!r}")
+    if db is not None and kind != "cluster":
+        where["db"] = db
+    return RedisTarget(where=where, hosts=hosts, service=service)
+
+
+def _one_host(parsed: StoreURL, default_host: str) -> Tuple[str, int]:
+    if not parsed.netloc:
+        return default_host, _DEFAULT_PORT
+    if "," in parsed.netloc:
+        parsed.fail(
+            f"{parsed.scheme}:// takes one host; several hosts are for "
+            "redis+sentinel:// and redis+cluster://"
+        )
+    return parsed.host(parsed.netloc, _DEFAULT_PORT)
+
+
+def _path_db(parsed: StoreURL) -> Optional[int]:
+    path = parsed.path
+    if path in ("", "/"):
+        return None
+    if not path[1:].isdigit():
+        parsed.fail(f"the path must be the database number (/0, /1, ...), got {unquote(path)!r}")
+    return int(path[1:])
