@@ -32,7 +32,6 @@ KNOWN_LONG_MODULES: Set[str] = {
     "limiter.core.bucket",
     "limiter.http.guard",
     "limiter.ratelimiter",
-    "limiter.urls",
 }
 
 #: Functions over MAX_FUNCTION_LINES lines of code ("module:qualname"), waiting for theirs.

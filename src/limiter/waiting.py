@@ -10,9 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, Awaitable, Callable, Generator, Optional, TypeVar, Union
-
-from typing_extensions import Protocol
+from typing import Any, Awaitable, Callable, Generator, Optional, Protocol, TypeVar, Union
 
 from limiter.clock import Clock
 from limiter.core.bucket import Lockout, RateLimitResult
