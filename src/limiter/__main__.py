@@ -53,7 +53,8 @@ from urllib.parse import unquote
 
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
-from limiter.core.bucket import Limit, LockoutResult, RateLimitResult
+from limiter.core.limits import Policy
+from limiter.core.result import RateLimitResult
 from limiter.events import fan_out
 from limiter.http.guard import RequestInfo
 from limiter.http.keys import ClientIP
@@ -1149,7 +1150,7 @@ def _run_bucket_command(
     return 0
 
 
-def _bucket(limit: Limit, result: RateLimitResult) -> Dict[str, Any]:
+def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
     """One limit's bucket, from a peek's result for it."""
     # reset_after is the bucket's deficit in seconds: tokens = (window - deficit) * rate.
     exact = (result.window - result.reset_after) * limit.rate
@@ -1176,7 +1177,7 @@ def _inspect_report(
 ) -> Dict[str, Any]:
     by_policy = {r.policy: r for r in result.results or (result,)}
     buckets = [_bucket(lim, by_policy.get(lim.name, result)) for lim in limiter.limits]
-    locked = isinstance(result, LockoutResult) and result.locked_out
+    locked = result.locked_out
     locked_for = float(result.retry_after or 0.0) if locked else 0.0
     report: Dict[str, Any] = {
         "key": key,

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
-from limiter.core.bucket import Cost, Limit, RateLimitResult
+from limiter.core.costs import Cost
+from limiter.core.limits import Policy
+from limiter.core.result import RateLimitResult
 
 __all__ = [
     "AsyncStore",
@@ -68,12 +70,12 @@ class Store(Protocol):
     store whose ``apply`` never waits on I/O.
     """
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
         ...
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``limiter.core.bucket.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
 
@@ -93,13 +95,13 @@ class AsyncStore(Protocol):
     """The asyncio twin of ``Store`` (same semantics, awaitable)."""
 
     async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
+        self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
         ...
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge every bucket or none (see ``Store.apply_many``)."""
         ...
@@ -118,7 +120,7 @@ class SupportsAllow(Protocol):
     state.  ``MemoryStore`` skips building the ``RateLimitResult``.
     """
 
-    def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
+    def allow(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> bool:
         """``apply(key, limit, cost, now).allowed``, with the same effect on the bucket."""
         ...
 

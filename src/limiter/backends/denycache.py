@@ -88,18 +88,12 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from limiter.clock import finite_seconds
-from limiter.core.bucket import (
-    _LOCKED,
-    Cost,
-    Limit,
-    Lockout,
-    LockoutResult,
-    Quota,
-    RateLimitResult,
-    Refund,
-    step,
-    step_all,
-)
+from limiter.core.bucket import step
+from limiter.core.costs import Cost, Refund
+from limiter.core.limits import Policy
+from limiter.core.many import step_all
+from limiter.core.result import RateLimitResult
+from limiter.core.state import bucket_state, lockout_state
 from limiter.store import is_nonblocking
 
 __all__ = ["DenyCache"]
@@ -123,7 +117,7 @@ class _Denial:
 
     def __init__(
         self,
-        limits: Tuple[Limit, ...],
+        limits: Tuple[Policy, ...],
         cost: float,
         debts: Tuple[float, ...],
         at: float,
@@ -147,12 +141,12 @@ class _Denial:
         """The states the store's answer came from, as seen at ``at``."""
         at = self.at
         if not self.locked:
-            return [complex(d, at) for d in self.debts]
+            return [bucket_state(d, at) for d in self.debts]
         *debts, left = self.debts
-        return [*(complex(d, at) for d in debts), complex(_LOCKED, at + left)]
+        return [*(bucket_state(d, at) for d in debts), lockout_state(0.0, at + left, locked=True)]
 
 
-def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) -> bool:
+def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -> bool:
     """Whether no rounding of the store's own arithmetic could give another ``result``.
 
     A replay computes from the reported debts, the store from its stored state:
@@ -163,7 +157,7 @@ def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) ->
     Then the store is asked.
     """
     parts = result[6] or (result,)
-    locked = result.__class__ is LockoutResult
+    locked = result[8] == "lockout"
     if locked:
         # Locked out: the lockout's result is the answer (its time left is one
         # subtraction, like a debt), beside the other limits' peeks (cost 0).
@@ -319,7 +313,7 @@ class DenyCache:
 
     # -- the Store side ------------------------------------------------------
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """The store's ``apply``, or the replay of its last denial of this check."""
         replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
         if replayed is not None:
@@ -336,7 +330,7 @@ class DenyCache:
         return result
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
         ckey = self._tuple_key(keys)
@@ -374,7 +368,7 @@ class DenyCache:
     # -- the AsyncStore side -------------------------------------------------
 
     async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
+        self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio: the store's ``aapply``, or a replay (no I/O, no await)."""
         replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
@@ -392,7 +386,7 @@ class DenyCache:
         return result
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio."""
         ckey = self._tuple_key(keys)
@@ -437,7 +431,7 @@ class DenyCache:
         self,
         ckey: Optional[_CacheKey],
         many: bool,
-        limits: Tuple[Limit, ...],
+        limits: Tuple[Policy, ...],
         cost: Cost,
         now: Optional[float],
     ) -> Optional[RateLimitResult]:
@@ -468,7 +462,7 @@ class DenyCache:
             _, result = step_all(entry.states(), t, limits, cost)
         else:
             _, result = step(entry.states()[0], t, limits[0], cost)
-        if entry.locked and result.__class__ is not LockoutResult:
+        if entry.locked and result[8] != "lockout":
             return None  # the lockout ends: a denial now is a breach for the store to count
         if result[0] or not _settled(result, limits, cost):
             return None  # may pass now, or a rounding could tip a field: ask the store
@@ -485,7 +479,7 @@ class DenyCache:
     def _after(
         self,
         ckey: _CacheKey,
-        limits: Tuple[Limit, ...],
+        limits: Tuple[Policy, ...],
         cost: Cost,
         now: Optional[float],
         result: RateLimitResult,
@@ -503,12 +497,12 @@ class DenyCache:
         if not _positive_cost(cost) or self.using_fallback:
             return
         for limit in limits:
-            if limit.__class__ is Quota:
+            if limit.kind == "quota":
                 # A quota's reset_after is its window's end, no debt, and its
                 # window is on the wall clock (not time.monotonic()): never replayed.
                 return
-        locked = limits[-1].__class__ is Lockout
-        if locked and result.__class__ is not LockoutResult:
+        locked = not limits[-1].standalone
+        if locked and result[8] != "lockout":
             return  # a breach: the store must count the next one too
         if not many and ckey.__class__ is not str:
             return  # only str keys are remembered (a subclass may compare as another key)
@@ -516,7 +510,7 @@ class DenyCache:
         if injected:
             if not (now.__class__ is float or now.__class__ is int) or now < self._latest:
                 # Behind a reading already sent: the store may have applied this
-                # check at that later time (limiter.core.bucket.CLOCK_TOLERANCE), and
+                # check at that later time (limiter.core.limits.CLOCK_TOLERANCE), and
                 # its debt is then not this ``now``'s.
                 return
             at = now

@@ -48,7 +48,12 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from limiter.core.bucket import Cost, Limit, RateLimitResult, admit, full_at, step, step_all
+from limiter.core.bucket import admit, step
+from limiter.core.costs import Cost
+from limiter.core.limits import Policy
+from limiter.core.many import step_all
+from limiter.core.result import RateLimitResult
+from limiter.core.state import keep_until
 
 __all__ = ["MemoryStore"]
 
@@ -105,7 +110,7 @@ class MemoryStore:
     def __repr__(self) -> str:
         return f"MemoryStore(max_keys={self._max_keys!r}, keys={len(self)})"
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
         if now is None:
             now = time.time()
@@ -128,7 +133,7 @@ class MemoryStore:
         finally:
             self._lock.release()
 
-    def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
+    def allow(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> bool:
         """``apply(...).allowed`` without building a result (``RateLimiter.allow``)."""
         if now is None:
             now = time.time()
@@ -140,7 +145,7 @@ class MemoryStore:
         finally:
             self._lock.release()
 
-    def _allow_new(self, key: str, limit: Limit, cost: float, now: float) -> bool:
+    def _allow_new(self, key: str, limit: Policy, cost: float, now: float) -> bool:
         # Caller holds the lock and found no young entry for ``key``.
         packed = self._promote(key)
         new_state, allowed = step(packed, now, limit, cost, False)
@@ -153,7 +158,7 @@ class MemoryStore:
 
     def bind(
         self,
-        limit: Limit,
+        limit: Policy,
         prefix: str,
         now: Optional[Callable[[], float]],
         storage_key: Callable[[str], str],
@@ -215,7 +220,7 @@ class MemoryStore:
         return check, allow
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none."""
         if now is None:
@@ -295,7 +300,7 @@ class MemoryStore:
             packed = old.pop(key, None)
             if packed is None:  # stale: promoted, reset or swept since
                 continue
-            if full_at(packed) <= now:  # full: forgetting it changes nothing
+            if keep_until(packed) <= now:  # full: forgetting it changes nothing
                 self._keep_young(in_use)  # a second chance for those looked at
                 return
             in_use.append((key, packed))
@@ -340,13 +345,13 @@ class MemoryStore:
             self._young_order, self._old_order, self._old_pos = [], [], 0
 
     async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
+        self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio callers; never blocks beyond a brief lock."""
         return self.apply(key, limit, cost, now)
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio callers."""
         return self.apply_many(keys, limits, cost, now)
@@ -388,7 +393,7 @@ class MemoryStore:
                         packed = gen.get(key)
                         if packed is None:
                             continue  # stale: moved, evicted or reset since
-                        # full_at(packed), inlined: see CONTRIBUTING.md "Hot paths".
+                        # keep_until(packed), inlined: see CONTRIBUTING.md "Hot paths".
                         if packed.real + packed.imag <= now or packed.imag < horizon:
                             del gen[key]  # deleting never resizes a dict: no pause
                             deleted += 1

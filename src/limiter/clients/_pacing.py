@@ -14,7 +14,7 @@ import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from limiter.core.bucket import TIME_EPSILON
+from limiter.core.limits import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
 
 __all__ = ["DEFAULT_MAX_WAIT", "RETRY_STATUSES", "KeySpec", "Pacer", "host_key", "server_delay"]

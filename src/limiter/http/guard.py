@@ -34,7 +34,8 @@ from typing import (
 )
 
 from limiter.clock import SystemClock
-from limiter.core.bucket import RateLimitResult, validate_cost
+from limiter.core.costs import validate_cost
+from limiter.core.result import RateLimitResult
 from limiter.http.headers import build_headers, build_raw_headers, validate_style
 from limiter.http.keys import AllowList, ClientIP
 from limiter.http.request import Cost, Headers, HeaderView, KeyFunc, RequestInfo

@@ -24,7 +24,7 @@ from typing import (
     Union,
 )
 
-from limiter.core.bucket import validate_cost
+from limiter.core.costs import validate_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.ratelimiter import RateLimiter
 

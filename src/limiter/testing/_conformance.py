@@ -32,7 +32,12 @@ import pytest
 
 from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
 from limiter.clock import ManualClock
-from limiter.core.bucket import Charge, Cost, Limit, Lockout, Quota, RateLimitResult, Refund, step
+from limiter.core.bucket import step
+from limiter.core.costs import Charge, Cost, Refund
+from limiter.core.limits import Limit, Policy
+from limiter.core.lockout import Lockout
+from limiter.core.quota import Quota
+from limiter.core.result import RateLimitResult
 from limiter.events import DecisionEvent
 from limiter.http.keys import header_key
 from limiter.http.rules import Rule
@@ -137,7 +142,7 @@ class StoreConformance:
     # -- plumbing ----------------------------------------------------------
 
     def apply(
-        self, store: Any, key: str, limit: Limit, cost: float = 1, now: Optional[float] = T0
+        self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
     ) -> RateLimitResult:
         if self.mode == "async":
             result: RateLimitResult = self.run(store.aapply(key, limit, cost, now))
@@ -149,7 +154,7 @@ class StoreConformance:
         self,
         store: Any,
         keys: List[str],
-        limits: List[Limit],
+        limits: Sequence[Any],
         cost: Cost = 1,
         now: Optional[float] = T0,
     ) -> RateLimitResult:
@@ -520,22 +525,22 @@ class _DownStore:
     def _down(self) -> NoReturn:
         raise StoreError("connection refused (AdapterConformance's store is down)")
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> NoReturn:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> NoReturn:
         self._down()
 
     def apply_many(
-        self, keys: List[str], limits: List[Limit], cost: float, now: Optional[float]
+        self, keys: List[str], limits: Sequence[Any], cost: float, now: Optional[float]
     ) -> NoReturn:
         self._down()
 
     def reset(self, key: str) -> NoReturn:
         self._down()
 
-    async def aapply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> NoReturn:
+    async def aapply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> NoReturn:
         self._down()
 
     async def aapply_many(
-        self, keys: List[str], limits: List[Limit], cost: float, now: Optional[float]
+        self, keys: List[str], limits: Sequence[Any], cost: float, now: Optional[float]
     ) -> NoReturn:
         self._down()
 
