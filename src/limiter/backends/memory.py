@@ -53,7 +53,7 @@ from limiter.core.costs import Cost
 from limiter.core.limits import Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
-from limiter.core.state import keep_until
+from limiter.core.state import forgettable, is_locked, keep_until
 
 __all__ = ["MemoryStore"]
 
@@ -304,19 +304,19 @@ class MemoryStore:
                 self._keep_young(in_use)  # a second chance for those looked at
                 return
             in_use.append((key, packed))
-            if packed.real >= 0.0:  # no lockout (a locked-out key's mark is negative)
+            if not is_locked(packed):  # no lockout
                 if probes != _EVICTION_PROBES:
                     break  # the one looked further for
             elif len(in_use) == probes == _EVICTION_PROBES and all(
-                entry[1].real < 0.0 for entry in in_use
+                is_locked(entry[1]) for entry in in_use
             ):
                 # Locked-out keys go last: when all in reach are, look further,
                 # up to _LOCKED_PROBES entries, for one that is no lockout.
                 probes = _LOCKED_PROBES
         if in_use:  # nothing full in reach: the oldest that is no lockout goes
-            if in_use[0][1].real < 0.0:
+            if is_locked(in_use[0][1]):
                 for i, entry in enumerate(in_use):
-                    if entry[1].real >= 0.0:
+                    if not is_locked(entry[1]):
                         del in_use[i]
                         self._keep_young(in_use)
                         return
@@ -393,8 +393,7 @@ class MemoryStore:
                         packed = gen.get(key)
                         if packed is None:
                             continue  # stale: moved, evicted or reset since
-                        # keep_until(packed), inlined: see CONTRIBUTING.md "Hot paths".
-                        if packed.real + packed.imag <= now or packed.imag < horizon:
+                        if forgettable(packed, now, horizon):
                             del gen[key]  # deleting never resizes a dict: no pause
                             deleted += 1
                         else:

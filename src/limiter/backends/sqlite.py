@@ -26,7 +26,7 @@ from limiter.core.costs import Cost, checked_cost, validate_costs
 from limiter.core.limits import Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
-from limiter.core.state import State, keep_until
+from limiter.core.state import State, from_pair, keep_until, to_pair
 from limiter.store import StoreError
 
 __all__ = ["SQLiteStore"]
@@ -41,7 +41,10 @@ Algorithm = Callable[
 
 _SCHEMA = (
     # key is a BLOB (UTF-8 with surrogates passed through) so any str is a key.
-    # full_at (= updated_at + debt) is kept for the purge and its index.
+    # debt and updated_at hold limiter.core.state.to_pair(state): a bucket's
+    # debt and updated_at, a quota's or lockout's scaled count and end (the
+    # names are kept so that existing files still open); full_at is
+    # keep_until(state), kept for the purge and its index.
     "CREATE TABLE IF NOT EXISTS limiter_buckets ("
     " key BLOB PRIMARY KEY, debt REAL NOT NULL, updated_at REAL NOT NULL,"
     " full_at REAL NOT NULL) WITHOUT ROWID",
@@ -415,7 +418,7 @@ class SQLiteStore:
             writes = 0
             for blob, old, new in zip(blobs, states, new_states):
                 if new is not old and new is not None:
-                    conn.execute(_UPSERT, (blob, new.real, new.imag, keep_until(new)))
+                    conn.execute(_UPSERT, (blob, *to_pair(new), keep_until(new)))
                     writes += 1
             purge = self._writes + writes >= self.purge_every
             if purge:
@@ -450,4 +453,4 @@ def _state(row: Tuple[Any, Any], blob: bytes) -> State:
         debt = updated_at = math.nan
     if not (math.isfinite(debt) and math.isfinite(updated_at)):
         raise StoreError(f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}")
-    return complex(debt, updated_at)
+    return from_pair(debt, updated_at)

@@ -24,6 +24,8 @@ from typing import Tuple
 __all__ = [
     "State",
     "bucket_state",
+    "forgettable",
+    "from_pair",
     "is_locked",
     "keep_until",
     "lockout_state",
@@ -31,6 +33,7 @@ __all__ = [
     "read_bucket",
     "read_lockout",
     "read_quota",
+    "to_pair",
 ]
 
 #: One policy's state of one key (see the module docstring).
@@ -81,6 +84,26 @@ def read_lockout(state: State) -> Tuple[bool, float, float]:
 def is_locked(state: State) -> bool:
     """True when ``state`` is a lockout's locked state (a store evicts those last)."""
     return state.real < 0.0
+
+
+def to_pair(state: State) -> Tuple[float, float]:
+    """Any policy's ``state`` as two floats, for a store with two columns (SQLite)."""
+    return state.real, state.imag
+
+
+def from_pair(first: float, second: float) -> State:
+    """The state ``to_pair`` gave ``(first, second)`` for."""
+    return complex(first, second)
+
+
+def forgettable(state: State, now: float, horizon: float) -> bool:
+    """True when a store may drop ``state`` at ``now``: ``keep_until(state) <= now``, or idle.
+
+    Idle: its time (a bucket's ``updated_at``, a quota's or lockout's end) is
+    before ``horizon`` (``MemoryStore.sweep``'s ``now - max_age``; ``-inf``: never).
+    """
+    at = state.imag
+    return state.real + at <= now or at < horizon
 
 
 def keep_until(state: State) -> float:
