@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter.core.bucket import admit, step
+from limiter.backends.memory import admit
+from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import CLOCK_TOLERANCE, Limit
 from limiter.core.lockout import Lockout

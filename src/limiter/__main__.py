@@ -53,6 +53,7 @@ from urllib.parse import unquote
 
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
+from limiter.core.bucket import peek_view
 from limiter.core.limits import Policy
 from limiter.core.result import RateLimitResult
 from limiter.events import fan_out
@@ -1152,12 +1153,7 @@ def _run_bucket_command(
 
 def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
     """One limit's bucket, from a peek's result for it."""
-    # reset_after is the bucket's deficit in seconds: tokens = (window - deficit) * rate.
-    exact = (result.window - result.reset_after) * limit.rate
-    exact = min(max(exact, 0.0), float(limit.burst))
-    # A request of cost 1 passes when the deficit after it fits in the window
-    # (with the limit's slack): the test ``step`` makes.
-    wait = result.reset_after + limit.interval - result.window
+    exact, wait = peek_view(limit, result)
     allowed = wait <= limit.slack
     return {
         "name": limit.name,

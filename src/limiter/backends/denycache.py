@@ -88,7 +88,7 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from limiter.clock import finite_seconds
-from limiter.core.bucket import step
+from limiter.core.bucket import admission_excess, step, tokens_left
 from limiter.core.costs import Cost, Refund
 from limiter.core.limits import Policy
 from limiter.core.many import step_all
@@ -168,9 +168,9 @@ def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -
         debt = part[3]  # a denial's reset_after is the debt; so is a peek's
         margin = _MARGIN_ULPS * math.ulp(2.0 * limit.window)
         widest = max(widest, margin)
-        if abs(debt + cost * limit.interval - limit.window - limit.slack) <= margin:
+        if abs(admission_excess(debt, cost, limit)) <= margin:
             return False
-        tokens = (limit.window - debt + limit.slack) * limit.rate
+        tokens = tokens_left(debt, limit)
         if tokens < limit.burst:
             fraction = tokens - math.floor(tokens)
             slack = margin * limit.rate + _MARGIN_ULPS * math.ulp(tokens)

@@ -48,14 +48,16 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from limiter.core.bucket import admit, step
+from limiter.core.bucket import step
 from limiter.core.costs import Cost
-from limiter.core.limits import Policy
+from limiter.core.limits import Limit, Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
-from limiter.core.state import forgettable, is_locked, keep_until
+from limiter.core.state import State, forgettable, is_locked, keep_until
 
 __all__ = ["MemoryStore"]
+
+_ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 #: How many old entries one eviction looks at for a full bucket.
 _EVICTION_PROBES = 8
@@ -67,6 +69,50 @@ _LOCKED_PROBES = 256
 _SWEEP_SLICE = 2048
 #: Order-list entries tolerated beyond twice the live keys before a rebuild.
 _ORDER_SLACK = 64
+
+
+def admit(
+    table: Dict[str, State], key: str, now: float, limit: Policy, cost: float = 1
+) -> Optional[bool]:
+    """``step(table[key], now, limit, cost, detail=False)``, applied to ``table`` in place.
+
+    Returns whether the request of ``cost`` tokens at ``now`` (seconds) is
+    admitted, having stored the new state in ``table[key]`` when ``step``
+    returns a new one; ``None``, changing nothing, when ``key`` is not in
+    ``table`` (the caller decides what a new key costs, e.g. an eviction).
+    The same decisions and states as ``step``, and the same errors.
+    """
+    # The usual request (cost 1, a clock that has not gone back, a state
+    # under this limit) without step's call, its result tuple and the store's
+    # write-back test: MemoryStore.allow's hot path (CONTRIBUTING.md, "Hot
+    # paths").  Each operation is step's, in step's order, so the floats
+    # are the same; everything else is left to step.  The one place outside
+    # limiter.core that reads a bucket's state inline (state.read_bucket,
+    # state.bucket_state; rule 9 of limiter.core.bucket): a call would cost
+    # more than the rest of it.
+    state = table.get(key)
+    if state is None:
+        return None
+    if cost is _ONE and now - now == 0.0 and limit.__class__ is Limit:  # now finite
+        updated_at = state.imag
+        if now >= updated_at:
+            debt = state.real - (now - updated_at)
+            ceiling = limit.ceiling
+            if debt < 0.0 and ceiling > 0.0:
+                # Full again: step clamps the debt to 0.0, and 0.0 + interval
+                # (1 / rate) is interval, never above window (burst / rate).
+                table[key] = limit.interval + now * 1j
+                return True
+            if debt <= ceiling:
+                after = debt + limit.interval
+                if after <= ceiling:
+                    table[key] = after + now * 1j  # complex(after, now): see step
+                    return True
+                return False
+    new_state, allowed = step(state, now, limit, cost, False)
+    if new_state is not state:
+        table[key] = new_state  # type: ignore[assignment]  # never None from a state
+    return allowed
 
 
 class MemoryStore:
@@ -139,7 +185,7 @@ class MemoryStore:
             now = time.time()
         self._lock.acquire()
         try:
-            # bucket.admit steps a young key in place; others take the long way.
+            # admit steps a young key in place; others take the long way.
             allowed = admit(self._young, key, now, limit, cost)
             return self._allow_new(key, limit, cost, now) if allowed is None else allowed
         finally:

@@ -35,14 +35,14 @@ No I/O, no clock; stores call ``step`` under their own atomicity, and
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Literal, Optional, Tuple, Union, overload
+from typing import Any, Literal, Optional, Tuple, Union, overload
 
 from limiter.core.costs import Charge, Refund, cost_or_inf
 from limiter.core.limits import CLOCK_TOLERANCE, Limit, Policy
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, bucket_state
 
-__all__ = ["admit", "step"]
+__all__ = ["admission_excess", "next_token_in", "peek_view", "step", "tokens_left"]
 
 _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
@@ -110,18 +110,9 @@ def step(
     else:
         debt = state.real
         updated_at = state.imag
-        if now < updated_at:
-            if now < updated_at - CLOCK_TOLERANCE:  # rule 7
-                # Backwards clock: keep the deficit as it was, re-anchored at
-                # ``now``.  The re-anchored state is returned even on denial (same
-                # tokens, new frame); were it not stored, the key would wait for
-                # the old reading.
-                state = bucket_state(debt, now)
-            else:
-                # Read before a later reading was applied: apply at that time (no
-                # refill; re-anchoring here would refill the lag twice).
-                now = updated_at
-        else:
+        if now < updated_at:  # rule 7, rare: read by _read
+            state, debt, now = _read(state, now, limit)
+        else:  # _read's usual case, inline (hot path)
             debt -= now - updated_at
             if debt < 0.0:
                 debt = 0.0
@@ -167,45 +158,37 @@ def step(
     )
 
 
-def admit(
-    table: Dict[str, State], key: str, now: float, limit: Policy, cost: float = 1
-) -> Optional[bool]:
-    """``step(table[key], now, limit, cost, detail=False)``, applied to ``table`` in place.
+def _read(state: Optional[State], now: float, limit: Limit) -> Tuple[Optional[State], float, float]:
+    """``(state, debt, now)``: ``state`` read at ``now`` under ``limit`` (rules 6, 7 and 9).
 
-    Returns whether the request of ``cost`` tokens at ``now`` (seconds) is
-    admitted, having stored the new state in ``table[key]`` when ``step``
-    returns a new one; ``None``, changing nothing, when ``key`` is not in
-    ``table`` (the caller decides what a new key costs, e.g. an eviction).
-    The same decisions and states as ``step``, and the same errors.
+    ``debt`` is the deficit after refilling, at most ``max_debt``; ``now`` is
+    the state's ``updated_at`` when the reading lags it by at most
+    ``CLOCK_TOLERANCE``; ``state`` is re-anchored (a new state, to be stored)
+    after a clock stepped back or at the ``max_debt`` bound.  ``step`` inlines
+    the usual case (``now`` at or after ``updated_at``).
     """
-    # The usual request (cost 1, a clock that has not gone back, a state
-    # under this limit) without step's call, its result tuple and the store's
-    # write-back test: MemoryStore.allow's hot path (CONTRIBUTING.md, "Hot
-    # paths").  Each operation is step's, in step's order, so the floats
-    # are the same; everything else is left to step.
-    state = table.get(key)
     if state is None:
-        return None
-    if cost is _ONE and now - now == 0.0 and limit.__class__ is Limit:  # now finite
-        updated_at = state.imag
-        if now >= updated_at:
-            debt = state.real - (now - updated_at)
-            ceiling = limit.ceiling
-            if debt < 0.0 and ceiling > 0.0:
-                # Full again: step clamps the debt to 0.0, and 0.0 + interval
-                # (1 / rate) is interval, never above window (burst / rate).
-                table[key] = limit.interval + now * 1j
-                return True
-            if debt <= ceiling:
-                after = debt + limit.interval
-                if after <= ceiling:
-                    table[key] = after + now * 1j  # complex(after, now): see step
-                    return True
-                return False
-    new_state, allowed = step(state, now, limit, cost, False)
-    if new_state is not state:
-        table[key] = new_state  # type: ignore[assignment]  # never None from a state
-    return allowed
+        return None, 0.0, now
+    debt = state.real
+    updated_at = state.imag
+    if now < updated_at:
+        if now < updated_at - CLOCK_TOLERANCE:
+            # Backwards clock: keep the deficit as it was, re-anchored at ``now``,
+            # stored even on denial (same tokens, new frame); were it not, the
+            # key would wait for the old reading.
+            state = bucket_state(debt, now)
+        else:
+            # Read before a later reading was applied: apply at that time (no
+            # refill; re-anchoring here would refill the lag twice).
+            now = updated_at
+    else:
+        debt -= now - updated_at
+        if debt < 0.0:
+            debt = 0.0
+    if debt > limit.max_debt:
+        debt = limit.max_debt
+        state = bucket_state(debt, now)
+    return state, debt, now
 
 
 def _settle(
@@ -218,25 +201,8 @@ def _settle(
     """
     if now - now != 0.0:
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
-    # step's reading of the state, rule for rule (step keeps its own inline
-    # copy: it is the hot path).
-    debt = 0.0
-    if state is not None:
-        debt = state.real
-        updated_at = state.imag
-        if now < updated_at:
-            if now < updated_at - CLOCK_TOLERANCE:
-                state = bucket_state(debt, now)
-            else:
-                now = updated_at
-        else:
-            debt -= now - updated_at
-            if debt < 0.0:
-                debt = 0.0
+    state, debt, now = _read(state, now, limit)
     most = limit.max_debt
-    if debt > most:
-        debt = most
-        state = bucket_state(debt, now)
     value = float(cost)
     if value == 0.0:
         after = debt
@@ -263,3 +229,50 @@ def _settle(
         RateLimitResult,
         (True, limit.burst, remaining, after, 0.0, window, (), limit.name, "bucket"),
     )
+
+
+def tokens_left(debt: float, limit: Policy) -> float:
+    """The tokens a bucket holding ``debt`` seconds of deficit has, before ``step`` truncates them.
+
+    ``(window - debt + slack) * rate`` (rule 8's slack included): ``step``'s
+    ``remaining`` is its integer part, clamped to 0 and ``burst`` (inline
+    there: the hot path).
+    """
+    return (limit.window - debt + limit.slack) * limit.rate
+
+
+def admission_excess(debt: float, cost: float, limit: Policy) -> float:
+    """Seconds by which a request of ``cost`` tokens at ``debt`` misses ``step``'s threshold.
+
+    ``debt + cost * interval - window - slack``: at most 0 admits (rule 1,
+    with rule 8's slack); ``DenyCache`` asks how close to 0 it lies.
+    """
+    return debt + cost * limit.interval - limit.window - limit.slack
+
+
+def next_token_in(result: RateLimitResult) -> float:
+    """Seconds until the policy of ``result`` holds one more whole token (0.0 when full).
+
+    A bucket refills a token every ``window / limit`` seconds, the last at
+    ``reset_after``; a quota or a lockout gives all back at ``reset_after``.
+    The draft headers' ``t`` is this, rounded up.
+    """
+    limit = result[1]
+    missing = limit - result[2]
+    if missing <= 0:
+        return 0.0
+    if result[8] != "bucket":
+        return result[3]
+    return result[3] - (missing - 1) * (result[5] / limit)
+
+
+def peek_view(limit: Policy, result: RateLimitResult) -> Tuple[float, float]:
+    """``(tokens, wait)`` of ``limit``'s bucket from a peek's ``result`` (what the CLI shows).
+
+    ``tokens``: the exact tokens held, from 0 to ``burst``; ``wait``: seconds
+    until a request of cost 1 passes (at most ``limit.slack``: it passes now,
+    the test ``step`` makes).
+    """
+    exact = (result[5] - result[3]) * limit.rate
+    exact = min(max(exact, 0.0), float(limit.burst))
+    return exact, result[3] + limit.interval - result[5]

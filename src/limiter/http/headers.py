@@ -7,6 +7,7 @@ import re
 from typing import Dict, List, Literal, Optional, Tuple
 
 from limiter.clock import finite_seconds
+from limiter.core.bucket import next_token_in
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
 
@@ -100,13 +101,7 @@ def _until_more(result: RateLimitResult) -> int:
     (``kind`` ``"quota"``) gets all its units back at once, at ``reset_after``, and
     so does a lockout (``"lockout"``): all at its end.
     """
-    limit = result[1]
-    missing = limit - result[2]
-    if missing <= 0:
-        return 0
-    if result[8] != "bucket":
-        return _up(result[3]) if result[3] > 0.0 else 0
-    seconds = result[3] - (missing - 1) * (result[5] / limit)
+    seconds = next_token_in(result)
     return _up(seconds) if seconds > 0.0 else 0
 
 
