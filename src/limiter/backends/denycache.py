@@ -27,7 +27,7 @@ cost types.  What only the store can know is bounded rather than guessed:
   the replay stops at the earliest moment the store could admit.  A replayed
   denial is never one the store would have admitted.  A store applies a
   ``now`` that lags the key's last update at that update's time
-  (``limiter.core.bucket.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
+  (``limiter.core.limits.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
   one already sent through this wrapper is not remembered; one behind a
   reading of another process (skewed clocks) is replayed from ``now``: still
   denied rightly, with a ``retry_after`` short by up to that skew.
@@ -45,7 +45,7 @@ cost types.  What only the store can know is bounded rather than guessed:
 * Floats.  The replay computes from the store's reported debt rather than
   from its stored state, so a field may differ from the store's by a rounding
   of one subtraction (~1e-16 of the window; the headers, rounded with
-  ``limiter.core.bucket.TIME_EPSILON`` of slack, never show it).  Within a few
+  ``limiter.core.limits.TIME_EPSILON`` of slack, never show it).  Within a few
   such roundings of the moment the key could pass, the store is asked.
 * Calendar quotas.  A denial under a ``limiter.Quota`` (alone or beside
   token buckets) is never remembered: its ``reset_after`` is the time to its
@@ -68,14 +68,10 @@ cost types.  What only the store can know is bounded rather than guessed:
 
 Memory and concurrency
 ----------------------
-At most ``max_keys`` entries (one per key, or per key tuple of
-``apply_many``), in an ``OrderedDict`` in the order their denials arrived.
-A new entry in a full cache first drops up to ``_PURGE_SCAN`` of the oldest
-entries that have expired, then the oldest one: a flood of distinct keys
-cannot grow it, and losing an entry only costs a round trip.  Lookups are a
-single ``OrderedDict.get`` (atomic in CPython); every change takes a
-``threading.Lock`` for a few dict operations and never across an ``await``,
-so the wrapper is safe from threads and from asyncio tasks alike.
+At most ``max_keys`` entries (one per key or key tuple; a full cache drops
+expired entries first, then the oldest: docs/stores.md, "Deny cache").
+Lookups are one ``OrderedDict.get``; changes take a ``threading.Lock``, never
+across an ``await``: safe from threads and asyncio tasks alike.
 """
 
 from __future__ import annotations
@@ -85,7 +81,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from limiter.clock import finite_seconds
 from limiter.core.bucket import admission_excess, step, tokens_left
@@ -209,6 +205,19 @@ def _positive_cost(cost: object) -> bool:
     return (cls is int or cls is float) and cost > 0  # type: ignore[operator]
 
 
+class _Call(NamedTuple):
+    """A store call planned by ``DenyCache._plan``: what to note or forget after it."""
+
+    keys: Sequence[str]  # what a refund forgets
+    limits: Tuple[Policy, ...]
+    cost: Cost
+    now: Optional[float]
+    noted: Optional[_CacheKey]  # the answer is noted under it (None: a refund, or never)
+    epoch: int
+    at: float
+    many: bool
+
+
 class DenyCache:
     """Wrap a (shared) store so that repeated denials are answered in this process.
 
@@ -315,40 +324,28 @@ class DenyCache:
 
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """The store's ``apply``, or the replay of its last denial of this check."""
-        replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
-        if replayed is not None:
-            return replayed
-        if cost.__class__ is Refund:
-            try:
-                refunded: RateLimitResult = self.store.apply(key, limit, cost, now)
-                return refunded
-            finally:
-                self._forget(key)  # tokens given back: a denial may be wrong now
-        epoch, at = self._before(now)
-        result: RateLimitResult = self.store.apply(key, limit, cost, now)
-        self._after(key, (limit,), cost, now, result, epoch, at, False)
-        return result
+        plan = self._plan(key if key.__class__ is str else None, key, (key,), (limit,), cost, now)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = self.store.apply(key, limit, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
         ckey = self._tuple_key(keys)
-        limits = tuple(limits)
-        replayed = self._replay(ckey, True, limits, cost, now)
-        if replayed is not None:
-            return replayed
-        if _refunds(cost):
-            try:
-                refunded: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
-                return refunded
-            finally:
-                self._forget(*keys)
-        epoch, at = self._before(now)
-        result: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
-        if ckey is not None:
-            self._after(ckey, limits, cost, now, result, epoch, at, True)
-        return result
+        plan = self._plan(ckey, ckey, keys, tuple(limits), cost, now, True)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = self.store.apply_many(keys, plan.limits, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     def reset(self, key: str) -> None:
         """Reset ``key`` in the store, and forget its remembered denials."""
@@ -371,40 +368,28 @@ class DenyCache:
         self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio: the store's ``aapply``, or a replay (no I/O, no await)."""
-        replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
-        if replayed is not None:
-            return replayed
-        if cost.__class__ is Refund:
-            try:
-                refunded: RateLimitResult = await self.store.aapply(key, limit, cost, now)
-                return refunded
-            finally:
-                self._forget(key)
-        epoch, at = self._before(now)
-        result: RateLimitResult = await self.store.aapply(key, limit, cost, now)
-        self._after(key, (limit,), cost, now, result, epoch, at, False)
-        return result
+        plan = self._plan(key if key.__class__ is str else None, key, (key,), (limit,), cost, now)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = await self.store.aapply(key, limit, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio."""
         ckey = self._tuple_key(keys)
-        limits = tuple(limits)
-        replayed = self._replay(ckey, True, limits, cost, now)
-        if replayed is not None:
-            return replayed
-        if _refunds(cost):
-            try:
-                refunded: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
-                return refunded
-            finally:
-                self._forget(*keys)
-        epoch, at = self._before(now)
-        result: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
-        if ckey is not None:
-            self._after(ckey, limits, cost, now, result, epoch, at, True)
-        return result
+        plan = self._plan(ckey, ckey, keys, tuple(limits), cost, now, True)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = await self.store.aapply_many(keys, plan.limits, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
@@ -418,6 +403,43 @@ class DenyCache:
         await self.store.aping()
 
     # -- the cache -------------------------------------------------------------
+
+    def _plan(
+        self,
+        ckey: Optional[_CacheKey],
+        noted: Optional[_CacheKey],
+        keys: Sequence[str],
+        limits: Tuple[Policy, ...],
+        cost: Cost,
+        now: Optional[float],
+        many: bool = False,
+    ) -> Union[RateLimitResult, _Call]:
+        """What a check does, decided without I/O: a replayed result, or the store call's plan.
+
+        ``ckey`` is the key a denial is remembered under (``None``: never);
+        ``noted`` the one the answer is noted under (``apply``'s key whatever
+        its type); ``keys`` what a refund forgets.
+        """
+        replayed = self._replay(ckey, many, limits, cost, now)
+        if replayed is not None:
+            return replayed
+        if _refunds(cost):
+            return _Call(keys, limits, cost, now, None, 0, 0.0, many)
+        epoch, at = self._before(now)
+        return _Call(keys, limits, cost, now, noted, epoch, at, many)
+
+    def _settle(self, call: _Call) -> None:
+        """After the store call, answered or not: a refund's keys are forgotten."""
+        if call.noted is None and _refunds(call.cost):
+            self._forget(*call.keys)  # tokens given back: a denial may be wrong now
+
+    def _done(self, call: _Call, result: RateLimitResult) -> RateLimitResult:
+        """The store's ``result`` of ``call``, noted (a denial is remembered)."""
+        if call.noted is not None:
+            self._after(
+                call.noted, call.limits, call.cost, call.now, result, call.epoch, call.at, call.many
+            )
+        return result
 
     @staticmethod
     def _tuple_key(keys: Sequence[str]) -> Optional[Tuple[str, ...]]:
