@@ -29,11 +29,11 @@ _trunc = math.trunc
 class _Window:
     """The last window a ``Quota`` found (its cache, not one of its fields)."""
 
-    __slots__ = ("end", "start", "window")
+    __slots__ = ("bounds", "window")
 
     def __init__(self, window: float) -> None:
-        self.start = 0.0
-        self.end = 0.0
+        # (start, end) is one tuple, replaced whole: threads read a consistent pair.
+        self.bounds = (0.0, 0.0)
         self.window = window
 
 
@@ -117,8 +117,9 @@ class Quota(Frozen):
         arithmetic.  ``now`` outside the years 1 to 9998 is a ``ValueError``.
         """
         last = self._last
-        if last.start <= now < last.end:
-            return last.start, last.end
+        cached = last.bounds
+        if cached[0] <= now < cached[1]:
+            return cached
         from datetime import datetime, timedelta
 
         tz = self._tzinfo
@@ -153,8 +154,10 @@ class Quota(Frozen):
             raise ValueError(
                 f"now must be a number of seconds within the years 1 to 9998, got {now!r}"
             ) from None
-        last.start, last.end, last.window = start, end, end - start
-        return start, end
+        found = (start, end)
+        last.bounds = found
+        last.window = end - start
+        return found
 
     def _next_start(self, first: Any) -> Any:
         """The date that starts the window after the one starting on the date ``first``."""
