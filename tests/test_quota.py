@@ -3,7 +3,7 @@
 Midnight in UTC and Europe/Paris, the 23- and 25-hour days of a daylight-saving
 change, month ends (a leap February), ISO weeks, atomicity beside a token
 bucket, every store (memory, SQLite, a throwaway Redis), threads, and the Lua
-script checked against ``limiter.core.bucket.step_quota`` on random sequences.
+script checked against ``limiter.core.quota.step_quota`` on random sequences.
 """
 
 from __future__ import annotations

@@ -476,7 +476,7 @@ class RateLimiter:
     def validate_cost(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
         """``cost`` as this limiter charges it, or the error a check would raise.
 
-        A number is ``limiter.core.bucket.validate_cost``'s float (tokens >= 0,
+        A number is ``limiter.core.costs.validate_cost``'s float (tokens >= 0,
         ``inf`` when too large for a float).  A mapping of limit names to
         tokens is a tuple of one such float per limit, in the order of
         ``limits`` (0.0 for a limit it does not name); on a one-limit limiter
@@ -666,7 +666,7 @@ class RateLimiter:
         nothing), in every store.  Without it a quota's current window gets
         the units back, whichever took them: pass it whenever a refund may
         come after a boundary (``deduct_when`` does).  A token bucket
-        ignores it (see ``limiter.core.bucket.Refund``).
+        ignores it (see ``limiter.core.costs.Refund``).
         """
         _refuse_rate_key(key)
         return self._settle(key, self._refund_cost(cost, taken_at))
@@ -708,7 +708,7 @@ class RateLimiter:
         For a cost known only after the work (the tokens an LLM call used):
         always taken, even from an empty bucket, which then owes tokens
         (``remaining`` 0) and denies later checks until refilling has repaid
-        them; a bucket owes at most one burst (``limiter.core.bucket.Charge``).
+        them; a bucket owes at most one burst (``limiter.core.costs.Charge``).
         ``cost`` is a number for every limit or a mapping of limit names to
         tokens, checked as ``check``'s.  Returns the result after it
         (``allowed`` True).  Not a decision: not observed, and a ``lockout``

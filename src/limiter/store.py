@@ -63,8 +63,8 @@ class Store(Protocol):
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
     store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
     A denied request or ``cost == 0`` must leave the stored state unchanged.
-    ``cost`` may be a ``limiter.core.bucket.Refund``, the one negative cost (tokens
-    given back), or a ``limiter.core.bucket.Charge`` (taken unconditionally): pass
+    ``cost`` may be a ``limiter.core.costs.Refund``, the one negative cost (tokens
+    given back), or a ``limiter.core.costs.Charge`` (taken unconditionally): pass
     either to ``step`` as it is, without ``validate_cost``.
     Raise ``StoreError`` when the backend fails.  See ``Nonblocking`` for a
     store whose ``apply`` never waits on I/O.
@@ -77,7 +77,7 @@ class Store(Protocol):
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
-        """``limiter.core.bucket.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
+        """``limiter.core.many.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
 
         Either every bucket is charged ``cost`` or none is.  ``cost`` is one
         number for every limit or a sequence of one per limit (each may be a

@@ -185,7 +185,7 @@ class SQLiteStore:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or none (one transaction).
 
         ``cost``: one for every limit, or a list or tuple of one per limit; a
-        ``Lockout`` may come last (``limiter.core.bucket.step_all``).
+        ``Lockout`` may come last (``limiter.core.many.step_all``).
         """
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
