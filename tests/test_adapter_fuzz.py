@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, asgi, wsgi
 from limiter.adapters.httpserver import rate_limited
-from limiter.core.bucket import validate_cost
+from limiter.core.costs import validate_cost
 from limiter.http.keys import header_key
 
 NOW = 1_700_000_000.0

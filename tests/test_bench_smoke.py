@@ -188,7 +188,7 @@ def test_ab_times_both_trees_of_a_revision(tmp_path: Path) -> None:
     from bench import ab
 
     src = ab.export("HEAD", tmp_path)
-    assert (src / "limiter" / "ratelimiter.py").is_file()
+    assert (src / "limiter" / "core" / "bucket.py").is_file()
     for tree in (src, ROOT / "src"):
         ns = ab.measure(tree, "memory check() denied", 0.001)
         assert 0 < ns < 1e7

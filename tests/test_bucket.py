@@ -12,19 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter.core.bucket import (
-    CLOCK_TOLERANCE,
-    Charge,
-    Limit,
-    Lockout,
-    LockoutResult,
-    Quota,
-    Refund,
-    admit,
-    full_at,
-    step,
-    step_all,
-)
+from limiter.backends.memory import admit
+from limiter.core.bucket import step
+from limiter.core.costs import Charge, Refund
+from limiter.core.limits import CLOCK_TOLERANCE, Limit
+from limiter.core.lockout import Lockout
+from limiter.core.many import step_all
+from limiter.core.quota import Quota
+from limiter.core.state import keep_until
 
 T0 = 1_700_000_000.0
 
@@ -859,7 +854,7 @@ class TestMutationGaps:
 
     @pytest.mark.parametrize("zero", [0, 0.0, Fraction(0), Decimal(0), Decimal("-0")], ids=repr)
     def test_a_cost_of_zero_of_any_type_is_a_peek(self, zero: object) -> None:
-        from limiter.core.bucket import validate_cost
+        from limiter.core.costs import validate_cost
 
         assert validate_cost(zero) == 0.0
         limit = Limit(1, 3)
@@ -871,7 +866,7 @@ class TestMutationGaps:
 
     @pytest.mark.parametrize("one", [1, 1.0, Fraction(1), Decimal(1), Decimal("1.000")], ids=repr)
     def test_a_cost_of_one_of_any_type_takes_one_token(self, one: object) -> None:
-        from limiter.core.bucket import validate_cost
+        from limiter.core.costs import validate_cost
 
         assert validate_cost(one) == 1.0
         state, result = step(None, T0, Limit(1, 3), one)  # type: ignore[call-overload]
@@ -914,11 +909,11 @@ class TestMutationGaps:
             assert (result.allowed, result.policy, result.remaining) == (False, "a", 1)
 
     def test_full_at_is_when_the_bucket_is_full_again(self) -> None:
-        from limiter.core.bucket import full_at
+        from limiter.core.state import keep_until
 
         limit = Limit(2, 10)
         state, _ = step(None, T0, limit, 4)  # 4 tokens short: 2 s to refill
-        assert full_at(state) == T0 + 2.0
+        assert keep_until(state) == T0 + 2.0
         assert step(state, T0 + 2.0, limit, 0)[1].remaining == 10
         assert step(state, T0 + 1.9, limit, 0)[1].remaining == 9
 
@@ -938,7 +933,7 @@ class TestRefund:
     def test_a_refund_undoes_a_charge_and_never_fills_beyond_burst(
         self, rate: float, burst: int, history: List[Tuple[float, float]], cost: float
     ) -> None:
-        from limiter.core.bucket import Refund
+        from limiter.core.costs import Refund
 
         limit = Limit(rate, burst)
         state: Optional[complex] = None
@@ -962,7 +957,7 @@ class TestRefund:
         assert full_state == complex(0.0, full_state.imag)
 
     def test_refund_amounts_are_checked_like_costs(self) -> None:
-        from limiter.core.bucket import Refund
+        from limiter.core.costs import Refund
 
         assert repr(Refund(2)) == "Refund(2.0)" and float(Refund(2)) == -2.0
         with pytest.raises(ValueError, match="got -1"):
@@ -1109,9 +1104,9 @@ class TestLockout:
             states, r = self.run(states, T0 + i)
             assert not r.allowed and not r.locked_out and r.policy == "a"
         states, r = self.run(states, T0 + 2.5)  # third breach
-        assert r.locked_out and r.__class__ is LockoutResult and r.policy == "lockout"
+        assert r.locked_out and r.kind == "lockout" and r.policy == "lockout"
         assert (r.limit, r.remaining, r.retry_after, r.window) == (1, 0, 900.0, 100.0)
-        assert full_at(states[1]) == T0 + 902.5
+        assert keep_until(states[1]) == T0 + 902.5
         # Full bucket, still locked; refused checks neither count nor extend it.
         states2, r = self.run(states, T0 + 500)
         assert r.locked_out and r.retry_after == pytest.approx(402.5)

@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 import pytest
 
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, RateLimitResult, SystemClock
-from limiter.core.bucket import CLOCK_TOLERANCE
+from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.ratelimiter import RateLimitExceeded
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from limiter import ManualClock, RateLimiter, Rule
 from limiter.adapters.wsgi import RateLimitMiddleware
-from limiter.core.bucket import Charge, Refund
+from limiter.core.costs import Charge, Refund
 
 
 def hello(environ, start_response):

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from limiter import Limit, MemoryStore, RateLimitResult
 from limiter.backends.sqlite import SQLiteStore
-from limiter.core.bucket import CLOCK_TOLERANCE
+from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.testing import T0
 
 TINY = sys.float_info.min  # the smallest accepted rate

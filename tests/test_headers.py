@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import limiter.http.headers as headers_module
 from limiter import Limit, ManualClock, RateLimiter, RateLimitResult, rate_limit_headers
-from limiter.core.bucket import TIME_EPSILON, step
+from limiter.core.bucket import step
+from limiter.core.limits import TIME_EPSILON
 from limiter.http.headers import SF_INT_MAX, build_headers, build_raw_headers
 
 NOW = 1_700_000_000.25

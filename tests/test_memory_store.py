@@ -19,7 +19,8 @@ from hypothesis.stateful import (
 
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter
 from limiter.backends import memory
-from limiter.core.bucket import step, step_all
+from limiter.core.bucket import step
+from limiter.core.many import step_all
 from limiter.testing import StoreConformance
 
 

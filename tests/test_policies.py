@@ -23,7 +23,6 @@ from limiter import (
     SQLiteStore,
     rate_limit_headers,
 )
-from limiter.core.bucket import LockoutResult
 from limiter.events import DecisionEvent
 
 
@@ -443,7 +442,7 @@ class TestLockout:
         assert [r.locked_out for r in results] == [False] * 9 + [True]
         assert {r.policy for r in results[:9]} == {"requests"}
         locked = results[-1]
-        assert isinstance(locked, LockoutResult) and locked.policy == "lockout"
+        assert locked.kind == "lockout" and locked.policy == "lockout"
         assert (locked.allowed, locked.retry_after, locked.reset_after) == (False, 900.0, 900.0)
         assert [e.locked_out for e in events] == [False] * 14 + [True]
         assert events[-1].outcome == "denied" and events[-1].policy == "lockout"

@@ -19,7 +19,8 @@ import pytest
 
 from limiter import Charge, Limit, Lockout, MemoryStore, Quota
 from limiter.backends.sqlite import SQLiteStore
-from limiter.core.bucket import Cost, LockoutResult, RateLimitResult
+from limiter.core.costs import Cost
+from limiter.core.result import RateLimitResult
 from limiter.testing import T0
 
 REQUESTS = Limit.parse("10/minute")
@@ -182,7 +183,7 @@ def test_a_lockout_refuses_even_full_buckets_until_its_end(stores: Stores) -> No
     assert [r.allowed for r in results] == [True] * 10 + [False] * 3
     assert [r.locked_out for r in results] == [False] * 12 + [True]
     locked = results[-1]
-    assert locked.__class__ is LockoutResult and locked.policy == "lockout"
+    assert locked.kind == "lockout" and locked.policy == "lockout"
     assert locked.retry_after == pytest.approx(600, abs=1e-6)
     assert [x.policy for x in locked.results] == ["requests", "tokens", "lockout"]
     # Past the buckets' refill (a minute), still refused, and nothing is taken.

@@ -3,7 +3,7 @@
 Midnight in UTC and Europe/Paris, the 23- and 25-hour days of a daylight-saving
 change, month ends (a leap February), ISO weeks, atomicity beside a token
 bucket, every store (memory, SQLite, a throwaway Redis), threads, and the Lua
-script checked against ``limiter.core.bucket.step_quota`` on random sequences.
+script checked against ``limiter.core.quota.step_quota`` on random sequences.
 """
 
 from __future__ import annotations
@@ -21,16 +21,12 @@ from hypothesis import strategies as st
 
 from helpers.redis_state import check_stored
 from limiter import Limit, ManualClock, MemoryStore, Quota, RateLimiter, SQLiteStore
-from limiter.core.bucket import (
-    CLOCK_TOLERANCE,
-    Charge,
-    QuotaResult,
-    Refund,
-    full_at,
-    step,
-    step_all,
-    step_quota,
-)
+from limiter.core.bucket import step
+from limiter.core.costs import Charge, Refund
+from limiter.core.limits import CLOCK_TOLERANCE
+from limiter.core.many import step_all
+from limiter.core.quota import step_quota
+from limiter.core.state import keep_until
 from limiter.http.headers import rate_limit_headers
 
 PARIS = timezone(timedelta(hours=1))  # Europe/Paris in winter (CET)
@@ -190,7 +186,7 @@ def test_state_expires_at_the_window_end() -> None:
     q = Quota(5, per="day", tz="Europe/Paris")
     state, _ = step(None, ts(2024, 3, 31, 5), q, 3)
     assert state is not None
-    assert full_at(state) == ts(2024, 4, 1, tz=PARIS_SUMMER)  # what every store expires by
+    assert keep_until(state) == ts(2024, 4, 1, tz=PARIS_SUMMER)  # what every store expires by
     store = MemoryStore()
     store.apply("k", q, 1, ts(2024, 3, 31, 5))
     assert store.sweep(ts(2024, 3, 31, 21, 59)) == 0
@@ -445,7 +441,7 @@ def test_script_matches_step_quota(
         raw = client.get(rkeys[-1])
         state = states[-1]
         if raw is None:
-            assert state is None or full_at(state) <= now + 1e-6 or state.real == 0
+            assert state is None or keep_until(state) <= now + 1e-6 or state.real == 0
         else:
             debt, end = raw.split()
             assert complex(float(debt), float(end)) == state
@@ -525,7 +521,7 @@ def test_bucket_state_read_as_a_quota_after_a_deploy() -> None:
     q = Quota(5, per="day")
     new, result = step(state, T0 + 1, q, 1)
     assert result.allowed and result.remaining == 4
-    assert new is not None and full_at(new) == q.bounds(T0 + 1)[1]
+    assert new is not None and keep_until(new) == q.bounds(T0 + 1)[1]
     # A bucket written by a clock up to CLOCK_TOLERANCE ahead (its updated_at
     # lies ahead): refused only until that updated_at, never longer.
     ahead = complex(50.0, T0 + CLOCK_TOLERANCE)
@@ -547,7 +543,7 @@ def test_quota_state_read_as_a_bucket_after_a_deploy() -> None:
         state, result = step(state, T0 + 1, bucket, 1)
         admitted += result.allowed
     assert admitted == 3
-    assert state is not None and full_at(state) <= T0 + 1 + bucket.window
+    assert state is not None and keep_until(state) <= T0 + 1 + bucket.window
 
 
 def test_deny_cache_does_not_replay_quota_fields_from_a_bucket_debt() -> None:
@@ -581,7 +577,7 @@ def test_draft_t_of_a_quota_is_the_time_to_its_boundary() -> None:
     fields = dict(rate_limit_headers(result, now=T0, style="draft"))
     # All five used units come back at midnight (a bucket's t would be 8640).
     assert fields["RateLimit"] == '"10/day";r=5;t=43200'
-    assert type(result) is QuotaResult
+    assert result.kind == "quota"
 
 
 @pytest.mark.redis
@@ -622,10 +618,10 @@ def test_quota_results_carry_their_kind_through_every_store(client: Any, tmp_pat
         clock.advance(1)
         answers.append(limiter.check("k"))
         answers.append(limiter.check("k"))  # the quota's fourth: refused until midnight
-        kinds = [[type(part).__name__ for part in a.results] for a in answers]
-        assert kinds == [["RateLimitResult", "QuotaResult"]] * 4, name
+        kinds = [[part.kind for part in a.results] for a in answers]
+        assert kinds == [["bucket", "quota"]] * 4, name
         denied = answers[-1]
-        assert type(denied) is QuotaResult and denied.retry_after == 43200 - 1, name
+        assert denied.kind == "quota" and denied.retry_after == 43200 - 1, name
         fields = dict(rate_limit_headers(denied, now=clock.now(), style="draft"))
         # The bucket is back to one token in 0.5 s; the quota's units, at midnight.
         assert fields["RateLimit"] == '"2/second";r=1;t=1, "3/day";r=0;t=43199', name

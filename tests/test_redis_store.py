@@ -26,15 +26,12 @@ from helpers.redis_state import check_stored
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, hash_tag, redis_key
 from limiter.backends.redis._store import SCRIPT_SHA
-from limiter.core.bucket import (
-    CLOCK_TOLERANCE,
-    Charge,
-    Lockout,
-    Refund,
-    full_at,
-    step,
-    step_all,
-)
+from limiter.core.bucket import step
+from limiter.core.costs import Charge, Refund
+from limiter.core.limits import CLOCK_TOLERANCE
+from limiter.core.lockout import Lockout
+from limiter.core.many import step_all
+from limiter.core.state import keep_until
 from limiter.testing import T0, StoreConformance
 
 pytestmark = pytest.mark.redis
@@ -262,13 +259,13 @@ def check_lock_stored(
     elapsed_ms = math.ceil((time.monotonic() - since) * 1000) + 2
     if raw is None:
         # Never written, or expired already: its end was within the time elapsed.
-        assert state is None or math.ceil((full_at(state) - now) * 1000) <= elapsed_ms
+        assert state is None or math.ceil((keep_until(state) - now) * 1000) <= elapsed_ms
         return None
     mark, end = raw.split()
     stored = complex(float(mark), float(end))
     assert stored == state
     if ttl != -1:  # written by this step
-        expected_ttl = min(10**15, max(1, math.ceil((full_at(stored) - now) * 1000)))
+        expected_ttl = min(10**15, max(1, math.ceil((keep_until(stored) - now) * 1000)))
         assert expected_ttl - elapsed_ms <= ttl <= expected_ttl
     return stored
 

@@ -10,7 +10,9 @@ import pytest
 
 from limiter import ManualClock, MemoryStore, Quota, RateLimiter, Rule
 from limiter.adapters.wsgi import RateLimitMiddleware
-from limiter.core.bucket import Limit, Refund, step
+from limiter.core.bucket import step
+from limiter.core.costs import Refund
+from limiter.core.limits import Limit
 
 MIDNIGHT = 1_700_006_400.0  # 2023-11-15 00:00:00 UTC
 

@@ -89,7 +89,7 @@ def test_wrong_types_are_type_errors(kwargs: dict, message: str) -> None:
 
 
 def test_a_cost_may_be_any_real_number_and_is_kept_as_a_float() -> None:
-    # One cost check for every type and size (limiter.core.bucket.validate_cost):
+    # One cost check for every type and size (limiter.core.costs.validate_cost):
     # a cost above any burst is inf, denied by the bucket, never an error.
     assert Rule("/x", LIM, cost=Decimal("2.5")).cost == 2.5
     assert Rule("/x", LIM, cost=Fraction(1, 4)).cost == 0.25

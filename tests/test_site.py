@@ -219,7 +219,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     core = (site / "reference" / "core" / "index.html").read_text(encoding="utf-8")
     assert (
-        'id="limiter.core.bucket.Limit"' in core and 'id="limiter.ratelimiter.RateLimiter"' in core
+        'id="limiter.core.limits.Limit"' in core and 'id="limiter.ratelimiter.RateLimiter"' in core
     )
     # A doctest renders as code, not as block quotes (docs/reference/doctests.py).
     adapters = (site / "reference" / "adapters" / "index.html").read_text(encoding="utf-8")

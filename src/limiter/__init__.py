@@ -14,7 +14,12 @@ if TYPE_CHECKING:
     from limiter.backends.redis import AsyncRedisStore, RedisStore
     from limiter.backends.sqlite import SQLiteStore
     from limiter.clock import Clock, ManualClock, SystemClock
-    from limiter.core.bucket import Charge, Limit, Lockout, Quota, RateLimitResult, step
+    from limiter.core.bucket import step
+    from limiter.core.costs import Charge
+    from limiter.core.limits import Limit
+    from limiter.core.lockout import Lockout
+    from limiter.core.quota import Quota
+    from limiter.core.result import RateLimitResult
     from limiter.http.headers import rate_limit_headers
     from limiter.http.rules import Rule
     from limiter.ratelimiter import RateLimiter, RateLimitExceeded
@@ -54,11 +59,11 @@ __version__ = "0.1.0"
 _LAZY = {
     # Every name loads on first use, the core too: the pytest plugin (limiter.testing) imports
     # this package in every pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
-    "Charge": "limiter.core.bucket",
-    "Limit": "limiter.core.bucket",
-    "Lockout": "limiter.core.bucket",
-    "Quota": "limiter.core.bucket",
-    "RateLimitResult": "limiter.core.bucket",
+    "Charge": "limiter.core.costs",
+    "Limit": "limiter.core.limits",
+    "Lockout": "limiter.core.lockout",
+    "Quota": "limiter.core.quota",
+    "RateLimitResult": "limiter.core.result",
     "step": "limiter.core.bucket",
     "Clock": "limiter.clock",
     "ManualClock": "limiter.clock",

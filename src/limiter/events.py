@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from typing import Callable, Mapping, NamedTuple, Optional, Union
 
-from limiter.core.bucket import RateLimitResult
+from limiter.core.result import RateLimitResult
 
 __all__ = ["DecisionEvent", "Observer", "Outcome", "fan_out"]
 

@@ -13,25 +13,22 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from limiter import waiting
 from limiter.backends.memory import MemoryStore
 from limiter.clock import Clock, SystemClock, finite_seconds
-from limiter.core.bucket import (
-    TIME_EPSILON,
-    Charge,
-    Limit,
-    Lockout,
-    Quota,
-    RateLimitResult,
-    Refund,
-    _check_name,
-    _checked_cost,
-)
+from limiter.core.costs import Charge, Refund, checked_cost
 from limiter.core.keys import MAX_KEY_LENGTH, refuse_rate_key
+from limiter.core.limits import TIME_EPSILON, Limit, Policy, check_name
+from limiter.core.lockout import Lockout
+from limiter.core.quota import Quota
+from limiter.core.result import RateLimitResult
 from limiter.events import DecisionEvent, Observer, Outcome
 from limiter.store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
 from limiter.waiting import RateLimitExceeded
 
 __all__ = ["MAX_KEY_LENGTH", "CostSpec", "RateLimitExceeded", "RateLimiter", "RateSpec"]
 
-_Apply = Callable[[str, Limit, float, Optional[float]], RateLimitResult]
+_Apply = Callable[[str, Policy, float, Optional[float]], RateLimitResult]
+#: The policies a ``RateLimiter`` accepts (``Lockout`` only as ``lockout=``).
+_POLICIES = (Limit, Quota, Lockout)
+_AnyLimit = Union[Limit, Quota]
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("limiter")
 
@@ -42,7 +39,12 @@ _ALLOWED = Outcome.ALLOWED
 #: What ``RateLimiter(rate)`` accepts: a rate, a ``Limit``, a list of them, or a
 #: mapping of limit names to one rate each.
 RateSpec = Union[
-    Limit, str, float, Sequence[Union[Limit, str]], Mapping[str, Union[Limit, str, float]]
+    Limit,
+    Quota,
+    str,
+    float,
+    Sequence[Union[Limit, Quota, str]],
+    Mapping[str, Union[Limit, Quota, str, float]],
 ]
 
 #: A cost: tokens taken from every limit, or a mapping of limit names to the
@@ -54,7 +56,7 @@ CostSpec = Union[float, Mapping[str, float]]
 _LOCKOUT_SUFFIX = '|"lockout"'
 
 
-def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
+def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[_AnyLimit, ...]:
     if burst is not None and (isinstance(burst, bool) or not hasattr(type(burst), "__index__")):
         # The type first: burst="x" is no integer, whatever the rate says.
         raise TypeError(f"burst must be an integer, got {burst!r:.100}")
@@ -80,13 +82,13 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
             raise ValueError(f"burst={burst!r} is ambiguous with a list of limits")
         if not rate:
             raise ValueError("need at least one limit, got an empty list")
-        limits: List[Limit] = []
+        limits: List[_AnyLimit] = []
         for item in rate:
-            if isinstance(item, Lockout):
-                raise TypeError(
-                    f"a Lockout is no limit: pass it as RateLimiter(..., lockout={item!r})"
-                )
-            if isinstance(item, Limit):
+            if isinstance(item, _POLICIES):
+                if not item.standalone:
+                    raise TypeError(
+                        f"a Lockout is no limit: pass it as RateLimiter(..., lockout={item!r})"
+                    )
                 limits.append(item)
             elif isinstance(item, str):
                 limits.extend(Limit.parse_many(item))
@@ -95,15 +97,15 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[Limit, ...]:
                     f"each limit must be a Limit or a string like '10/second', got {item!r}"
                 )
         return tuple(limits)
-    if isinstance(rate, Lockout):
+    if isinstance(rate, _POLICIES) and not rate.standalone:
         raise TypeError(f"a Lockout is no limit: pass it as RateLimiter(..., lockout={rate!r})")
     return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
 
 
-def _named_limit(key: object, spec: object) -> Limit:
+def _named_limit(key: object, spec: object) -> _AnyLimit:
     """The limit ``key: spec`` of a mapping given to ``RateLimiter``, named ``key``."""
-    name = _check_name(key)  # Limit's own rule (names go into headers and storage keys)
-    if isinstance(spec, Lockout):
+    name = check_name(key)  # Limit's own rule (names go into headers and storage keys)
+    if isinstance(spec, _POLICIES) and not spec.standalone:
         raise TypeError(
             f"limit {name!r}: a Lockout is no limit: pass it as RateLimiter(..., lockout={spec!r})"
         )
@@ -120,7 +122,8 @@ def _named_limit(key: object, spec: object) -> Limit:
                 )
             return dataclasses.replace(parsed[0], name=name)
         try:
-            return dataclasses.replace(Limit.coerce(spec), name=name)  # type: ignore[arg-type]
+            limit: Limit = Limit.coerce(spec)  # type: ignore[arg-type]
+            return dataclasses.replace(limit, name=name)
         except TypeError:
             raise TypeError(
                 f"limit {name!r} must be a rate like '10/second', a number of tokens per "
@@ -130,13 +133,13 @@ def _named_limit(key: object, spec: object) -> Limit:
         raise ValueError(f"limit {name!r}: {exc}") from None
 
 
-def _distinct_names(limits: Tuple[Limit, ...]) -> Tuple[Limit, ...]:
+def _distinct_names(limits: Tuple[_AnyLimit, ...]) -> Tuple[_AnyLimit, ...]:
     # The draft headers tell policies apart by name: two "default"s would not do.
     if len({lim.name for lim in limits}) == len(limits):
         return limits
     return tuple(
         Quota(lim.count, lim.per, lim.tz, f"{lim.count}/{lim.per}#{i}")
-        if isinstance(lim, Quota)
+        if lim.kind == "quota"
         else Limit(lim.rate, lim.burst, f"{lim.burst}per{lim.window:g}s#{i}")
         for i, lim in enumerate(limits)
     )
@@ -173,7 +176,7 @@ class RateLimiter:
     mapping it is a ``ValueError`` (give that limit ``Limit(rate, burst)``).
     ``lockout``: a ``limiter.Lockout``: after its ``breaches`` denials
     within ``within`` seconds a key is refused for ``duration`` seconds,
-    however full its buckets (the result is a ``LockoutResult``, its
+    however full its buckets (the result's ``kind`` is ``"lockout"``, its
     ``locked_out`` True, ``retry_after`` the seconds left).  ``reset`` lifts
     it.  Its state is stored beside the limits' buckets, in one atomic
     ``apply_many``.  Refunds and charges settle the buckets only: they are
@@ -209,9 +212,9 @@ class RateLimiter:
         on_decision: Optional[Observer] = None,
         lockout: Optional[Lockout] = None,
     ) -> None:
-        self.limits: Tuple[Limit, ...] = _distinct_names(_limits_from(rate, burst))
+        self.limits: Tuple[_AnyLimit, ...] = _distinct_names(_limits_from(rate, burst))
         if lockout is not None:
-            # Exactly a Lockout: the stores and step_all recognise it by its class.
+            # Exactly a Lockout (step_all and the stores take it by its ``standalone``).
             if type(lockout) is not Lockout:
                 raise TypeError(f"lockout must be a limiter.Lockout or None, got {lockout!r:.100}")
             if any(lim.name == lockout.name for lim in self.limits):
@@ -232,7 +235,7 @@ class RateLimiter:
         if name is None:
             name = "+".join(
                 f"{lim.count}/{lim.per}@{lim.tz}"  # its window is no rate
-                if isinstance(lim, Quota)
+                if lim.kind == "quota"
                 else f"{lim.rate:g}/s:{lim.burst}"
                 for lim in self.limits
             )
@@ -248,7 +251,7 @@ class RateLimiter:
         # A lockout is applied with the limits in one apply_many, even beside one limit.
         self._many = len(self.limits) > 1 or lockout is not None
         #: What the store applies: the limits, then the lockout if any.
-        self._applied: Tuple[Limit, ...] = self.limits + ((lockout,) if lockout else ())
+        self._applied: Tuple[Policy, ...] = (*self.limits, lockout) if lockout else self.limits
         # acquire's give-up test allows the buckets' own slack (see Limit.slack).
         self._slack = min(lim.slack for lim in self.limits)
         # Several limits: one bucket per limit, all in the key's hash slot, and
@@ -266,7 +269,7 @@ class RateLimiter:
         #: True when checks never wait on I/O (the store is ``limiter.store.Nonblocking``):
         #: ``acheck`` then calls ``check``, and so may any async caller.
         self.nonblocking: bool = is_nonblocking(self.store)
-        self._allow: Optional[Callable[[str, Limit, float, Optional[float]], bool]] = None
+        self._allow: Optional[Callable[[str, Policy, float, Optional[float]], bool]] = None
         if self._apply is not None and isinstance(self.store, SupportsAllow):
             allow = self.store.allow
             self._allow = allow if callable(allow) else None
@@ -275,11 +278,7 @@ class RateLimiter:
         # call them first (CONTRIBUTING.md, "Hot paths").
         self._fast_check: Optional[Callable[[str, float], RateLimitResult]] = None
         self._fast_allow: Optional[Callable[[str, float], bool]] = None
-        if (
-            type(self.store) is MemoryStore
-            and not self._many
-            and not isinstance(self._limit, Quota)
-        ):
+        if type(self.store) is MemoryStore and not self._many and self._limit.kind == "bucket":
             self._fast_check, self._fast_allow = self.store.bind(
                 self._limit, self._prefix, self._clock_now, self.storage_key, MAX_KEY_LENGTH
             )
@@ -447,7 +446,7 @@ class RateLimiter:
     def validate_cost(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
         """``cost`` as this limiter charges it, or the error a check would raise.
 
-        A number is ``limiter.core.bucket.validate_cost``'s float (tokens >= 0,
+        A number is ``limiter.core.costs.validate_cost``'s float (tokens >= 0,
         ``inf`` when too large for a float).  A mapping of limit names to
         tokens is a tuple of one such float per limit, in the order of
         ``limits`` (0.0 for a limit it does not name); on a one-limit limiter
@@ -461,7 +460,7 @@ class RateLimiter:
         if isinstance(cost, Mapping):
             costs = self._costs(cost)
             return costs[0] if len(costs) == 1 else tuple(costs)
-        return _checked_cost(cost)
+        return checked_cost(cost)
 
     def _costs(self, cost: Mapping[str, float]) -> List[float]:
         """One validated cost per limit from a mapping of limit names to costs."""
@@ -477,7 +476,7 @@ class RateLimiter:
                     f"cost names no limit of this limiter: {name!r:.100} (limits: {known})"
                 )
             try:
-                costs[i] = _checked_cost(value)
+                costs[i] = checked_cost(value)
             except (TypeError, ValueError) as exc:
                 raise exc.__class__(f"cost of limit {name!r}: {exc}") from None
         return costs
@@ -526,7 +525,7 @@ class RateLimiter:
         is a ``ValueError`` (see ``validate_cost``).  A number charges every
         limit that amount.  With several limits the result's ``policy`` names
         the limit that refused, and ``results`` holds each limit's result.
-        With a ``lockout``, a locked-out key gets a ``LockoutResult``.
+        With a ``lockout``, a locked-out key gets the lockout's result (``locked_out``).
         """
         # The hot path: everything inline that can be (each call costs ~30-50 ns).
         # A mapping cost becomes the one limit's cost first; the default cost
@@ -604,7 +603,7 @@ class RateLimiter:
         """``key``'s state now, taking nothing.
 
         ``allowed`` is True, except for a key locked out by the ``lockout``:
-        then the ``LockoutResult`` (``allowed`` False, ``retry_after`` the
+        then the lockout's result (``allowed`` False, ``retry_after`` the
         seconds left), as a check would get.
         """
         refuse_rate_key(key)
@@ -632,7 +631,7 @@ class RateLimiter:
         nothing), in every store.  Without it a quota's current window gets
         the units back, whichever took them: pass it whenever a refund may
         come after a boundary (``deduct_when`` does).  A token bucket
-        ignores it (see ``limiter.core.bucket.Refund``).
+        ignores it (see ``limiter.core.costs.Refund``).
         """
         refuse_rate_key(key)
         return self._settle(key, self._refund_cost(cost, taken_at))
@@ -653,7 +652,7 @@ class RateLimiter:
             return self._settled(cost, Refund)
         Refund(0, taken_at)  # taken_at's own error first
         settled = self._settled(cost, lambda c: Refund(c, taken_at))
-        quotas = [i for i, limit in enumerate(self.limits) if isinstance(limit, Quota)]
+        quotas = [i for i, limit in enumerate(self.limits) if limit.kind == "quota"]
         if not quotas:
             return settled
         now = self._now()
@@ -661,10 +660,10 @@ class RateLimiter:
         if self._many:
             costs = list(settled) if settled.__class__ is tuple else [settled] * len(self.limits)
             for i in quotas:
-                if taken_at + TIME_EPSILON < self.limits[i].bounds(moment)[0]:  # type: ignore[attr-defined]
+                if taken_at + TIME_EPSILON < self.limits[i].bounds(moment)[0]:  # type: ignore[union-attr]
                     costs[i] = Refund(0, taken_at)
             return tuple(costs)
-        if taken_at + TIME_EPSILON < self._limit.bounds(moment)[0]:  # type: ignore[attr-defined]
+        if taken_at + TIME_EPSILON < self._limit.bounds(moment)[0]:  # type: ignore[union-attr]
             return Refund(0, taken_at)
         return settled
 
@@ -674,7 +673,7 @@ class RateLimiter:
         For a cost known only after the work (the tokens an LLM call used):
         always taken, even from an empty bucket, which then owes tokens
         (``remaining`` 0) and denies later checks until refilling has repaid
-        them; a bucket owes at most one burst (``limiter.core.bucket.Charge``).
+        them; a bucket owes at most one burst (``limiter.core.costs.Charge``).
         ``cost`` is a number for every limit or a mapping of limit names to
         tokens, checked as ``check``'s.  Returns the result after it
         (``allowed`` True).  Not a decision: not observed, and a ``lockout``

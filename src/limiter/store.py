@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
-from limiter.core.bucket import Cost, Limit, RateLimitResult
+from limiter.core.costs import Cost
+from limiter.core.limits import Policy
+from limiter.core.result import RateLimitResult
 
 __all__ = [
     "AsyncStore",
@@ -61,21 +63,21 @@ class Store(Protocol):
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
     store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
     A denied request or ``cost == 0`` must leave the stored state unchanged.
-    ``cost`` may be a ``limiter.core.bucket.Refund``, the one negative cost (tokens
-    given back), or a ``limiter.core.bucket.Charge`` (taken unconditionally): pass
+    ``cost`` may be a ``limiter.core.costs.Refund``, the one negative cost (tokens
+    given back), or a ``limiter.core.costs.Charge`` (taken unconditionally): pass
     either to ``step`` as it is, without ``validate_cost``.
     Raise ``StoreError`` when the backend fails.  See ``Nonblocking`` for a
     store whose ``apply`` never waits on I/O.
     """
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
         ...
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
-        """``limiter.core.bucket.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
+        """``limiter.core.many.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
 
         Either every bucket is charged ``cost`` or none is.  ``cost`` is one
         number for every limit or a sequence of one per limit (each may be a
@@ -93,13 +95,13 @@ class AsyncStore(Protocol):
     """The asyncio twin of ``Store`` (same semantics, awaitable)."""
 
     async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
+        self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
         ...
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge every bucket or none (see ``Store.apply_many``)."""
         ...
@@ -118,7 +120,7 @@ class SupportsAllow(Protocol):
     state.  ``MemoryStore`` skips building the ``RateLimitResult``.
     """
 
-    def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
+    def allow(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> bool:
         """``apply(key, limit, cost, now).allowed``, with the same effect on the bucket."""
         ...
 

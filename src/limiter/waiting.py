@@ -13,8 +13,9 @@ import math
 from typing import Any, Awaitable, Callable, Generator, Optional, Protocol, TypeVar, Union
 
 from limiter.clock import Clock
-from limiter.core.bucket import Lockout, RateLimitResult
 from limiter.core.keys import refuse_rate_key
+from limiter.core.lockout import Lockout
+from limiter.core.result import RateLimitResult
 
 __all__ = ["RateLimitExceeded"]
 

@@ -27,7 +27,7 @@ cost types.  What only the store can know is bounded rather than guessed:
   the replay stops at the earliest moment the store could admit.  A replayed
   denial is never one the store would have admitted.  A store applies a
   ``now`` that lags the key's last update at that update's time
-  (``limiter.core.bucket.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
+  (``limiter.core.limits.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
   one already sent through this wrapper is not remembered; one behind a
   reading of another process (skewed clocks) is replayed from ``now``: still
   denied rightly, with a ``retry_after`` short by up to that skew.
@@ -45,7 +45,7 @@ cost types.  What only the store can know is bounded rather than guessed:
 * Floats.  The replay computes from the store's reported debt rather than
   from its stored state, so a field may differ from the store's by a rounding
   of one subtraction (~1e-16 of the window; the headers, rounded with
-  ``limiter.core.bucket.TIME_EPSILON`` of slack, never show it).  Within a few
+  ``limiter.core.limits.TIME_EPSILON`` of slack, never show it).  Within a few
   such roundings of the moment the key could pass, the store is asked.
 * Calendar quotas.  A denial under a ``limiter.Quota`` (alone or beside
   token buckets) is never remembered: its ``reset_after`` is the time to its
@@ -68,14 +68,10 @@ cost types.  What only the store can know is bounded rather than guessed:
 
 Memory and concurrency
 ----------------------
-At most ``max_keys`` entries (one per key, or per key tuple of
-``apply_many``), in an ``OrderedDict`` in the order their denials arrived.
-A new entry in a full cache first drops up to ``_PURGE_SCAN`` of the oldest
-entries that have expired, then the oldest one: a flood of distinct keys
-cannot grow it, and losing an entry only costs a round trip.  Lookups are a
-single ``OrderedDict.get`` (atomic in CPython); every change takes a
-``threading.Lock`` for a few dict operations and never across an ``await``,
-so the wrapper is safe from threads and from asyncio tasks alike.
+At most ``max_keys`` entries (one per key or key tuple; a full cache drops
+expired entries first, then the oldest: docs/stores.md, "Deny cache").
+Lookups are one ``OrderedDict.get``; changes take a ``threading.Lock``, never
+across an ``await``: safe from threads and asyncio tasks alike.
 """
 
 from __future__ import annotations
@@ -85,21 +81,15 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from limiter.clock import finite_seconds
-from limiter.core.bucket import (
-    _LOCKED,
-    Cost,
-    Limit,
-    Lockout,
-    LockoutResult,
-    Quota,
-    RateLimitResult,
-    Refund,
-    step,
-    step_all,
-)
+from limiter.core.bucket import admission_excess, step, tokens_left
+from limiter.core.costs import Cost, Refund
+from limiter.core.limits import Policy
+from limiter.core.many import step_all
+from limiter.core.result import RateLimitResult
+from limiter.core.state import bucket_state, lockout_state
 from limiter.store import is_nonblocking
 
 __all__ = ["DenyCache"]
@@ -123,7 +113,7 @@ class _Denial:
 
     def __init__(
         self,
-        limits: Tuple[Limit, ...],
+        limits: Tuple[Policy, ...],
         cost: float,
         debts: Tuple[float, ...],
         at: float,
@@ -147,12 +137,12 @@ class _Denial:
         """The states the store's answer came from, as seen at ``at``."""
         at = self.at
         if not self.locked:
-            return [complex(d, at) for d in self.debts]
+            return [bucket_state(d, at) for d in self.debts]
         *debts, left = self.debts
-        return [*(complex(d, at) for d in debts), complex(_LOCKED, at + left)]
+        return [*(bucket_state(d, at) for d in debts), lockout_state(0.0, at + left, locked=True)]
 
 
-def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) -> bool:
+def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -> bool:
     """Whether no rounding of the store's own arithmetic could give another ``result``.
 
     A replay computes from the reported debts, the store from its stored state:
@@ -163,7 +153,7 @@ def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) ->
     Then the store is asked.
     """
     parts = result[6] or (result,)
-    locked = result.__class__ is LockoutResult
+    locked = result[8] == "lockout"
     if locked:
         # Locked out: the lockout's result is the answer (its time left is one
         # subtraction, like a debt), beside the other limits' peeks (cost 0).
@@ -174,9 +164,9 @@ def _settled(result: RateLimitResult, limits: Tuple[Limit, ...], cost: float) ->
         debt = part[3]  # a denial's reset_after is the debt; so is a peek's
         margin = _MARGIN_ULPS * math.ulp(2.0 * limit.window)
         widest = max(widest, margin)
-        if abs(debt + cost * limit.interval - limit.window - limit.slack) <= margin:
+        if abs(admission_excess(debt, cost, limit)) <= margin:
             return False
-        tokens = (limit.window - debt + limit.slack) * limit.rate
+        tokens = tokens_left(debt, limit)
         if tokens < limit.burst:
             fraction = tokens - math.floor(tokens)
             slack = margin * limit.rate + _MARGIN_ULPS * math.ulp(tokens)
@@ -213,6 +203,19 @@ def _positive_cost(cost: object) -> bool:
     cls = cost.__class__
     # A Refund is a float subclass and a bool an int subclass: neither passes.
     return (cls is int or cls is float) and cost > 0  # type: ignore[operator]
+
+
+class _Call(NamedTuple):
+    """A store call planned by ``DenyCache._plan``: what to note or forget after it."""
+
+    keys: Sequence[str]  # what a refund forgets
+    limits: Tuple[Policy, ...]
+    cost: Cost
+    now: Optional[float]
+    noted: Optional[_CacheKey]  # the answer is noted under it (None: a refund, or never)
+    epoch: int
+    at: float
+    many: bool
 
 
 class DenyCache:
@@ -319,42 +322,30 @@ class DenyCache:
 
     # -- the Store side ------------------------------------------------------
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """The store's ``apply``, or the replay of its last denial of this check."""
-        replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
-        if replayed is not None:
-            return replayed
-        if cost.__class__ is Refund:
-            try:
-                refunded: RateLimitResult = self.store.apply(key, limit, cost, now)
-                return refunded
-            finally:
-                self._forget(key)  # tokens given back: a denial may be wrong now
-        epoch, at = self._before(now)
-        result: RateLimitResult = self.store.apply(key, limit, cost, now)
-        self._after(key, (limit,), cost, now, result, epoch, at, False)
-        return result
+        plan = self._plan(key if key.__class__ is str else None, key, (key,), (limit,), cost, now)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = self.store.apply(key, limit, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
         ckey = self._tuple_key(keys)
-        limits = tuple(limits)
-        replayed = self._replay(ckey, True, limits, cost, now)
-        if replayed is not None:
-            return replayed
-        if _refunds(cost):
-            try:
-                refunded: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
-                return refunded
-            finally:
-                self._forget(*keys)
-        epoch, at = self._before(now)
-        result: RateLimitResult = self.store.apply_many(keys, limits, cost, now)
-        if ckey is not None:
-            self._after(ckey, limits, cost, now, result, epoch, at, True)
-        return result
+        plan = self._plan(ckey, ckey, keys, tuple(limits), cost, now, True)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = self.store.apply_many(keys, plan.limits, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     def reset(self, key: str) -> None:
         """Reset ``key`` in the store, and forget its remembered denials."""
@@ -374,43 +365,31 @@ class DenyCache:
     # -- the AsyncStore side -------------------------------------------------
 
     async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
+        self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio: the store's ``aapply``, or a replay (no I/O, no await)."""
-        replayed = self._replay(key if key.__class__ is str else None, False, (limit,), cost, now)
-        if replayed is not None:
-            return replayed
-        if cost.__class__ is Refund:
-            try:
-                refunded: RateLimitResult = await self.store.aapply(key, limit, cost, now)
-                return refunded
-            finally:
-                self._forget(key)
-        epoch, at = self._before(now)
-        result: RateLimitResult = await self.store.aapply(key, limit, cost, now)
-        self._after(key, (limit,), cost, now, result, epoch, at, False)
-        return result
+        plan = self._plan(key if key.__class__ is str else None, key, (key,), (limit,), cost, now)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = await self.store.aapply(key, limit, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio."""
         ckey = self._tuple_key(keys)
-        limits = tuple(limits)
-        replayed = self._replay(ckey, True, limits, cost, now)
-        if replayed is not None:
-            return replayed
-        if _refunds(cost):
-            try:
-                refunded: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
-                return refunded
-            finally:
-                self._forget(*keys)
-        epoch, at = self._before(now)
-        result: RateLimitResult = await self.store.aapply_many(keys, limits, cost, now)
-        if ckey is not None:
-            self._after(ckey, limits, cost, now, result, epoch, at, True)
-        return result
+        plan = self._plan(ckey, ckey, keys, tuple(limits), cost, now, True)
+        if not isinstance(plan, _Call):
+            return plan  # replayed
+        try:
+            result: RateLimitResult = await self.store.aapply_many(keys, plan.limits, cost, now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
@@ -425,6 +404,43 @@ class DenyCache:
 
     # -- the cache -------------------------------------------------------------
 
+    def _plan(
+        self,
+        ckey: Optional[_CacheKey],
+        noted: Optional[_CacheKey],
+        keys: Sequence[str],
+        limits: Tuple[Policy, ...],
+        cost: Cost,
+        now: Optional[float],
+        many: bool = False,
+    ) -> Union[RateLimitResult, _Call]:
+        """What a check does, decided without I/O: a replayed result, or the store call's plan.
+
+        ``ckey`` is the key a denial is remembered under (``None``: never);
+        ``noted`` the one the answer is noted under (``apply``'s key whatever
+        its type); ``keys`` what a refund forgets.
+        """
+        replayed = self._replay(ckey, many, limits, cost, now)
+        if replayed is not None:
+            return replayed
+        if _refunds(cost):
+            return _Call(keys, limits, cost, now, None, 0, 0.0, many)
+        epoch, at = self._before(now)
+        return _Call(keys, limits, cost, now, noted, epoch, at, many)
+
+    def _settle(self, call: _Call) -> None:
+        """After the store call, answered or not: a refund's keys are forgotten."""
+        if call.noted is None and _refunds(call.cost):
+            self._forget(*call.keys)  # tokens given back: a denial may be wrong now
+
+    def _done(self, call: _Call, result: RateLimitResult) -> RateLimitResult:
+        """The store's ``result`` of ``call``, noted (a denial is remembered)."""
+        if call.noted is not None:
+            self._after(
+                call.noted, call.limits, call.cost, call.now, result, call.epoch, call.at, call.many
+            )
+        return result
+
     @staticmethod
     def _tuple_key(keys: Sequence[str]) -> Optional[Tuple[str, ...]]:
         # Only str keys are remembered: anything else goes to the store, which judges it.
@@ -437,7 +453,7 @@ class DenyCache:
         self,
         ckey: Optional[_CacheKey],
         many: bool,
-        limits: Tuple[Limit, ...],
+        limits: Tuple[Policy, ...],
         cost: Cost,
         now: Optional[float],
     ) -> Optional[RateLimitResult]:
@@ -468,7 +484,7 @@ class DenyCache:
             _, result = step_all(entry.states(), t, limits, cost)
         else:
             _, result = step(entry.states()[0], t, limits[0], cost)
-        if entry.locked and result.__class__ is not LockoutResult:
+        if entry.locked and result[8] != "lockout":
             return None  # the lockout ends: a denial now is a breach for the store to count
         if result[0] or not _settled(result, limits, cost):
             return None  # may pass now, or a rounding could tip a field: ask the store
@@ -485,7 +501,7 @@ class DenyCache:
     def _after(
         self,
         ckey: _CacheKey,
-        limits: Tuple[Limit, ...],
+        limits: Tuple[Policy, ...],
         cost: Cost,
         now: Optional[float],
         result: RateLimitResult,
@@ -503,12 +519,12 @@ class DenyCache:
         if not _positive_cost(cost) or self.using_fallback:
             return
         for limit in limits:
-            if limit.__class__ is Quota:
+            if limit.kind == "quota":
                 # A quota's reset_after is its window's end, no debt, and its
                 # window is on the wall clock (not time.monotonic()): never replayed.
                 return
-        locked = limits[-1].__class__ is Lockout
-        if locked and result.__class__ is not LockoutResult:
+        locked = not limits[-1].standalone
+        if locked and result[8] != "lockout":
             return  # a breach: the store must count the next one too
         if not many and ckey.__class__ is not str:
             return  # only str keys are remembered (a subclass may compare as another key)
@@ -516,7 +532,7 @@ class DenyCache:
         if injected:
             if not (now.__class__ is float or now.__class__ is int) or now < self._latest:
                 # Behind a reading already sent: the store may have applied this
-                # check at that later time (limiter.core.bucket.CLOCK_TOLERANCE), and
+                # check at that later time (limiter.core.limits.CLOCK_TOLERANCE), and
                 # its debt is then not this ``now``'s.
                 return
             at = now

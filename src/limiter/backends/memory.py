@@ -48,9 +48,16 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from limiter.core.bucket import Cost, Limit, RateLimitResult, admit, full_at, step, step_all
+from limiter.core.bucket import step
+from limiter.core.costs import Cost
+from limiter.core.limits import Limit, Policy
+from limiter.core.many import step_all
+from limiter.core.result import RateLimitResult
+from limiter.core.state import State, forgettable, is_locked, keep_until
 
 __all__ = ["MemoryStore"]
+
+_ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 #: How many old entries one eviction looks at for a full bucket.
 _EVICTION_PROBES = 8
@@ -62,6 +69,50 @@ _LOCKED_PROBES = 256
 _SWEEP_SLICE = 2048
 #: Order-list entries tolerated beyond twice the live keys before a rebuild.
 _ORDER_SLACK = 64
+
+
+def admit(
+    table: Dict[str, State], key: str, now: float, limit: Policy, cost: float = 1
+) -> Optional[bool]:
+    """``step(table[key], now, limit, cost, detail=False)``, applied to ``table`` in place.
+
+    Returns whether the request of ``cost`` tokens at ``now`` (seconds) is
+    admitted, having stored the new state in ``table[key]`` when ``step``
+    returns a new one; ``None``, changing nothing, when ``key`` is not in
+    ``table`` (the caller decides what a new key costs, e.g. an eviction).
+    The same decisions and states as ``step``, and the same errors.
+    """
+    # The usual request (cost 1, a clock that has not gone back, a state
+    # under this limit) without step's call, its result tuple and the store's
+    # write-back test: MemoryStore.allow's hot path (CONTRIBUTING.md, "Hot
+    # paths").  Each operation is step's, in step's order, so the floats
+    # are the same; everything else is left to step.  The one place outside
+    # limiter.core that reads a bucket's state inline (state.read_bucket,
+    # state.bucket_state; rule 9 of limiter.core.bucket): a call would cost
+    # more than the rest of it.
+    state = table.get(key)
+    if state is None:
+        return None
+    if cost is _ONE and now - now == 0.0 and limit.__class__ is Limit:  # now finite
+        updated_at = state.imag
+        if now >= updated_at:
+            debt = state.real - (now - updated_at)
+            ceiling = limit.ceiling
+            if debt < 0.0 and ceiling > 0.0:
+                # Full again: step clamps the debt to 0.0, and 0.0 + interval
+                # (1 / rate) is interval, never above window (burst / rate).
+                table[key] = limit.interval + now * 1j
+                return True
+            if debt <= ceiling:
+                after = debt + limit.interval
+                if after <= ceiling:
+                    table[key] = after + now * 1j  # complex(after, now): see step
+                    return True
+                return False
+    new_state, allowed = step(state, now, limit, cost, False)
+    if new_state is not state:
+        table[key] = new_state  # type: ignore[assignment]  # never None from a state
+    return allowed
 
 
 class MemoryStore:
@@ -105,7 +156,7 @@ class MemoryStore:
     def __repr__(self) -> str:
         return f"MemoryStore(max_keys={self._max_keys!r}, keys={len(self)})"
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
         if now is None:
             now = time.time()
@@ -128,19 +179,19 @@ class MemoryStore:
         finally:
             self._lock.release()
 
-    def allow(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> bool:
+    def allow(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> bool:
         """``apply(...).allowed`` without building a result (``RateLimiter.allow``)."""
         if now is None:
             now = time.time()
         self._lock.acquire()
         try:
-            # bucket.admit steps a young key in place; others take the long way.
+            # admit steps a young key in place; others take the long way.
             allowed = admit(self._young, key, now, limit, cost)
             return self._allow_new(key, limit, cost, now) if allowed is None else allowed
         finally:
             self._lock.release()
 
-    def _allow_new(self, key: str, limit: Limit, cost: float, now: float) -> bool:
+    def _allow_new(self, key: str, limit: Policy, cost: float, now: float) -> bool:
         # Caller holds the lock and found no young entry for ``key``.
         packed = self._promote(key)
         new_state, allowed = step(packed, now, limit, cost, False)
@@ -153,7 +204,7 @@ class MemoryStore:
 
     def bind(
         self,
-        limit: Limit,
+        limit: Policy,
         prefix: str,
         now: Optional[Callable[[], float]],
         storage_key: Callable[[str], str],
@@ -215,7 +266,7 @@ class MemoryStore:
         return check, allow
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none."""
         if now is None:
@@ -295,23 +346,23 @@ class MemoryStore:
             packed = old.pop(key, None)
             if packed is None:  # stale: promoted, reset or swept since
                 continue
-            if full_at(packed) <= now:  # full: forgetting it changes nothing
+            if keep_until(packed) <= now:  # full: forgetting it changes nothing
                 self._keep_young(in_use)  # a second chance for those looked at
                 return
             in_use.append((key, packed))
-            if packed.real >= 0.0:  # no lockout (a locked-out key's mark is negative)
+            if not is_locked(packed):  # no lockout
                 if probes != _EVICTION_PROBES:
                     break  # the one looked further for
             elif len(in_use) == probes == _EVICTION_PROBES and all(
-                entry[1].real < 0.0 for entry in in_use
+                is_locked(entry[1]) for entry in in_use
             ):
                 # Locked-out keys go last: when all in reach are, look further,
                 # up to _LOCKED_PROBES entries, for one that is no lockout.
                 probes = _LOCKED_PROBES
         if in_use:  # nothing full in reach: the oldest that is no lockout goes
-            if in_use[0][1].real < 0.0:
+            if is_locked(in_use[0][1]):
                 for i, entry in enumerate(in_use):
-                    if entry[1].real >= 0.0:
+                    if not is_locked(entry[1]):
                         del in_use[i]
                         self._keep_young(in_use)
                         return
@@ -340,13 +391,13 @@ class MemoryStore:
             self._young_order, self._old_order, self._old_pos = [], [], 0
 
     async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
+        self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio callers; never blocks beyond a brief lock."""
         return self.apply(key, limit, cost, now)
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio callers."""
         return self.apply_many(keys, limits, cost, now)
@@ -388,8 +439,7 @@ class MemoryStore:
                         packed = gen.get(key)
                         if packed is None:
                             continue  # stale: moved, evicted or reset since
-                        # full_at(packed), inlined: see CONTRIBUTING.md "Hot paths".
-                        if packed.real + packed.imag <= now or packed.imag < horizon:
+                        if forgettable(packed, now, horizon):
                             del gen[key]  # deleting never resizes a dict: no pause
                             deleted += 1
                         else:

@@ -21,17 +21,12 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Unio
 
 from limiter.backends._failover import Failover
 from limiter.clock import finite_seconds
-from limiter.core.bucket import (
-    Cost,
-    Limit,
-    RateLimitResult,
-    State,
-    _checked_cost,
-    full_at,
-    step,
-    step_all,
-    validate_costs,
-)
+from limiter.core.bucket import step
+from limiter.core.costs import Cost, checked_cost, validate_costs
+from limiter.core.limits import Policy
+from limiter.core.many import step_all
+from limiter.core.result import RateLimitResult
+from limiter.core.state import State, from_pair, keep_until, to_pair
 from limiter.store import StoreError
 
 __all__ = ["SQLiteStore"]
@@ -40,13 +35,16 @@ T = TypeVar("T")
 
 #: What a transaction applies to the states it read: ``step_all``, or ``_step_one``.
 Algorithm = Callable[
-    [List[Optional[State]], float, Sequence[Limit], Cost],
+    [List[Optional[State]], float, Sequence[Policy], Cost],
     Tuple[List[Optional[State]], RateLimitResult],
 ]
 
 _SCHEMA = (
     # key is a BLOB (UTF-8 with surrogates passed through) so any str is a key.
-    # full_at (= updated_at + debt) is kept for the purge and its index.
+    # debt and updated_at hold limiter.core.state.to_pair(state): a bucket's
+    # debt and updated_at, a quota's or lockout's scaled count and end (the
+    # names are kept so that existing files still open); full_at is
+    # keep_until(state), kept for the purge and its index.
     "CREATE TABLE IF NOT EXISTS limiter_buckets ("
     " key BLOB PRIMARY KEY, debt REAL NOT NULL, updated_at REAL NOT NULL,"
     " full_at REAL NOT NULL) WITHOUT ROWID",
@@ -96,7 +94,7 @@ def _unusable(path: str, directory: str, exc: sqlite3.Error) -> Optional[OSError
 
 
 def _step_one(
-    states: List[Optional[State]], now: float, limits: Sequence[Limit], cost: Cost
+    states: List[Optional[State]], now: float, limits: Sequence[Policy], cost: Cost
 ) -> Tuple[List[Optional[State]], RateLimitResult]:
     """``step`` for ``apply``, in ``step_all``'s shape (its result has no ``results``)."""
     new_state, result = step(states[0], now, limits[0], cost)  # type: ignore[arg-type]
@@ -175,19 +173,19 @@ class SQLiteStore:
 
     # -- Store -------------------------------------------------------------
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
         return self._guarded(
             _step_one, [key], [limit], cost, now, lambda: self.fallback.apply(key, limit, cost, now)
         )
 
     def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or none (one transaction).
 
         ``cost``: one for every limit, or a list or tuple of one per limit; a
-        ``Lockout`` may come last (``limiter.core.bucket.step_all``).
+        ``Lockout`` may come last (``limiter.core.many.step_all``).
         """
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
@@ -232,7 +230,7 @@ class SQLiteStore:
     # -- AsyncStore --------------------------------------------------------
 
     async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
+        self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` in a worker thread, so waiting for the lock never blocks the loop."""
         return await asyncio.get_running_loop().run_in_executor(
@@ -240,7 +238,7 @@ class SQLiteStore:
         )
 
     async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+        self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` in a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(
@@ -349,7 +347,7 @@ class SQLiteStore:
         self,
         algorithm: Algorithm,
         keys: Sequence[str],
-        limits: Sequence[Limit],
+        limits: Sequence[Policy],
         cost: Cost,
         now: Optional[float],
         fallback: Callable[[], RateLimitResult],
@@ -360,7 +358,7 @@ class SQLiteStore:
         if algorithm is not _step_one:
             cost = validate_costs(cost, len(limits))
         else:
-            cost = _checked_cost(cost)
+            cost = checked_cost(cost)
         blobs = [self._blob(key) for key in keys]
         return self._failover.run(
             lambda: self._run(self._transact, algorithm, blobs, limits, cost, now), fallback
@@ -401,7 +399,7 @@ class SQLiteStore:
         conn: sqlite3.Connection,
         algorithm: Algorithm,
         blobs: List[bytes],
-        limits: Sequence[Limit],
+        limits: Sequence[Policy],
         cost: Cost,
         now: Optional[float],
     ) -> RateLimitResult:
@@ -420,7 +418,7 @@ class SQLiteStore:
             writes = 0
             for blob, old, new in zip(blobs, states, new_states):
                 if new is not old and new is not None:
-                    conn.execute(_UPSERT, (blob, new.real, new.imag, full_at(new)))
+                    conn.execute(_UPSERT, (blob, *to_pair(new), keep_until(new)))
                     writes += 1
             purge = self._writes + writes >= self.purge_every
             if purge:
@@ -455,4 +453,4 @@ def _state(row: Tuple[Any, Any], blob: bytes) -> State:
         debt = updated_at = math.nan
     if not (math.isfinite(debt) and math.isfinite(updated_at)):
         raise StoreError(f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}")
-    return complex(debt, updated_at)
+    return from_pair(debt, updated_at)

@@ -18,7 +18,9 @@ from urllib.parse import unquote
 
 from limiter.cli._output import printable, quiet_store_logs
 from limiter.clock import Clock
-from limiter.core.bucket import Limit, LockoutResult, RateLimitResult
+from limiter.core.bucket import peek_view
+from limiter.core.limits import Policy
+from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
 from limiter.urls import STORAGE_URL_ENV, redact_url, store_from_url
@@ -242,14 +244,9 @@ def _run_bucket_command(
     return 0
 
 
-def _bucket(limit: Limit, result: RateLimitResult) -> Dict[str, Any]:
+def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
     """One limit's bucket, from a peek's result for it."""
-    # reset_after is the bucket's deficit in seconds: tokens = (window - deficit) * rate.
-    exact = (result.window - result.reset_after) * limit.rate
-    exact = min(max(exact, 0.0), float(limit.burst))
-    # A request of cost 1 passes when the deficit after it fits in the window
-    # (with the limit's slack): the test ``step`` makes.
-    wait = result.reset_after + limit.interval - result.window
+    exact, wait = peek_view(limit, result)
     allowed = wait <= limit.slack
     return {
         "name": limit.name,
@@ -274,7 +271,7 @@ def _inspect_report(
     limiter: RateLimiter, key: str, result: RateLimitResult, shown: str
 ) -> Dict[str, Any]:
     buckets = limit_buckets(limiter, result)
-    locked = isinstance(result, LockoutResult) and result.locked_out
+    locked = result.locked_out
     locked_for = float(result.retry_after or 0.0) if locked else 0.0
     report: Dict[str, Any] = {
         "key": key,

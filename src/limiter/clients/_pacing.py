@@ -25,7 +25,7 @@ from typing import (
     Union,
 )
 
-from limiter.core.bucket import TIME_EPSILON
+from limiter.core.limits import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
 
 __all__ = ["DEFAULT_MAX_WAIT", "RETRY_STATUSES", "KeySpec", "Pacer", "host_key", "server_delay"]

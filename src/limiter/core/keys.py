@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from limiter.core.bucket import looks_like_rate
+from limiter.core.parse import looks_like_rate
 
 __all__ = ["MAX_KEY_LENGTH"]
 

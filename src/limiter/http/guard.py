@@ -34,7 +34,8 @@ from typing import (
 )
 
 from limiter.clock import SystemClock
-from limiter.core.bucket import RateLimitResult, validate_cost
+from limiter.core.costs import validate_cost
+from limiter.core.result import RateLimitResult
 from limiter.http.headers import build_headers, build_raw_headers, validate_style
 from limiter.http.keys import AllowList, ClientIP
 from limiter.http.request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
@@ -177,7 +178,7 @@ class GuardOptions(IntegrationOptions, total=False):
     ``ERROR_LOG_INTERVAL``; ``"deny"`` answers ``503`` with
     ``UNAVAILABLE_BODY``.
     ``cost`` (``1``): tokens per request, a number or ``cost(request) ->
-    number`` (checked by ``limiter.core.bucket.validate_cost``: one above the
+    number`` (checked by ``limiter.core.costs.validate_cost``: one above the
     burst is denied, never admitted).  With named limits it may also be a
     mapping of limit names to numbers, or a function returning one
     (``{"requests": 1, "tokens": 350}``; a limit left out costs 0): a

@@ -7,7 +7,9 @@ import re
 from typing import Dict, List, Literal, Optional, Tuple
 
 from limiter.clock import finite_seconds
-from limiter.core.bucket import TIME_EPSILON, LockoutResult, QuotaResult, RateLimitResult
+from limiter.core.bucket import next_token_in
+from limiter.core.limits import TIME_EPSILON
+from limiter.core.result import RateLimitResult
 
 __all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style"]
 
@@ -96,16 +98,10 @@ def _until_more(result: RateLimitResult) -> int:
     A token bucket makes quota available continuously; ``r`` (whole tokens) grows
     when the next token is complete, ``interval`` seconds apart, the last one at
     ``reset_after`` (full).  A full bucket gets no more: 0.  A calendar quota
-    (``QuotaResult``) gets all its units back at once, at ``reset_after``, and
-    so does a lockout (``LockoutResult``): all at its end.
+    (``kind`` ``"quota"``) gets all its units back at once, at ``reset_after``, and
+    so does a lockout (``"lockout"``): all at its end.
     """
-    limit = result[1]
-    missing = limit - result[2]
-    if missing <= 0:
-        return 0
-    if result.__class__ is QuotaResult or result.__class__ is LockoutResult:
-        return _up(result[3]) if result[3] > 0.0 else 0
-    seconds = result[3] - (missing - 1) * (result[5] / limit)
+    seconds = next_token_in(result)
     return _up(seconds) if seconds > 0.0 else 0
 
 
@@ -134,7 +130,7 @@ def rate_limit_headers(
       for a single limit (with several, each keeps its limit's name).
     * ``"both"``: all of the above.
 
-    A key locked out by a ``Lockout`` (a refusing ``LockoutResult``) gets
+    A key locked out by a ``Lockout`` (a refusing result of ``kind`` ``"lockout"``) gets
     ``X-RateLimit-Limit`` of the most restrictive limit, ``Remaining`` 0,
     ``Reset`` and ``Retry-After`` at the lockout's end; the draft headers list
     each limit (as it stands: nothing was taken; without ``t``, which would
@@ -199,13 +195,13 @@ def build_headers(
     if style != "x":
         parts = result[6] or (result,)
         # One limit, beside a lockout's own result or not: ``policy`` names it.
-        one = len(parts) == 1 or (len(parts) == 2 and parts[1].__class__ is LockoutResult)
+        one = len(parts) == 1 or (len(parts) == 2 and parts[1][8] == "lockout")
         policies = []
         limits = []
         # Locked out: no limit's own ``t`` applies until the lockout ends.
-        locked = result.__class__ is LockoutResult and not result[0]
+        locked = result[8] == "lockout" and not result[0]
         for part in parts:
-            if one and policy is not None and part.__class__ is not LockoutResult:
+            if one and policy is not None and part[8] != "lockout":
                 item, name = _policy(policy, part[1], part[5], "policy")
             else:
                 item, name = _policy(part[7], part[1], part[5], "result.policy")

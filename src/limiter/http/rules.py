@@ -24,7 +24,7 @@ from typing import (
     Union,
 )
 
-from limiter.core.bucket import validate_cost
+from limiter.core.costs import validate_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.ratelimiter import RateLimiter
 
@@ -164,7 +164,7 @@ class Rule:
     ``cost``: tokens per request, a number, a mapping of limit names to
     numbers (``{"requests": 1, "tokens": 50}``), or ``request ->`` either;
     ``None`` uses the middleware's cost (1).  A number is checked by
-    ``limiter.core.bucket.validate_cost`` (and kept as the ``float`` it returns),
+    ``limiter.core.costs.validate_cost`` (and kept as the ``float`` it returns),
     a mapping by the limiter's ``validate_cost`` (an unknown name is a
     ``ValueError`` here, at start-up).
     ``limiter`` may also be a function ``request -> RateLimiter`` that picks
@@ -251,7 +251,7 @@ def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Di
 def plain_mapping(cost: Mapping[str, float]) -> Dict[str, float]:
     """A copy of ``cost`` whose values are checked as a scalar ``cost=`` is.
 
-    ``limiter.core.bucket.validate_cost`` for each value, as for a number: a
+    ``limiter.core.costs.validate_cost`` for each value, as for a number: a
     ``Refund`` (negative) is a ``ValueError`` inside a mapping too, and a
     ``Charge`` becomes the plain cost it would be alone, so no request can
     give tokens back or be admitted unconditionally through a mapping.

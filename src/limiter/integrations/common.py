@@ -212,7 +212,7 @@ class RouteLimit:
             shape = RateLimiter(self.rate) if isinstance(self.rate, str) else self.rate
             cost = checked_mapping(cost, [shape])
         elif not callable(cost):
-            from limiter.core.bucket import validate_cost
+            from limiter.core.costs import validate_cost
 
             validate_cost(cost)
         self.scope = scope

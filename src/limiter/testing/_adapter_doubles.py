@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, NoReturn, Optional, Tuple
+from typing import Any, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
-from limiter.core.bucket import Limit
+from limiter.core.limits import Policy
 from limiter.store import StoreError
 
 
@@ -30,22 +30,22 @@ class DownStore:
     def _down(self) -> NoReturn:
         raise StoreError("connection refused (AdapterConformance's store is down)")
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> NoReturn:
+    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> NoReturn:
         self._down()
 
     def apply_many(
-        self, keys: List[str], limits: List[Limit], cost: float, now: Optional[float]
+        self, keys: List[str], limits: Sequence[Any], cost: float, now: Optional[float]
     ) -> NoReturn:
         self._down()
 
     def reset(self, key: str) -> NoReturn:
         self._down()
 
-    async def aapply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> NoReturn:
+    async def aapply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> NoReturn:
         self._down()
 
     async def aapply_many(
-        self, keys: List[str], limits: List[Limit], cost: float, now: Optional[float]
+        self, keys: List[str], limits: Sequence[Any], cost: float, now: Optional[float]
     ) -> NoReturn:
         self._down()
 

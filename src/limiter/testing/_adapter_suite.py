@@ -13,7 +13,7 @@ import pytest
 
 from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
 from limiter.clock import ManualClock
-from limiter.core.bucket import RateLimitResult
+from limiter.core.result import RateLimitResult
 from limiter.events import DecisionEvent
 from limiter.http.keys import header_key
 from limiter.http.rules import Rule

@@ -11,12 +11,17 @@ import asyncio
 import itertools
 import math
 import threading
-from typing import Any, Coroutine, Iterator, List, Optional, TypeVar
+from typing import Any, Coroutine, Iterator, List, Optional, Sequence, TypeVar
 
 import pytest
 
 from limiter.clock import ManualClock
-from limiter.core.bucket import Charge, Cost, Limit, Lockout, Quota, RateLimitResult, Refund, step
+from limiter.core.bucket import step
+from limiter.core.costs import Charge, Cost, Refund
+from limiter.core.limits import Limit
+from limiter.core.lockout import Lockout
+from limiter.core.quota import Quota
+from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
 from limiter.testing._shared import T0
 
@@ -114,7 +119,7 @@ class StoreConformance:
     # -- plumbing ----------------------------------------------------------
 
     def apply(
-        self, store: Any, key: str, limit: Limit, cost: float = 1, now: Optional[float] = T0
+        self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
     ) -> RateLimitResult:
         if self.mode == "async":
             result: RateLimitResult = self.run(store.aapply(key, limit, cost, now))
@@ -126,7 +131,7 @@ class StoreConformance:
         self,
         store: Any,
         keys: List[str],
-        limits: List[Limit],
+        limits: Sequence[Any],
         cost: Cost = 1,
         now: Optional[float] = T0,
     ) -> RateLimitResult:

@@ -41,22 +41,11 @@ from limiter.backends.redis._connection import (
     pool_wait,
     wait_for_pool,
 )
-from limiter.core.bucket import (
-    CLOCK_TOLERANCE,
-    TIME_EPSILON,
-    Charge,
-    Cost,
-    Limit,
-    Lockout,
-    LockoutResult,
-    Quota,
-    QuotaResult,
-    RateLimitResult,
-    Refund,
-    combine,
-    validate_cost,
-    validate_costs,
-)
+from limiter.core.costs import Charge, Cost, Refund, validate_cost, validate_costs
+from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON, Limit
+from limiter.core.lockout import Lockout
+from limiter.core.quota import Quota
+from limiter.core.result import RateLimitResult, combine
 from limiter.store import StoreError
 
 __all__ = ["SCRIPT", "AsyncRedisStore", "PoolFullError", "RedisStore", "hash_tag", "redis_key"]
@@ -98,7 +87,7 @@ _NUMKEYS = [str(n).encode("ascii") for n in range(33)]
 def _limit_arg(limit: Limit) -> bytes:
     # " rate burst": the script derives interval, window and slack as Limit does.
     # A Lockout is " l<within>/<duration> <breaches>" (see bucket.lua).
-    if not isinstance(limit, Limit):
+    if not isinstance(limit, (Limit, Quota, Lockout)):
         raise ValueError(f"limit must be a limiter.Limit, got {limit!r:.100}")
     if isinstance(limit, Lockout):
         return f" l{limit.within!r}/{limit.duration!r} {limit.burst}".encode("ascii")
@@ -352,10 +341,8 @@ def _result(
     ]
     if _EXTRA_FIELDS:
         values.append(getattr(limit, "name", "default"))
-    cls = RateLimitResult
-    if limit.ceiling < 0.0:  # -inf: a quota or a lockout (a plain limit pays one test)
-        cls = QuotaResult if isinstance(limit, Quota) else LockoutResult
-    return tuple.__new__(cls, values)
+        values.append(limit.kind)
+    return tuple.__new__(RateLimitResult, values)
 
 
 class _RedisBase:
@@ -472,7 +459,7 @@ class _RedisBase:
 
     def _uncached(self, limit: Limit, now: Optional[float]) -> Tuple[Optional[float], bytes]:
         """``(now, text)`` of a limit not in the cache: a quota's (never cached), or cached now."""
-        if limit.__class__ is Quota:
+        if limit.__class__ is Quota:  # type: ignore[comparison-overlap]
             return self._quota_arg(limit, now)
         return now, self._cache_limit(limit)
 

@@ -1,0 +1,127 @@
+"""Checks shared by the policies of ``limiter.core``: values shown in errors, numbers, names.
+
+A private module: its names are plain because only ``limiter.core`` imports it.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import sys
+from typing import Any
+
+#: The accepted range of a token bucket (see docs/concepts.md): every rate from
+#: the smallest normal float to the largest whose slack (``1e-3 / rate``) is
+#: still normal, every burst (and quota count, lockout breaches) up to 2**53,
+#: and windows up to 2**1022 seconds.
+MIN_RATE = sys.float_info.min
+MAX_RATE = 1e-3 / sys.float_info.min
+MAX_BURST = 2**53
+MAX_WINDOW = 2.0**1022
+
+
+def show(value: object) -> str:
+    """``repr(value)`` cut to 100 characters, even for an int too long for ``repr``."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond sys.get_int_max_str_digits()
+        return f"<int of {value.bit_length()} bits>"  # type: ignore[attr-defined]
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def real(value: object, name: str, kind: str, bounds: str) -> Any:
+    """``value`` if it is a real number other than a bool, else ``TypeError``.
+
+    NaN is a ``ValueError`` for a ``Decimal`` (comparing a Decimal NaN raises).
+    """
+    # Decimal is no numbers.Real: test it first.  A Decimal can exist only if
+    # its module is imported already.
+    decimal = sys.modules.get("decimal")
+    if decimal is not None and isinstance(value, decimal.Decimal):
+        if value.is_nan():
+            raise ValueError(f"{name} must be {kind} {bounds}, got {value!r}")
+        return value
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {kind}, got {show(value)}")
+    return value
+
+
+def rate_value(rate: object) -> float:
+    """``rate`` as a float in the accepted range (``MIN_RATE`` to ``MAX_RATE``)."""
+    kind = "a number of tokens per second"
+    bounds = f"from {MIN_RATE!r} to {MAX_RATE!r}"
+    if rate.__class__ is not float and rate.__class__ is not int:
+        rate = real(rate, "rate", kind, bounds)
+    try:
+        value = float(rate)  # type: ignore[arg-type]
+    except OverflowError:  # an int or Fraction beyond 1.8e308
+        value = math.inf
+    # 1 / rate (the interval) and 1e-3 / rate (the slack) must be normal floats.
+    if not MIN_RATE <= value <= MAX_RATE:  # also NaN
+        raise ValueError(f"rate must be {kind} {bounds}, got {show(rate)}")
+    return value
+
+
+def burst_value(burst: object) -> int:
+    """``burst`` as an int from 1 to 2**53."""
+    if isinstance(burst, bool) or not hasattr(burst.__class__, "__index__"):
+        raise TypeError(f"burst must be an integer, got {show(burst)}")
+    value = operator.index(burst)  # type: ignore[arg-type]
+    if not 1 <= value <= MAX_BURST:
+        raise ValueError(
+            f"burst must be an integer from 1 to 2**53 ({MAX_BURST}), got {show(burst)}"
+        )
+    return int(value)
+
+
+def check_name(name: object) -> str:
+    """``name`` if it is a valid policy name (``Limit.name``'s rule), else an error naming it.
+
+    Every policy's name, and ``RateLimiter``'s names of a mapping's limits.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"limit name must be a str, got {show(name)}")
+    if not name or not all(" " <= c <= "~" and c not in '"\\' for c in name):
+        raise ValueError(
+            f"limit name must be printable ASCII without quotes or backslashes, got {show(name)}"
+        )
+    return name
+
+
+def whole_count(value: object, what: str) -> int:
+    """``value`` if it is an int from 1 to 2**53 (a quota's count, a lockout's breaches)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {show(value)}")
+    if not 1 <= value <= MAX_BURST:
+        raise ValueError(f"{what} must be from 1 to 2**53, got {show(value)}")
+    return value
+
+
+class Frozen:
+    """A policy whose ``__init__`` sets its attributes once: none changes afterwards.
+
+    Equal, and hashed, by ``identity()`` (its own parameters), within its class.
+    """
+
+    def identity(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def __setattr__(self, name: str, value: object) -> None:
+        import dataclasses
+
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        import dataclasses
+
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return bool(self.identity() == other.identity())
+
+    def __hash__(self) -> int:
+        return hash((self.__class__, self.identity()))

@@ -1,0 +1,192 @@
+"""Costs: what a request takes from a policy (``validate_cost``), ``Refund`` and ``Charge``.
+
+A cost is any real number of tokens >= 0; a ``Refund`` is the one negative
+cost, a ``Charge`` the one taken unconditionally (rules 2 to 5 of
+``limiter.core.bucket``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Tuple, Union
+
+from limiter.core._values import real, show
+
+__all__ = [
+    "Charge",
+    "Cost",
+    "Refund",
+    "check_count",
+    "checked_cost",
+    "cost_or_inf",
+    "validate_cost",
+    "validate_costs",
+]
+
+
+def validate_cost(cost: object) -> float:
+    """``cost`` as a float number of tokens >= 0, or an error that names it.
+
+    Every real number is accepted whatever its type or size: ``int`` of any
+    length, ``float``, ``fractions.Fraction``, ``decimal.Decimal``.  A value
+    too large for a float becomes ``inf`` (``step`` denies any cost above the
+    burst with ``retry_after = inf``, so a client-chosen huge cost is simply
+    refused, never an ``OverflowError``); a positive value too small for a
+    float becomes the smallest positive float, never a free peek; a value
+    that a float would round down onto a whole number (``2**53 + 1``, or
+    ``Fraction(10**20 + 1, 10**19)``) becomes the next float up, so that it
+    still exceeds a burst of that whole number (``cost > burst`` exactly when
+    the float is).  ``bool`` and anything that is not a number is a
+    ``TypeError``; NaN and negative values are a ``ValueError``.
+    """
+    value: Any
+    cls = cost.__class__
+    if cls is float or cls is int:
+        value = cost
+    elif isinstance(cost, bool):
+        raise TypeError(f"cost must be a number of tokens, got {cost!r}")
+    else:
+        value = real(cost, "cost", "a number of tokens", ">= 0")
+    if not value >= 0:  # also NaN
+        raise ValueError(f"cost must be a number of tokens >= 0, got {show(cost)}")
+    try:
+        result = float(value)
+    except OverflowError:  # an int or Fraction beyond 1.8e308: more than any burst
+        return math.inf
+    if result == 0.0 and value != 0:
+        return 5e-324
+    if cls is not float and value != result and result.is_integer() and value > result:
+        return math.nextafter(result, math.inf)  # rounded down onto a whole number
+    return result
+
+
+class Refund(float):
+    """A cost that gives tokens back: ``Refund(2)`` returns 2 tokens to a bucket.
+
+    ``step`` applies it as a negative cost, always admitted, and a bucket
+    never holds more than ``burst`` after it (the debt stops at 0).  Its
+    value is ``-tokens``; ``tokens`` is checked by ``validate_cost`` (a
+    negative or NaN amount is a ``ValueError``).  It is the only negative
+    cost: ``validate_cost`` refuses a negative number, so no cost a client
+    sends can become one.  ``RateLimiter.refund`` makes it.
+
+    ``taken_at`` (seconds, the time of the check that took the units) ties
+    the refund to the window that took them: on a ``Quota`` a refund taken
+    before the current window's start gives nothing back (the units were
+    forgiven at the boundary; the new window owes nothing).  Without it
+    (``None``) a quota refund goes to the current window, whatever took the
+    units: pass ``taken_at`` whenever a refund may cross a boundary
+    (``RateLimiter.refund(..., taken_at=)``; ``deduct_when`` does).  A token
+    bucket ignores it: a refund never fills one beyond its burst, so after a
+    reset or a refill to full it gives nothing back.  Not part of equality.
+    ``step`` honours it, so do the stores that apply it (memory, SQLite,
+    ``DenyCache``); the Redis script is sent no ``taken_at``, so through a
+    ``RedisStore`` it holds for ``RateLimiter.refund``, which makes the window
+    test itself for each quota.
+    """
+
+    __slots__ = ("taken_at",)
+
+    taken_at: Optional[float]
+
+    def __new__(cls, tokens: object, taken_at: Optional[float] = None) -> Refund:
+        self = super().__new__(cls, -validate_cost(tokens))
+        if taken_at is not None:
+            if taken_at.__class__ is not float:
+                value = real(taken_at, "refund taken_at", "a number of seconds", "(finite)")
+                try:
+                    taken_at = float(value)
+                except OverflowError:
+                    taken_at = math.inf
+            if taken_at - taken_at != 0.0:  # NaN or infinite
+                raise ValueError(
+                    f"refund taken_at must be a finite number of seconds, got {taken_at!r}"
+                )
+        self.taken_at = taken_at
+        return self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (Refund, (-float(self), self.taken_at))
+
+    def __repr__(self) -> str:
+        if self.taken_at is None:
+            return f"Refund({-float(self)!r})"
+        return f"Refund({-float(self)!r}, taken_at={self.taken_at!r})"
+
+
+class Charge(float):
+    """A cost taken unconditionally: ``Charge(350)`` takes 350 tokens, even from an empty bucket.
+
+    ``step`` always admits it; a bucket it empties goes into debt (it owes
+    tokens), and later requests are denied until refilling has repaid the
+    debt.  The debt is bounded: a bucket never owes more than one burst
+    (``Limit.max_debt``); a charge beyond that is taken up to the bound.  On
+    a ``Quota`` the units used may go up to twice the count (the window's
+    end forgives them).  ``tokens`` is checked by ``validate_cost``: any real
+    number >= 0, too large a one becoming ``inf`` (so the bound).
+    ``RateLimiter.charge`` makes it: the way to settle a cost known only
+    after the response.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, tokens: object) -> Charge:
+        return super().__new__(cls, validate_cost(tokens))
+
+    def __repr__(self) -> str:
+        return f"Charge({float(self)!r})"
+
+
+#: What ``step_all`` and ``Store.apply_many`` accept as a cost: one number
+#: for every limit, or a sequence of one number per limit (a list or tuple).
+Cost = Union[float, Sequence[float]]
+
+
+def validate_costs(cost: object, count: int) -> Union[float, Tuple[float, ...]]:
+    """``cost`` checked for ``count`` limits, before a store takes a lock or a round trip.
+
+    A number is ``validate_cost``'s float (a ``Refund`` or ``Charge`` is
+    returned as it is); a list or tuple must hold exactly ``count`` such
+    numbers (``ValueError`` otherwise) and comes back as a tuple.  Errors
+    name the bad value as ``validate_cost``'s do.
+    """
+    if cost.__class__ is tuple or cost.__class__ is list:
+        items: Sequence[object] = cost  # type: ignore[assignment,unused-ignore]
+        check_count(items, count)
+        return tuple(checked_cost(c) for c in items)
+    return checked_cost(cost)
+
+
+def check_count(costs: Sequence[object], count: int) -> None:
+    """Raise ``ValueError`` unless there is one cost per limit in ``costs``."""
+    if len(costs) != count:
+        raise ValueError(
+            f"cost must be a number or a sequence of {count} costs, one per limit, "
+            f"got {len(costs)}: {show(costs)}"
+        )
+
+
+def cost_or_inf(cost: object, burst: int) -> float:
+    """``validate_cost(cost)``, or ``inf`` when it is above ``burst``.
+
+    A cost above the burst is denied whatever its value, even within the
+    slack of ``burst`` (as ``inf``, ``after`` is ``inf`` and is never admitted).
+    ``validate_cost``'s float exceeds ``burst`` exactly when ``cost`` does.
+    A ``Refund`` is its negative float.
+    """
+    if cost.__class__ is Refund or cost.__class__ is Charge:
+        return float(cost)  # type: ignore[arg-type,unused-ignore]
+    value = validate_cost(cost)
+    return value if value <= burst else math.inf
+
+
+def checked_cost(cost: object) -> float:
+    """``validate_cost(cost)``, but a ``Refund`` or ``Charge`` is returned as it is.
+
+    The rule for one cost wherever costs are checked before a store is asked
+    (``validate_costs``, ``RateLimiter``'s mappings, SQLite): a Refund is
+    negative and a Charge unconditional on purpose, and ``step`` settles both.
+    """
+    if cost.__class__ is Refund or cost.__class__ is Charge:
+        return cost  # type: ignore[return-value,unused-ignore]
+    return validate_cost(cost)

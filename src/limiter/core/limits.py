@@ -1,0 +1,177 @@
+"""The token bucket's parameters (``Limit``), their accepted ranges, and what every policy shares.
+
+``Limit``, ``Quota`` (``quota.py``) and ``Lockout`` (``lockout.py``) are
+siblings: each is a frozen object that owns its parameters, their
+validation, its state (``state.py``) and its step, and says what kind of
+policy it is (``Policy``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Optional, Protocol, Tuple, Union
+
+from limiter.core._values import MAX_WINDOW, burst_value, rate_value, show
+from limiter.core._values import check_name as check_name  # RateLimiter's names too
+from limiter.core.parse import parse_rate, split_rates
+from limiter.core.state import State, keep_until
+
+__all__ = ["CLOCK_TOLERANCE", "TIME_EPSILON", "Limit", "Policy"]
+
+#: Seconds of slack in every comparison (rule 8 of ``limiter.core.bucket``).
+TIME_EPSILON = 1e-6
+
+#: Seconds a ``now`` may lag a key's last update and still be taken for that
+#: update's time rather than for a clock stepped backwards (rule 7 of
+#: ``limiter.core.bucket``; docs/concepts.md says why one second).
+#: ``backends/redis/bucket.lua`` uses the same value.
+CLOCK_TOLERANCE = 1.0
+
+
+class Policy(Protocol):
+    """What ``step_all`` and the stores need of a policy (``Limit``, ``Quota``, ``Lockout``).
+
+    ``kind`` names it (``"bucket"``, ``"quota"``, ``"lockout"``; results carry
+    it); ``standalone`` is False for a policy that only counts the others'
+    denials (a ``Lockout``: never a limit on its own, always last);
+    ``keep_until`` says how long a state must be kept.  Each has its step:
+    ``limiter.core.bucket.step`` for a ``Limit``, which hands a ``Quota`` or a
+    ``Lockout`` to its own ``step`` method (so ``step`` takes any policy).
+    """
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def standalone(self) -> bool: ...
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rate(self) -> float: ...
+    @property
+    def burst(self) -> int: ...
+    @property
+    def interval(self) -> float: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def slack(self) -> float: ...
+
+    def keep_until(self, state: State) -> float: ...
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A token-bucket limit: ``rate`` tokens per second, ``burst`` tokens of capacity.
+
+    ``burst`` is the most a client can spend at once after being idle; ``rate``
+    is the sustained pace.  ``Limit(10, 20)`` admits 20 requests at once, then
+    10 per second.  Both are validated (see docs/concepts.md): ``rate``
+    is a number from about 2.2e-308 to 4.49e304 tokens per second, ``burst``
+    an integer from 1 to 2**53, and ``burst / rate`` at most 2**1022 seconds;
+    a wrong type is a ``TypeError`` and a wrong value a ``ValueError``, each
+    naming the value.  ``name`` labels the policy in the IETF draft headers
+    (``"default"``); it does not take part in equality.
+    """
+
+    kind: ClassVar[Literal["bucket"]] = "bucket"
+    standalone: ClassVar[Literal[True]] = True
+
+    rate: float
+    burst: int
+    name: str = field(default="default", compare=False)
+    #: Seconds one token takes to refill (``1 / rate``).
+    interval: float = field(init=False, repr=False, compare=False)
+    #: Seconds an empty bucket takes to fill (``burst / rate``).
+    window: float = field(init=False, repr=False, compare=False)
+    #: Comparison slack in seconds: ``TIME_EPSILON``, or a thousandth of a
+    #: token's time at rates above 1000/s, so slack never admits extra tokens.
+    slack: float = field(init=False, repr=False, compare=False)
+    #: Seconds of debt a bucket may reach and still admit (``window + slack``),
+    #: computed once here rather than on every ``step``.
+    ceiling: float = field(init=False, repr=False, compare=False)
+    #: The most debt a bucket may owe, in seconds (``2 * window``: ``-burst``
+    #: tokens), the bound of a ``Charge``.
+    max_debt: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"limit name must be a str, got {show(self.name)}")
+        rate = rate_value(self.rate)
+        burst = burst_value(self.burst)
+        check_name(self.name)  # its type first (above), its text after the numbers
+        window = burst / rate  # exact division of two floats (burst <= 2**53)
+        if not window <= MAX_WINDOW:
+            # A deficit of a whole window plus a charge of burst must stay finite.
+            raise ValueError(
+                f"rate must be at least burst / 2**1022 = {burst / MAX_WINDOW!r} tokens per "
+                f"second for burst {burst}, got {show(self.rate)}"
+            )
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "burst", burst)
+        object.__setattr__(self, "interval", 1.0 / rate)
+        object.__setattr__(self, "window", window)
+        slack = min(TIME_EPSILON, 1e-3 / rate)
+        object.__setattr__(self, "slack", slack)
+        object.__setattr__(self, "ceiling", window + slack)
+        object.__setattr__(self, "max_debt", window * 2.0)
+
+    @classmethod
+    def parse(cls, text: str, burst: Optional[int] = None) -> Limit:
+        """Parse ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``.
+
+        See ``limiter.core.parse.parse_rate``: ``"100/minute"`` is 100/60 tokens
+        per second with a burst of 100 unless ``burst`` is given.
+        """
+        rate, count = parse_rate(text, burst)
+        try:
+            return cls(rate, count if burst is None else burst)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (parsed from {show(text)})") from None
+
+    @classmethod
+    def coerce(cls, rate: Union[Policy, str, float], burst: Optional[int] = None) -> Any:
+        """Build a ``Limit`` from a ``Limit``, a rate string or a number; another policy as is.
+
+        For a number, ``burst`` defaults to ``ceil(rate)`` (at least 1).  A
+        ``burst`` given with a policy that is no token bucket is a ``ValueError``
+        unless it is that policy's own.
+        """
+        kind = getattr(rate, "kind", None)
+        if kind is not None:
+            policy: Policy = rate  # type: ignore[assignment]
+            if burst is not None and burst != policy.burst:
+                if kind != "bucket":  # a quota's count is its burst: no token bucket
+                    raise ValueError(
+                        f"burst={show(burst)} does not apply to {policy!r}: its count is its burst"
+                    )
+                return cls(policy.rate, burst, policy.name)
+            return policy
+        if isinstance(rate, str):
+            return cls.parse(rate, burst)
+        value = rate_value(rate)
+        return cls(value, max(1, math.ceil(value)) if burst is None else burst)
+
+    @classmethod
+    def parse_many(cls, text: str) -> Tuple[Limit, ...]:
+        """Parse ``"10/second;1000/hour"`` (``;`` or ``,`` between limits).
+
+        Each limit is named after its own text, whitespace runs made one
+        space (``"10 per second"``), so the draft headers show the same
+        policy name for a limit alone and beside others (``Limit.parse``
+        alone keeps ``"default"``).
+        """
+        return tuple(
+            dataclasses.replace(cls.parse(part), name=" ".join(part.split()))
+            for part in split_rates(text)
+        )
+
+    def keep_until(self, state: State) -> float:
+        """When the bucket of ``state`` is full again (seconds): ``updated_at + debt``."""
+        return keep_until(state)
+
+    def __str__(self) -> str:
+        label = "" if self.name == "default" else f" ({self.name})"
+        return f"{self.rate:g}/s burst {self.burst}{label}"

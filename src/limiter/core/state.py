@@ -1,0 +1,116 @@
+"""The state codec: how each policy's state is stored, read, and how long it must be kept.
+
+Every policy's state is one ``complex`` (32 bytes; a tuple of two floats takes
+104): stores keep it, expire it and sweep it without knowing the policy, and
+this module alone builds or reads one (``bucket.py``'s hot path inlines
+``bucket_state`` and ``read_bucket``, citing them).
+
+* A token bucket: ``complex(debt, updated_at)``, seconds (rule 9 of ``bucket.py``).
+* A quota: ``complex(used * 2**-600, end)``: the units used in the window
+  ending at ``end``.
+* A lockout: ``complex(breaches * 2**-600, run_end)`` for an open run of
+  breaches, ``complex(-2**-600, until)`` when locked out.
+
+The scaled counts are far below half a unit in the last place of any time,
+so ``keep_until`` (``real + imag``) is the bucket's "full again" time, the
+quota's window end and the lockout's run or lock end alike, and scaling by a
+power of two gives the counts back exactly.  ``None`` is a key never seen.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+__all__ = [
+    "State",
+    "bucket_state",
+    "forgettable",
+    "from_pair",
+    "is_locked",
+    "keep_until",
+    "lockout_state",
+    "quota_state",
+    "read_bucket",
+    "read_lockout",
+    "read_quota",
+    "to_pair",
+]
+
+#: One policy's state of one key (see the module docstring).
+State = complex
+
+_SCALE = 2.0**-600
+_UNSCALE = 2.0**600
+#: The real part of a locked-out key's state: negative marks it.
+_LOCKED = -(2.0**-600)
+
+
+def bucket_state(debt: float, updated_at: float) -> State:
+    """A token bucket that lacked ``debt`` seconds of refill at ``updated_at`` (seconds)."""
+    return complex(debt, updated_at)
+
+
+def read_bucket(state: State) -> Tuple[float, float]:
+    """``(debt, updated_at)`` of a bucket's ``state``."""
+    return state.real, state.imag
+
+
+def quota_state(used: float, end: float) -> State:
+    """A quota window ending at ``end`` (seconds) in which ``used`` units are taken."""
+    return complex(used * _SCALE, end)
+
+
+def read_quota(state: State) -> Tuple[float, float]:
+    """``(used, end)`` of a quota's ``state``."""
+    return state.real * _UNSCALE, state.imag
+
+
+def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
+    """A lockout's state: ``breaches`` in a run ending at ``end``, or locked until ``end``.
+
+    Locked, ``breaches`` is not kept (the key starts afresh at ``end``).
+    """
+    return complex(_LOCKED, end) if locked else complex(breaches * _SCALE, end)
+
+
+def read_lockout(state: State) -> Tuple[bool, float, float]:
+    """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked)."""
+    mark = state.real
+    if mark < 0.0:
+        return True, 0.0, state.imag
+    return False, mark * _UNSCALE, state.imag
+
+
+def is_locked(state: State) -> bool:
+    """True when ``state`` is a lockout's locked state (a store evicts those last)."""
+    return state.real < 0.0
+
+
+def to_pair(state: State) -> Tuple[float, float]:
+    """Any policy's ``state`` as two floats, for a store with two columns (SQLite)."""
+    return state.real, state.imag
+
+
+def from_pair(first: float, second: float) -> State:
+    """The state ``to_pair`` gave ``(first, second)`` for."""
+    return complex(first, second)
+
+
+def forgettable(state: State, now: float, horizon: float) -> bool:
+    """True when a store may drop ``state`` at ``now``: ``keep_until(state) <= now``, or idle.
+
+    Idle: its time (a bucket's ``updated_at``, a quota's or lockout's end) is
+    before ``horizon`` (``MemoryStore.sweep``'s ``now - max_age``; ``-inf``: never).
+    """
+    at = state.imag
+    return state.real + at <= now or at < horizon
+
+
+def keep_until(state: State) -> float:
+    """When ``state`` stops mattering (seconds): a store may forget it from then on.
+
+    A bucket is full again, a quota's window or a lockout's run or lock is
+    over: an absent key means the same (Redis's ``PX``, SQLite's ``full_at``
+    column, ``MemoryStore.sweep``).
+    """
+    return state.real + state.imag
