@@ -225,6 +225,7 @@ def test_the_request_view_is_re_exported_where_it_was() -> None:
     import limiter.adapters
     import limiter.http.guard
     import limiter.http.keys
+    import limiter.http.options
     import limiter.http.request
     import limiter.http.rules
 
@@ -234,7 +235,7 @@ def test_the_request_view_is_re_exported_where_it_was() -> None:
         assert getattr(limiter.http.guard, name) is view
     assert limiter.http.keys.KeyFunc is limiter.http.request.KeyFunc
     assert limiter.http.guard.KeyFunc is limiter.http.request.KeyFunc
-    assert limiter.http.rules.Cost is limiter.http.request.Cost is limiter.http.guard.Cost
+    assert limiter.http.rules.Cost is limiter.http.request.Cost is limiter.http.options.Cost
 
 
 def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:

@@ -30,17 +30,9 @@ from limiter.clock import SystemClock
 from limiter.core.bucket import RateLimitResult, validate_cost
 from limiter.http.headers import build_headers
 from limiter.http.keys import AllowList, ClientIP
-from limiter.http.options import GuardOptions, IntegrationOptions, Options, refuse_async
-from limiter.http.request import Cost, Headers, HeaderView, KeyFunc, RequestInfo
-from limiter.http.responses import (
-    DENIED_BODY,
-    UNAVAILABLE,
-    UNAVAILABLE_BODY,
-    HeaderList,
-    OnLimited,
-    Response,
-    default_on_limited,
-)
+from limiter.http.options import GuardOptions, Options, refuse_async
+from limiter.http.request import Headers, HeaderView, KeyFunc, RequestInfo
+from limiter.http.responses import UNAVAILABLE, HeaderList, OnLimited, Response
 from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
@@ -54,22 +46,17 @@ from limiter.http.rules import (
 from limiter.ratelimiter import CostSpec, RateLimiter
 from limiter.store import StoreError
 
+# GuardOptions, HeaderList, Response and the request view stay importable from
+# here (integrations/fastapi.py and django.py import them; tests/test_layers.py).
 __all__ = [
-    "DENIED_BODY",
-    "UNAVAILABLE_BODY",
-    "Cost",
     "Deferred",
     "Guard",
     "GuardOptions",
     "HeaderList",
     "HeaderView",
     "Headers",
-    "IntegrationOptions",
-    "KeyFunc",
-    "OnLimited",
     "RequestInfo",
     "Response",
-    "default_on_limited",
 ]
 
 #: Seconds between two log records about store failures (fail-open is logged
