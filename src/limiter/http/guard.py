@@ -373,7 +373,7 @@ class Guard:
             result = limiter.check(key, self.cost)
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
-        if result[0]:
+        if result.allowed:
             return self.build(result, self._now(), self.header_style)
         if limiter.shadow:
             return self.shadow_denied(result, limiter)
