@@ -8,7 +8,6 @@ are checked by ``limiter.http.options.Options``; the 429 and 503 are
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import threading
@@ -19,7 +18,6 @@ from typing import (
     Callable,
     Dict,
     List,
-    Mapping,
     Optional,
     Tuple,
     TypeVar,
@@ -27,10 +25,19 @@ from typing import (
 )
 
 from limiter.clock import SystemClock
-from limiter.core.bucket import RateLimitResult, validate_cost
+from limiter.core.bucket import RateLimitResult
 from limiter.http.headers import build_headers
 from limiter.http.keys import AllowList, ClientIP
-from limiter.http.options import GuardOptions, Options, refuse_async
+from limiter.http.options import (
+    GuardOptions,
+    Options,
+    awaited,
+    cost_of,
+    flag_of,
+    key_of,
+    limiter_of,
+    refuse_async,
+)
 from limiter.http.request import Headers, HeaderView, KeyFunc, RequestInfo
 from limiter.http.responses import UNAVAILABLE, HeaderList, OnLimited, Response
 from limiter.http.rules import (
@@ -40,7 +47,6 @@ from limiter.http.rules import (
     check_distinct_names,
     checked_mapping,
     is_async_callable,
-    plain_mapping,
     shadowed,
 )
 from limiter.ratelimiter import CostSpec, RateLimiter
@@ -121,7 +127,7 @@ class Deferred:
         # The headers when nothing is to be refunded (settled already, or charged).
         if self.settled is not None:
             return self.settled
-        if _flag(self.deduct_when(status), "deduct_when"):
+        if flag_of(self.deduct_when(status), "deduct_when"):
             return self._done(self.guard.build(self.result, self.at, self.guard.header_style))
         return None
 
@@ -159,31 +165,33 @@ class Deferred:
         return self._refunded(refunded)
 
 
-def _flag(value: object, name: str) -> bool:
-    """``value`` (a predicate's answer) as a bool; an awaitable is a ``TypeError``.
-
-    An ``async def`` function hidden behind a plain one returns a coroutine,
-    which is true: taken as an answer it would exempt every request.
-    """
-    if value.__class__ is bool:
-        return value
-    if inspect.isawaitable(value):
-        close = getattr(value, "close", None)
-        if close is not None:
-            close()  # no "never awaited" warning on top of the error
-        raise TypeError(
-            f"{name} returned an awaitable ({value!r:.100}): a synchronous adapter "
-            "cannot await it; use a plain function, or the ASGI adapter"
-        )
-    return bool(value)
-
-
 #: A decision: a list of headers to add to the app's response (the request
 #: proceeds; the list may be empty), a ``Response`` to send instead, or a
 #: ``Deferred`` charge to settle when the response starts.
 Outcome = Union[HeaderList, Response, Deferred]
 #: ``Guard.decide_peer``'s signature: ``(peer, native, to_request) -> Outcome``.
 PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Outcome]
+
+
+#: The options a guard reads per request, copied from its ``Options`` (one attribute
+#: lookup, not two).
+_COPIED = (
+    "allow_list",
+    "build",
+    "client_ip",
+    "cost",
+    "cost_func",
+    "deduct_when",
+    "enabled",
+    "exempt",
+    "header_style",
+    "key_func",
+    "mode",
+    "on_error",
+    "on_limited",
+    "rule_limiters",
+    "rules",
+)
 
 
 class Guard:
@@ -207,6 +215,7 @@ class Guard:
     """
 
     __slots__ = (
+        *_COPIED,
         "_defaults",
         "_next_log",
         "_now",
@@ -214,28 +223,13 @@ class Guard:
         "_plain",
         "_shadow_counts",
         "_shadow_lock",
-        "allow_list",
-        "build",
-        "client_ip",
-        "cost",
-        "cost_func",
-        "deduct_when",
-        "enabled",
-        "exempt",
-        "header_style",
         "is_async",
-        "key_func",
         "limiter",
-        "mode",
         "nonblocking",
-        "on_error",
-        "on_limited",
         "options",
-        "rule_limiters",
-        "rules",
     )
 
-    # Copied from the options: read per request (an attribute of the guard, not two).
+    # The _COPIED options.
     allow_list: Optional[AllowList]
     build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
     client_ip: ClientIP
@@ -419,7 +413,7 @@ class Guard:
         if exempt is not None:
             flag = exempt(request)
             if flag.__class__ is not bool:
-                flag = _flag(flag, "exempt")
+                flag = flag_of(flag, "exempt")
             if flag:
                 return None
         route = self._route(request)
@@ -427,11 +421,11 @@ class Guard:
             return None
         limiter, key_func, cost_func, cost, deduct_when = route
         if limiter.__class__ is not RateLimiter and not isinstance(limiter, RateLimiter):
-            limiter = _chosen(limiter(request), cost)
+            limiter = limiter_of(limiter(request), cost)
         key = None if key_func is None else key_func(request)
-        key = self.client_ip(request) if key is None else _keyed(key)
+        key = self.client_ip(request) if key is None else key_of(key)
         if cost_func is not None:
-            cost = _request_cost(cost_func(request), limiter)
+            cost = cost_of(cost_func(request), limiter)
         return limiter, key, cost, deduct_when
 
     async def aselect(self, request: RequestInfo) -> Optional[Selection]:
@@ -439,18 +433,18 @@ class Guard:
         if not self.is_async:
             return self.select(request)
         exempt = self.exempt
-        if exempt is not None and _flag(await _value(exempt(request)), "exempt"):
+        if exempt is not None and flag_of(await awaited(exempt(request)), "exempt"):
             return None
         route = self._route(request)
         if route is None:
             return None
         limiter, key_func, cost_func, cost, deduct_when = route
         if not isinstance(limiter, RateLimiter):
-            limiter = _chosen(await _value(limiter(request)), cost)
-        key = None if key_func is None else await _value(key_func(request))
-        key = self.client_ip(request) if key is None else _keyed(key)
+            limiter = limiter_of(await awaited(limiter(request)), cost)
+        key = None if key_func is None else await awaited(key_func(request))
+        key = self.client_ip(request) if key is None else key_of(key)
         if cost_func is not None:
-            cost = _request_cost(await _value(cost_func(request)), limiter)
+            cost = cost_of(await awaited(cost_func(request)), limiter)
         return limiter, key, cost, deduct_when
 
     def decide(self, request: RequestInfo) -> Outcome:
@@ -556,25 +550,6 @@ class Guard:
         return _NO_HEADERS if self.on_error == "allow" else UNAVAILABLE
 
 
-_COPIED = (
-    "allow_list",
-    "build",
-    "client_ip",
-    "cost",
-    "cost_func",
-    "deduct_when",
-    "enabled",
-    "exempt",
-    "header_style",
-    "key_func",
-    "mode",
-    "on_error",
-    "on_limited",
-    "rule_limiters",
-    "rules",
-)
-
-
 def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
     """``limiter`` checked against ``options`` (names, cost mapping); its shadow view
     in shadow mode."""
@@ -587,44 +562,3 @@ def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
     if options.cost.__class__ is dict:  # the rules' limiters checked it already
         checked_mapping(options.cost, [limiter])
     return shadowed(limiter) if options.mode == "shadow" else limiter
-
-
-def _keyed(key: object) -> str:
-    """A ``key_func``'s answer that is not ``None``: a ``str``, else ``TypeError``."""
-    if key.__class__ is not str:
-        raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
-    return key
-
-
-def _request_cost(cost: object, limiter: RateLimiter) -> CostSpec:
-    """A cost function's answer checked as ``cost``: a number, or a mapping for ``limiter``.
-
-    A mapping is checked against the limiter chosen for this request, here,
-    before its store is asked: a bad one is the app's error (it propagates)
-    even when the store is down, as a bad number is.
-    """
-    if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
-        return validate_cost(cost)
-    if isinstance(cost, Mapping):
-        limiter.validate_cost(cost)
-        return plain_mapping(cost)  # a Refund or Charge inside: the scalar rule
-    return validate_cost(cost)
-
-
-async def _value(value: Any) -> Any:
-    """``value``, awaited first if it is awaitable (an ``async def`` callable's result)."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-def _chosen(limiter: object, cost: CostSpec) -> RateLimiter:
-    """A limiter function's answer: a ``RateLimiter`` (``TypeError`` otherwise) that
-    takes ``cost`` (a ``cost=`` mapping is checked now that the limiter is known)."""
-    if not isinstance(limiter, RateLimiter):
-        raise TypeError(
-            f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
-        )
-    if cost.__class__ is dict:
-        limiter.validate_cost(cost)
-    return limiter

@@ -7,6 +7,7 @@ checks them and precomputes what a ``Guard`` reads per request.
 from __future__ import annotations
 
 import difflib
+import inspect
 from typing import (
     Any,
     Callable,
@@ -34,6 +35,7 @@ from limiter.http.rules import (
     check_mode,
     checked_mapping,
     is_async_callable,
+    plain_mapping,
     shadowed,
 )
 from limiter.ratelimiter import CostSpec, RateLimiter
@@ -255,3 +257,66 @@ def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) 
             f"{adapter} cannot await: key_func, exempt, cost and limiter functions "
             f"must be plain functions here (async def ones work with the ASGI adapter)"
         )
+
+
+# -- what the request callables return, checked per request by a Guard ----------
+
+
+def flag_of(value: object, name: str) -> bool:
+    """``value`` (a predicate's answer) as a bool; an awaitable is a ``TypeError``.
+
+    An ``async def`` function hidden behind a plain one returns a coroutine,
+    which is true: taken as an answer it would exempt every request.
+    """
+    if value.__class__ is bool:
+        return value
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning on top of the error
+        raise TypeError(
+            f"{name} returned an awaitable ({value!r:.100}): a synchronous adapter "
+            "cannot await it; use a plain function, or the ASGI adapter"
+        )
+    return bool(value)
+
+
+def key_of(key: object) -> str:
+    """A ``key_func``'s answer that is not ``None``: a ``str``, else ``TypeError``."""
+    if key.__class__ is not str:
+        raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
+    return key
+
+
+def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
+    """A cost function's answer checked as ``cost``: a number, or a mapping for ``limiter``.
+
+    A mapping is checked against the limiter chosen for this request, here,
+    before its store is asked: a bad one is the app's error (it propagates)
+    even when the store is down, as a bad number is.
+    """
+    if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
+        return validate_cost(cost)
+    if isinstance(cost, Mapping):
+        limiter.validate_cost(cost)
+        return plain_mapping(cost)  # a Refund or Charge inside: the scalar rule
+    return validate_cost(cost)
+
+
+async def awaited(value: Any) -> Any:
+    """``value``, awaited first if it is awaitable (an ``async def`` callable's result)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
+    """A limiter function's answer: a ``RateLimiter`` (``TypeError`` otherwise) that
+    takes ``cost`` (a ``cost=`` mapping is checked now that the limiter is known)."""
+    if not isinstance(limiter, RateLimiter):
+        raise TypeError(
+            f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
+        )
+    if cost.__class__ is dict:
+        limiter.validate_cost(cost)
+    return limiter
