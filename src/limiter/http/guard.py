@@ -29,6 +29,7 @@ from limiter.core.bucket import RateLimitResult
 from limiter.http.headers import build_headers
 from limiter.http.keys import AllowList, ClientIP
 from limiter.http.options import (
+    COPIED,
     GuardOptions,
     Options,
     awaited,
@@ -173,27 +174,6 @@ Outcome = Union[HeaderList, Response, Deferred]
 PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Outcome]
 
 
-#: The options a guard reads per request, copied from its ``Options`` (one attribute
-#: lookup, not two).
-_COPIED = (
-    "allow_list",
-    "build",
-    "client_ip",
-    "cost",
-    "cost_func",
-    "deduct_when",
-    "enabled",
-    "exempt",
-    "header_style",
-    "key_func",
-    "mode",
-    "on_error",
-    "on_limited",
-    "rule_limiters",
-    "rules",
-)
-
-
 class Guard:
     """The decision every adapter delegates to; built once per adapter.
 
@@ -215,7 +195,7 @@ class Guard:
     """
 
     __slots__ = (
-        *_COPIED,
+        *COPIED,
         "_defaults",
         "_next_log",
         "_now",
@@ -229,7 +209,7 @@ class Guard:
         "options",
     )
 
-    # The _COPIED options.
+    # The options in COPIED.
     allow_list: Optional[AllowList]
     build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
     client_ip: ClientIP
@@ -259,7 +239,7 @@ class Guard:
         elif keywords or encoded or not isinstance(options, Options):
             raise TypeError(f"Guard takes an Options or keyword options, got {options!r:.100}")
         self.options = options
-        for name in _COPIED:
+        for name in COPIED:
             setattr(self, name, getattr(options, name))
         self.limiter = _checked_limiter(limiter, options)
         self._defaults: Route = (
