@@ -33,9 +33,9 @@ from limiter.http.options import (
     GuardOptions,
     Options,
     awaited,
+    bad_key,
     cost_of,
     flag_of,
-    key_of,
     limiter_of,
     refuse_async,
 )
@@ -197,6 +197,7 @@ class Guard:
     __slots__ = (
         *COPIED,
         "_defaults",
+        "_routed",
         "_next_log",
         "_now",
         "_peer_keys",
@@ -242,6 +243,7 @@ class Guard:
         for name in COPIED:
             setattr(self, name, getattr(options, name))
         self.limiter = _checked_limiter(limiter, options)
+        self._routed = self.allow_list is not None or bool(self.rules)
         self._defaults: Route = (
             self.limiter,
             self.key_func,
@@ -396,14 +398,18 @@ class Guard:
                 flag = flag_of(flag, "exempt")
             if flag:
                 return None
-        route = self._route(request)
+        # Without an allow list or rules, the defaults, without a call (CONTRIBUTING.md).
+        route = self._route(request) if self._routed else self._defaults
         if route is None:
             return None
         limiter, key_func, cost_func, cost, deduct_when = route
         if limiter.__class__ is not RateLimiter and not isinstance(limiter, RateLimiter):
             limiter = limiter_of(limiter(request), cost)
         key = None if key_func is None else key_func(request)
-        key = self.client_ip(request) if key is None else key_of(key)
+        if key is None:
+            key = self.client_ip(request)
+        elif key.__class__ is not str:
+            bad_key(key)
         if cost_func is not None:
             cost = cost_of(cost_func(request), limiter)
         return limiter, key, cost, deduct_when
@@ -422,7 +428,10 @@ class Guard:
         if not isinstance(limiter, RateLimiter):
             limiter = limiter_of(await awaited(limiter(request)), cost)
         key = None if key_func is None else await awaited(key_func(request))
-        key = self.client_ip(request) if key is None else key_of(key)
+        if key is None:
+            key = self.client_ip(request)
+        elif key.__class__ is not str:
+            bad_key(key)
         if cost_func is not None:
             cost = cost_of(await awaited(cost_func(request)), limiter)
         return limiter, key, cost, deduct_when

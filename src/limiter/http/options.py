@@ -14,6 +14,7 @@ from typing import (
     Iterable,
     List,
     Mapping,
+    NoReturn,
     Optional,
     Sequence,
     Tuple,
@@ -283,11 +284,9 @@ def flag_of(value: object, name: str) -> bool:
     return bool(value)
 
 
-def key_of(key: object) -> str:
-    """A ``key_func``'s answer that is not ``None``: a ``str``, else ``TypeError``."""
-    if key.__class__ is not str:
-        raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
-    return key
+def bad_key(key: object) -> NoReturn:
+    """``TypeError`` for a ``key_func`` answer that is neither a ``str`` nor ``None``."""
+    raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
 
 
 def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
