@@ -136,12 +136,10 @@ class Deferred:
         self.settled = headers
         return headers
 
-    def _refunded(self, refunded: Optional[RateLimitResult]) -> HeaderList:
-        # None: the refund failed (the response is under way: log it, send no headers).
-        if refunded is None:
-            self.guard.failed(self.limiter)
-            return self._done(_NO_HEADERS)
-        return self._done(self.guard.headers(refunded, self.limiter))
+    def _failed(self) -> HeaderList:
+        # The refund failed: the response is under way, so log it and send no headers.
+        self.guard.failed(self.limiter)
+        return self._done(_NO_HEADERS)
 
     def settle(self, status: int) -> HeaderList:
         """Refund the cost unless ``deduct_when(status)``; the headers for the response."""
@@ -151,8 +149,8 @@ class Deferred:
         try:
             refunded = self.limiter.refund(self.key, self.cost, taken_at=self.at)
         except StoreError:
-            return self._refunded(None)
-        return self._refunded(refunded)
+            return self._failed()
+        return self._done(self.guard.headers(refunded, self.limiter))
 
     async def asettle(self, status: int) -> HeaderList:
         """``settle`` for asyncio (the store is awaited)."""
@@ -162,8 +160,8 @@ class Deferred:
         try:
             refunded = await self.limiter.arefund(self.key, self.cost, taken_at=self.at)
         except StoreError:
-            return self._refunded(None)
-        return self._refunded(refunded)
+            return self._failed()
+        return self._done(self.guard.headers(refunded, self.limiter))
 
 
 #: A decision: a list of headers to add to the app's response (the request
