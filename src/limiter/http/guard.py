@@ -241,19 +241,18 @@ class Guard:
         for name in COPIED:
             setattr(self, name, getattr(options, name))
         self.limiter = _checked_limiter(limiter, options)
-        self._routed = self.allow_list is not None or bool(self.rules)
-        self._defaults: Route = (
-            self.limiter,
-            self.key_func,
-            self.cost_func,
-            self.cost,
-            self.deduct_when,
-        )
         #: True when a callable (key, cost, exempt, limiter function) is ``async``:
         #: only ``adecide`` may then be used.
         self.is_async: bool = options.is_async or is_async_callable(limiter)
         if options.sync is not None:
             self.require_sync(options.sync)
+        self._shadow_counts: Dict[str, Tuple[int, float]] = {}
+        self._shadow_lock = threading.Lock()
+        self._next_log = -math.inf
+        self._precompute()
+
+    def _precompute(self) -> None:
+        """What the decision reads per request besides the options."""
         #: True when no limiter's store waits on I/O (``RateLimiter.nonblocking``)
         #: and no callable is ``async``: async code may then call ``decide``
         #: instead of awaiting ``adecide``.  Never True with limiter functions.
@@ -263,12 +262,14 @@ class Guard:
             and len(limiters) == 1 + len(self.rules)
             and all(lim.nonblocking for lim in limiters)
         )
-        self._shadow_counts: Dict[str, Tuple[int, float]] = {}
-        self._shadow_lock = threading.Lock()
-        self._next_log = -math.inf
-        self._peer_path()
-
-    def _peer_path(self) -> None:
+        self._routed = self.allow_list is not None or bool(self.rules)
+        self._defaults: Route = (
+            self.limiter,
+            self.key_func,
+            self.cost_func,
+            self.cost,
+            self.deduct_when,
+        )
         # The limiter of a guard whose decision needs the client address alone
         # (see decide_peer), else None; the clock it reads and the peer cache.
         o = self.options

@@ -172,7 +172,7 @@ class Options:
     (``"WSGI"``), which refuses ``async def`` callables and the async-only
     stores of the rules' limiters.  A wrong type is a ``TypeError``, a wrong
     value a ``ValueError``, each naming the option and the value.  The
-    attributes are read-only by contract.
+    attributes are read-only.
     """
 
     __slots__ = (*COPIED, "encoded", "is_async", "sync")
@@ -225,16 +225,20 @@ class Options:
 
     def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
         #: ``cost_func``: the ``cost`` function, or ``None`` and ``cost`` the fixed cost:
-        #: a number, or a mapping checked against the rules' limiters that take it.
-        self.cost_func: Optional[Callable[[RequestInfo], Any]] = None
-        self.cost: CostSpec = 1
+        #: a number, or a mapping checked against the limiters that take it.
+        self.cost_func: Optional[Callable[[RequestInfo], Any]] = cost if callable(cost) else None
         if callable(cost):
-            self.cost_func = cost
+            self.cost: CostSpec = 1
         elif isinstance(cost, Mapping):
             takers = [*limiters, *(rule.limiter for rule in self.rules if rule.cost is None)]
             self.cost = checked_mapping(cost, takers)
         else:
             self.cost = validate_cost(cost)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, name):
+            raise AttributeError(f"Options are read-only: {name} is set when they are built")
+        object.__setattr__(self, name, value)
 
     def callables(self) -> List[object]:
         """The request callables (``key_func``, ``exempt``, ``cost``, the rules' own)."""
