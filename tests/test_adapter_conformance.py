@@ -19,7 +19,7 @@ import pytest
 from limiter import RateLimiter
 from limiter.adapters import asgi, wsgi
 from limiter.adapters.httpserver import rate_limited
-from limiter.http.guard import status_line
+from limiter.http.responses import status_line
 from limiter.testing import AdapterConformance
 
 Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]

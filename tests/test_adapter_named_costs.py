@@ -219,7 +219,7 @@ def test_deduct_when_gives_the_same_mapping_back():
 
 def test_a_number_cost_keeps_the_peer_path_and_a_mapping_gives_the_same_outcomes():
     number = Guard(limiter(), cost=2)
-    assert number._cost == 2.0 and number._cost.__class__ is float
+    assert number.cost == 2.0 and number.cost.__class__ is float
     assert number.peer_decider() is not None
     lim = limiter()
     mapped = Guard(lim, cost=COST)

@@ -31,11 +31,13 @@ LEVELS: Dict[str, int] = {
     "limiter.store": 2,
     "limiter.http.headers": 2,
     "limiter.http.keys": 2,
+    "limiter.http.responses": 2,
     "limiter.backends": 3,
     "limiter.urls": 4,
     "limiter.waiting": 5,
     "limiter.ratelimiter": 5,
     "limiter.http.rules": 6,
+    "limiter.http.options": 6,
     "limiter.clients": 6,
     "limiter.metrics": 6,
     "limiter.http.guard": 7,
@@ -244,6 +246,7 @@ def test_the_request_view_is_re_exported_where_it_was() -> None:
     import limiter.adapters
     import limiter.http.guard
     import limiter.http.keys
+    import limiter.http.options
     import limiter.http.request
     import limiter.http.rules
 
@@ -253,7 +256,7 @@ def test_the_request_view_is_re_exported_where_it_was() -> None:
         assert getattr(limiter.http.guard, name) is view
     assert limiter.http.keys.KeyFunc is limiter.http.request.KeyFunc
     assert limiter.http.guard.KeyFunc is limiter.http.request.KeyFunc
-    assert limiter.http.rules.Cost is limiter.http.request.Cost is limiter.http.guard.Cost
+    assert limiter.http.rules.Cost is limiter.http.request.Cost is limiter.http.options.Cost
 
 
 def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:

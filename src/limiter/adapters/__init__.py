@@ -9,16 +9,9 @@ same ``RequestInfo``, so those are written once for all three.  See
 docs/adapters.md.
 """
 
-from limiter.http.guard import (
-    DENIED_BODY,
-    UNAVAILABLE_BODY,
-    Guard,
-    Headers,
-    HeaderView,
-    RequestInfo,
-    Response,
-    default_on_limited,
-)
+from limiter.http.guard import Guard
+from limiter.http.request import Headers, HeaderView, RequestInfo
+from limiter.http.responses import DENIED_BODY, UNAVAILABLE_BODY, Response, default_on_limited
 
 __all__ = [
     "DENIED_BODY",

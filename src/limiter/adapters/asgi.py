@@ -24,7 +24,9 @@ from typing import (
     Tuple,
 )
 
-from limiter.http.guard import Deferred, GuardOptions, HeaderView, RequestInfo, adapter_guard
+from limiter.http.guard import Deferred, Guard
+from limiter.http.options import GuardOptions, Options
+from limiter.http.request import HeaderView, RequestInfo
 from limiter.http.rules import LimiterSpec
 
 if TYPE_CHECKING:
@@ -106,7 +108,7 @@ class RateLimitMiddleware:
     ``lifespan`` and unknown scope types pass through untouched.  The scope
     is never mutated.
 
-    ``options``: ``limiter.http.guard.GuardOptions`` (documented there).
+    ``options``: docs/adapters.md, "Options".
     Only a ``StoreError`` goes to ``on_error``; any other exception (the
     app's ``key_func``, ``exempt``, ``cost`` or ``on_limited`` failing)
     propagates from the middleware call to the server, like one from the app.
@@ -122,7 +124,9 @@ class RateLimitMiddleware:
             raise TypeError(f"app must be an ASGI callable, got {app!r}")
         self.app = app
         # Encoded: the headers of admitted requests come as bytes, as ASGI sends them.
-        self.guard = adapter_guard("RateLimitMiddleware", limiter, options, encoded=True)
+        self.guard = Guard(
+            limiter, Options(options, owner="RateLimitMiddleware", encoded=True, limiter=limiter)
+        )
         self._decide = self.guard.decider()
         self._adecide = self.guard.adecider()
         self._nonblocking = self.guard.nonblocking or not self.guard.enabled

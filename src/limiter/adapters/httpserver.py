@@ -16,16 +16,10 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Type, TypeVar, Union
 from urllib.parse import unquote
 
-from limiter.http.guard import (
-    Deferred,
-    Guard,
-    GuardOptions,
-    HeaderList,
-    HeaderView,
-    RequestInfo,
-    Response,
-    adapter_guard,
-)
+from limiter.http.guard import Deferred, Guard
+from limiter.http.options import GuardOptions, Options
+from limiter.http.request import HeaderView, RequestInfo
+from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import LimiterSpec
 
 if TYPE_CHECKING:
@@ -80,14 +74,16 @@ def rate_limited(
     429 (no body for ``HEAD``) and ``do_<METHOD>`` is not called.  A limited
     request with a body is answered with ``Connection: close``, since its
     unread body cannot be left on a kept-alive connection.  Thread-safe under
-    ``ThreadingHTTPServer``.  ``options``: ``limiter.http.guard.GuardOptions``
-    (documented there); the stores must be synchronous.  Only a ``StoreError``
+    ``ThreadingHTTPServer``.  ``options``: docs/adapters.md,
+    "Options"; the stores must be synchronous.  Only a ``StoreError``
     goes to ``on_error``; any other exception (the app's ``key_func``,
     ``exempt``, ``cost`` or ``on_limited`` failing) propagates out of the
     handler, like one from a ``do_<METHOD>``: ``socketserver`` reports it with
     ``server.handle_error`` and closes the connection without a response.
     """
-    guard = adapter_guard("rate_limited", limiter, options, sync="http.server")
+    guard = Guard(
+        limiter, Options(options, owner="rate_limited", sync="http.server", limiter=limiter)
+    )
 
     def decorate(cls: H) -> H:
         if not (isinstance(cls, type) and issubclass(cls, BaseHTTPRequestHandler)):

@@ -13,15 +13,10 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Tuple
 
-from limiter.http.guard import (
-    Deferred,
-    GuardOptions,
-    HeaderList,
-    HeaderView,
-    RequestInfo,
-    adapter_guard,
-    status_line,
-)
+from limiter.http.guard import Deferred, Guard
+from limiter.http.options import GuardOptions, Options
+from limiter.http.request import HeaderView, RequestInfo
+from limiter.http.responses import HeaderList, status_line
 from limiter.http.rules import LimiterSpec
 
 if TYPE_CHECKING:
@@ -86,7 +81,7 @@ class RateLimitMiddleware:
     a ``429`` JSON response (or ``on_limited(request, result, headers)``'s)
     without calling ``app``; ``HEAD`` requests get the headers and no body.
 
-    ``options``: ``limiter.http.guard.GuardOptions`` (documented there).
+    ``options``: docs/adapters.md, "Options".
     The limiters' stores must be synchronous.  Only a ``StoreError`` goes to
     ``on_error``; any other exception (the app's ``key_func``, ``exempt``,
     ``cost`` or ``on_limited`` failing) propagates from the middleware call,
@@ -102,7 +97,9 @@ class RateLimitMiddleware:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {app!r}")
         self.app = app
-        self.guard = adapter_guard("RateLimitMiddleware", limiter, options, sync="WSGI")
+        self.guard = Guard(
+            limiter, Options(options, owner="RateLimitMiddleware", sync="WSGI", limiter=limiter)
+        )
         self._decide = self.guard.decider()
         self._decide_peer = self.guard.peer_decider()
 

@@ -33,6 +33,12 @@ _LIMITS: Dict[int, Tuple[str, bytes]] = {}
 # (math.ceil's), str and bytes.  One tuple, replaced whole: threads see either.
 _RESET: Tuple[int, str, bytes] = (0, "0", b"0")
 _ceil = math.ceil
+_isfinite = math.isfinite
+#: The header table: the ``"x"`` style's names (and ``Retry-After``), as ``str`` and as
+#: the latin-1 ``bytes`` that ``build_raw_headers`` sends.
+_X_NAMES = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")
+_LIMIT, _REMAINING, _RESET_AT, _RETRY = _X_NAMES
+_RAW_LIMIT, _RAW_REMAINING, _RAW_RESET_AT, _RAW_RETRY = (n.encode("latin-1") for n in _X_NAMES)
 
 
 def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
@@ -151,7 +157,7 @@ def rate_limit_headers(
         raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
     if now.__class__ is not float:  # an int, a bool, a Decimal, 10**400...: the one check
         now = finite_seconds(now, "now")
-    elif now - now != 0.0:  # NaN or infinite: one comparison on the hot path
+    elif not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if policy is not None:
         _quoted_name(policy, "policy")
@@ -169,54 +175,60 @@ def build_headers(
     on a denied result: it is HTTP's own answer to "when may I retry".
     """
     if style == "x":  # the common case, kept to the bare minimum of work per request
-        limit = result[1]
+        limit = result.limit
         cached = _LIMITS.get(limit) if limit.__class__ is int else None
         # _up, inline (a call costs as much as the rest of the line)
-        reset = _ceil(now + result[3] - TIME_EPSILON)
+        reset = _ceil(now + result.reset_after - TIME_EPSILON)
         last = _RESET
         headers = [
-            ("X-RateLimit-Limit", _limit_text(limit)[0] if cached is None else cached[0]),
-            ("X-RateLimit-Remaining", str(result[2])),
-            ("X-RateLimit-Reset", last[1] if last[0] == reset else _reset_text(reset)[1]),
+            (_LIMIT, _limit_text(limit)[0] if cached is None else cached[0]),
+            (_REMAINING, str(result.remaining)),
+            (_RESET_AT, last[1] if last[0] == reset else _reset_text(reset)[1]),
         ]
-        if not result[0] and result[4] < _INF:  # neither inf nor NaN
-            headers.append(("Retry-After", str(max(1, _up(result[4])))))
+        if not result.allowed and result.retry_after < _INF:  # neither inf nor NaN
+            headers.append((_RETRY, str(max(1, _up(result.retry_after)))))
         return headers
-    if style is None:
-        if result[0] or not result[4] < _INF:
-            return []
-        return [("Retry-After", str(max(1, _up(result[4]))))]
+    retry = (
+        max(1, _up(result.retry_after))
+        if not result.allowed and result.retry_after < _INF
+        else None
+    )
     headers = []
-    if style != "draft":
-        headers.append(("X-RateLimit-Limit", str(result[1])))
-        headers.append(("X-RateLimit-Remaining", str(result[2])))
-        headers.append(("X-RateLimit-Reset", str(_up(now + result[3]))))
-    retry = max(1, _up(result[4])) if not result[0] and result[4] < _INF else None
-    if style != "x":
-        parts = result[6] or (result,)
-        # One limit, beside a lockout's own result or not: ``policy`` names it.
-        one = len(parts) == 1 or (len(parts) == 2 and parts[1][8] == "lockout")
-        policies = []
-        limits = []
-        # Locked out: no limit's own ``t`` applies until the lockout ends.
-        locked = result[8] == "lockout" and not result[0]
-        for part in parts:
-            if one and policy is not None and part[8] != "lockout":
-                item, name = _policy(policy, part[1], part[5], "policy")
-            else:
-                item, name = _policy(part[7], part[1], part[5], "result.policy")
-            policies.append(item)
-            remaining = min(max(part[2], 0), SF_INT_MAX)
-            until = _until_more(part)
-            if retry is not None and (until > retry or (locked and part is not parts[-1])):
-                limits.append(f"{name};r={remaining}")
-            else:
-                limits.append(f"{name};r={remaining};t={min(until, SF_INT_MAX)}")
-        headers.append(("RateLimit-Policy", ", ".join(policies)))
-        headers.append(("RateLimit", ", ".join(limits)))
+    if style == "both":
+        headers.append((_LIMIT, str(result.limit)))
+        headers.append((_REMAINING, str(result.remaining)))
+        headers.append((_RESET_AT, str(_up(now + result.reset_after))))
+    if style is not None:
+        headers += _draft(result, retry, policy)
     if retry is not None:
-        headers.append(("Retry-After", str(retry)))
+        headers.append((_RETRY, str(retry)))
     return headers
+
+
+def _draft(
+    result: RateLimitResult, retry: Optional[int], policy: Optional[str]
+) -> List[Tuple[str, str]]:
+    """The draft's ``RateLimit-Policy`` and ``RateLimit`` (``retry``: the ``Retry-After``)."""
+    parts = result.results or (result,)
+    # One limit, beside a lockout's own result or not: ``policy`` names it.
+    one = len(parts) == 1 or (len(parts) == 2 and parts[1].kind == "lockout")
+    policies = []
+    limits = []
+    # Locked out: no limit's own ``t`` applies until the lockout ends.
+    locked = result.kind == "lockout" and not result.allowed
+    for part in parts:
+        if one and policy is not None and part.kind != "lockout":
+            item, name = _policy(policy, part.limit, part.window, "policy")
+        else:
+            item, name = _policy(part.policy, part.limit, part.window, "result.policy")
+        policies.append(item)
+        remaining = min(max(part.remaining, 0), SF_INT_MAX)
+        until = _until_more(part)
+        if retry is not None and (until > retry or (locked and part is not parts[-1])):
+            limits.append(f"{name};r={remaining}")
+        else:
+            limits.append(f"{name};r={remaining};t={min(until, SF_INT_MAX)}")
+    return [("RateLimit-Policy", ", ".join(policies)), ("RateLimit", ", ".join(limits))]
 
 
 def _limit_text(limit: int) -> Tuple[str, bytes]:
@@ -246,18 +258,18 @@ def build_raw_headers(
     The form ASGI sends: the same headers, in the same order, built without
     the ``str`` step for the common ``"x"`` style.
     """
-    if style == "x":  # build_headers' first branch, in bytes
-        limit = result[1]
+    if style == "x":  # build_headers' first branch in bytes (CONTRIBUTING.md, "Hot paths")
+        limit = result.limit
         cached = _LIMITS.get(limit) if limit.__class__ is int else None
-        reset = _ceil(now + result[3] - TIME_EPSILON)
+        reset = _ceil(now + result.reset_after - TIME_EPSILON)
         last = _RESET
         headers = [
-            (b"X-RateLimit-Limit", _limit_text(limit)[1] if cached is None else cached[1]),
-            (b"X-RateLimit-Remaining", str(result[2]).encode("latin-1")),
-            (b"X-RateLimit-Reset", last[2] if last[0] == reset else _reset_text(reset)[2]),
+            (_RAW_LIMIT, _limit_text(limit)[1] if cached is None else cached[1]),
+            (_RAW_REMAINING, str(result.remaining).encode("latin-1")),
+            (_RAW_RESET_AT, last[2] if last[0] == reset else _reset_text(reset)[2]),
         ]
-        if not result[0] and result[4] < _INF:
-            headers.append((b"Retry-After", str(max(1, _up(result[4]))).encode("latin-1")))
+        if not result.allowed and result.retry_after < _INF:
+            headers.append((_RAW_RETRY, str(max(1, _up(result.retry_after))).encode("latin-1")))
         return headers
     return [
         (name.encode("latin-1"), value.encode("latin-1"))

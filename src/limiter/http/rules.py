@@ -172,10 +172,10 @@ class Rule:
     each limiter it can return its own ``name`` on a shared store, so their
     buckets stay apart.
     ``deduct_when``: ``status_code -> bool``; charge this route's requests
-    only when it holds for the response (see ``GuardOptions``); ``None``
+    only when it holds for the response (docs/adapters.md, "Options"); ``None``
     uses the middleware's (by default every request is charged up front).
     ``mode``: ``"enforce"`` or ``"shadow"`` (decide and count, refuse
-    nothing: see ``GuardOptions``); ``None`` uses the middleware's.
+    nothing: docs/adapters.md, "Options"); ``None`` uses the middleware's.
 
     Arguments of a wrong type raise ``TypeError``, wrong values ``ValueError``.
     """

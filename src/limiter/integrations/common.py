@@ -37,16 +37,10 @@ from typing import (
 )
 
 from limiter.clock import Clock
-from limiter.http.guard import (
-    Deferred,
-    Guard,
-    GuardOptions,
-    HeaderList,
-    IntegrationOptions,
-    Response,
-    check_options,
-)
+from limiter.http.guard import Deferred, Guard
+from limiter.http.options import GuardOptions, IntegrationOptions, Options, check_options
 from limiter.http.request import Cost, KeyFunc, RequestInfo
+from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
@@ -182,7 +176,7 @@ class RouteLimit:
     ``rate``: a ``RateSpec``.  ``key_func`` (``None``: the integration's),
     ``cost`` (tokens, or a function of the request), ``methods`` (``None``:
     every method; otherwise the other methods are not limited by this limit),
-    ``deduct_when`` (``status -> bool``, see ``GuardOptions``) and ``scope``:
+    ``deduct_when`` (``status -> bool``, see docs/adapters.md) and ``scope``:
     the name its buckets live under (``name=`` or the view's
     ``module.qualname``).  Arguments are checked when it is built.
     """
@@ -279,7 +273,7 @@ class Integration:
     (``LIMITER_STORAGE_URL``, else a new ``MemoryStore``), resolved with
     ``limiter.urls.resolve_store``; ``asyncio=True`` makes a URL an async
     store.  ``clock``: for the limiters built here (``None``: the system
-    clock, or the store's own time).  ``options``: ``GuardOptions``;
+    clock, or the store's own time).  ``options``: docs/adapters.md, "Options";
     ``cost``, ``rules`` and ``deduct_when`` apply to the default limit only.
     Everything is checked when built: a misconfiguration fails at start-up.
     """
@@ -312,10 +306,11 @@ class Integration:
         self._guards: Dict[int, Tuple[RouteLimit, Guard]] = {}
         self.default: Optional[Guard] = None
         if default is not None:
-            self.default = Guard(self.spec(check_rate(default), "default"), **options)
+            spec = self.spec(check_rate(default), "default")
+            self.default = Guard(spec, Options(options, owner=owner, limiter=spec))
         else:
             # Checked once here, so a view's guard can only fail on its own options.
-            Guard(RateLimiter(1), **options)
+            Options(options, owner=owner)
             unused = sorted(_DEFAULT_ONLY.intersection(options))
             if unused:
                 raise ValueError(
@@ -381,7 +376,7 @@ class Integration:
             options["key_func"] = route.key_func
         options["cost"] = route.cost
         options["deduct_when"] = route.deduct_when
-        guard = Guard(self.spec(route.rate, route.scope), **options)
+        guard = Guard(self.spec(route.rate, route.scope), Options(options, owner=self.owner))
         with self._lock:
             self._guards[id(route)] = (route, guard)
         return guard

@@ -38,7 +38,8 @@ from flask.views import MethodView
 
 from limiter.adapters.wsgi import request_info
 from limiter.clock import Clock
-from limiter.http.guard import Guard, Response, check_options
+from limiter.http.guard import Guard, Response
+from limiter.http.options import Options, check_options
 from limiter.http.request import Cost, KeyFunc
 from limiter.http.rules import DeductWhen, is_async_callable
 from limiter.integrations.common import (
@@ -284,8 +285,8 @@ class RateLimit:
         check_deduct_when_signature(options.get("deduct_when"))
         if header_style is not _UNSET:
             given["header_style"] = header_style
-        # Every option checked now, whichever app comes later: a probe guard.
-        Guard(RateLimiter(1), **given).require_sync("Flask")
+        # Every option checked now, whichever app comes later.
+        Options(given, owner="RateLimit", sync="Flask")
         self._options = given
         self._default: Union[RateSpec, _Unset, None] = default
         if default is not _UNSET and default is not None:

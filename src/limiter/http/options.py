@@ -1,0 +1,328 @@
+"""Every adapter option, checked once: ``Options``, built by each adapter and integration.
+
+The options are documented in docs/adapters.md ("Options"); this module
+checks them and precomputes what a ``Guard`` reads per request.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    List,
+    Mapping,
+    NoReturn,
+    Optional,
+    Sequence,
+    Tuple,
+    TypedDict,
+    Union,
+)
+
+from limiter.core.costs import validate_cost
+from limiter.core.result import RateLimitResult
+from limiter.http.headers import build_headers, build_raw_headers, validate_style
+from limiter.http.keys import AllowList, ClientIP
+from limiter.http.request import Cost, KeyFunc, RequestInfo
+from limiter.http.responses import HeaderList, OnLimited, default_on_limited
+from limiter.http.rules import (
+    DeductWhen,
+    LimiterSpec,
+    Rule,
+    check_deduct_when,
+    check_distinct_names,
+    check_mode,
+    checked_mapping,
+    is_async_callable,
+    plain_mapping,
+    shadowed,
+)
+from limiter.ratelimiter import CostSpec, RateLimiter
+
+__all__ = [
+    "CostOption",
+    "GuardOptions",
+    "IntegrationOptions",
+    "Options",
+    "check_options",
+    "refuse_async",
+]
+
+#: The ``cost`` option: a ``Cost`` (a number, or ``cost(request)`` returning
+#: one), a mapping of limit names to numbers, or ``cost(request)`` returning
+#: one of those (``async def`` under asyncio).
+CostOption = Union[Cost, CostSpec, Callable[[RequestInfo], Any]]
+
+
+class IntegrationOptions(TypedDict, total=False):
+    """The ``GuardOptions`` the framework integrations take as ``**options``.
+
+    The other four (``key_func``, ``trusted_proxies``, ``header_style``,
+    ``on_error``) are named parameters of each integration's ``RateLimit``.
+    """
+
+    proxy_header: Optional[str]
+    ipv6_prefix: int
+    exempt: Optional[Callable[[RequestInfo], bool]]
+    cost: CostOption
+    on_limited: Optional[OnLimited]
+    rules: Sequence[Rule]
+    deduct_when: Optional[DeductWhen]
+    allow_list: Union[str, Iterable[str]]
+    enabled: bool
+    mode: str
+
+
+class GuardOptions(IntegrationOptions, total=False):
+    """The keyword options of every adapter, all optional: see docs/adapters.md, "Options"."""
+
+    key_func: Optional[KeyFunc]
+    trusted_proxies: Union[str, Iterable[str]]
+    header_style: Optional[str]
+    on_error: str
+
+
+_OPTION_NAMES = frozenset(GuardOptions.__annotations__)
+
+
+def check_options(owner: str, options: Mapping[str, object]) -> None:
+    """``TypeError`` naming ``owner`` (``"RateLimitMiddleware"``) for an unknown option.
+
+    So a misspelled keyword names what the user called, with a close match.
+    """
+    for name in options:
+        if name not in _OPTION_NAMES:
+            close = difflib.get_close_matches(name, sorted(_OPTION_NAMES), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}{hint}")
+
+
+def _rules(rules: object) -> Tuple[Rule, ...]:
+    if isinstance(rules, Iterable) and not isinstance(rules, (str, bytes, Rule)):
+        table = tuple(rules)
+        if all(isinstance(rule, Rule) for rule in table):
+            return table
+    raise TypeError(f"rules must be a list of limiter.Rule, got {rules!r:.200}")
+
+
+def _callable(name: str, func: object) -> Any:
+    if func is not None and not callable(func):
+        raise TypeError(f"{name} must be callable or None, got {func!r}")
+    return func
+
+
+def _on_error(on_error: object) -> str:
+    if on_error not in ("allow", "deny"):
+        error = ValueError if isinstance(on_error, str) else TypeError
+        raise error(f"on_error must be 'allow' or 'deny', got {on_error!r}")
+    return on_error
+
+
+def _header_style(style: object) -> Optional[str]:
+    if style is not None and not isinstance(style, str):
+        raise TypeError(f"header_style must be one of 'x', 'draft', 'both' or None, got {style!r}")
+    return validate_style(style)
+
+
+def _enabled(enabled: object) -> bool:
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be True or False, got {enabled!r}")
+    return enabled
+
+
+def _on_limited(on_limited: object) -> OnLimited:
+    if is_async_callable(_callable("on_limited", on_limited)):
+        raise TypeError(f"on_limited must be a plain function, got {on_limited!r}")
+    return default_on_limited if on_limited is None else on_limited  # type: ignore[return-value]
+
+
+#: The ``Options`` attributes a ``Guard`` reads per request: it copies them (one
+#: attribute lookup, not two).
+COPIED = (
+    "allow_list",
+    "build",
+    "client_ip",
+    "cost",
+    "cost_func",
+    "deduct_when",
+    "enabled",
+    "exempt",
+    "header_style",
+    "key_func",
+    "mode",
+    "on_error",
+    "on_limited",
+    "rule_limiters",
+    "rules",
+)
+
+
+class Options:
+    """The adapter options (docs/adapters.md, "Options"), checked and precomputed once.
+
+    ``Options(options, owner=..., encoded=False, sync=None)``: ``options`` is
+    the mapping of ``GuardOptions`` an adapter or integration was given;
+    ``owner`` names the caller in the ``TypeError`` for an unknown option.
+    ``encoded``: the header lists a guard returns hold latin-1 ``bytes``
+    pairs (ASGI's form).  ``limiter``: the adapter's, when known: a ``cost``
+    mapping and the limiters' names are checked against it too (a ``Guard``
+    checks its own limiter again).  ``sync``: the name of a synchronous adapter
+    (``"WSGI"``), which refuses ``async def`` callables and the async-only
+    stores of the rules' limiters.  A wrong type is a ``TypeError``, a wrong
+    value a ``ValueError``, each naming the option and the value.  The
+    attributes are read-only.
+    """
+
+    __slots__ = (*COPIED, "encoded", "is_async", "sync")
+
+    def __init__(
+        self,
+        options: Optional[Mapping[str, Any]] = None,
+        *,
+        owner: str = "Options",
+        encoded: bool = False,
+        sync: Optional[str] = None,
+        limiter: Optional[LimiterSpec] = None,
+    ) -> None:
+        get = (options or {}).get
+        check_options(owner, options or {})
+        self.rules: Tuple[Rule, ...] = _rules(get("rules", ()))
+        limiters = [] if limiter is None else [limiter]  # checked with the rules' limiters
+        check_distinct_names([*limiters, *(rule.limiter for rule in self.rules)])
+        self.key_func: Optional[KeyFunc] = _callable("key_func", get("key_func"))
+        self.exempt: Optional[Callable[[RequestInfo], Any]] = _callable("exempt", get("exempt"))
+        self.on_limited = _on_limited(get("on_limited"))
+        self.on_error = _on_error(get("on_error", "allow"))
+        self.header_style = _header_style(get("header_style", "x"))
+        self.enabled = _enabled(get("enabled", True))
+        self.mode: str = check_mode(get("mode", "enforce"))
+        #: Each rule's limiter as a guard uses it (a shadow view in shadow mode).
+        self.rule_limiters: Tuple[LimiterSpec, ...] = tuple(
+            shadowed(rule.limiter) if (rule.mode or self.mode) == "shadow" else rule.limiter
+            for rule in self.rules
+        )
+        self.client_ip = ClientIP(
+            get("trusted_proxies", ()), get("ipv6_prefix", 64), header=get("proxy_header")
+        )
+        allow_list = AllowList(get("allow_list", ()), self.client_ip)
+        #: The ``allow_list`` (``None`` when empty: no per-request cost).
+        self.allow_list: Optional[AllowList] = allow_list if allow_list else None
+        self.deduct_when = check_deduct_when(get("deduct_when"))
+        self.encoded = encoded
+        #: ``build_headers``, or ``build_raw_headers`` when ``encoded``.
+        self.build: Callable[[RateLimitResult, float, Optional[str]], HeaderList] = (
+            build_raw_headers if encoded else build_headers  # type: ignore[assignment]
+        )
+        self._cost(get("cost", 1), limiters)
+        #: True when a callable (key, cost, exempt, a rule's) is ``async def``.
+        self.is_async: bool = any(is_async_callable(func) for func in self.callables())
+        self.sync = sync
+        if sync is not None:
+            rule_limiters = [r.limiter for r in self.rules if isinstance(r.limiter, RateLimiter)]
+            refuse_async(sync, rule_limiters, self.is_async)
+
+    def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
+        #: ``cost_func``: the ``cost`` function, or ``None`` and ``cost`` the fixed cost:
+        #: a number, or a mapping checked against the limiters that take it.
+        self.cost_func: Optional[Callable[[RequestInfo], Any]] = cost if callable(cost) else None
+        if callable(cost):
+            self.cost: CostSpec = 1
+        elif isinstance(cost, Mapping):
+            takers = [*limiters, *(rule.limiter for rule in self.rules if rule.cost is None)]
+            self.cost = checked_mapping(cost, takers)
+        else:
+            self.cost = validate_cost(cost)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, name):
+            raise AttributeError(f"Options are read-only: {name} is set when they are built")
+        object.__setattr__(self, name, value)
+
+    def callables(self) -> List[object]:
+        """The request callables (``key_func``, ``exempt``, ``cost``, the rules' own)."""
+        funcs: List[object] = [self.key_func, self.exempt, self.cost_func]
+        for rule in self.rules:
+            funcs += [rule.key_func, rule.cost, rule.limiter]
+        return [f for f in funcs if f is not None and not isinstance(f, RateLimiter)]
+
+
+def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) -> None:
+    """Refuse what a synchronous ``adapter`` (WSGI, http.server) cannot run.
+
+    ``ValueError`` for one of ``limiters`` whose store is async only;
+    ``TypeError`` when ``is_async`` (an ``async def`` callable).
+    """
+    for limiter in limiters:
+        if not callable(getattr(limiter.store, "apply", None)):
+            raise ValueError(
+                f"{adapter} needs a synchronous store; {limiter.store!r} is async only"
+            )
+    if is_async:
+        raise TypeError(
+            f"{adapter} cannot await: key_func, exempt, cost and limiter functions "
+            f"must be plain functions here (async def ones work with the ASGI adapter)"
+        )
+
+
+# -- what the request callables return, checked per request by a Guard ----------
+
+
+def flag_of(value: object, name: str) -> bool:
+    """``value`` (a predicate's answer) as a bool; an awaitable is a ``TypeError``.
+
+    An ``async def`` function hidden behind a plain one returns a coroutine,
+    which is true: taken as an answer it would exempt every request.
+    """
+    if value.__class__ is bool:
+        return value
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning on top of the error
+        raise TypeError(
+            f"{name} returned an awaitable ({value!r:.100}): a synchronous adapter "
+            "cannot await it; use a plain function, or the ASGI adapter"
+        )
+    return bool(value)
+
+
+def bad_key(key: object) -> NoReturn:
+    """``TypeError`` for a ``key_func`` answer that is neither a ``str`` nor ``None``."""
+    raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
+
+
+def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
+    """A cost function's answer checked as ``cost``: a number, or a mapping for ``limiter``.
+
+    A mapping is checked against the limiter chosen for this request, here,
+    before its store is asked: a bad one is the app's error (it propagates)
+    even when the store is down, as a bad number is.
+    """
+    if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
+        return validate_cost(cost)
+    if isinstance(cost, Mapping):
+        limiter.validate_cost(cost)
+        return plain_mapping(cost)  # a Refund or Charge inside: the scalar rule
+    return validate_cost(cost)
+
+
+async def awaited(value: Any) -> Any:
+    """``value``, awaited first if it is awaitable (an ``async def`` callable's result)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
+    """A limiter function's answer: a ``RateLimiter`` (``TypeError`` otherwise) that
+    takes ``cost`` (a ``cost=`` mapping is checked now that the limiter is known)."""
+    if not isinstance(limiter, RateLimiter):
+        raise TypeError(
+            f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
+        )
+    if cost.__class__ is dict:
+        limiter.validate_cost(cost)
+    return limiter

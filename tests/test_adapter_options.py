@@ -1,0 +1,64 @@
+"""``limiter.http.options.Options``: every adapter option checked once, no probe guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from limiter import RateLimiter, Rule
+from limiter.http.guard import Guard
+from limiter.http.options import Options
+from limiter.integrations.common import Integration
+
+
+def test_options_are_checked_without_a_limiter() -> None:
+    options = Options({"cost": 2, "header_style": "draft", "mode": "shadow"})
+    assert (options.cost, options.header_style, options.mode) == (2.0, "draft", "shadow")
+    assert options.cost.__class__ is float and not options.is_async
+    with pytest.raises(ValueError, match="on_error must be 'allow' or 'deny', got 'ignore'"):
+        Options({"on_error": "ignore"})
+    with pytest.raises(
+        TypeError, match=r"MyAdapter\(\) got an unexpected keyword argument 'key_fnc'"
+    ):
+        Options({"key_fnc": None}, owner="MyAdapter")
+
+
+def test_options_are_read_only() -> None:
+    options = Options()
+    with pytest.raises(AttributeError, match="read-only"):
+        options.cost = 3  # type: ignore[misc]
+
+
+def test_a_sync_adapter_refuses_async_callables_when_the_options_are_built() -> None:
+    async def key(request: object) -> str:
+        return "k"
+
+    assert Options({"key_func": key}).is_async
+    with pytest.raises(TypeError, match="WSGI cannot await"):
+        Options({"key_func": key}, sync="WSGI")
+
+
+def test_a_cost_mapping_is_checked_against_the_limiters_it_goes_to() -> None:
+    api = RateLimiter("10/second", name="api")
+    mapping = {"10/second": 1}
+    with pytest.raises(ValueError, match="limiter 'login'"):
+        Options({"cost": mapping, "rules": [Rule("/login", RateLimiter(5, name="login"))]})
+    assert Options({"cost": mapping}, limiter=api).cost == {"10/second": 1.0}
+    assert Options({"cost": mapping}).cost == {"10/second": 1.0}  # no limiter: values only
+    with pytest.raises(ValueError, match="cost names no limit of this limiter"):
+        Guard(RateLimiter(1), Options({"cost": mapping}))  # the guard checks its own
+
+
+def test_guard_takes_options_or_keywords_not_both() -> None:
+    limiter = RateLimiter("10/second")
+    by_keywords = Guard(limiter, header_style="both")
+    by_options = Guard(limiter, Options({"header_style": "both"}))
+    assert by_keywords.header_style == by_options.header_style == "both"
+    with pytest.raises(TypeError, match="Guard takes an Options or keyword options"):
+        Guard(limiter, Options(), header_style="x")  # type: ignore[call-arg]
+
+
+def test_an_integration_without_a_default_checks_its_options_once() -> None:
+    with pytest.raises(TypeError, match=r"RateLimit\(\) got an unexpected keyword argument"):
+        Integration("RateLimit", header_styl="x")  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="header style must be one of"):
+        Integration("RateLimit", header_style="nope")
