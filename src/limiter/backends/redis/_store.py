@@ -80,11 +80,10 @@ class _RedisBase:
             raise TypeError(f"prefix must be a str, got {prefix!r:.100}")
         self.client = client
         self.prefix = prefix
-        self.server_time = bool(server_time)
         self.fallback: Any = fallback
         self._cluster = is_cluster(client)
         # [argv] of a call (policies, cost, now): see _wire.Argv.
-        self._argv = Argv(self.server_time)
+        self._argv = Argv(bool(server_time))
         self._args = self._argv.args
         self._conns = self._connections(client)
         # How long a check waits for a connection of a full pool (PoolFullError).
@@ -104,6 +103,15 @@ class _RedisBase:
             f"{type(self).__name__}({self.client!r}, prefix={self.prefix!r}, "
             f"server_time={self.server_time!r}, fallback={self.fallback!r})"
         )
+
+    @property
+    def server_time(self) -> bool:
+        """With ``now=None``, read the server's ``TIME`` (True) or ``time.time()`` (False)."""
+        return self._argv.server_time
+
+    @server_time.setter
+    def server_time(self, value: bool) -> None:
+        self._argv.server_time = bool(value)
 
     @property
     def using_fallback(self) -> bool:

@@ -324,13 +324,15 @@ class Argv:
 _EXTRA_FIELDS = RateLimitResult._fields[7:]
 
 
-def _make(policy: Any, allowed: Any, remaining: Any, reset: Any, retry: Any) -> RateLimitResult:
+def _make(
+    policy: Any, allowed: bool, remaining: int, reset_after: float, retry_after: float
+) -> RateLimitResult:
     values: List[Any] = [
-        int(allowed) == 1,
+        allowed,
         policy.burst,
-        int(float(remaining)),
-        float(reset),
-        float(retry),
+        remaining,
+        reset_after,
+        retry_after,
         policy.window,
         (),
     ]
@@ -347,7 +349,10 @@ def _bad_reply(kind: str, reply: Any) -> StoreError:
 def decode_result(reply: Any, policy: Limit, kind: str) -> RateLimitResult:
     """The result of a one-key reply; a malformed one is ``StoreError`` naming ``kind``."""
     try:
-        return _make(policy, *reply.split())
+        allowed, remaining, reset_after, retry_after = reply.split()
+        return _make(
+            policy, int(allowed) == 1, int(float(remaining)), float(reset_after), float(retry_after)
+        )
     except (AttributeError, TypeError, ValueError) as exc:
         raise _bad_reply(kind, reply) from exc
 
@@ -358,6 +363,15 @@ def decode_results(reply: Any, policies: Sequence[Limit], kind: str) -> List[Rat
         fields = reply.split()
         if len(fields) != 4 * len(policies):
             raise ValueError(f"{len(fields)} fields for {len(policies)} limits")
-        return [_make(policy, *fields[4 * i : 4 * i + 4]) for i, policy in enumerate(policies)]
+        return [
+            _make(
+                policy,
+                int(fields[4 * i]) == 1,
+                int(float(fields[4 * i + 1])),
+                float(fields[4 * i + 2]),
+                float(fields[4 * i + 3]),
+            )
+            for i, policy in enumerate(policies)
+        ]
     except (AttributeError, TypeError, ValueError) as exc:
         raise _bad_reply(kind, reply) from exc
