@@ -204,15 +204,11 @@ def test_an_abusive_key_is_locked_out_and_another_is_not(gateway):
     gateway.clock.advance(1)
     free = gateway.post(json=tiny)  # the lockout is over: the key starts afresh
     assert free.status_code == 200
-    expected = '"requests";r=59;t=1, "tokens";r=89999;t=1, "tokens-month";r=1999939;t=85500'
-    if type(gateway.limiter.store).__name__ != "MemoryStore" and free.headers["RateLimit"] != (
-        expected
-    ):
-        # Redis expires a key in real time (PX) while this clock is manual: one
-        # token of 90,000/minute is back in 0.67 ms, so on a slow machine the
-        # "tokens" key may be gone (full) between the check and its settlement.
-        expected = expected.replace('r=89999;t=1, "tokens-month"', 'r=90000;t=0, "tokens-month"')
-    assert free.headers["RateLimit"] == expected
+    # On Redis too: PX runs in real time while this clock is manual, but a key
+    # lives at least the clock tolerance (1 s), not the 0.67 ms of one token.
+    assert free.headers["RateLimit"] == (
+        '"requests";r=59;t=1, "tokens";r=89999;t=1, "tokens-month";r=1999939;t=85500'
+    )
 
 
 def test_unknown_keys_and_bad_bodies_cost_nothing(gateway):

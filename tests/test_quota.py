@@ -23,7 +23,7 @@ from helpers.redis_state import check_stored
 from limiter import Limit, ManualClock, MemoryStore, Quota, RateLimiter, SQLiteStore
 from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
-from limiter.core.limits import CLOCK_TOLERANCE
+from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.many import step_all
 from limiter.core.quota import step_quota
 from limiter.core.state import keep_until
@@ -337,15 +337,16 @@ def client(server: Any) -> Iterator[Any]:
 def test_redis_store(client: Any) -> None:
     from helpers.redis_servers import unique_prefix
     from limiter.backends.redis import RedisStore, redis_key
+    from limiter.backends.redis._wire import ttl_ms
 
     store = RedisStore(client, prefix=unique_prefix())
     run_scenario(store)
     now = time.time()
     q = Quota(5, per="hour")
-    store.apply("ttl", q, 1, None)  # the client's clock (see RedisStore._quota_arg)
+    store.apply("ttl", q, 1, None)  # the client's clock (see _wire.Argv._uncached)
     pttl = client.pttl(redis_key("ttl", store.prefix))
     end = q.bounds(now)[1]
-    assert 0 < pttl <= math.ceil((end - now) * 1000)
+    assert 0 < pttl <= ttl_ms(end - now)
     assert store.apply("ttl", q, 0, None).remaining == 4
 
 
@@ -372,6 +373,13 @@ QCOSTS = st.one_of(
     st.sampled_from([0, 1, 1, 1, 2, 0.5, 8, 1e9, math.inf]),
     st.floats(0, 8, allow_nan=False),
     st.sampled_from([1, 2.5, 100]).map(Refund),
+    # Refunds tied to a moment (resolved in the test, see taken_refund): before
+    # now, or about the current window's start (its units forgiven, or not).
+    st.tuples(
+        st.sampled_from([1, 2.5, 100]),
+        st.sampled_from(["now", "start"]),
+        st.sampled_from([0.0, 1e-7, -1e-7, -1e-6, -2e-6, -0.5, -3600.0, -86400.0, 1.0]),
+    ),
     # Charges: taken unconditionally, at most 2 * count (2**54 stands for any
     # charge above it, beyond 2 * count all the same).
     st.sampled_from([0, 1, 2.5, 6, 8, 13.5, 100, math.inf, 2**60]).map(Charge),
@@ -391,6 +399,15 @@ QSTEPS = st.one_of(
 QSTARTS = st.sampled_from(
     [ts(2024, 3, 30, 23, 59, tz=PARIS), ts(2024, 1, 31, 23, 59), ts(2024, 11, 3, 5, 59)]
 )
+
+
+def taken_refund(cost: Any, now: float, quota: Quota) -> Any:
+    """A QCOSTS ``(tokens, "now" | "start", seconds)``: a Refund taken that long after it."""
+    if not isinstance(cost, tuple):
+        return cost
+    tokens, base, offset = cost
+    moment = now if base == "now" else quota.bounds(now + TIME_EPSILON)[0]
+    return Refund(tokens, moment + offset)
 
 
 @pytest.mark.redis
@@ -417,12 +434,13 @@ def test_script_matches_step_quota(
     states: List[Optional[complex]] = [None] * len(limits)
     now = start
     for dt, cost, quota_cost in ops:
-        if bucket and quota_cost is not None:
-            cost = (cost, quota_cost)  # one cost per limit
         if not isinstance(dt, tuple):
             now += dt
         elif states[-1] is not None:
             now = quota.bounds(states[-1].imag - 1)[0] - dt[1]
+        cost, quota_cost = taken_refund(cost, now, quota), taken_refund(quota_cost, now, quota)
+        if bucket and quota_cost is not None:
+            cost = (cost, quota_cost)  # one cost per limit
         since = time.monotonic()
         if bucket:
             states, expected = step_all(states, now, limits, cost)

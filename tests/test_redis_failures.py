@@ -562,8 +562,9 @@ def test_noeviction_keeps_every_bucket_and_fails_writes_loudly(
     server = RedisServer(None, "--maxmemory-policy", "noeviction").start()
     try:
         client = short_timeouts(server)
-        client.config_set("maxmemory", client.info("memory")["used_memory"] + 256 * 1024)
         store = RedisStore(client, prefix="app:")
+        store.ping()  # the script loaded first: the 256 kB below are for buckets
+        client.config_set("maxmemory", client.info("memory")["used_memory"] + 256 * 1024)
         assert sum(store.apply("victim", HOURLY, 1, None).allowed for _ in range(11)) == 10
         caplog.set_level(logging.WARNING, logger=LOGGER)
         with pytest.raises(StoreError, match=r"OutOfMemory|OOM|maxmemory") as info:

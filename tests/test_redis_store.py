@@ -25,7 +25,7 @@ from helpers.redis_servers import RedisServer, unique_prefix
 from helpers.redis_state import check_stored
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, hash_tag, redis_key
-from limiter.backends.redis._store import SCRIPT_SHA
+from limiter.backends.redis._wire import SCRIPT_SHA, ttl_ms
 from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import CLOCK_TOLERANCE
@@ -115,8 +115,10 @@ COSTS = st.one_of(
     ),
     # Above burst by less than the slack: denied however close (bursts are 1..30).
     st.integers(1, 30).map(lambda n: n + 1e-7),
-    # Refunds, the one negative cost: the script stops the debt at 0 as step does.
+    # Refunds, the one negative cost: the script stops the debt at 0 as step does;
+    # a bucket ignores a refund's taken_at (a quota's: tests/test_quota.py).
     st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9, math.inf]), st.floats(0, 50)).map(Refund),
+    st.sampled_from([0, 1, 2.5, 1e9, math.inf]).map(lambda t: Refund(t, T0 - 1e9)),
     # Charges, taken unconditionally: into debt, up to one burst owed (max_debt);
     # above 2**54 sent as 2**54, which takes max_debt as any charge >= 2 * burst.
     st.one_of(
@@ -259,13 +261,13 @@ def check_lock_stored(
     elapsed_ms = math.ceil((time.monotonic() - since) * 1000) + 2
     if raw is None:
         # Never written, or expired already: its end was within the time elapsed.
-        assert state is None or math.ceil((keep_until(state) - now) * 1000) <= elapsed_ms
+        assert state is None or ttl_ms(keep_until(state) - now) <= elapsed_ms
         return None
     mark, end = raw.split()
     stored = complex(float(mark), float(end))
     assert stored == state
     if ttl != -1:  # written by this step
-        expected_ttl = min(10**15, max(1, math.ceil((keep_until(stored) - now) * 1000)))
+        expected_ttl = ttl_ms(keep_until(stored) - now)
         assert expected_ttl - elapsed_ms <= ttl <= expected_ttl
     return stored
 
@@ -457,6 +459,7 @@ def test_expired_key_is_a_full_bucket(client: redis.Redis) -> None:
     limit = Limit(1000, 2)  # full again 2 ms after a request
     assert store.apply("k", limit, 2, T0).allowed
     rkey = redis_key("k", store.prefix)
+    assert client.pttl(rkey) > 2  # kept for ttl_ms's floor (the clock tolerance), not 2 ms
     deadline = time.monotonic() + 60  # generous: a busy machine
     while client.exists(rkey):  # the server expires it; nothing sweeps
         assert time.monotonic() < deadline

@@ -98,12 +98,22 @@ def test_a_refund_in_a_token_bucket_ignores_taken_at_and_stops_at_full():
     assert MemoryStore().apply("k", limit, Refund(1, 0.0), MIDNIGHT).remaining == 10
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "denycache"])
-def test_a_store_applies_a_refund_tied_to_the_day_before_as_nothing(kind, tmp_path):
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", "denycache", pytest.param("redis", marks=pytest.mark.redis)]
+)
+def test_a_store_applies_a_refund_tied_to_the_day_before_as_nothing(kind, tmp_path, request):
     from limiter import DenyCache, SQLiteStore
 
     if kind == "memory":
         store = MemoryStore()
+    elif kind == "redis":  # taken_at travels on the wire; the script makes the test
+        from helpers.redis_servers import unique_prefix
+
+        from limiter.backends.redis import RedisStore
+
+        client = request.getfixturevalue("server").client()
+        request.addfinalizer(client.close)
+        store = RedisStore(client, prefix=unique_prefix())
     elif kind == "sqlite":
         store = SQLiteStore(str(tmp_path / "limits.db"))
     else:
@@ -115,6 +125,9 @@ def test_a_store_applies_a_refund_tied_to_the_day_before_as_nothing(kind, tmp_pa
     assert (spared.allowed, spared.remaining) == (True, 0)
     given = store.apply("u", quota, Refund(50, MIDNIGHT + 1), MIDNIGHT + 1)
     assert given.remaining == 50
+    # Taken within TIME_EPSILON (1e-6 s) before the window's start: this window's.
+    assert store.apply("u", quota, Refund(1, MIDNIGHT - 5e-7), MIDNIGHT + 1).remaining == 51
+    assert store.apply("u", quota, Refund(1, MIDNIGHT - 2e-6), MIDNIGHT + 1).remaining == 51
     both = store.apply_many(["a", "b"], [quota, quota], (Refund(1, MIDNIGHT - 2), 0), MIDNIGHT + 1)
     assert both.allowed
     if kind == "sqlite":

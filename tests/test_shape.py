@@ -28,7 +28,6 @@ MAX_FUNCTION_LINES = 60
 
 #: Modules over MAX_MODULE_LINES, waiting for their split.
 KNOWN_LONG_MODULES: Set[str] = {
-    "limiter.backends.redis._store",
     "limiter.ratelimiter",
 }
 

@@ -15,7 +15,7 @@ from limiter.backends.memory import MemoryStore
 from limiter.clock import Clock, SystemClock, finite_seconds
 from limiter.core.costs import Charge, Refund, checked_cost
 from limiter.core.keys import MAX_KEY_LENGTH, refuse_rate_key
-from limiter.core.limits import TIME_EPSILON, Limit, Policy, check_name
+from limiter.core.limits import Limit, Policy, check_name
 from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
@@ -644,28 +644,13 @@ class RateLimiter:
         return await self._asettle(key, self._refund_cost(cost, taken_at))
 
     def _refund_cost(self, cost: CostSpec, taken_at: Optional[float]) -> Any:
-        # A Refund (or one per limit) tied to taken_at.  The window test is
-        # also made here, for every quota, at this limiter's now: a store
-        # whose wire carries no taken_at (Redis) then gets nothing to give
-        # back for a quota whose window started after taken_at, as step does.
+        # A Refund (or one per limit) tied to taken_at: every store's step
+        # (the Redis script too) gives a quota nothing back for units taken
+        # before its current window.
         if taken_at is None:
             return self._settled(cost, Refund)
         Refund(0, taken_at)  # taken_at's own error first
-        settled = self._settled(cost, lambda c: Refund(c, taken_at))
-        quotas = [i for i, limit in enumerate(self.limits) if limit.kind == "quota"]
-        if not quotas:
-            return settled
-        now = self._now()
-        moment = (self.clock.now() if now is None else now) + TIME_EPSILON
-        if self._many:
-            costs = list(settled) if settled.__class__ is tuple else [settled] * len(self.limits)
-            for i in quotas:
-                if taken_at + TIME_EPSILON < self.limits[i].bounds(moment)[0]:  # type: ignore[union-attr]
-                    costs[i] = Refund(0, taken_at)
-            return tuple(costs)
-        if taken_at + TIME_EPSILON < self._limit.bounds(moment)[0]:  # type: ignore[union-attr]
-            return Refund(0, taken_at)
-        return settled
+        return self._settled(cost, lambda c: Refund(c, taken_at))
 
     def charge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """Take ``cost`` tokens (default 1) from ``key``'s buckets unconditionally.

@@ -6,6 +6,8 @@ import math
 import time
 from typing import TYPE_CHECKING, Optional
 
+from limiter.backends.redis._wire import ttl_ms
+
 if TYPE_CHECKING:
     import redis
 
@@ -26,12 +28,12 @@ def check_stored(
     raw, ttl = client.pipeline().get(rkey).pttl(rkey).persist(rkey).execute()[:2]
     elapsed_ms = 60_000 if since is None else math.ceil((time.monotonic() - since) * 1000) + 2
     if raw is None:  # expired: the bucket was full again within the time elapsed
-        assert state is None or math.ceil(state.real * 1000) <= elapsed_ms
+        assert state is None or ttl_ms(state.real) <= elapsed_ms
         return None
     debt, updated_at = raw.split()
     stored = complex(float(debt), float(updated_at))
     assert stored == state
     if ttl != -1:  # written by this step (-1: kept from before, made persistent)
-        expected_ttl = min(10**15, max(1, math.ceil(stored.real * 1000)))  # PX's bounds
+        expected_ttl = ttl_ms(stored.real)  # PX's bounds
         assert expected_ttl - elapsed_ms <= ttl <= expected_ttl  # less what elapsed since
     return stored

@@ -79,10 +79,8 @@ class Refund(float):
     (``RateLimiter.refund(..., taken_at=)``; ``deduct_when`` does).  A token
     bucket ignores it: a refund never fills one beyond its burst, so after a
     reset or a refill to full it gives nothing back.  Not part of equality.
-    ``step`` honours it, so do the stores that apply it (memory, SQLite,
-    ``DenyCache``); the Redis script is sent no ``taken_at``, so through a
-    ``RedisStore`` it holds for ``RateLimiter.refund``, which makes the window
-    test itself for each quota.
+    ``step`` honours it, and so does every store (the Redis script is sent
+    it: ``limiter.backends.redis._wire``).
     """
 
     __slots__ = ("taken_at",)

@@ -1,13 +1,32 @@
 -- limiter's token bucket for Redis and Valkey: limiter.core.bucket in Lua, run by
--- EVALSHA for every check (limiter/backends/redis/_store.py loads this file and
--- sends it).  limiter/core/bucket.py is the specification; each part below mirrors
+-- EVALSHA for every check (limiter/backends/redis/_wire.py loads this file and
+-- speaks its language).  The grammar of its argument, reply and stored
+-- values (_wire.py's, verbatim; tests/test_redis_wire.py holds the two equal):
+--
+--   argv    = now " " costs policy { policy } ;  (* ARGV[1]: one policy per KEYS[i] *)
+--   now     = "" | number ;                       (* "": the server's TIME *)
+--   costs   = cost { "," cost } ;                 (* several: one per key *)
+--   cost    = number                              (* a request *)
+--           | "!" number                          (* a Charge: always admitted *)
+--           | "-" number [ "@" number ] ;         (* a Refund of number; @ its taken_at *)
+--   policy  = " " number " " count                (* token bucket: rate burst *)
+--           | " q" number "/" number " " count    (* quota: window start/end, count *)
+--           | " l" number "/" number " " count ;  (* lockout, last: within/duration *)
+--   number  = Python float repr ;                 (* a cost at most 2^54: the stand-in *)
+--   count   = decimal integer ;                   (* burst, count, breaches *)
+--   reply   = result { " " result } ;             (* one per key, in KEYS order *)
+--   result  = allowed " " remaining " " reset_after " " retry_after ;
+--   allowed = "1" | "0" ;                         (* the other three: %d or %.17g *)
+--   stored  = number " " number ;                 (* each key: PX = ttl_ms(seconds) *)
+--
+-- limiter/core/ is the specification; each part below mirrors
 -- one of its functions, computing the very same doubles, and
 -- tests/test_redis_store.py feeds both the same random sequences and compares
 -- the results bit for bit.  Change the two together.
 --
---   this file                          mirrors (limiter/core/bucket.py)
+--   this file                          mirrors (limiter/core/)
 --   ARGV parsing, cost <= 2^54         validate_cost / validate_costs (done in
---                                      Python first, see redis.py's _cost_arg)
+--                                      Python first, see _wire.cost_text)
 --                                      and Limit.__post_init__
 --   load / store (PX)                  State: complex(debt, updated_at); full_at
 --   step                               step, and _settle for a Refund or a Charge
@@ -16,11 +35,11 @@
 --                                      lockout last); combine is applied to
 --                                      the replies in Python
 --   quota                              step_quota / _apply_quota (a Quota's
---                                      window end comes from Python, see below)
+--                                      window comes from Python, see below)
 --   lockstatus, breach                 _lock_status, _breach
 --
 -- Two placeholders in capitals, in the code below, stand for limiter.core.bucket's
--- time epsilon and clock tolerance constants: redis.py substitutes their
+-- time epsilon and clock tolerance constants: _wire.py substitutes their
 -- Python reprs when it loads this file, so the text sent to Redis (and its
 -- SHA-1) carries the numbers.
 --
@@ -54,15 +73,19 @@
 -- * Several keys: all admit or none is charged; on denial the ones that would
 --   have admitted are recomputed as peeks (cost 0).
 -- * Every write sets PX to the time until the bucket is full again, so an
---   expired key is a full bucket and nothing needs sweeping.  A written state
---   is anchored at now, or at updated_at for a now just behind it.
--- * A calendar quota (limiter.core.bucket.step_quota) comes as "q<end> count" in
---   place of "rate burst": end is the end of the window holding now +
+--   expired key is a full bucket and nothing needs sweeping; never less than
+--   the clock tolerance (FLOOR), so that a reading that late still finds the
+--   state step would read.  A written state is anchored at now, or at
+--   updated_at for a now just behind it.
+-- * A calendar quota (limiter.core.quota.step_quota) comes as
+--   "q<start>/<end> count" in place of "rate burst": the window holding now +
 --   epsilon, which the client computes (time zones are beyond this script),
 --   and now is then always the client's.  Its state is "used*2^-600 end", so
 --   updated_at + debt is its end, and PX is the time left to that end.  A
---   Charge adds to used unconditionally, at most 2 * count.
--- * A lockout (limiter.core.bucket.Lockout) comes as "l<within>/<duration>
+--   Charge adds to used unconditionally, at most 2 * count.  A Refund with a
+--   taken_at (+ epsilon) before start gives nothing back: its units were
+--   forgiven at the boundary.
+-- * A lockout (limiter.core.lockout.Lockout) comes as "l<within>/<duration>
 --   breaches", only ever as the last key (alone, it reports its status and
 --   takes nothing).  Its state is "breaches*2^-600 run_end" for an open run
 --   of breaches or "-2^-600 until" when locked out (PX: the time to that
@@ -75,14 +98,11 @@
 --   to now + within), and the breaches-th breach of a run locks the key until
 --   now + duration, that very reply already refusing.  Its reply is 4 fields
 --   like any key's: "0 0 left left" locked out, else "1 breaches_left 0 0".
--- KEYS: one per limit.  ARGV[1]: "now cost rate burst [rate burst ...]", one
--- rate and burst per key, Python reprs; now is empty to read the server's
--- TIME.  With several keys, cost may be "c1,c2,...,cn", one per key (the
--- lockout's is ignored).  A cost is a number, "-t" for a Refund of t tokens
--- or "!t" for a Charge; t is at most 2^54: a larger one (even inf, which
--- tonumber may not read) is sent as 2^54, above every burst (<= 2^53) and at
--- least twice every burst, so its result is the same.  (One argument: each
--- one costs clients more to send than the match below costs here.)
+-- KEYS: one per limit; ARGV[1]: argv above (the lockout's cost is ignored).
+-- A cost is at most 2^54: a larger one (even inf, which tonumber may not
+-- read) is sent as 2^54, above every burst (<= 2^53) and at least twice
+-- every burst, so its result is the same.  (One argument: each one costs
+-- clients more to send than the match below costs here.)
 -- interval = 1 / rate, window = burst / rate and slack = min(limiter.core.bucket's
 -- epsilon, 1e-3 / rate) are derived here as limiter.Limit derives them: IEEE
 -- division is exact, so they are the very same doubles.
@@ -90,7 +110,7 @@
 -- "allowed remaining reset_after retry_after", space-separated, floats as
 -- %.17g since Redis would truncate Lua numbers to integers.  Formatting a
 -- double is the costliest thing done here: no value is formatted twice.
-local tonumber, format, match, byte, sub = tonumber, string.format, string.match, string.byte, string.sub
+local tonumber, format, match, byte, sub, find = tonumber, string.format, string.match, string.byte, string.sub, string.find
 local n = #KEYS
 local nows, cost, rate1, burst1, rest
 if n == 1 then
@@ -116,15 +136,19 @@ else
 end
 
 -- One cost's text: the number, and '!' for a Charge or '-' for a Refund (both
--- settled: always admitted), nil for a request.
+-- settled: always admitted), nil for a request; and a Refund's taken_at.
 local function readcost(text)
   local b = byte(text)
   if b == 33 then return tonumber(sub(text, 2)), '!' end
-  if b == 45 then return tonumber(text), '-' end
+  if b == 45 then
+    local at = find(text, '@', 2, true)
+    if at then return tonumber(sub(text, 1, at - 1)), '-', tonumber(sub(text, at + 1)) end
+    return tonumber(text), '-'
+  end
   return tonumber(text), nil
 end
 
--- Mirrors limiter.core.bucket.State.  The stored debt, updated_at and updated_at's
+-- Mirrors limiter.core.state (the bucket's state).  The stored debt, updated_at and updated_at's
 -- text (nil for a new key); false and an error reply for a corrupt state.
 local function load(key)
   local raw = redis.call('GET', key)
@@ -139,7 +163,7 @@ local function load(key)
   end
 end
 
--- Mirrors limiter.core.bucket.full_at: the key expires when the bucket is full
+-- Mirrors limiter.core.state.keep_until: the key expires when the bucket is full
 -- again.  Writes debt d anchored at the text at, or at now when at is nil
 -- (full again in d seconds, or in px when given); returns d formatted.
 -- A denial's bookkeeping (soft: a lockout's breach, a re-anchoring) is
@@ -148,9 +172,10 @@ end
 -- would let through.  The denial stands, unrecorded.  An admission's write
 -- is no bookkeeping: it fails the call (the units cannot be taken).
 local denied = false
+local FLOOR = math.ceil(TOLERANCE * 1000)  -- _wire.ttl_ms
 local function store(key, d, at, px, soft)
   local ms = math.ceil((px or d) * 1000)
-  if ms < 1 then ms = 1 end
+  if ms < FLOOR then ms = FLOOR end
   if ms > 1e15 then ms = 1e15 end
   local ds = format('%.17g', d)
   if soft then
@@ -167,12 +192,13 @@ local function trunc(x)
   return math.ceil(x)
 end
 
--- Mirrors limiter.core.bucket.step_quota (_apply_quota): d, u, us as for step;
--- ends: the text of the current window's end; count: the quota; mode: '!'
--- for a Charge.  Returns what step returns, and the seconds until the written
--- state's end (for PX).
+-- Mirrors limiter.core.quota.step_quota (_apply_quota): d, u, us as for step;
+-- spec: "q<start>/<end>", the current window; count: the quota; mode: '!'
+-- for a Charge; taken: a Refund's taken_at (or nil).  Returns what step
+-- returns, and the seconds until the written state's end (for PX).
 local QSCALE, QUNSCALE = 2^-600, 2^600
-local function quota(d, u, us, ends, count, cost, mode)
+local function quota(d, u, us, spec, count, cost, mode, taken)
+  local starts, ends = match(spec, '^q([^/]+)/(%S+)$')
   count = tonumber(count)
   local qend, endtext = tonumber(ends), ends
   local used = 0.0
@@ -188,7 +214,9 @@ local function quota(d, u, us, ends, count, cost, mode)
   local reset = qend - now
   local rem
   if cost <= 0 then
-    if cost < 0 and used > 0 then  -- a refund: never below 0 used
+    if taken and taken + EPSILON < tonumber(starts) then
+      -- taken in an earlier window, forgiven at its end: nothing to give
+    elseif cost < 0 and used > 0 then  -- a refund: never below 0 used
       used = used + cost
       if used < 0.0 then used = 0.0 end
       write, at = used * QSCALE, endtext
@@ -216,7 +244,7 @@ local function quota(d, u, us, ends, count, cost, mode)
   return write, at, 0, rem, reset, retry, reset
 end
 
--- Mirrors limiter.core.bucket._lock_status.  spec: "l<within>/<duration>".
+-- Mirrors limiter.core.lockout.lock_status.  spec: "l<within>/<duration>".
 -- Returns the state to store (mark, and its until as text; nil: nothing),
 -- allowed (0: locked out), remaining, the seconds left of the lockout, and
 -- the open run's breaches and end (0 and -inf when none).
@@ -244,7 +272,7 @@ local function lockstatus(d, u, spec, breaches)
   return nil, nil, 1, rem, 0, count, runend
 end
 
--- Mirrors limiter.core.bucket._breach: the lockout's state and reply after a
+-- Mirrors limiter.core.lockout.breach: the lockout's state and reply after a
 -- denial, as finish takes them (PX: the time to the run's or lockout's end).
 local function breach(count, runend, spec, breaches)
   local within, duration = match(spec, '^l(%S+)/(%S+)$')
@@ -265,13 +293,14 @@ end
 
 -- Mirrors limiter.core.bucket.step (and _settle for a Refund or a Charge, mode
 -- '-' or '!').  d, u, us: the stored debt, updated_at and its text (nil for a
--- new key).  Returns the debt to store (nil: nothing to store), its anchor
--- (nil: now, or us), and allowed, remaining, reset_after, retry_after (and
--- PX's seconds, for a quota or a lockout).
-local function step(d, u, us, rate, burst, cost, mode)
+-- new key); taken: a Refund's taken_at (a quota's only).  Returns the debt
+-- to store (nil: nothing to store), its anchor (nil: now, or us), and
+-- allowed, remaining, reset_after, retry_after (and PX's seconds, for a
+-- quota or a lockout).
+local function step(d, u, us, rate, burst, cost, mode, taken)
   local kind = byte(rate)
   if kind == 113 then  -- "q": a quota
-    return quota(d, u, us, sub(rate, 2), burst, cost, mode)
+    return quota(d, u, us, rate, burst, cost, mode, taken)
   end
   if kind == 108 then  -- "l": a lockout alone reports its status, taking nothing
     local write, at, ok, rem, left = lockstatus(d, u, rate, burst)
@@ -349,11 +378,11 @@ if n == 1 then
   local key = KEYS[1]
   local d, u, us = load(key)
   if d == false then return u end
-  local c, mode = readcost(cost)
-  return finish(key, step(d, u, us, rate1, burst1, c, mode))
+  local c, mode, taken = readcost(cost)
+  return finish(key, step(d, u, us, rate1, burst1, c, mode, taken))
 end
 
--- Mirrors limiter.core.bucket.step_all: all admit or none is charged, and a
+-- Mirrors limiter.core.many.step_all: all admit or none is charged, and a
 -- lockout last (combine is Python's, on the replies).
 local debts, stamps, texts, limits = {}, {}, {}, {}
 for i = 1, n do
@@ -366,19 +395,19 @@ for rate, burst in string.gmatch(rest, '(%S+) (%S+)') do
   i = i + 1
   limits[i] = {rate, burst}
 end
-local costs, modes = {}, {}
-if string.find(cost, ',', 1, true) then  -- one cost per key
+local costs, modes, takens = {}, {}, {}
+if find(cost, ',', 1, true) then  -- one cost per key
   local j = 0
   for c in string.gmatch(cost, '[^,]+') do
     j = j + 1
-    costs[j], modes[j] = readcost(c)
+    costs[j], modes[j], takens[j] = readcost(c)
   end
   if j ~= n then
     return redis.error_reply('limiter: ' .. j .. ' costs for ' .. n .. ' keys')
   end
 else
-  local c, mode = readcost(cost)
-  for j = 1, n do costs[j], modes[j] = c, mode end
+  local c, mode, taken = readcost(cost)
+  for j = 1, n do costs[j], modes[j], takens[j] = c, mode, taken end
 end
 local m, lock, locked = n, nil, false
 local parts = {}
@@ -393,7 +422,7 @@ end
 local out = {}
 local all = not locked
 for i = 1, m do
-  out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], costs[i], modes[i])}
+  out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], costs[i], modes[i], takens[i])}
   if out[i][3] == 0 then all = false end
 end
 denied = not all  -- locked out, or a limit refused: every write below is bookkeeping

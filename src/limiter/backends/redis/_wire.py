@@ -1,0 +1,364 @@
+"""The private language of ``RedisStore`` and ``bucket.lua``: arguments, replies, keys, expiry.
+
+The one owner of it on the Python side; ``bucket.lua``'s header repeats the
+grammar below verbatim (``tests/test_redis_wire.py`` holds the two equal)::
+
+    argv    = now " " costs policy { policy } ;  (* ARGV[1]: one policy per KEYS[i] *)
+    now     = "" | number ;                       (* "": the server's TIME *)
+    costs   = cost { "," cost } ;                 (* several: one per key *)
+    cost    = number                              (* a request *)
+            | "!" number                          (* a Charge: always admitted *)
+            | "-" number [ "@" number ] ;         (* a Refund of number; @ its taken_at *)
+    policy  = " " number " " count                (* token bucket: rate burst *)
+            | " q" number "/" number " " count    (* quota: window start/end, count *)
+            | " l" number "/" number " " count ;  (* lockout, last: within/duration *)
+    number  = Python float repr ;                 (* a cost at most 2^54: the stand-in *)
+    count   = decimal integer ;                   (* burst, count, breaches *)
+    reply   = result { " " result } ;             (* one per key, in KEYS order *)
+    result  = allowed " " remaining " " reset_after " " retry_after ;
+    allowed = "1" | "0" ;                         (* the other three: %d or %.17g *)
+    stored  = number " " number ;                 (* each key: PX = ttl_ms(seconds) *)
+
+Keys: ``redis_key`` (one-to-one, always with a cluster hash tag).  Why one
+argument string: CONTRIBUTING.md "Hot paths".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from limiter.core.costs import Charge, Cost, Refund, validate_cost, validate_costs
+from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON, Limit
+from limiter.core.lockout import Lockout
+from limiter.core.quota import Quota
+from limiter.core.result import RateLimitResult
+from limiter.store import StoreError
+
+__all__ = [
+    "SCRIPT",
+    "SCRIPT_SHA",
+    "TTL_FLOOR_MS",
+    "Argv",
+    "PolicyCodec",
+    "cost_text",
+    "costs_text",
+    "decode_result",
+    "decode_results",
+    "encode_key",
+    "encode_keys",
+    "hash_tag",
+    "policy_codec",
+    "redis_key",
+    "slot_tag",
+    "ttl_ms",
+]
+
+
+def _load_script() -> str:
+    """``bucket.lua``, its ``EPSILON`` and ``TOLERANCE`` replaced by core's constants' reprs."""
+    from importlib.resources import files  # Python >= 3.9
+
+    text = files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
+    for placeholder, value in (("EPSILON", TIME_EPSILON), ("TOLERANCE", CLOCK_TOLERANCE)):
+        if placeholder not in text:
+            raise RuntimeError(
+                f"limiter/backends/redis/bucket.lua lacks its {placeholder} placeholder"
+            )
+        text = text.replace(placeholder, repr(value))
+    return text
+
+
+#: The Lua script run by EVALSHA for every check (``bucket.lua``, which says
+#: which function of ``limiter.core.bucket`` each of its parts mirrors).
+SCRIPT = _load_script()
+
+#: SHA-1 of ``SCRIPT``, the name EVALSHA calls it by.
+SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
+
+#: The shortest PX the script sets (ms): a key outlives a reading up to the
+#: clock tolerance late, which ``step`` applies to the stored state.
+TTL_FLOOR_MS = math.ceil(CLOCK_TOLERANCE * 1000)
+
+
+def ttl_ms(seconds: float) -> int:
+    """The PX the script sets for a state full again (or ended) in ``seconds``."""
+    return min(10**15, max(TTL_FLOOR_MS, math.ceil(seconds * 1000)))
+
+
+# -- keys ------------------------------------------------------------------------
+
+
+def hash_tag(key: str) -> Optional[str]:
+    """The cluster hash tag marked in ``key`` (Redis's rule), or ``None``.
+
+    The tag is the text between the first ``{`` and the next ``}``; an empty
+    one (``"{}"``) does not count.
+    """
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def _escaped(key: str) -> str:
+    """``key`` with ``%`` and ``}`` as ``%25`` and ``%7D`` (a tag that ends where it should)."""
+    if "}" in key or "%" in key:
+        return key.replace("%", "%25").replace("}", "%7D")
+    return key
+
+
+def slot_tag(key: str) -> str:
+    """The hash tag of ``redis_key(key)``: ``key``'s own tag, else ``key`` escaped."""
+    tag = hash_tag(key)
+    return _escaped(key) if tag is None else tag
+
+
+def redis_key(key: str, prefix: str = "limiter:") -> str:
+    """The Redis key that holds ``key``'s state, one-to-one for any str.
+
+    ``prefix + "{" + tag + "}" + key`` for a key with a hash tag of its own
+    (``hash_tag``), else ``prefix + "{" + key + "}"`` with ``%`` and ``}``
+    escaped as ``%25`` and ``%7D``: the key is its own tag.
+    """
+    tag = hash_tag(key)
+    if tag is not None:
+        return prefix + "{" + tag + "}" + key
+    return prefix + "{" + _escaped(key) + "}"
+
+
+def encode_key(key: str, prefix: str) -> bytes:
+    """``redis_key`` as UTF-8 (lone surrogates too); ``ValueError`` for a key that is no str."""
+    if not isinstance(key, str):
+        raise ValueError(f"key must be a str, got {key!r:.100}")
+    return redis_key(key, prefix).encode("utf-8", "surrogatepass")
+
+
+def encode_keys(keys: Sequence[str], count: int, prefix: str, cluster: bool) -> List[bytes]:
+    """The keys of a call with ``count`` policies, or ``ValueError`` before any I/O.
+
+    One key per policy, at least one; on a cluster (``cluster``) all share a
+    hash tag (``slot_tag``).
+    """
+    if len(keys) != count or not keys:
+        raise ValueError(f"need one key per limit and at least one limit, got {count}")
+    if cluster and len(keys) > 1:
+        tags = {slot_tag(k) for k in keys if isinstance(k, str)}
+        if len(tags) > 1:
+            raise ValueError(
+                "on Redis Cluster, the keys of one apply_many call must share a hash tag "
+                f"(e.g. '{{user}}:a', '{{user}}:b'), got {list(keys)!r:.200}"
+            )
+    return [encode_key(k, prefix) for k in keys]
+
+
+# -- policies --------------------------------------------------------------------
+
+
+def _bucket_text(limit: Any, now: float) -> bytes:
+    # The script derives interval, window and slack as Limit does.
+    return f" {limit.rate!r} {limit.burst}".encode("ascii")
+
+
+def _quota_text(quota: Any, now: float) -> bytes:
+    # The script cannot do time-zone arithmetic: it gets the window holding
+    # now + TIME_EPSILON (as step_quota finds it) from the now it is sent.
+    start, end = quota.bounds(now + TIME_EPSILON)
+    return f" q{start!r}/{end!r} {quota.burst}".encode("ascii")
+
+
+def _lockout_text(lockout: Any, now: float) -> bytes:
+    return f" l{lockout.within!r}/{lockout.duration!r} {lockout.burst}".encode("ascii")
+
+
+class PolicyCodec(NamedTuple):
+    """How one type of policy travels: its text, and where it may stand."""
+
+    encode: Callable[[Any, float], bytes]  # (policy, now) -> its policy text
+    timed: bool  # its text depends on now (never cached; now is then the client's)
+    last: bool  # only ever last, after another policy (a lockout)
+
+
+_BUCKET = PolicyCodec(_bucket_text, False, False)
+_QUOTA = PolicyCodec(_quota_text, True, False)
+_LOCKOUT = PolicyCodec(_lockout_text, False, True)
+
+
+def policy_codec(policy: object) -> PolicyCodec:
+    """The codec of ``policy``'s type: the one place that tells policies apart.
+
+    Raises ``ValueError`` for anything that is no policy.
+    """
+    if isinstance(policy, Lockout):
+        return _LOCKOUT
+    if isinstance(policy, Quota):
+        return _QUOTA
+    if isinstance(policy, Limit):
+        return _BUCKET
+    raise ValueError(f"limit must be a limiter.Limit, got {policy!r:.100}")
+
+
+# -- costs -----------------------------------------------------------------------
+
+_MAX_COST = float(2**53)  # the largest burst a Limit accepts
+_MAX_CHARGE = float(2**54)  # twice that: a charge's bound for every limit
+_MAX_COST_TEXT = repr(_MAX_CHARGE)
+_MAX_REFUND_TEXT = repr(-_MAX_CHARGE)
+
+
+def cost_text(cost: Any) -> str:
+    """One ``cost`` of the grammar, checked as ``step`` checks it (``ValueError``, ``TypeError``).
+
+    A number above 2**53 (more than any burst, denied alike) and a Charge or
+    Refund beyond 2**54 (at least twice any burst: the bound alike) are sent
+    as 2**54, so the script never reads a huge number nor ``inf``.
+    """
+    if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
+        return "1.0"
+    if cost.__class__ is Refund:  # "-t": the debt or the count stops at 0
+        value = float(cost)
+        text = repr(value) if value >= -_MAX_CHARGE else _MAX_REFUND_TEXT
+        taken_at = cost.taken_at
+        return text if taken_at is None else text + "@" + repr(taken_at)
+    if cost.__class__ is Charge:  # "!t": taken up to the bound
+        value = float(cost)
+        return "!" + (repr(value) if value <= _MAX_CHARGE else _MAX_COST_TEXT)
+    value = validate_cost(cost)
+    return _MAX_COST_TEXT if value > _MAX_COST else repr(value)
+
+
+def costs_text(cost: Cost, count: int) -> str:
+    """``costs`` for ``count`` policies: one for all, or a list or tuple of one each."""
+    if cost.__class__ is tuple or cost.__class__ is list:
+        return ",".join([cost_text(c) for c in validate_costs(cost, count)])  # type: ignore[union-attr]
+    return cost_text(cost)
+
+
+class Argv:
+    """One store's ARGV builder; it keeps the text of up to 1024 untimed policies."""
+
+    __slots__ = ("_texts", "server_time")
+
+    def __init__(self, server_time: bool) -> None:
+        self.server_time = server_time
+        self._texts: Dict[Any, bytes] = {}
+
+    def args(self, policies: Sequence[Limit], cost: Cost, now: Optional[float]) -> List[bytes]:
+        """``[argv]`` for ``policies`` (``ValueError`` or ``TypeError`` before any I/O).
+
+        ``now``: seconds, or ``None`` for the server's TIME (or ``time.time()``
+        without ``server_time``, and always when a policy is timed).
+        """
+        # The policies first: a timed one (a quota, never cached) may fix now.
+        texts = self._texts
+        if len(policies) == 1:
+            policy = policies[0]
+            packed = texts.get(policy)
+            if packed is None:
+                now, packed = self._uncached(policy, now)
+            return [(self._now(now) + " " + cost_text(cost)).encode("ascii") + packed]
+        parts = [b""]
+        for policy in policies:
+            packed = texts.get(policy)
+            if packed is None:
+                now, packed = self._uncached(policy, now)
+            parts.append(packed)
+        parts[0] = (self._now(now) + " " + costs_text(cost, len(policies))).encode("ascii")
+        return [b"".join(parts)]
+
+    def many(self, policies: Sequence[Limit], cost: Cost, now: Optional[float]) -> List[bytes]:
+        """``args`` of an ``apply_many`` call: one policy may not be a lone lockout."""
+        if len(policies) == 1:  # the one-policy form of the script, as step_all allows it
+            if policy_codec(policies[0]).last:
+                raise ValueError("a Lockout needs at least one limit before it")
+            if cost.__class__ is tuple or cost.__class__ is list:
+                cost = validate_costs(cost, 1)[0]  # type: ignore[index]
+        return self.args(policies, cost, now)
+
+    def _now(self, now: Optional[float]) -> str:
+        """``now`` of the grammar: "" for the server's TIME, else a finite float's repr."""
+        if now is None:
+            return "" if self.server_time else repr(time.time())
+        try:
+            value = float(now)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"now must be a finite number of seconds, got {now!r:.100}") from None
+        if value - value != 0.0:
+            raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+        return repr(value)
+
+    def _uncached(self, policy: Limit, now: Optional[float]) -> Tuple[Optional[float], bytes]:
+        """``(now, text)`` of a policy not in the cache; a timed one fixes now (the client's)."""
+        codec = policy_codec(policy)
+        if codec.timed:
+            value = float(self._now(time.time() if now is None else now))
+            return value, codec.encode(policy, value)
+        packed = codec.encode(policy, 0.0)
+        texts = self._texts
+        if len(texts) > 1024:
+            texts.clear()
+        texts[policy] = packed
+        return now, packed
+
+
+# -- replies ---------------------------------------------------------------------
+
+
+def _make(
+    policy: Any, allowed: bool, remaining: int, reset_after: float, retry_after: float
+) -> RateLimitResult:
+    # Field for field what limiter.core.bucket.step builds (hot path: tuple.__new__).
+    return tuple.__new__(
+        RateLimitResult,
+        (
+            allowed,
+            policy.burst,
+            remaining,
+            reset_after,
+            retry_after,
+            policy.window,
+            (),
+            policy.name,
+            policy.kind,
+        ),
+    )
+
+
+def _bad_reply(kind: str, reply: Any) -> StoreError:
+    return StoreError(f"{kind}: unexpected script reply {reply!r:.200}")
+
+
+def decode_result(reply: Any, policy: Limit, kind: str) -> RateLimitResult:
+    """The result of a one-key reply; a malformed one is ``StoreError`` naming ``kind``."""
+    try:
+        allowed, remaining, reset_after, retry_after = reply.split()
+        return _make(
+            policy, int(allowed) == 1, int(float(remaining)), float(reset_after), float(retry_after)
+        )
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise _bad_reply(kind, reply) from exc
+
+
+def decode_results(reply: Any, policies: Sequence[Limit], kind: str) -> List[RateLimitResult]:
+    """``result`` of each key of a reply, in order; a malformed one is ``StoreError``."""
+    try:
+        fields = reply.split()
+        if len(fields) != 4 * len(policies):
+            raise ValueError(f"{len(fields)} fields for {len(policies)} limits")
+        return [
+            _make(
+                policy,
+                int(fields[4 * i]) == 1,
+                int(float(fields[4 * i + 1])),
+                float(fields[4 * i + 2]),
+                float(fields[4 * i + 3]),
+            )
+            for i, policy in enumerate(policies)
+        ]
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise _bad_reply(kind, reply) from exc
