@@ -108,7 +108,6 @@ def test_a_store_applies_a_refund_tied_to_the_day_before_as_nothing(kind, tmp_pa
         store = MemoryStore()
     elif kind == "redis":  # taken_at travels on the wire; the script makes the test
         from helpers.redis_servers import unique_prefix
-
         from limiter.backends.redis import RedisStore
 
         client = request.getfixturevalue("server").client()
