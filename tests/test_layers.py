@@ -35,6 +35,7 @@ LEVELS: Dict[str, int] = {
     "limiter.backends": 3,
     "limiter.urls": 4,
     "limiter.waiting": 5,
+    "limiter._observed": 5,
     "limiter.ratelimiter": 5,
     "limiter.http.rules": 6,
     "limiter.http.options": 6,

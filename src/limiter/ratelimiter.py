@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from limiter import waiting
+from limiter._observed import Observed
 from limiter.backends.memory import MemoryStore
 from limiter.clock import Clock, SystemClock, finite_seconds
-from limiter.core.costs import Charge, Refund, checked_cost
+from limiter.core.costs import Charge, Refund
 from limiter.core.keys import MAX_KEY_LENGTH, refuse_rate_key
-from limiter.core.limits import Limit, Policy, check_name
+from limiter.core.limits import Limit, Policy
 from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
-from limiter.events import DecisionEvent, Observer, Outcome
-from limiter.store import AsyncStore, Store, StoreError, SupportsAllow, Sweepable, is_nonblocking
+from limiter.core.spec import CostSpec, NamedCosts, RateSpec, default_name, policies
+from limiter.events import Observer, Outcome
+from limiter.store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
 from limiter.waiting import RateLimitExceeded
 
 __all__ = ["MAX_KEY_LENGTH", "CostSpec", "RateLimitExceeded", "RateLimiter", "RateSpec"]
 
 _Apply = Callable[[str, Policy, float, Optional[float]], RateLimitResult]
-#: The policies a ``RateLimiter`` accepts (``Lockout`` only as ``lockout=``).
-_POLICIES = (Limit, Quota, Lockout)
 _AnyLimit = Union[Limit, Quota]
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("limiter")
@@ -36,113 +35,9 @@ _perf_counter = time.perf_counter
 _ONE = 1  # ``cost is _ONE``: the default cost, CPython's cached small int
 _ALLOWED = Outcome.ALLOWED
 
-#: What ``RateLimiter(rate)`` accepts: a rate, a ``Limit``, a list of them, or a
-#: mapping of limit names to one rate each.
-RateSpec = Union[
-    Limit,
-    Quota,
-    str,
-    float,
-    Sequence[Union[Limit, Quota, str]],
-    Mapping[str, Union[Limit, Quota, str, float]],
-]
-
-#: A cost: tokens taken from every limit, or a mapping of limit names to the
-#: tokens taken from each (a limit not named takes 0).
-CostSpec = Union[float, Mapping[str, float]]
-
 #: The storage-key suffix of a limiter's lockout state.  A limit's suffix is
 #: ``|<name>`` and a limit name cannot hold ``"``, so no limit has this one.
 _LOCKOUT_SUFFIX = '|"lockout"'
-
-
-def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[_AnyLimit, ...]:
-    if burst is not None and (isinstance(burst, bool) or not hasattr(type(burst), "__index__")):
-        # The type first: burst="x" is no integer, whatever the rate says.
-        raise TypeError(f"burst must be an integer, got {burst!r:.100}")
-    if isinstance(rate, Mapping):
-        if burst is not None:
-            raise ValueError(
-                f"burst={burst!r} is ambiguous with a mapping of limits: give a limit its own "
-                "burst as Limit(rate, burst)"
-            )
-        if not rate:
-            raise ValueError("need at least one limit, got an empty mapping")
-        return tuple(_named_limit(name, spec) for name, spec in rate.items())
-    if isinstance(rate, str):
-        parsed = Limit.parse_many(rate)
-        if burst is None:
-            return parsed
-        if len(parsed) > 1:
-            raise ValueError(f"burst={burst!r} is ambiguous with several limits in {rate!r}")
-        # Named after its text, as without a burst: one policy name either way.
-        return (dataclasses.replace(Limit.parse(rate, burst), name=parsed[0].name),)
-    if isinstance(rate, (list, tuple)):
-        if burst is not None:
-            raise ValueError(f"burst={burst!r} is ambiguous with a list of limits")
-        if not rate:
-            raise ValueError("need at least one limit, got an empty list")
-        limits: List[_AnyLimit] = []
-        for item in rate:
-            if isinstance(item, _POLICIES):
-                if not item.standalone:
-                    raise TypeError(
-                        f"a Lockout is no limit: pass it as RateLimiter(..., lockout={item!r})"
-                    )
-                limits.append(item)
-            elif isinstance(item, str):
-                limits.extend(Limit.parse_many(item))
-            else:
-                raise TypeError(
-                    f"each limit must be a Limit or a string like '10/second', got {item!r}"
-                )
-        return tuple(limits)
-    if isinstance(rate, _POLICIES) and not rate.standalone:
-        raise TypeError(f"a Lockout is no limit: pass it as RateLimiter(..., lockout={rate!r})")
-    return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
-
-
-def _named_limit(key: object, spec: object) -> _AnyLimit:
-    """The limit ``key: spec`` of a mapping given to ``RateLimiter``, named ``key``."""
-    name = check_name(key)  # Limit's own rule (names go into headers and storage keys)
-    if isinstance(spec, _POLICIES) and not spec.standalone:
-        raise TypeError(
-            f"limit {name!r}: a Lockout is no limit: pass it as RateLimiter(..., lockout={spec!r})"
-        )
-    try:
-        if isinstance(spec, Quota):
-            return Quota(spec.count, spec.per, spec.tz, name)
-        if isinstance(spec, Limit):
-            return spec if spec.name == name else dataclasses.replace(spec, name=name)
-        if isinstance(spec, str):
-            parsed = Limit.parse_many(spec)
-            if len(parsed) > 1:
-                raise ValueError(
-                    f"must be one rate, got {spec!r:.100}: give each rate its own name"
-                )
-            return dataclasses.replace(parsed[0], name=name)
-        try:
-            limit: Limit = Limit.coerce(spec)  # type: ignore[arg-type]
-            return dataclasses.replace(limit, name=name)
-        except TypeError:
-            raise TypeError(
-                f"limit {name!r} must be a rate like '10/second', a number of tokens per "
-                f"second, a Limit or a Quota, got {spec!r:.100}"
-            ) from None
-    except ValueError as exc:
-        raise ValueError(f"limit {name!r}: {exc}") from None
-
-
-def _distinct_names(limits: Tuple[_AnyLimit, ...]) -> Tuple[_AnyLimit, ...]:
-    # The draft headers tell policies apart by name: two "default"s would not do.
-    if len({lim.name for lim in limits}) == len(limits):
-        return limits
-    return tuple(
-        Quota(lim.count, lim.per, lim.tz, f"{lim.count}/{lim.per}#{i}")
-        if lim.kind == "quota"
-        else Limit(lim.rate, lim.burst, f"{lim.burst}per{lim.window:g}s#{i}")
-        for i, lim in enumerate(limits)
-    )
 
 
 def _store_from(store: Optional[Union[Store, AsyncStore, str]]) -> Union[Store, AsyncStore]:
@@ -159,46 +54,27 @@ def _store_from(store: Optional[Union[Store, AsyncStore, str]]) -> Union[Store, 
     return store
 
 
-class RateLimiter:
-    """A token-bucket limit (or several) applied per key.
+class RateLimiter(Observed):
+    """A token-bucket limit (or several, or a quota) applied per key: the object users hold.
 
-    ``rate``: tokens per second (a positive number), a string such as
-    ``"100/minute"``, ``"5 per second"`` or ``"10/second;1000/hour"``, a
-    ``Limit``, a calendar ``Quota``, a list of ``Limit``s, ``Quota``s and
-    strings, or a mapping of limit names to one rate each (a string of one
-    rate, a number, a ``Limit`` or a ``Quota``), each limit named after its
-    key: ``{"requests": "60/minute", "tokens": "90000/minute"}``.  With
-    several limits a request passes only if every one allows it, and a
-    refused request takes nothing from any of them; a cost may then name
-    what each limit is charged (``check(key, {"tokens": 350})``).
-    ``burst``: bucket capacity in tokens for a single limit; defaults to N for
-    ``"N/unit"`` and to ``ceil(rate)`` (at least 1) for a number.  With a
-    mapping it is a ``ValueError`` (give that limit ``Limit(rate, burst)``).
-    ``lockout``: a ``limiter.Lockout``: after its ``breaches`` denials
-    within ``within`` seconds a key is refused for ``duration`` seconds,
-    however full its buckets (the result's ``kind`` is ``"lockout"``, its
-    ``locked_out`` True, ``retry_after`` the seconds left).  ``reset`` lifts
-    it.  Its state is stored beside the limits' buckets, in one atomic
-    ``apply_many``.  Refunds and charges settle the buckets only: they are
-    no decisions, so they neither count as breaches nor wait for a lockout.
-    ``store``: where state lives (default: a new ``MemoryStore()``), or a URL
-    for ``limiter.store_from_url`` (``"redis://cache:6379/0"``).  A URL gives
-    a sync store; an asyncio app passes ``store_from_url(url, asyncio=True)``.
-    ``clock``: where time comes from.  Default ``SystemClock``; when no clock is
-    given, the store may use its own time (Redis reads ``TIME``).
-    ``name``: namespace for this limiter's keys in a store it is given, so
-    limiters sharing a store do not collide.  Defaults to a name derived from
-    the limits (``"10/s:20"``): two limiters with the same limits on one store
-    need distinct names (the default includes the lockout, if any).  A
-    limiter that makes its own store uses no prefix.
-    ``on_decision``: ``observer(event)``, called with a
-    ``limiter.events.DecisionEvent`` after each ``check``, ``allow`` and
-    ``acheck`` (and so each adapter decision and each try of ``acquire``),
-    also when the store fails (outcome ``"error"``, then the ``StoreError``
-    propagates).  Peeks, refunds and resets are not decisions and are not
-    reported.  Without an observer no event is built: the checks cost what
-    they cost without the feature.  A lockout's refusal is a denial whose
-    event has ``locked_out`` True.
+    ``rate``: tokens per second, a string (``"100/minute"``, ``"5 per
+    second"``, ``"10/second;1000/hour"``), a ``Limit`` or ``Quota``, a list of
+    them and strings, or a mapping of names to one rate each
+    (``{"requests": "60/minute", "tokens": "90000/minute"}``): a request
+    passes only if every limit allows it, and a refused one takes nothing.
+    ``burst``: the capacity of a single limit (default N for ``"N/unit"``,
+    ``ceil(rate)`` for a number; a ``ValueError`` with a mapping).
+    ``lockout``: a ``Lockout`` refusing a key for a while after repeated
+    denials (results of ``kind`` ``"lockout"``; ``reset`` lifts it).
+    ``store``: a ``Store``/``AsyncStore`` or a URL for ``store_from_url``
+    (default: a new ``MemoryStore``).  ``clock``: default ``SystemClock``;
+    without one the store may use its own time (Redis reads ``TIME``).
+    ``name``: the namespace of this limiter's keys in a store it is given
+    (default: made from the limits, ``"10/s:20"``).  ``on_decision``: called
+    with a ``DecisionEvent`` after each ``check``, ``allow`` and ``acheck``,
+    a failed one included (outcome ``"error"``); peeks, refunds and resets
+    are no decisions.  Wrong types are ``TypeError``, wrong values
+    ``ValueError``, each naming the value.  docs/policies.md has the rest.
     """
 
     def __init__(
@@ -212,35 +88,17 @@ class RateLimiter:
         on_decision: Optional[Observer] = None,
         lockout: Optional[Lockout] = None,
     ) -> None:
-        self.limits: Tuple[_AnyLimit, ...] = _distinct_names(_limits_from(rate, burst))
-        if lockout is not None:
-            # Exactly a Lockout (step_all and the stores take it by its ``standalone``).
-            if type(lockout) is not Lockout:
-                raise TypeError(f"lockout must be a limiter.Lockout or None, got {lockout!r:.100}")
-            if any(lim.name == lockout.name for lim in self.limits):
-                # Headers and events tell policies apart by name.
-                raise ValueError(
-                    f"the lockout's name {lockout.name!r} is also a limit's name: give the "
-                    "Lockout another name"
-                )
+        self.limits: Tuple[_AnyLimit, ...] = policies(rate, burst, lockout)
         #: The ``Lockout`` (``None``: none).
         self.lockout: Optional[Lockout] = lockout
-        #: Each limit's index in ``limits`` by name (costs may name limits).
-        self._index: Dict[str, int] = {lim.name: i for i, lim in enumerate(self.limits)}
+        self._named = NamedCosts(self.limits, lockout)
         self.store: Union[Store, AsyncStore] = _store_from(store)
         apply = getattr(self.store, "apply", None)
         aapply = getattr(self.store, "aapply", None)
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
         if name is None:
-            name = "+".join(
-                f"{lim.count}/{lim.per}@{lim.tz}"  # its window is no rate
-                if lim.kind == "quota"
-                else f"{lim.rate:g}/s:{lim.burst}"
-                for lim in self.limits
-            )
-            if lockout is not None:
-                name += f"+lockout:{lockout.breaches}/{lockout.within:g}s:{lockout.duration:g}s"
+            name = default_name(self.limits, lockout)
         elif not isinstance(name, str):
             raise TypeError(f"name must be a str, got {name!r}")
         self.name = name
@@ -294,19 +152,6 @@ class RateLimiter:
         if on_decision is not None:
             self._observe()
 
-    def _observe(self) -> None:
-        # Read once, not per event.
-        self._observer = self.on_decision
-        self._store_name = type(self.store).__name__
-        self._fallback_flag = hasattr(type(self.store), "using_fallback")
-        # SystemClock.now is time.time; calling it directly saves a call per event.
-        self._clock_now_or_time = time.time if type(self.clock) is SystemClock else self.clock.now
-        # Observed versions shadow the methods on this instance only, so a
-        # limiter without an observer keeps the plain hot path.
-        self.check = self._observed_check  # type: ignore[method-assign]
-        self.allow = self._observed_allow  # type: ignore[method-assign]
-        self.acheck = self._observed_acheck  # type: ignore[method-assign]
-
     def shadowed(self) -> RateLimiter:
         """The shadow view of this limiter (made once): ``shadow`` is True on it.
 
@@ -325,78 +170,6 @@ class RateLimiter:
                 view._observe()
             self._shadow_view = view
         return view
-
-    def _report(
-        self, key: str, cost: CostSpec, result: Optional[RateLimitResult], seconds: float
-    ) -> None:
-        if result is None:
-            outcome, policy = Outcome.ERROR, ""
-        else:
-            outcome = _ALLOWED if result[0] else self._denied
-            policy = result[7]
-            if self._fallback_flag and getattr(self.store, "using_fallback", False) is True:
-                outcome = Outcome.FALLBACK
-        # tuple.__new__: the NamedTuple's Python-level __new__ would cost as much
-        # as the rest of the report (CONTRIBUTING.md, "Hot paths").
-        self._observer(  # type: ignore[misc]
-            tuple.__new__(
-                DecisionEvent,
-                (
-                    self.name,
-                    policy,
-                    outcome,
-                    result,
-                    cost,
-                    key,
-                    seconds,
-                    self._clock_now_or_time(),
-                    self._store_name,
-                ),
-            )
-        )
-
-    def _observed_check(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
-        start = _perf_counter()
-        try:
-            result = RateLimiter.check(self, key, cost)
-        except StoreError:
-            self._report(key, cost, None, _perf_counter() - start)
-            raise
-        seconds = _perf_counter() - start
-        if self._fallback_flag:
-            self._report(key, cost, result, seconds)
-            return result
-        # _report, inlined for the usual store (no fallback to ask about).
-        self._observer(  # type: ignore[misc]
-            tuple.__new__(
-                DecisionEvent,
-                (
-                    self.name,
-                    result[7],
-                    _ALLOWED if result[0] else self._denied,
-                    result,
-                    cost,
-                    key,
-                    seconds,
-                    self._clock_now_or_time(),
-                    self._store_name,
-                ),
-            )
-        )
-        return result
-
-    def _observed_allow(self, key: str, cost: CostSpec = 1) -> bool:
-        return self._observed_check(key, cost)[0]
-
-    async def _observed_acheck(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
-        start = _perf_counter()
-        try:
-            result = await RateLimiter.acheck(self, key, cost)
-        except StoreError:
-            self._report(key, cost, None, _perf_counter() - start)
-            raise
-        self._report(key, cost, result, _perf_counter() - start)
-        return result
 
     def __repr__(self) -> str:
         limits = "; ".join(str(lim) for lim in self._applied)  # with the lockout
@@ -457,60 +230,10 @@ class RateLimiter:
         ``TypeError``: name the limits.  For adapters and decorators to check
         a fixed cost once, at start-up.
         """
-        if isinstance(cost, Mapping):
-            costs = self._costs(cost)
-            return costs[0] if len(costs) == 1 else tuple(costs)
-        return checked_cost(cost)
-
-    def _costs(self, cost: Mapping[str, float]) -> List[float]:
-        """One validated cost per limit from a mapping of limit names to costs."""
-        costs = [0.0] * len(self.limits)
-        index = self._index
-        for name, value in cost.items():
-            if not isinstance(name, str):
-                raise TypeError(f"cost names must be limit names (str), got {name!r:.100}")
-            i = index.get(name)
-            if i is None:
-                known = ", ".join(repr(known) for known in index)
-                raise ValueError(
-                    f"cost names no limit of this limiter: {name!r:.100} (limits: {known})"
-                )
-            try:
-                costs[i] = checked_cost(value)
-            except (TypeError, ValueError) as exc:
-                raise exc.__class__(f"cost of limit {name!r}: {exc}") from None
-        return costs
+        return self._named.validate(cost)
 
     def _scalar(self, cost: Mapping[str, float]) -> float:
-        # A mapping given to a one-limit limiter: its one cost.
-        return self._costs(cost)[0]
-
-    def _many_cost(self, cost: Any) -> Any:
-        """The cost ``apply_many`` gets for ``cost`` on the several-limits path.
-
-        A mapping becomes one cost per applied limit (the lockout's, ignored,
-        is 0); anything else goes as it is, for the store to check.
-        """
-        if isinstance(cost, Mapping):
-            costs = self._costs(cost)
-            if self.lockout is not None:
-                costs.append(0.0)
-            return tuple(costs)
-        if cost.__class__ is tuple or cost.__class__ is list:
-            # The stores' per-limit form: a lockout's hidden slot makes it a trap.
-            raise TypeError(
-                f"cost must be a number or a mapping of limit names to costs, got {cost!r:.100}"
-            )
-        return cost
-
-    def _settled(self, cost: CostSpec, kind: Callable[[object], float]) -> Any:
-        """``cost`` as a ``Refund`` or ``Charge`` (``kind``): one per limit for a mapping."""
-        if isinstance(cost, Mapping):
-            costs = self._costs(cost)
-            if not self._many:
-                return kind(costs[0])
-            return tuple(kind(c) for c in costs)
-        return kind(cost)
+        return self._named.one(cost)
 
     # -- decisions -----------------------------------------------------------
 
@@ -562,7 +285,7 @@ class RateLimiter:
         if self._sync is None:
             raise TypeError(f"{self.store!r} is async only: use acheck/apeek/areset")
         if cost.__class__ is not int and cost.__class__ is not float:
-            cost = self._many_cost(cost)
+            cost = self._named.for_store(cost)
         return self._sync.apply_many(
             self._storage_keys(key),
             self._applied,
@@ -648,9 +371,9 @@ class RateLimiter:
         # (the Redis script too) gives a quota nothing back for units taken
         # before its current window.
         if taken_at is None:
-            return self._settled(cost, Refund)
+            return self._named.settled(cost, Refund)
         Refund(0, taken_at)  # taken_at's own error first
-        return self._settled(cost, lambda c: Refund(c, taken_at))
+        return self._named.settled(cost, lambda c: Refund(c, taken_at))
 
     def charge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """Take ``cost`` tokens (default 1) from ``key``'s buckets unconditionally.
@@ -667,12 +390,12 @@ class RateLimiter:
         it took beyond the real cost.
         """
         refuse_rate_key(key)
-        return self._settle(key, self._settled(cost, Charge))
+        return self._settle(key, self._named.settled(cost, Charge))
 
     async def acharge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
         """``charge`` for asyncio."""
         refuse_rate_key(key)
-        return await self._asettle(key, self._settled(cost, Charge))
+        return await self._asettle(key, self._named.settled(cost, Charge))
 
     def _limit_keys(self, key: str) -> List[str]:
         # The limits' buckets without the lockout's state.
@@ -718,7 +441,7 @@ class RateLimiter:
             return RateLimiter.check(self, key, cost)
         if cost.__class__ is not int and cost.__class__ is not float:
             if self._many:
-                cost = self._many_cost(cost)
+                cost = self._named.for_store(cost)
             elif isinstance(cost, Mapping):
                 cost = self._scalar(cost)
         if self._many:

@@ -1,0 +1,231 @@
+"""What ``RateLimiter`` is given, made into policies: rates, names, lockout, named costs.
+
+Pure: no store, no clock.  ``policies`` turns a rate (a string, a number, a
+policy, a list or a mapping of names to rates) into the limiter's policies;
+``NamedCosts`` turns a cost that names them (``{"tokens": 350}``) into one
+cost per policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from limiter.core.costs import checked_cost
+from limiter.core.limits import Limit, check_name
+from limiter.core.lockout import Lockout
+from limiter.core.quota import Quota
+
+__all__ = ["CostSpec", "NamedCosts", "RateSpec", "default_name", "policies"]
+
+#: The policies a ``RateLimiter`` accepts (``Lockout`` only as ``lockout=``).
+_POLICIES = (Limit, Quota, Lockout)
+_AnyLimit = Union[Limit, Quota]
+
+#: What ``RateLimiter(rate)`` accepts: a rate, a ``Limit``, a list of them, or a
+#: mapping of limit names to one rate each.
+RateSpec = Union[
+    Limit,
+    Quota,
+    str,
+    float,
+    Sequence[Union[Limit, Quota, str]],
+    Mapping[str, Union[Limit, Quota, str, float]],
+]
+
+#: A cost: tokens taken from every limit, or a mapping of limit names to the
+#: tokens taken from each (a limit not named takes 0).
+CostSpec = Union[float, Mapping[str, float]]
+
+
+def policies(
+    rate: RateSpec, burst: Optional[int], lockout: Optional[Lockout]
+) -> Tuple[_AnyLimit, ...]:
+    """The limits ``RateLimiter(rate, burst, lockout=lockout)`` applies, or the error it raises.
+
+    Limits sharing a name are renamed apart (the draft headers tell policies
+    apart by name); the lockout must be a ``Lockout`` whose name no limit has.
+    """
+    limits = _distinct_names(_limits_from(rate, burst))
+    if lockout is not None:
+        # Exactly a Lockout (step_all and the stores take it by its ``standalone``).
+        if type(lockout) is not Lockout:
+            raise TypeError(f"lockout must be a limiter.Lockout or None, got {lockout!r:.100}")
+        if any(lim.name == lockout.name for lim in limits):
+            # Headers and events tell policies apart by name.
+            raise ValueError(
+                f"the lockout's name {lockout.name!r} is also a limit's name: give the "
+                "Lockout another name"
+            )
+    return limits
+
+
+def default_name(limits: Sequence[_AnyLimit], lockout: Optional[Lockout]) -> str:
+    """A limiter's name made from its policies (``"10/s:20"``), the lockout's included."""
+    name = "+".join(
+        f"{lim.count}/{lim.per}@{lim.tz}"  # its window is no rate
+        if lim.kind == "quota"
+        else f"{lim.rate:g}/s:{lim.burst}"
+        for lim in limits
+    )
+    if lockout is not None:
+        name += f"+lockout:{lockout.breaches}/{lockout.within:g}s:{lockout.duration:g}s"
+    return name
+
+
+def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[_AnyLimit, ...]:
+    if burst is not None and (isinstance(burst, bool) or not hasattr(type(burst), "__index__")):
+        # The type first: burst="x" is no integer, whatever the rate says.
+        raise TypeError(f"burst must be an integer, got {burst!r:.100}")
+    if isinstance(rate, Mapping):
+        if burst is not None:
+            raise ValueError(
+                f"burst={burst!r} is ambiguous with a mapping of limits: give a limit its own "
+                "burst as Limit(rate, burst)"
+            )
+        if not rate:
+            raise ValueError("need at least one limit, got an empty mapping")
+        return tuple(_named_limit(name, spec) for name, spec in rate.items())
+    if isinstance(rate, str):
+        parsed = Limit.parse_many(rate)
+        if burst is None:
+            return parsed
+        if len(parsed) > 1:
+            raise ValueError(f"burst={burst!r} is ambiguous with several limits in {rate!r}")
+        # Named after its text, as without a burst: one policy name either way.
+        return (dataclasses.replace(Limit.parse(rate, burst), name=parsed[0].name),)
+    if isinstance(rate, (list, tuple)):
+        if burst is not None:
+            raise ValueError(f"burst={burst!r} is ambiguous with a list of limits")
+        if not rate:
+            raise ValueError("need at least one limit, got an empty list")
+        limits: List[_AnyLimit] = []
+        for item in rate:
+            if isinstance(item, _POLICIES):
+                if not item.standalone:
+                    raise TypeError(
+                        f"a Lockout is no limit: pass it as RateLimiter(..., lockout={item!r})"
+                    )
+                limits.append(item)
+            elif isinstance(item, str):
+                limits.extend(Limit.parse_many(item))
+            else:
+                raise TypeError(
+                    f"each limit must be a Limit or a string like '10/second', got {item!r}"
+                )
+        return tuple(limits)
+    if isinstance(rate, _POLICIES) and not rate.standalone:
+        raise TypeError(f"a Lockout is no limit: pass it as RateLimiter(..., lockout={rate!r})")
+    return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
+
+
+def _named_limit(key: object, spec: object) -> _AnyLimit:
+    """The limit ``key: spec`` of a mapping given to ``RateLimiter``, named ``key``."""
+    name = check_name(key)  # Limit's own rule (names go into headers and storage keys)
+    if isinstance(spec, _POLICIES) and not spec.standalone:
+        raise TypeError(
+            f"limit {name!r}: a Lockout is no limit: pass it as RateLimiter(..., lockout={spec!r})"
+        )
+    try:
+        if isinstance(spec, Quota):
+            return Quota(spec.count, spec.per, spec.tz, name)
+        if isinstance(spec, Limit):
+            return spec if spec.name == name else dataclasses.replace(spec, name=name)
+        if isinstance(spec, str):
+            parsed = Limit.parse_many(spec)
+            if len(parsed) > 1:
+                raise ValueError(
+                    f"must be one rate, got {spec!r:.100}: give each rate its own name"
+                )
+            return dataclasses.replace(parsed[0], name=name)
+        try:
+            limit: Limit = Limit.coerce(spec)  # type: ignore[arg-type]
+            return dataclasses.replace(limit, name=name)
+        except TypeError:
+            raise TypeError(
+                f"limit {name!r} must be a rate like '10/second', a number of tokens per "
+                f"second, a Limit or a Quota, got {spec!r:.100}"
+            ) from None
+    except ValueError as exc:
+        raise ValueError(f"limit {name!r}: {exc}") from None
+
+
+def _distinct_names(limits: Tuple[_AnyLimit, ...]) -> Tuple[_AnyLimit, ...]:
+    # The draft headers tell policies apart by name: two "default"s would not do.
+    if len({lim.name for lim in limits}) == len(limits):
+        return limits
+    return tuple(
+        Quota(lim.count, lim.per, lim.tz, f"{lim.count}/{lim.per}#{i}")
+        if lim.kind == "quota"
+        else Limit(lim.rate, lim.burst, f"{lim.burst}per{lim.window:g}s#{i}")
+        for i, lim in enumerate(limits)
+    )
+
+
+class NamedCosts:
+    """Costs that name a limiter's limits (``{"tokens": 350}``), made one cost per limit."""
+
+    def __init__(self, limits: Sequence[_AnyLimit], lockout: Optional[Lockout]) -> None:
+        self._index: Dict[str, int] = {lim.name: i for i, lim in enumerate(limits)}
+        self._count = len(limits)
+        self._lockout = lockout
+        # A lockout is applied with the limits in one apply_many, even beside one limit.
+        self._many = self._count > 1 or lockout is not None
+
+    def validate(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
+        """``RateLimiter.validate_cost`` (see there)."""
+        if isinstance(cost, Mapping):
+            costs = self.per_limit(cost)
+            return costs[0] if len(costs) == 1 else tuple(costs)
+        return checked_cost(cost)
+
+    def per_limit(self, cost: Mapping[str, float]) -> List[float]:
+        """One validated cost per limit, in order (0.0 for a limit not named)."""
+        costs = [0.0] * self._count
+        index = self._index
+        for name, value in cost.items():
+            if not isinstance(name, str):
+                raise TypeError(f"cost names must be limit names (str), got {name!r:.100}")
+            i = index.get(name)
+            if i is None:
+                known = ", ".join(repr(known) for known in index)
+                raise ValueError(
+                    f"cost names no limit of this limiter: {name!r:.100} (limits: {known})"
+                )
+            try:
+                costs[i] = checked_cost(value)
+            except (TypeError, ValueError) as exc:
+                raise exc.__class__(f"cost of limit {name!r}: {exc}") from None
+        return costs
+
+    def one(self, cost: Mapping[str, float]) -> float:
+        """A mapping given to a one-limit limiter: its one cost."""
+        return self.per_limit(cost)[0]
+
+    def for_store(self, cost: Any) -> Any:
+        """The cost ``apply_many`` gets for ``cost`` on the several-limits path.
+
+        A mapping becomes one cost per applied limit (the lockout's, ignored,
+        is 0); a number goes as it is, for the store to check; a list or
+        tuple is a ``TypeError``.
+        """
+        if isinstance(cost, Mapping):
+            costs = self.per_limit(cost)
+            if self._lockout is not None:
+                costs.append(0.0)
+            return tuple(costs)
+        if cost.__class__ is tuple or cost.__class__ is list:
+            # The stores' per-limit form: a lockout's hidden slot makes it a trap.
+            raise TypeError(
+                f"cost must be a number or a mapping of limit names to costs, got {cost!r:.100}"
+            )
+        return cost
+
+    def settled(self, cost: CostSpec, kind: Callable[[object], float]) -> Any:
+        """``cost`` as a ``Refund`` or ``Charge`` (``kind``): one per limit for a mapping."""
+        if isinstance(cost, Mapping):
+            costs = self.per_limit(cost)
+            if not self._many:
+                return kind(costs[0])
+            return tuple(kind(c) for c in costs)
+        return kind(cost)
