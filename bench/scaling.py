@@ -145,7 +145,8 @@ def _packed_size(client: Any) -> float:
     """Bytes of one EVALSHA as redis-py packs it (1 limit, a typical key)."""
     try:
         from limiter import Limit
-        from limiter.backends.redis import _SHA, RedisStore
+        from limiter.backends.redis import RedisStore
+        from limiter.backends.redis._store import _SHA
 
         store = RedisStore(client, prefix="limiter:")
         limit = Limit(10, 20)

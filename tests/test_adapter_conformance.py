@@ -20,7 +20,7 @@ from limiter import RateLimiter
 from limiter.adapters import asgi, wsgi
 from limiter.adapters.httpserver import rate_limited
 from limiter.http.responses import status_line
-from limiter.testing import AdapterConformance
+from limiter.testing._adapter_suite import AdapterConformance
 
 Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]
 

@@ -28,11 +28,12 @@ from urllib.parse import quote_from_bytes
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
-from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, asgi, wsgi
+from limiter import DENIED_BODY, ManualClock, MemoryStore, RateLimiter, Rule, StoreError
+from limiter.adapters import asgi, wsgi
 from limiter.adapters.httpserver import rate_limited
 from limiter.core.costs import validate_cost
 from limiter.http.keys import header_key
+from limiter.http.responses import UNAVAILABLE_BODY
 
 NOW = 1_700_000_000.0
 RATE, BURST = 1, 2

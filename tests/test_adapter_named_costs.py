@@ -19,11 +19,19 @@ import pytest
 import waitress
 
 from helpers.servers import uvicorn_running, wait_until_up
-from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
-from limiter.adapters import DENIED_BODY, Guard, RequestInfo
+from limiter import (
+    DENIED_BODY,
+    ManualClock,
+    MemoryStore,
+    RateLimiter,
+    RequestInfo,
+    Rule,
+    StoreError,
+)
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.httpserver import rate_limited
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
+from limiter.http.guard import Guard
 from limiter.http.keys import header_key
 
 NOW = 1_700_000_000

@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter import ManualClock, RateLimiter
+from limiter import ManualClock, RateLimiter, Response
 from limiter.adapters import asgi, wsgi
 from limiter.adapters.httpserver import rate_limited
-from limiter.http.guard import Guard, Response
+from limiter.http.guard import Guard
 
 NOW = 1_700_000_000.5
 PEERS = [

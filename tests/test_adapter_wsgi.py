@@ -19,10 +19,10 @@ from wsgiref.validate import validator
 
 import pytest
 
-from limiter import ManualClock, MemoryStore, RateLimiter, Rule, StoreError
-from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY
+from limiter import DENIED_BODY, ManualClock, MemoryStore, RateLimiter, Rule, StoreError
 from limiter.adapters.wsgi import RateLimitMiddleware, request_info
 from limiter.http.keys import header_key
+from limiter.http.responses import UNAVAILABLE_BODY
 
 NOW = 1_700_000_000
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'

@@ -10,9 +10,16 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from limiter import Limit, ManualClock, MemoryStore, RateLimiter, RateLimitResult, SystemClock
+from limiter import (
+    Limit,
+    ManualClock,
+    MemoryStore,
+    RateLimiter,
+    RateLimitExceeded,
+    RateLimitResult,
+    SystemClock,
+)
 from limiter.core.limits import CLOCK_TOLERANCE
-from limiter.ratelimiter import RateLimitExceeded
 
 
 def test_acquire_waits_on_the_clock_not_the_wall() -> None:

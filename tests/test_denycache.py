@@ -35,7 +35,8 @@ from limiter import (
 from limiter.core.costs import Refund
 from limiter.events import DecisionEvent, Outcome
 from limiter.http.headers import rate_limit_headers
-from limiter.testing import T0, StoreConformance
+from limiter.testing import T0
+from limiter.testing._store_suite import StoreConformance
 
 STYLES = ("x", "draft", "both")
 

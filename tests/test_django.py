@@ -29,11 +29,11 @@ from django.views import View
 
 import helpers.django_settings  # noqa: F401  (configures Django, once per process)
 from helpers.servers import uvicorn_running, wait_until_up
-from limiter import ManualClock
-from limiter.adapters import DENIED_BODY, RequestInfo
+from limiter import DENIED_BODY, ManualClock, RequestInfo
 from limiter.http.keys import header_key
 from limiter.integrations.django import RateLimitMiddleware, ratelimit
-from limiter.testing import T0, AdapterConformance
+from limiter.testing import T0
+from limiter.testing._adapter_suite import AdapterConformance
 
 MIDDLEWARE = ["limiter.integrations.django.RateLimitMiddleware"]
 Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]

@@ -25,11 +25,10 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from helpers.servers import uvicorn_running
-from limiter import ManualClock, RateLimiter
-from limiter.adapters import DENIED_BODY, RequestInfo
+from limiter import DENIED_BODY, ManualClock, RateLimiter, RequestInfo
 from limiter.http.rules import Rule
 from limiter.integrations.fastapi import RateLimit
-from limiter.testing import AdapterConformance
+from limiter.testing._adapter_suite import AdapterConformance
 
 with warnings.catch_warnings():
     # Starlette >= 1.x nudges towards httpx2; the client works the same here.

@@ -21,12 +21,13 @@ from flask import Blueprint, Flask, abort, request
 from flask.testing import FlaskClient
 from flask.views import MethodView
 
-from limiter import ManualClock
-from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo
+from limiter import DENIED_BODY, ManualClock, RequestInfo
 from limiter.http.keys import header_key
+from limiter.http.responses import UNAVAILABLE_BODY
 from limiter.integrations.flask import EXTENSION, RateLimit
 from limiter.store import StoreError
-from limiter.testing import T0, AdapterConformance
+from limiter.testing import T0
+from limiter.testing._adapter_suite import AdapterConformance
 
 Reply = Tuple[int, Sequence[Tuple[str, str]], bytes]
 PEER = "203.0.113.7"

@@ -165,7 +165,8 @@ def test_testing_without_pytest_says_pytest_is_needed() -> None:
 
 
 def test_the_suite_loads_on_first_use() -> None:
-    from limiter.testing import AdapterConformance, StoreConformance
+    from limiter.testing._adapter_suite import AdapterConformance
+    from limiter.testing._store_suite import StoreConformance
 
     assert StoreConformance.__module__ == "limiter.testing._store_suite"
     assert AdapterConformance.__module__ == "limiter.testing._adapter_suite"

@@ -11,8 +11,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from limiter import RateLimiter
-from limiter.adapters import DENIED_BODY
+from limiter import DENIED_BODY, RateLimiter
 from limiter.adapters.wsgi import request_info
 from limiter.backends.memory import MemoryStore
 from limiter.clock import ManualClock

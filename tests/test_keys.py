@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from limiter.adapters import RequestInfo
+from limiter import RequestInfo
 from limiter.http.keys import UNKNOWN_CLIENT, ClientIP, client_ip, header_key, parse_address
 
 

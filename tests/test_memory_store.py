@@ -21,7 +21,7 @@ from limiter import Limit, ManualClock, MemoryStore, RateLimiter
 from limiter.backends import memory
 from limiter.core.bucket import step
 from limiter.core.many import step_all
-from limiter.testing import StoreConformance
+from limiter.testing._store_suite import StoreConformance
 
 
 class TestMemoryStoreSync(StoreConformance):

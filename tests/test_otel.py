@@ -30,7 +30,8 @@ from limiter.adapters.wsgi import RateLimitMiddleware
 from limiter.backends.memory import MemoryStore
 from limiter.clock import ManualClock
 from limiter.events import DecisionEvent, Outcome
-from limiter.metrics.otel import STORE_SECONDS_BUCKETS, OTelMetrics
+from limiter.metrics import STORE_SECONDS_BUCKETS
+from limiter.metrics.otel import OTelMetrics
 from limiter.store import StoreError
 
 T0 = 1_700_000_000.0

@@ -18,7 +18,8 @@ from redis.retry import Retry
 from helpers.redis_servers import RedisServer, sentinel_for, unique_prefix
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore
-from limiter.testing import T0, StoreConformance
+from limiter.testing import T0
+from limiter.testing._store_suite import StoreConformance
 
 
 class TestValkeyClient(StoreConformance):

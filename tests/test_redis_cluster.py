@@ -12,7 +12,8 @@ import redis.cluster
 from helpers.redis_servers import RedisClusterNodes, unique_prefix
 from limiter import Limit, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
-from limiter.testing import T0, StoreConformance
+from limiter.testing import T0
+from limiter.testing._store_suite import StoreConformance
 
 pytestmark = pytest.mark.redis
 

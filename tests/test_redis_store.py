@@ -32,7 +32,8 @@ from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.core.lockout import Lockout
 from limiter.core.many import step_all
 from limiter.core.state import keep_until
-from limiter.testing import T0, StoreConformance
+from limiter.testing import T0
+from limiter.testing._store_suite import StoreConformance
 
 pytestmark = pytest.mark.redis
 

@@ -17,7 +17,8 @@ import pytest
 
 from limiter import Charge, Limit, Lockout, ManualClock, MemoryStore, RateLimiter, StoreError
 from limiter.backends.sqlite import SQLiteStore
-from limiter.testing import T0, StoreConformance
+from limiter.testing import T0
+from limiter.testing._store_suite import StoreConformance
 
 
 class TestSQLiteStore(StoreConformance):

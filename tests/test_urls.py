@@ -27,14 +27,12 @@ from urllib.parse import quote
 
 import pytest
 
-from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError, redact_url
+from limiter.backends._url import DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_TIMEOUT
+from limiter.backends.redis._clients import LazyCluster
 from limiter.urls import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_SOCKET_TIMEOUT,
     STORAGE_URL_ENV,
     SUPPORTED_SCHEMES,
-    LazyCluster,
-    redact_url,
     resolve_store,
     store_from_env,
     store_from_url,

@@ -11,77 +11,112 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from limiter.backends.denycache import DenyCache
     from limiter.backends.memory import MemoryStore
-    from limiter.backends.redis import AsyncRedisStore, RedisStore
+    from limiter.backends.redis import AsyncRedisStore, PoolFullError, RedisStore
     from limiter.backends.sqlite import SQLiteStore
     from limiter.clock import Clock, ManualClock, SystemClock
     from limiter.core.bucket import step
-    from limiter.core.costs import Charge
+    from limiter.core.costs import Charge, Refund
     from limiter.core.limits import Limit
     from limiter.core.lockout import Lockout
+    from limiter.core.many import step_all
     from limiter.core.quota import Quota
     from limiter.core.result import RateLimitResult
+    from limiter.events import DecisionEvent, Outcome, fan_out
     from limiter.http.headers import rate_limit_headers
+    from limiter.http.keys import AllowList, ClientIP, client_ip, header_key
+    from limiter.http.request import RequestInfo
+    from limiter.http.responses import DENIED_BODY, Response, default_on_limited
     from limiter.http.rules import Rule
-    from limiter.ratelimiter import RateLimiter, RateLimitExceeded
+    from limiter.ratelimiter import RateLimiter
     from limiter.store import AsyncStore, Store, StoreError
-    from limiter.urls import store_from_env, store_from_url
+    from limiter.urls import redact_url, store_from_env, store_from_url
+    from limiter.waiting import RateLimitExceeded
 
 __all__ = [
+    "DENIED_BODY",
+    "AllowList",
     "AsyncRedisStore",
     "AsyncStore",
     "Charge",
+    "ClientIP",
     "Clock",
+    "DecisionEvent",
     "DenyCache",
     "Limit",
     "Lockout",
     "ManualClock",
     "MemoryStore",
+    "Outcome",
+    "PoolFullError",
     "Quota",
     "RateLimitExceeded",
     "RateLimitResult",
     "RateLimiter",
     "RedisStore",
+    "Refund",
+    "RequestInfo",
+    "Response",
     "Rule",
     "SQLiteStore",
     "Store",
     "StoreError",
     "SystemClock",
+    "client_ip",
+    "default_on_limited",
+    "fan_out",
+    "header_key",
     "rate_limit_headers",
+    "redact_url",
     "step",
+    "step_all",
     "store_from_env",
     "store_from_url",
 ]
 
 __version__ = "0.1.0"
 
-# The shared stores and store_from_url load on first use: ``import limiter`` must not need redis-py
-# or open anything, and most processes use the in-memory store only.
+# Every name loads on first use: ``import limiter`` must not need redis-py or open
+# anything, and the pytest plugin (limiter.testing) imports this package in every
+# pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
 _LAZY = {
-    # Every name loads on first use, the core too: the pytest plugin (limiter.testing) imports
-    # this package in every pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
+    "AllowList": "limiter.http.keys",
+    "AsyncRedisStore": "limiter.backends.redis",
+    "AsyncStore": "limiter.store",
     "Charge": "limiter.core.costs",
+    "ClientIP": "limiter.http.keys",
+    "Clock": "limiter.clock",
+    "DENIED_BODY": "limiter.http.responses",
+    "DecisionEvent": "limiter.events",
+    "DenyCache": "limiter.backends.denycache",
     "Limit": "limiter.core.limits",
     "Lockout": "limiter.core.lockout",
-    "Quota": "limiter.core.quota",
-    "RateLimitResult": "limiter.core.result",
-    "step": "limiter.core.bucket",
-    "Clock": "limiter.clock",
     "ManualClock": "limiter.clock",
-    "SystemClock": "limiter.clock",
-    "rate_limit_headers": "limiter.http.headers",
+    "MemoryStore": "limiter.backends.memory",
+    "Outcome": "limiter.events",
+    "PoolFullError": "limiter.backends.redis",
+    "Quota": "limiter.core.quota",
+    "RateLimitExceeded": "limiter.waiting",
+    "RateLimitResult": "limiter.core.result",
     "RateLimiter": "limiter.ratelimiter",
-    "RateLimitExceeded": "limiter.ratelimiter",
+    "RedisStore": "limiter.backends.redis",
+    "Refund": "limiter.core.costs",
+    "RequestInfo": "limiter.http.request",
+    "Response": "limiter.http.responses",
     "Rule": "limiter.http.rules",
-    "AsyncStore": "limiter.store",
+    "SQLiteStore": "limiter.backends.sqlite",
     "Store": "limiter.store",
     "StoreError": "limiter.store",
-    "MemoryStore": "limiter.backends.memory",
-    "DenyCache": "limiter.backends.denycache",
-    "RedisStore": "limiter.backends.redis",
-    "AsyncRedisStore": "limiter.backends.redis",
-    "SQLiteStore": "limiter.backends.sqlite",
-    "store_from_url": "limiter.urls",
+    "SystemClock": "limiter.clock",
+    "client_ip": "limiter.http.keys",
+    "default_on_limited": "limiter.http.responses",
+    "fan_out": "limiter.events",
+    "header_key": "limiter.http.keys",
+    "rate_limit_headers": "limiter.http.headers",
+    "redact_url": "limiter.urls",
+    "step": "limiter.core.bucket",
+    "step_all": "limiter.core.many",
     "store_from_env": "limiter.urls",
+    "store_from_url": "limiter.urls",
 }
 
 

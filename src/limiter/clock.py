@@ -7,8 +7,6 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
-
 
 @runtime_checkable
 class Clock(Protocol):

@@ -17,8 +17,6 @@ from typing import Callable, Mapping, NamedTuple, Optional, Union
 
 from limiter.core.result import RateLimitResult
 
-__all__ = ["DecisionEvent", "Observer", "Outcome", "fan_out"]
-
 
 class Outcome(str, enum.Enum):
     """What happened to a request; a ``str``, so ``outcome == "denied"`` holds."""

@@ -22,9 +22,6 @@ from limiter.core.result import RateLimitResult
 from limiter.core.spec import CostSpec, NamedCosts, RateSpec, default_name, policies
 from limiter.events import Observer, Outcome
 from limiter.store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
-from limiter.waiting import RateLimitExceeded
-
-__all__ = ["MAX_KEY_LENGTH", "CostSpec", "RateLimitExceeded", "RateLimiter", "RateSpec"]
 
 _Apply = Callable[[str, Policy, float, Optional[float]], RateLimitResult]
 _AnyLimit = Union[Limit, Quota]

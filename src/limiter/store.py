@@ -36,16 +36,6 @@ from limiter.core.costs import Cost
 from limiter.core.limits import Policy
 from limiter.core.result import RateLimitResult
 
-__all__ = [
-    "AsyncStore",
-    "Nonblocking",
-    "Store",
-    "StoreError",
-    "SupportsAllow",
-    "Sweepable",
-    "is_nonblocking",
-]
-
 
 class StoreError(Exception):
     """A store could not answer (connection lost, timeout, corrupt state).

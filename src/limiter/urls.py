@@ -30,28 +30,14 @@ import os
 from typing import TYPE_CHECKING, Any, Dict, Tuple
 
 from limiter.backends._url import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_SOCKET_TIMEOUT,
     StoreURL,
     deny_cache_options,
-    redact_url,
     scheme_of,
 )
+from limiter.backends._url import redact_url as redact_url  # documented here
 
 if TYPE_CHECKING:
-    from limiter.backends.redis._clients import LazyCluster
-
-__all__ = [
-    "DEFAULT_CONNECT_TIMEOUT",
-    "DEFAULT_SOCKET_TIMEOUT",
-    "STORAGE_URL_ENV",
-    "SUPPORTED_SCHEMES",
-    "LazyCluster",
-    "redact_url",
-    "resolve_store",
-    "store_from_env",
-    "store_from_url",
-]
+    pass
 
 #: The environment variable ``store_from_env`` reads.
 STORAGE_URL_ENV = "LIMITER_STORAGE_URL"

@@ -17,8 +17,6 @@ from limiter.core.keys import refuse_rate_key
 from limiter.core.lockout import Lockout
 from limiter.core.result import RateLimitResult
 
-__all__ = ["RateLimitExceeded"]
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: One wait's plan: yields ``None`` to have a check made (its result is sent

@@ -32,7 +32,7 @@ from limiter.http.rules import LimiterSpec
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["RateLimitMiddleware", "request_info"]
+__all__ = ["RateLimitMiddleware"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -25,7 +25,7 @@ from limiter.http.rules import LimiterSpec
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["rate_limited", "request_info"]
+__all__ = ["rate_limited"]
 
 _NONE: HeaderList = []  # shared and never mutated
 H = TypeVar("H", bound=Type[BaseHTTPRequestHandler])

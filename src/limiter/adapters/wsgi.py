@@ -22,7 +22,7 @@ from limiter.http.rules import LimiterSpec
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["EnvironHeaders", "RateLimitMiddleware", "request_info"]
+__all__ = ["RateLimitMiddleware"]
 
 Environ = Dict[str, Any]
 StartResponse = Callable[..., Callable[[bytes], object]]

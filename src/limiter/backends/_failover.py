@@ -24,8 +24,6 @@ from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
 
 from limiter.store import StoreError
 
-__all__ = ["ERROR_LOG_INTERVAL", "AsyncView", "Breaker", "Failover", "Health"]
-
 T = TypeVar("T")
 
 _log = logging.getLogger("limiter.stores")

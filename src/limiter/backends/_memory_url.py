@@ -7,8 +7,6 @@ from typing import Any, Dict
 from limiter.backends._url import StoreURL
 from limiter.backends.memory import MemoryStore
 
-__all__ = ["memory_store"]
-
 MEMORY_PARAMS = ("max_keys",)
 
 

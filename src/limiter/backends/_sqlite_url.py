@@ -8,8 +8,6 @@ from urllib.parse import unquote
 from limiter.backends._url import DENY_CACHE_PARAMS, FALLBACK_PARAMS, StoreURL, fallback_store
 from limiter.backends.sqlite import SQLiteStore
 
-__all__ = ["sqlite_store"]
-
 SQLITE_PARAMS = ("timeout", "purge_every", *FALLBACK_PARAMS, *DENY_CACHE_PARAMS)
 # Keyword options the store takes.
 SQLITE_STORE_OPTIONS = (*SQLITE_PARAMS, "probe_clock")

@@ -12,19 +12,6 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import unquote
 
-__all__ = [
-    "DEFAULT_CONNECT_TIMEOUT",
-    "DEFAULT_SOCKET_TIMEOUT",
-    "DENY_CACHE_PARAMS",
-    "FALLBACK_PARAMS",
-    "StoreURL",
-    "deny_cache_options",
-    "fallback_store",
-    "redact_url",
-    "scheme_of",
-    "split_userinfo",
-]
-
 #: Seconds a check waits for the server to answer (``socket_timeout``).
 DEFAULT_SOCKET_TIMEOUT = 0.25
 #: Seconds a check waits for a new connection (``socket_connect_timeout``).

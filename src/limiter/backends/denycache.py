@@ -92,8 +92,6 @@ from limiter.core.result import RateLimitResult
 from limiter.core.state import bucket_state, lockout_state
 from limiter.store import is_nonblocking
 
-__all__ = ["DenyCache"]
-
 _monotonic = time.monotonic
 
 #: How many of the oldest entries an insertion into a full cache checks for expiry.

@@ -55,8 +55,6 @@ from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, forgettable, is_locked, keep_until
 
-__all__ = ["MemoryStore"]
-
 _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 #: How many old entries one eviction looks at for a full bucket.

@@ -29,8 +29,6 @@ from limiter.core.result import RateLimitResult
 from limiter.core.state import State, from_pair, keep_until, to_pair
 from limiter.store import StoreError
 
-__all__ = ["SQLiteStore"]
-
 T = TypeVar("T")
 
 #: What a transaction applies to the states it read: ``step_all``, or ``_step_one``.

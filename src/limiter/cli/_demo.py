@@ -42,15 +42,16 @@ from typing import (
 
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
+from limiter.backends._url import redact_url
 from limiter.cli._inspect import limit_buckets
 from limiter.cli._output import duration, quiet_store_logs
 from limiter.events import fan_out
-from limiter.http.guard import RequestInfo
 from limiter.http.keys import ClientIP
+from limiter.http.request import RequestInfo
 from limiter.metrics.top import TopOffenders
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
-from limiter.urls import STORAGE_URL_ENV, redact_url, resolve_store
+from limiter.urls import STORAGE_URL_ENV, resolve_store
 
 if TYPE_CHECKING:
     from limiter.metrics.prometheus import PrometheusMetrics

@@ -16,6 +16,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
+from limiter.backends._url import redact_url
 from limiter.cli._output import printable, quiet_store_logs
 from limiter.clock import Clock
 from limiter.core.bucket import peek_view
@@ -23,7 +24,7 @@ from limiter.core.limits import Policy
 from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
-from limiter.urls import STORAGE_URL_ENV, redact_url, store_from_url
+from limiter.urls import STORAGE_URL_ENV, store_from_url
 
 #: The exit status of ``inspect`` and ``reset`` when the store holds nothing for the key.
 NO_STATE = 3

@@ -8,8 +8,8 @@ import json
 import sys
 from typing import Any, Optional, Tuple
 
+from limiter.backends._url import redact_url
 from limiter.cli._output import duration, escape
-from limiter.urls import redact_url
 
 
 def top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:

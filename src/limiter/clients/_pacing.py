@@ -28,8 +28,6 @@ from typing import (
 from limiter.core.limits import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
 
-__all__ = ["DEFAULT_MAX_WAIT", "RETRY_STATUSES", "KeySpec", "Pacer", "host_key", "server_delay"]
-
 #: A request's key: ``None`` (its host), a fixed string, or ``key(request) -> str``.
 KeySpec = Union[None, str, Callable[[Any], str]]
 HeaderGet = Callable[[str], Optional[str]]

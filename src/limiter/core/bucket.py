@@ -42,8 +42,6 @@ from limiter.core.limits import CLOCK_TOLERANCE, Limit, Policy
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, bucket_state
 
-__all__ = ["admission_excess", "next_token_in", "peek_view", "step", "tokens_left"]
-
 _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 # Results are built with ``tuple.__new__`` (hot path: see CONTRIBUTING.md "Hot paths"),

@@ -12,17 +12,6 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 from limiter.core._values import real, show
 
-__all__ = [
-    "Charge",
-    "Cost",
-    "Refund",
-    "check_count",
-    "checked_cost",
-    "cost_or_inf",
-    "validate_cost",
-    "validate_costs",
-]
-
 
 def validate_cost(cost: object) -> float:
     """``cost`` as a float number of tokens >= 0, or an error that names it.

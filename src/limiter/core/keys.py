@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from limiter.core.parse import looks_like_rate
 
-__all__ = ["MAX_KEY_LENGTH"]
-
 #: Keys longer than this many characters are stored as a SHA-256 digest, so a
 #: 1 MB API key costs 71 bytes of key, not 1 MB.
 MAX_KEY_LENGTH = 256

@@ -18,8 +18,6 @@ from limiter.core._values import check_name as check_name  # RateLimiter's names
 from limiter.core.parse import parse_rate, split_rates
 from limiter.core.state import State, keep_until
 
-__all__ = ["CLOCK_TOLERANCE", "TIME_EPSILON", "Limit", "Policy"]
-
 #: Seconds of slack in every comparison (rule 8 of ``limiter.core.bucket``).
 TIME_EPSILON = 1e-6
 

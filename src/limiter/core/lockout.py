@@ -15,8 +15,6 @@ from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, keep_until, lockout_state, read_lockout
 
-__all__ = ["Lockout", "breach", "lock_status"]
-
 _new_result = tuple.__new__
 _trunc = math.trunc
 

@@ -11,8 +11,6 @@ from limiter.core.lockout import Lockout, breach, lock_status
 from limiter.core.result import RateLimitResult, combine
 from limiter.core.state import State
 
-__all__ = ["step_all"]
-
 
 def step_all(
     states: Sequence[Optional[State]], now: float, limits: Sequence[Policy], cost: Cost = 1

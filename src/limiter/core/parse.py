@@ -11,7 +11,6 @@ from typing import List, Optional, Tuple
 
 from limiter.core._values import MAX_RATE, MIN_RATE, burst_value, show
 
-__all__ = ["looks_like_rate", "parse_rate", "split_rates"]
 #: Milliseconds per unit, for every accepted spelling (any case).  Each is
 #: listed: a generic "strip a trailing s" once read "ms" as minutes and let
 #: "ss" and "hs" through.  Integers, so ``Limit.parse`` divides exactly.

@@ -15,8 +15,6 @@ from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, keep_until, quota_state, read_quota
 
-__all__ = ["Quota", "step_quota"]
-
 #: Seconds in each quota period's nominal window, for ``Quota.rate`` and
 #: ``Quota.interval`` only: a real window is its calendar span.  A month is a
 #: Gregorian average (365.2425 days / 12).

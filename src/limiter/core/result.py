@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence, Tuple
 
-__all__ = ["RateLimitResult", "combine"]
-
 
 class RateLimitResult(NamedTuple):
     """The outcome of one check (immutable).

@@ -16,8 +16,6 @@ from limiter.core.limits import Limit, check_name
 from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
 
-__all__ = ["CostSpec", "NamedCosts", "RateSpec", "default_name", "policies"]
-
 #: The policies a ``RateLimiter`` accepts (``Lockout`` only as ``lockout=``).
 _POLICIES = (Limit, Quota, Lockout)
 _AnyLimit = Union[Limit, Quota]

@@ -21,21 +21,6 @@ from __future__ import annotations
 
 from typing import Tuple
 
-__all__ = [
-    "State",
-    "bucket_state",
-    "forgettable",
-    "from_pair",
-    "is_locked",
-    "keep_until",
-    "lockout_state",
-    "quota_state",
-    "read_bucket",
-    "read_lockout",
-    "read_quota",
-    "to_pair",
-]
-
 #: One policy's state of one key (see the module docstring).
 State = complex
 

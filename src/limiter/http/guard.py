@@ -26,11 +26,11 @@ from typing import (
 
 from limiter.clock import SystemClock
 from limiter.core.result import RateLimitResult
+from limiter.core.spec import CostSpec
 from limiter.http.headers import build_headers
 from limiter.http.keys import AllowList, ClientIP
 from limiter.http.options import (
     COPIED,
-    GuardOptions,
     Options,
     awaited,
     bad_key,
@@ -39,7 +39,7 @@ from limiter.http.options import (
     limiter_of,
     refuse_async,
 )
-from limiter.http.request import Headers, HeaderView, KeyFunc, RequestInfo
+from limiter.http.request import KeyFunc, RequestInfo
 from limiter.http.responses import UNAVAILABLE, HeaderList, OnLimited, Response
 from limiter.http.rules import (
     DeductWhen,
@@ -50,22 +50,11 @@ from limiter.http.rules import (
     is_async_callable,
     shadowed,
 )
-from limiter.ratelimiter import CostSpec, RateLimiter
+from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
 
 # GuardOptions, HeaderList, Response and the request view stay importable from
 # here (integrations/fastapi.py and django.py import them; tests/test_layers.py).
-__all__ = [
-    "Deferred",
-    "Guard",
-    "GuardOptions",
-    "HeaderList",
-    "HeaderView",
-    "Headers",
-    "RequestInfo",
-    "Response",
-]
-
 #: Seconds between two log records about store failures (fail-open is logged
 #: once per interval, not once per request, so an outage cannot flood the log).
 ERROR_LOG_INTERVAL = 60.0
@@ -84,7 +73,7 @@ _NO_HEADERS: HeaderList = []  # shared: adapters never mutate an outcome list
 _N = TypeVar("_N")  # an adapter's native request (environ, scope, handler)
 
 
-def _no_decision(request: RequestInfo) -> Outcome:
+def _no_decision(request: RequestInfo) -> Verdict:
     return _NO_HEADERS
 
 
@@ -167,9 +156,9 @@ class Deferred:
 #: A decision: a list of headers to add to the app's response (the request
 #: proceeds; the list may be empty), a ``Response`` to send instead, or a
 #: ``Deferred`` charge to settle when the response starts.
-Outcome = Union[HeaderList, Response, Deferred]
-#: ``Guard.decide_peer``'s signature: ``(peer, native, to_request) -> Outcome``.
-PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Outcome]
+Verdict = Union[HeaderList, Response, Deferred]
+#: ``Guard.decide_peer``'s signature: ``(peer, native, to_request) -> Verdict``.
+PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Verdict]
 
 
 class Guard:
@@ -305,16 +294,16 @@ class Guard:
         """
         refuse_async(adapter, self.limiters(), self.is_async)
 
-    def decider(self) -> Callable[[RequestInfo], Outcome]:
+    def decider(self) -> Callable[[RequestInfo], Verdict]:
         """``decide``, or a function that limits nothing when the guard is disabled."""
         return self.decide if self.enabled else _no_decision
 
-    def adecider(self) -> Callable[[RequestInfo], Awaitable[Outcome]]:
+    def adecider(self) -> Callable[[RequestInfo], Awaitable[Verdict]]:
         """``adecide``, or a coroutine function that limits nothing when disabled."""
         if self.enabled:
             return self.adecide
 
-        async def no_decision(request: RequestInfo) -> Outcome:
+        async def no_decision(request: RequestInfo) -> Verdict:
             return _NO_HEADERS
 
         return no_decision
@@ -330,7 +319,7 @@ class Guard:
 
     def decide_peer(
         self, peer: Optional[str], native: _N, to_request: Callable[[_N], RequestInfo]
-    ) -> Outcome:
+    ) -> Verdict:
         """``decide(to_request(native))``, building the request only when it is needed.
 
         For the guards of ``peer_decider`` only.  ``peer`` is the request's
@@ -435,7 +424,7 @@ class Guard:
             cost = cost_of(await awaited(cost_func(request)), limiter)
         return limiter, key, cost, deduct_when
 
-    def decide(self, request: RequestInfo) -> Outcome:
+    def decide(self, request: RequestInfo) -> Verdict:
         """The outcome for ``request`` with a synchronous store."""
         chosen = self.select(request)
         if chosen is None:
@@ -448,7 +437,7 @@ class Guard:
             return self.failed(limiter)
         return self.judge(request, chosen, result, at)
 
-    async def adecide(self, request: RequestInfo) -> Outcome:
+    async def adecide(self, request: RequestInfo) -> Verdict:
         """``decide`` for asyncio: the store is awaited (``RateLimiter.acheck``).
 
         When ``nonblocking`` is True, ``decide`` gives the same outcome without
@@ -471,7 +460,7 @@ class Guard:
         chosen: Selection,
         result: RateLimitResult,
         at: Optional[float] = None,
-    ) -> Outcome:
+    ) -> Verdict:
         """The outcome of ``result``, the check of ``chosen`` (``at``: the time before it).
 
         The headers of an allowed result (a ``Deferred`` with ``deduct_when``),
@@ -516,7 +505,7 @@ class Guard:
         # reproducible header values under a ManualClock in tests.
         return self.build(result, limiter.clock.now(), self.header_style)
 
-    def failed(self, limiter: Optional[RateLimiter] = None) -> Outcome:
+    def failed(self, limiter: Optional[RateLimiter] = None) -> Verdict:
         """Apply ``on_error`` to the ``StoreError`` being handled (call in ``except``).
 
         ``limiter`` is the one whose store failed (default: the guard's own),

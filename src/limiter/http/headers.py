@@ -11,8 +11,6 @@ from limiter.core.bucket import next_token_in
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
 
-__all__ = ["HeaderStyle", "build_headers", "rate_limit_headers", "validate_style"]
-
 HeaderStyle = Literal["x", "draft", "both"]
 _STYLES = ("x", "draft", "both")
 

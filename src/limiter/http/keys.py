@@ -18,16 +18,6 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 from limiter.http.request import KeyFunc, RequestInfo
 
-__all__ = [
-    "UNKNOWN_CLIENT",
-    "AllowList",
-    "ClientIP",
-    "KeyFunc",
-    "client_ip",
-    "header_key",
-    "parse_address",
-]
-
 #: The key of a request with no usable peer address: WSGI without
 #: ``REMOTE_ADDR``, ASGI ``client`` of ``None``, a Unix socket.  All such
 #: requests share this one bucket (unless ``"unix"`` is a trusted proxy and

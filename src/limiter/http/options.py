@@ -24,6 +24,7 @@ from typing import (
 
 from limiter.core.costs import validate_cost
 from limiter.core.result import RateLimitResult
+from limiter.core.spec import CostSpec
 from limiter.http.headers import build_headers, build_raw_headers, validate_style
 from limiter.http.keys import AllowList, ClientIP
 from limiter.http.request import Cost, KeyFunc, RequestInfo
@@ -40,16 +41,7 @@ from limiter.http.rules import (
     plain_mapping,
     shadowed,
 )
-from limiter.ratelimiter import CostSpec, RateLimiter
-
-__all__ = [
-    "CostOption",
-    "GuardOptions",
-    "IntegrationOptions",
-    "Options",
-    "check_options",
-    "refuse_async",
-]
+from limiter.ratelimiter import RateLimiter
 
 #: The ``cost`` option: a ``Cost`` (a number, or ``cost(request)`` returning
 #: one), a mapping of limit names to numbers, or ``cost(request)`` returning

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
 
-__all__ = ["Cost", "HeaderView", "Headers", "KeyFunc", "RequestInfo"]
-
 
 class HeaderView:
     """Request headers, read-only, names case-insensitive.

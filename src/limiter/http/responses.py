@@ -13,16 +13,6 @@ from typing import Callable, Dict, List, NamedTuple, Tuple
 from limiter.core.result import RateLimitResult
 from limiter.http.request import RequestInfo
 
-__all__ = [
-    "DENIED_BODY",
-    "UNAVAILABLE_BODY",
-    "HeaderList",
-    "OnLimited",
-    "Response",
-    "default_on_limited",
-    "status_line",
-]
-
 HeaderList = List[Tuple[str, str]]
 
 #: The body of the default 429 response, exactly.

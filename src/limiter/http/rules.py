@@ -28,23 +28,6 @@ from limiter.core.costs import validate_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.ratelimiter import RateLimiter
 
-__all__ = [
-    "Cost",
-    "DeductWhen",
-    "LimiterSpec",
-    "Rule",
-    "check_deduct_when",
-    "check_distinct_names",
-    "check_limiter_spec",
-    "check_mode",
-    "checked_mapping",
-    "is_async_callable",
-    "method_set",
-    "path_pattern",
-    "shadowed",
-    "then",
-]
-
 #: ``deduct_when(status_code) -> bool``: whether a response's status is charged.
 DeductWhen = Callable[[int], bool]
 #: A limiter, or ``limiter_for(request) -> RateLimiter`` choosing one per

@@ -11,7 +11,8 @@ from django.conf import settings  # type: ignore[import-untyped]
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped]
 from django.core.signals import setting_changed  # type: ignore[import-untyped]
 
-from limiter.http.guard import Guard, GuardOptions
+from limiter.http.guard import Guard
+from limiter.http.options import GuardOptions
 from limiter.http.rules import path_pattern
 from limiter.integrations.common import Integration, check_rate
 
@@ -29,7 +30,7 @@ class Config:
         if source is None:
             source = {}
         if not isinstance(source, dict):
-            from limiter.urls import redact_url
+            from limiter.backends._url import redact_url
 
             # A store URL given as the whole setting: never show its password.
             shown = redact_url(source) if isinstance(source, str) else f"{source!r:.200}"

@@ -38,7 +38,7 @@ from typing import (
 
 from limiter.clock import Clock
 from limiter.http.guard import Deferred, Guard
-from limiter.http.options import GuardOptions, IntegrationOptions, Options, check_options
+from limiter.http.options import GuardOptions, Options, check_options
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import (
@@ -53,18 +53,6 @@ from limiter.ratelimiter import RateLimiter
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
-
-__all__ = [
-    "MAX_RATES_PER_SCOPE",
-    "NOT_LIMITED",
-    "Decision",
-    "Integration",
-    "IntegrationOptions",
-    "RateSpec",
-    "RouteLimit",
-    "check_rate",
-    "view_scope",
-]
 
 #: A limit as the integrations take it: a rate string (``"5/minute"``,
 #: ``"10/second;100/hour"``), a ``RateLimiter``, or a function of the request
@@ -438,7 +426,7 @@ def store_shown(given: Any, store: Any) -> str:
     redacted (``given``, else ``LIMITER_STORAGE_URL``), else its type."""
     import os
 
-    from limiter.urls import redact_url
+    from limiter.backends._url import redact_url
 
     if isinstance(given, str):
         return redact_url(given)

@@ -39,8 +39,9 @@ from django.http.multipartparser import MultiPartParserError  # type: ignore[imp
 from django.http.response import HttpResponseBase  # type: ignore[import-untyped]
 
 from limiter.adapters.wsgi import EnvironHeaders
-from limiter.http.guard import Guard, HeaderList, Response
+from limiter.http.guard import Guard
 from limiter.http.request import Cost, KeyFunc, RequestInfo
+from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import DeductWhen
 from limiter.integrations._django_settings import current
 from limiter.integrations.common import (
@@ -53,7 +54,7 @@ from limiter.integrations.common import (
     view_scope,
 )
 
-__all__ = ["RateLimitMiddleware", "django_request_info", "ratelimit"]
+__all__ = ["RateLimitMiddleware", "ratelimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -50,16 +50,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, RawHeaders, request_info
 from limiter.clock import Clock
-from limiter.http.guard import Deferred, Guard, HeaderList, Response
+from limiter.http.guard import Deferred, Guard
+from limiter.http.options import IntegrationOptions
 from limiter.http.request import Cost, KeyFunc
+from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import DeductWhen
-from limiter.integrations.common import (
-    Integration,
-    IntegrationOptions,
-    RateSpec,
-    RouteLimit,
-    acheck_store,
-)
+from limiter.integrations.common import Integration, RateSpec, RouteLimit, acheck_store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only

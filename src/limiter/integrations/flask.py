@@ -38,13 +38,13 @@ from flask.views import MethodView
 
 from limiter.adapters.wsgi import request_info
 from limiter.clock import Clock
-from limiter.http.guard import Guard, Response
-from limiter.http.options import Options, check_options
+from limiter.http.guard import Guard
+from limiter.http.options import IntegrationOptions, Options, check_options
 from limiter.http.request import Cost, KeyFunc
+from limiter.http.responses import Response
 from limiter.http.rules import DeductWhen, is_async_callable
 from limiter.integrations.common import (
     Integration,
-    IntegrationOptions,
     RateSpec,
     RouteLimit,
     check_deduct_when_signature,
@@ -58,7 +58,7 @@ from limiter.ratelimiter import RateLimiter
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["CONFIG_KEYS", "EXTENSION", "RateLimit"]
+__all__ = ["RateLimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

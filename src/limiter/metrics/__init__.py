@@ -7,8 +7,6 @@ imported by name when used.  What the exporters share lives here.
 
 from typing import Tuple
 
-__all__ = ["STORE_SECONDS_BUCKETS"]
-
 #: Bucket bounds (seconds) of the store-latency histogram in every exporter:
 #: from an in-memory store's microseconds to a shared store's timeouts.
 STORE_SECONDS_BUCKETS: Tuple[float, ...] = (

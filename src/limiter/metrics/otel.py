@@ -59,7 +59,7 @@ from limiter.metrics import STORE_SECONDS_BUCKETS
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-__all__ = ["STORE_SECONDS_BUCKETS", "OTelMetrics"]
+__all__ = ["OTelMetrics"]
 
 
 _INSTALL = 'OTelMetrics needs the OpenTelemetry API: pip install "tokenlimiter[otel]"'

@@ -72,7 +72,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         name="prometheus_client",
     ) from exc
 
-__all__ = ["BUCKETS", "PrometheusMetrics"]
+__all__ = ["PrometheusMetrics"]
 
 BUCKETS = STORE_SECONDS_BUCKETS  # shared with the other exporter
 

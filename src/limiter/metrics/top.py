@@ -59,7 +59,7 @@ from limiter.events import DecisionEvent, Outcome
 if TYPE_CHECKING:
     from limiter.clock import Clock
 
-__all__ = ["Offender", "TopOffenders"]
+__all__ = ["TopOffenders"]
 
 
 class Offender(NamedTuple):

@@ -11,11 +11,12 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 
 import pytest
 
-from limiter.adapters import DENIED_BODY, UNAVAILABLE_BODY, RequestInfo, Response
+from limiter import DENIED_BODY, RequestInfo, Response
 from limiter.clock import ManualClock
 from limiter.core.result import RateLimitResult
 from limiter.events import DecisionEvent
 from limiter.http.keys import header_key
+from limiter.http.responses import UNAVAILABLE_BODY
 from limiter.http.rules import Rule
 from limiter.ratelimiter import RateLimiter
 from limiter.testing._adapter_doubles import (
@@ -28,8 +29,6 @@ from limiter.testing._adapter_doubles import (
     fail,
 )
 from limiter.testing._shared import T0
-
-__all__ = ["AdapterConformance"]
 
 
 class AdapterConformance:

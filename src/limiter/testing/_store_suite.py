@@ -25,8 +25,6 @@ from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
 from limiter.testing._shared import T0
 
-__all__ = ["StoreConformance"]
-
 T = TypeVar("T")
 
 

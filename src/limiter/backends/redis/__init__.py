@@ -6,7 +6,10 @@ settings checks in ``_config``, the sync fast path in ``_connection`` and the
 asyncio auto-pipeline in ``_pipeline``.
 """
 
-from limiter.backends.redis._store import AsyncRedisStore, PoolFullError, RedisStore
-from limiter.backends.redis._wire import SCRIPT, hash_tag, redis_key
-
-__all__ = ["SCRIPT", "AsyncRedisStore", "PoolFullError", "RedisStore", "hash_tag", "redis_key"]
+# Re-exported for the tests and operators' scripts (users import the stores from ``limiter``).
+from limiter.backends.redis._connection import PoolFullError as PoolFullError
+from limiter.backends.redis._store import AsyncRedisStore as AsyncRedisStore
+from limiter.backends.redis._store import RedisStore as RedisStore
+from limiter.backends.redis._wire import SCRIPT as SCRIPT
+from limiter.backends.redis._wire import hash_tag as hash_tag
+from limiter.backends.redis._wire import redis_key as redis_key

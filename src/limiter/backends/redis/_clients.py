@@ -18,8 +18,6 @@ import importlib
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-__all__ = ["LazyCluster"]
-
 
 def import_module(module: str, scheme: str) -> Any:
     """Import ``module`` of redis-py or valkey-py, saying which extra installs it."""

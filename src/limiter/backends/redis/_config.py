@@ -11,8 +11,6 @@ import inspect
 import logging
 from typing import Any, List
 
-__all__ = ["ADVICE", "config_problems", "is_cluster", "warn_of_problems"]
-
 
 def is_cluster(client: Any) -> bool:
     return callable(getattr(client, "keyslot", None)) and callable(

@@ -55,8 +55,6 @@ import sys
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Type, TypeVar
 
-__all__ = ["Connections", "PoolFullError", "pool_full", "pool_wait", "wait_for_pool"]
-
 _T = TypeVar("_T")
 
 

@@ -51,8 +51,6 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 from limiter.backends.redis._connection import await_pool, plain_client, pool_wait
 
-__all__ = ["ScriptPipeline"]
-
 
 def _named(exc: BaseException, name: str) -> bool:
     # redis-py and valkey-py have the same exception names; match by name so

@@ -36,8 +36,6 @@ from limiter.core.limits import Limit
 from limiter.core.result import RateLimitResult, combine
 from limiter.store import StoreError
 
-__all__ = ["AsyncRedisStore", "PoolFullError", "RedisStore"]
-
 # Passed as bytes, which clients send as they are (str and int are encoded per call).
 _SHA = SCRIPT_SHA.encode("ascii")
 _NUMKEYS = [str(n).encode("ascii") for n in range(33)]

@@ -22,8 +22,6 @@ from limiter.backends._url import (
 from limiter.backends.redis._clients import Library, RedisSettings, RedisTarget, redis_client
 from limiter.backends.redis._store import AsyncRedisStore, RedisStore
 
-__all__ = ["redis_store"]
-
 _DEFAULT_PORT = 6379
 _DEFAULT_SENTINEL_PORT = 26379
 

@@ -37,25 +37,6 @@ from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
 from limiter.store import StoreError
 
-__all__ = [
-    "SCRIPT",
-    "SCRIPT_SHA",
-    "TTL_FLOOR_MS",
-    "Argv",
-    "PolicyCodec",
-    "cost_text",
-    "costs_text",
-    "decode_result",
-    "decode_results",
-    "encode_key",
-    "encode_keys",
-    "hash_tag",
-    "policy_codec",
-    "redis_key",
-    "slot_tag",
-    "ttl_ms",
-]
-
 
 def _load_script() -> str:
     """``bucket.lua``, its ``EPSILON`` and ``TOLERANCE`` replaced by core's constants' reprs."""
