@@ -177,13 +177,12 @@ class RateLimitMiddleware:
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = await self._adecide(request_info(scope))  # once per connection: no shortcut
-        if isinstance(outcome, list):
-            await self.app(scope, receive, send)
-            return
         if isinstance(outcome, Deferred):
             # A handshake has no response status to judge: the accept is the
             # success, a close before it (403) the failure.
-            await self.app(scope, receive, _settling(send, outcome))
+            send = _settling(send, outcome)
+        if isinstance(outcome, (list, Deferred)):  # admitted
+            await self.app(scope, receive, send)
             return
         status, headers, body = outcome
         # The handshake starts with websocket.connect; answer it, not before.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from limiter import __version__
 from limiter.cli._demo import DEFAULT_RATE, HEADER_STYLES, demo_command
@@ -31,40 +31,15 @@ def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentPars
     parser = argparse.ArgumentParser(prog="limiter", description="tokenlimiter tools")
     parser.add_argument("--version", action="version", version=f"tokenlimiter {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = _demo_parser(commands)
-    inspect = _bucket_parser(
-        commands,
-        "inspect",
-        help="show one key's buckets in a shared store (takes no token)",
-        description=(
-            "Show KEY's buckets as the application's limiter (--limiter) or "
-            "RateLimiter(RATE, name=NAME) on the store sees them: "
-            "for each limit its burst, the tokens available, the seconds until the "
-            "bucket is full again and whether a request of cost 1 would pass now. "
-            "Reading takes nothing (a peek)."
-        ),
-    )
-    reset = _bucket_parser(
-        commands,
-        "reset",
-        help="give one key full buckets in a shared store",
-        description="Give KEY full buckets, as RateLimiter(RATE, name=NAME).reset(KEY) does.",
-    )
-    top = _top_parser(commands)
-    return parser, {"demo": demo, "inspect": inspect, "reset": reset, "top": top}
+    subparsers: Dict[str, argparse.ArgumentParser] = {}
+    for name, (summary, description, add_arguments) in _COMMANDS.items():
+        subparsers[name] = sub = commands.add_parser(name, help=summary, description=description)
+        add_arguments(sub)
+    return parser, subparsers
 
 
-def _demo_parser(commands: Any) -> argparse.ArgumentParser:
-    """The parser of ``demo``."""
-    demo: argparse.ArgumentParser = commands.add_parser(
-        "demo",
-        help="serve a small rate-limited JSON API and a page to watch it",
-        description=(
-            "Serve a small JSON API (/api/) on http.server behind the rate limiter, "
-            "and a page (/) that fires requests at it and charts the bucket; print "
-            "a curl loop that shows the 200s and then the 429s."
-        ),
-    )
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
+    """The arguments of ``demo``."""
     demo.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     demo.add_argument("--port", type=int, default=8484, help="port (default 8484; 0 = any free)")
     demo.add_argument(
@@ -94,7 +69,6 @@ def _demo_parser(commands: Any) -> argparse.ArgumentParser:
         help="rate-limit headers: x (X-RateLimit-*, the default), draft (RateLimit, "
         "RateLimit-Policy: the IETF draft) or both",
     )
-    return demo
 
 
 class _Once(argparse.Action):
@@ -115,11 +89,8 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _bucket_parser(
-    commands: Any, name: str, *, help: str, description: str
-) -> argparse.ArgumentParser:
-    """The parser of ``inspect`` or ``reset``: the limiter's arguments, then KEY."""
-    sub: argparse.ArgumentParser = commands.add_parser(name, help=help, description=description)
+def _bucket_arguments(sub: argparse.ArgumentParser) -> None:
+    """The arguments of ``inspect`` and ``reset``: the limiter's, then KEY."""
     sub.add_argument(
         "--store",
         metavar="URL",
@@ -169,24 +140,46 @@ def _bucket_parser(
         help="the client's key as the application checks it (write -- before a key "
         "that starts with -)",
     )
-    return sub
 
 
-def _top_parser(commands: Any) -> argparse.ArgumentParser:
-    """The parser of ``top``."""
-    top: argparse.ArgumentParser = commands.add_parser(
-        "top",
-        help="show the most denied keys, from a running app's top-offenders endpoint",
-        description=(
-            "Fetch URL (a TopOffenders.as_dict() JSON endpoint, such as the demo's "
-            "http://127.0.0.1:8484/top) and print the most denied keys with their "
-            "counts and error bounds."
-        ),
-    )
+def _top_arguments(top: argparse.ArgumentParser) -> None:
+    """The arguments of ``top``."""
     top.add_argument("--url", required=True, help="the endpoint, http:// or https://")
     top.add_argument("-n", type=int, default=10, help="how many keys (default 10, 1-1000)")
     top.add_argument("--json", action="store_true", help="print the JSON as fetched")
     top.add_argument(
         "--timeout", type=float, default=2.0, help="seconds to wait for the answer (default 2)"
     )
-    return top
+
+
+#: Each command's ``help``, ``description`` and arguments, in the order ``--help`` lists them.
+_COMMANDS: Dict[str, Tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
+    "demo": (
+        "serve a small rate-limited JSON API and a page to watch it",
+        "Serve a small JSON API (/api/) on http.server behind the rate limiter, "
+        "and a page (/) that fires requests at it and charts the bucket; print "
+        "a curl loop that shows the 200s and then the 429s.",
+        _demo_arguments,
+    ),
+    "inspect": (
+        "show one key's buckets in a shared store (takes no token)",
+        "Show KEY's buckets as the application's limiter (--limiter) or "
+        "RateLimiter(RATE, name=NAME) on the store sees them: "
+        "for each limit its burst, the tokens available, the seconds until the "
+        "bucket is full again and whether a request of cost 1 would pass now. "
+        "Reading takes nothing (a peek).",
+        _bucket_arguments,
+    ),
+    "reset": (
+        "give one key full buckets in a shared store",
+        "Give KEY full buckets, as RateLimiter(RATE, name=NAME).reset(KEY) does.",
+        _bucket_arguments,
+    ),
+    "top": (
+        "show the most denied keys, from a running app's top-offenders endpoint",
+        "Fetch URL (a TopOffenders.as_dict() JSON endpoint, such as the demo's "
+        "http://127.0.0.1:8484/top) and print the most denied keys with their "
+        "counts and error bounds.",
+        _top_arguments,
+    ),
+}

@@ -12,7 +12,7 @@ retry needs and when it happens is described on ``RateLimitTransport``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Generic, Optional, TypeVar
 
 import httpx
 
@@ -61,7 +61,40 @@ def _key(pacer: Pacer, request: httpx.Request) -> str:
     return pacer.key_of(request, url.scheme, url.host, url.port)
 
 
-class RateLimitTransport(httpx.BaseTransport):
+#: The transport a ``RateLimitTransport`` (sync) or ``AsyncRateLimitTransport`` wraps.
+Transport = TypeVar("Transport", httpx.BaseTransport, httpx.AsyncBaseTransport)
+
+
+class _Paced(Generic[Transport]):
+    """The constructor of both transports (their docstrings describe the arguments)."""
+
+    _base: ClassVar[type]  # the transport class it wraps, and its default
+    _default: ClassVar[type]
+    _sync: ClassVar[bool]  # whether the limiter's store must be synchronous
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: KeySpec = None,
+        transport: Optional[Transport] = None,
+        respect_server: bool = True,
+        max_retries: int = 3,
+        max_wait: Optional[float] = DEFAULT_MAX_WAIT,
+    ) -> None:
+        owner = ("" if self._sync else "Async") + "RateLimitTransport"
+        self._pacer = pacer = Pacer(owner, limiter, key, respect_server, max_retries, max_wait)
+        if self._sync and not callable(getattr(pacer.limiter.store, "apply", None)):
+            raise TypeError(
+                f"{owner}: {pacer.limiter.store!r} is async only: use AsyncRateLimitTransport"
+            )
+        #: The limiter whose tokens each request takes.
+        self.limiter = pacer.limiter
+        #: The transport that sends the requests.
+        self.transport: Transport = _wrapped(owner, transport, self._base, self._default)
+
+
+class RateLimitTransport(_Paced[httpx.BaseTransport], httpx.BaseTransport):
     """An ``httpx`` transport that paces requests with ``limiter`` before sending them.
 
     Each request first waits (on ``limiter.clock``: a ``ManualClock`` moves
@@ -98,30 +131,9 @@ class RateLimitTransport(httpx.BaseTransport):
     ``AsyncRateLimitTransport``.
     """
 
-    def __init__(
-        self,
-        limiter: object,
-        *,
-        key: KeySpec = None,
-        transport: Optional[httpx.BaseTransport] = None,
-        respect_server: bool = True,
-        max_retries: int = 3,
-        max_wait: Optional[float] = DEFAULT_MAX_WAIT,
-    ) -> None:
-        self._pacer = pacer = Pacer(
-            "RateLimitTransport", limiter, key, respect_server, max_retries, max_wait
-        )
-        if not callable(getattr(pacer.limiter.store, "apply", None)):
-            raise TypeError(
-                f"RateLimitTransport: {pacer.limiter.store!r} is async only: "
-                "use AsyncRateLimitTransport"
-            )
-        #: The limiter whose tokens each request takes.
-        self.limiter = pacer.limiter
-        #: The transport that sends the requests.
-        self.transport: httpx.BaseTransport = _wrapped(
-            "RateLimitTransport", transport, httpx.BaseTransport, httpx.HTTPTransport
-        )
+    _base = httpx.BaseTransport
+    _default = httpx.HTTPTransport
+    _sync = True
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""
@@ -138,7 +150,7 @@ class RateLimitTransport(httpx.BaseTransport):
         self.transport.close()
 
 
-class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
+class AsyncRateLimitTransport(_Paced[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
     """``RateLimitTransport`` for ``httpx.AsyncClient``; waits with ``await clock.asleep``.
 
     Same arguments and behaviour; ``transport`` is an
@@ -146,25 +158,9 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
     The limiter's store may be synchronous or asyncio (``aacquire``).
     """
 
-    def __init__(
-        self,
-        limiter: object,
-        *,
-        key: KeySpec = None,
-        transport: Optional[httpx.AsyncBaseTransport] = None,
-        respect_server: bool = True,
-        max_retries: int = 3,
-        max_wait: Optional[float] = DEFAULT_MAX_WAIT,
-    ) -> None:
-        self._pacer = pacer = Pacer(
-            "AsyncRateLimitTransport", limiter, key, respect_server, max_retries, max_wait
-        )
-        #: The limiter whose tokens each request takes.
-        self.limiter = pacer.limiter
-        #: The transport that sends the requests.
-        self.transport: httpx.AsyncBaseTransport = _wrapped(
-            "AsyncRateLimitTransport", transport, httpx.AsyncBaseTransport, httpx.AsyncHTTPTransport
-        )
+    _base = httpx.AsyncBaseTransport
+    _default = httpx.AsyncHTTPTransport
+    _sync = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""

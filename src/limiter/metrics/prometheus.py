@@ -80,40 +80,54 @@ _FALLBACK = "fallback"
 _ERROR = "error"
 
 
+#: The four metrics: (attribute of ``_Metrics``, type, name, help, label names).
+_DEFINITIONS: Tuple[Tuple[str, Any, str, str, Tuple[str, ...]], ...] = (
+    (
+        "decisions",
+        Counter,
+        "limiter_decisions_total",
+        "Rate-limit decisions, by limiter, policy (the limit that decided) and outcome.",
+        ("limiter", "policy", "outcome"),
+    ),
+    (
+        "durations",
+        Histogram,
+        "limiter_store_duration_seconds",
+        "Time the rate limiter's store took per operation, seconds.",
+        ("store", "operation"),
+    ),
+    (
+        "errors",
+        Counter,
+        "limiter_store_errors_total",
+        "Rate-limit decisions that failed with a store error.",
+        ("limiter", "store"),
+    ),
+    (
+        "fallback",
+        Gauge,
+        "limiter_fallback_active",
+        "1 while the limiter's decisions come from its store's in-memory fallback.",
+        ("limiter",),
+    ),
+)
+
+
 class _Metrics:
     """The four metrics of one registry, and their labelled children by label values."""
+
+    decisions: Counter
+    durations: Histogram
+    errors: Counter
+    fallback: Gauge
 
     def __init__(self, registry: CollectorRegistry) -> None:
         made: List[Any] = []  # unregistered again if a later name is taken
         try:
-            self.decisions = Counter(
-                "limiter_decisions_total",
-                "Rate-limit decisions, by limiter, policy (the limit that decided) and outcome.",
-                ("limiter", "policy", "outcome"),
-                registry=registry,
-            )
-            made.append(self.decisions)
-            self.durations = Histogram(
-                "limiter_store_duration_seconds",
-                "Time the rate limiter's store took per operation, seconds.",
-                ("store", "operation"),
-                buckets=BUCKETS,
-                registry=registry,
-            )
-            made.append(self.durations)
-            self.errors = Counter(
-                "limiter_store_errors_total",
-                "Rate-limit decisions that failed with a store error.",
-                ("limiter", "store"),
-                registry=registry,
-            )
-            made.append(self.errors)
-            self.fallback = Gauge(
-                "limiter_fallback_active",
-                "1 while the limiter's decisions come from its store's in-memory fallback.",
-                ("limiter",),
-                registry=registry,
-            )
+            for attribute, kind, name, documentation, labels in _DEFINITIONS:
+                extra = {"buckets": BUCKETS} if kind is Histogram else {}
+                made.append(kind(name, documentation, labels, registry=registry, **extra))
+                setattr(self, attribute, made[-1])
         except ValueError:
             for collector in made:
                 registry.unregister(collector)

@@ -122,15 +122,9 @@ class AdapterConformance:
         self._apps.append(app)
         return app
 
-    def send(
-        self,
-        app: Any,
-        method: str = "GET",
-        path: str = "/",
-        headers: Optional[Dict[str, str]] = None,
-        peer: Optional[str] = None,
-    ) -> AdapterReply:
-        status, got, body = self.request(app, method, path, headers, peer)
+    def send(self, app: Any, *args: Any, **kwargs: Any) -> AdapterReply:
+        """``request``'s answer as an ``AdapterReply`` (same arguments)."""
+        status, got, body = self.request(app, *args, **kwargs)
         return AdapterReply(status, list(got), body)
 
     def named(self, headers: Iterable[Tuple[str, str]], *names: str) -> List[Tuple[str, str]]:

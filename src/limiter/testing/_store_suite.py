@@ -116,13 +116,16 @@ class StoreConformance:
 
     # -- plumbing ----------------------------------------------------------
 
+    def call(self, target: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``target.<method>(...)``, or ``target.a<method>(...)`` run by ``run`` (async mode)."""
+        if self.mode == "async":
+            return self.run(getattr(target, "a" + method)(*args, **kwargs))
+        return getattr(target, method)(*args, **kwargs)
+
     def apply(
         self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
     ) -> RateLimitResult:
-        if self.mode == "async":
-            result: RateLimitResult = self.run(store.aapply(key, limit, cost, now))
-            return result
-        result = store.apply(key, limit, cost, now)
+        result: RateLimitResult = self.call(store, "apply", key, limit, cost, now)
         return result
 
     def apply_many(
@@ -133,17 +136,11 @@ class StoreConformance:
         cost: Cost = 1,
         now: Optional[float] = T0,
     ) -> RateLimitResult:
-        if self.mode == "async":
-            result: RateLimitResult = self.run(store.aapply_many(keys, limits, cost, now))
-            return result
-        result = store.apply_many(keys, limits, cost, now)
+        result: RateLimitResult = self.call(store, "apply_many", keys, limits, cost, now)
         return result
 
     def reset(self, store: Any, key: str) -> None:
-        if self.mode == "async":
-            self.run(store.areset(key))
-        else:
-            store.reset(key)
+        self.call(store, "reset", key)
 
     @pytest.fixture
     def store(self) -> Iterator[Any]:
@@ -389,10 +386,7 @@ class StoreConformance:
         limiter = RateLimiter(Quota(100, "day"), store=store, clock=clock)
 
         def call(method: str, *args: Any, **kwargs: Any) -> RateLimitResult:
-            if self.mode == "async":
-                result: RateLimitResult = self.run(getattr(limiter, "a" + method)(*args, **kwargs))
-                return result
-            return getattr(limiter, method)(*args, **kwargs)  # type: ignore[no-any-return]
+            return self.call(limiter, method, *args, **kwargs)  # type: ignore[no-any-return]
 
         taken = clock.now()
         assert [call("check", "u", 50).allowed for _ in range(2)] == [True, True]
