@@ -24,7 +24,7 @@ class process_urls:
     """The process-wide URLconf when this module configures Django first.
 
     It serves what docs/adapters.md's Django recipe serves: the recipe
-    (tests/test_recipes.py, tests/test_docs.py) configures Django only when
+    (tests/integrations/test_recipes.py, tests/project/test_docs.py) configures Django only when
     nothing did, and then runs on whatever URLconf is configured.
     """
 

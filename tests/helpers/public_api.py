@@ -1,8 +1,8 @@
 """The public API, pinned: every name a user imports, by module.
 
 Growing the API is a deliberate change: a name added to a public module's
-``__all__`` must be added here too (tests/test_public_api.py compares them),
-and documented in docs/reference/ (tests/test_site.py).  Every other module
+``__all__`` must be added here too (tests/project/test_public_api.py compares them),
+and documented in docs/reference/ (tests/project/test_site.py).  Every other module
 of ``src/limiter`` is internal and has no ``__all__``.
 """
 

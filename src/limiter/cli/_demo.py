@@ -242,7 +242,7 @@ def _page(described: str, burst: int) -> bytes:
 
     The page is ``demo.html`` beside this file: plain HTML and a little JavaScript,
     no external asset (it works offline).  Its counters and the chart's data-*
-    attributes are what tests/test_demo_page.py reads in a headless browser.
+    attributes are what tests/cli/test_demo_page.py reads in a headless browser.
     """
     from importlib.resources import files  # Python >= 3.9
 

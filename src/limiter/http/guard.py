@@ -54,7 +54,7 @@ from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
 
 # GuardOptions, HeaderList, Response and the request view stay importable from
-# here (integrations/fastapi.py and django.py import them; tests/test_layers.py).
+# here (integrations/fastapi.py and django.py import them; tests/project/test_layers.py).
 #: Seconds between two log records about store failures (fail-open is logged
 #: once per interval, not once per request, so an outage cannot flood the log).
 ERROR_LOG_INTERVAL = 60.0

@@ -1,7 +1,7 @@
 """The private language of ``RedisStore`` and ``bucket.lua``: arguments, replies, keys, expiry.
 
 The one owner of it on the Python side; ``bucket.lua``'s header repeats the
-grammar below verbatim (``tests/test_redis_wire.py`` holds the two equal)::
+grammar below verbatim (``tests/backends/test_redis_wire.py`` holds the two equal)::
 
     argv    = now " " costs policy { policy } ;  (* ARGV[1]: one policy per KEYS[i] *)
     now     = "" | number ;                       (* "": the server's TIME *)

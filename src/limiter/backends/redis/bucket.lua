@@ -1,7 +1,7 @@
 -- limiter's token bucket for Redis and Valkey: limiter.core.bucket in Lua, run by
 -- EVALSHA for every check (limiter/backends/redis/_wire.py loads this file and
 -- speaks its language).  The grammar of its argument, reply and stored
--- values (_wire.py's, verbatim; tests/test_redis_wire.py holds the two equal):
+-- values (_wire.py's, verbatim; tests/backends/test_redis_wire.py holds the two equal):
 --
 --   argv    = now " " costs policy { policy } ;  (* ARGV[1]: one policy per KEYS[i] *)
 --   now     = "" | number ;                       (* "": the server's TIME *)
@@ -21,7 +21,7 @@
 --
 -- limiter/core/ is the specification; each part below mirrors
 -- one of its functions, computing the very same doubles, and
--- tests/test_redis_store.py feeds both the same random sequences and compares
+-- tests/backends/test_redis_store.py feeds both the same random sequences and compares
 -- the results bit for bit.  Change the two together.
 --
 --   this file                          mirrors (limiter/core/)

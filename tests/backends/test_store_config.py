@@ -31,7 +31,7 @@ from limiter.backends import _failover as _fallback
 from limiter.backends.sqlite import SQLiteStore
 from limiter.testing import T0
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGGER = "limiter.stores"
 
 

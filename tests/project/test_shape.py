@@ -21,7 +21,7 @@ import tokenize
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "limiter"
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60

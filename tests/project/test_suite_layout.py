@@ -1,4 +1,4 @@
-"""The test suite's own rule: no test module imports another; what they share is in helpers/.
+"""The test suite's own rules: tests mirror the source; no test module imports another.
 
 Every ``.py`` file under ``tests/`` is parsed with ``ast`` (never imported), and
 every import counts, at module level or inside a function.
@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 from typing import Iterator, List
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def imported(tree: ast.AST) -> Iterator[str]:
@@ -35,3 +35,14 @@ def test_no_test_module_imports_another() -> None:
 def test_the_checker_sees_both_kinds_of_import() -> None:
     tree = ast.parse("import test_a\ndef f():\n    from test_b import x\nfrom helpers import y\n")
     assert sorted(imported(tree)) == ["helpers", "test_a", "test_b"]
+
+
+def test_the_tests_mirror_the_source() -> None:
+    # Each test file sits in a folder named after what it tests (CONTRIBUTING.md,
+    # "Run the tests"); none at the top of tests/.
+    folders = {"core", "ratelimiter", "backends", "http", "adapters", "integrations"}
+    folders |= {"metrics", "clients", "cli", "project"}
+    top = sorted(path.name for path in TESTS.glob("test_*.py"))
+    assert top == [], f"move these into one of {sorted(folders)}"
+    placed = {path.parent.name for path in TESTS.rglob("test_*.py")}
+    assert placed <= folders, sorted(placed - folders)

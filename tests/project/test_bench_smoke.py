@@ -16,7 +16,7 @@ from typing import Dict
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 bench_common = pytest.importorskip("bench.common")

@@ -24,7 +24,7 @@ import pytest
 
 from helpers.needs import need_module
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 # "# needs: redis" or "# needs: redis, other", optionally followed by a comment

@@ -240,7 +240,7 @@ def test_a_misspelled_option_names_the_decorator():
 
 
 # Callables and store bugs that propagate, and on_error allow/deny: the
-# AdapterConformance suite (tests/test_adapter_conformance.py, TestHTTPServer)
+# AdapterConformance suite (tests/adapters/test_adapter_conformance.py, TestHTTPServer)
 # checks them here, handle_error's record included.
 
 

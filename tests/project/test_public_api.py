@@ -14,7 +14,7 @@ from typing import Dict, List
 
 from helpers.public_api import MAX_NAMES, PUBLIC
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def declared_all() -> Dict[str, List[str]]:

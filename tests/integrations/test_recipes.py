@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "adapters.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
 
 

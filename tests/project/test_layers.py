@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "limiter"
 TOP = 99
 

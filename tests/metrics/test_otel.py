@@ -35,7 +35,7 @@ from limiter.metrics.otel import OTelMetrics
 from limiter.store import StoreError
 
 T0 = 1_700_000_000.0
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 Attrs = FrozenSet[Tuple[str, Any]]
 
 

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from helpers.needs import need_module
 from helpers.public_api import PUBLIC
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference"

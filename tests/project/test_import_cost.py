@@ -175,7 +175,7 @@ def test_the_suite_loads_on_first_use() -> None:
 
 def test_bench_setup_figures_are_measured_and_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
     """The figures of docs/benchmarks.md's setup section: shape only, one quick run."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     importcost = pytest.importorskip("bench.importcost")
     cost = importcost.measure(runs=1, conditions=("compiled",))
     figures = cost["conditions"]["compiled"]

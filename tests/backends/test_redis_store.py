@@ -117,7 +117,7 @@ COSTS = st.one_of(
     # Above burst by less than the slack: denied however close (bursts are 1..30).
     st.integers(1, 30).map(lambda n: n + 1e-7),
     # Refunds, the one negative cost: the script stops the debt at 0 as step does;
-    # a bucket ignores a refund's taken_at (a quota's: tests/test_quota.py).
+    # a bucket ignores a refund's taken_at (a quota's: tests/core/test_quota.py).
     st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9, math.inf]), st.floats(0, 50)).map(Refund),
     st.sampled_from([0, 1, 2.5, 1e9, math.inf]).map(lambda t: Refund(t, T0 - 1e9)),
     # Charges, taken unconditionally: into debt, up to one burst owed (max_debt);
@@ -318,7 +318,7 @@ def test_script_matches_step_all_with_a_lockout(
 
 def test_script_matches_step_up_to_2_53_tokens(client: redis.Redis) -> None:
     # remaining is formatted as %d below 2**53 and as %.17g at 2**53: both exact.
-    # (A burst above 2**53 is a ValueError: tests/test_bucket.py.)
+    # (A burst above 2**53 is a ValueError: tests/core/test_bucket.py.)
     store = RedisStore(client, prefix=unique_prefix())
     for limit in (Limit(1e9, 2**53), Limit(3.0, 2**53), Limit(0.5, 2**53 - 1), Limit(1, 2**53)):
         key = f"big{limit.burst}:{limit.rate}"

@@ -366,7 +366,7 @@ def test_a_misspelled_option_names_the_middleware():
 def test_a_bad_cost_value_is_the_apps_bug_not_a_store_failure(on_error):
     # A cost callable returning a non-number or NaN propagates, whatever
     # on_error says. (Raising callables, store bugs and on_error allow/deny:
-    # AdapterConformance, tests/test_adapter_conformance.py.)
+    # AdapterConformance, tests/adapters/test_adapter_conformance.py.)
     for bad, error in (("3", TypeError), (float("nan"), ValueError), (-1, ValueError)):
         app = RateLimitMiddleware(hello, limiter(), on_error=on_error, cost=lambda r, b=bad: b)
         with pytest.raises(error, match="cost must be a number of tokens"):

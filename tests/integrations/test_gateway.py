@@ -29,7 +29,7 @@ from helpers.servers import uvicorn_running
 
 pytestmark = pytest.mark.servers
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "gateway.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
 START = datetime(2024, 1, 31, tzinfo=timezone.utc).timestamp()  # the block's clock
 FEBRUARY = datetime(2024, 2, 1, tzinfo=timezone.utc).timestamp()
 ALICE = {"Authorization": "Bearer sk-alice"}
