@@ -240,9 +240,6 @@ def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) 
         )
 
 
-# -- what the request callables return, checked per request by a Guard ----------
-
-
 def flag_of(value: object, name: str) -> bool:
     """``value`` (a predicate's answer) as a bool; an awaitable is a ``TypeError``.
 

@@ -267,8 +267,6 @@ class Integration:
         shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
         self._shared: GuardOptions = shared  # type: ignore[assignment]
 
-    # -- limiters ----------------------------------------------------------
-
     def limiter_for(self, rate: Union[str, RateLimiter], scope: str) -> RateLimiter:
         """``rate`` as is, or one limiter per ``(scope, rate string)`` named ``"<scope>|<rate>"``.
 
@@ -309,8 +307,6 @@ class Integration:
             return self.limiter_for(rate, scope)
         limiter_for = self.limiter_for
         return then(rate, lambda chosen: limiter_for(chosen, scope))
-
-    # -- guards ------------------------------------------------------------
 
     def guard(self, route: RouteLimit) -> Guard:
         """The ``Guard`` of ``route`` (built once per ``RouteLimit``)."""

@@ -62,9 +62,6 @@ _BARE = "_limiter_bare"
 _BARE_FIX = '@ratelimit needs a rate: write @ratelimit("5/minute")'
 
 
-# -- the request view ---------------------------------------------------------------------
-
-
 def django_request_info(request: HttpRequest) -> RequestInfo:
     """The ``RequestInfo`` of a Django request: ``request.path`` (script prefix
     included), ``REMOTE_ADDR`` as peer, the ``HttpRequest`` as native."""
@@ -76,9 +73,6 @@ def django_request_info(request: HttpRequest) -> RequestInfo:
         meta.get("REMOTE_ADDR") or None,
         request,
     )
-
-
-# -- responses -----------------------------------------------------------------------------
 
 
 def _http_response(response: Response, method: str) -> HttpResponse:
@@ -141,9 +135,6 @@ def _respond(request: HttpRequest, response: Any, decision: Decision, headers: H
         return _http_response(decision.response, request.method or "GET")
     _add_headers(response, headers)
     return response
-
-
-# -- the middleware ------------------------------------------------------------------------
 
 
 def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
@@ -250,9 +241,6 @@ class RateLimitMiddleware:
     ) -> Optional[HttpResponseBase]:
         guards = self._guards(request, view_func)
         return _record(request, await _adecide(current().integration, guards, request))
-
-
-# -- the decorator -------------------------------------------------------------------------
 
 
 def _request_of(args: Tuple[Any, ...]) -> HttpRequest:

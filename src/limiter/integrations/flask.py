@@ -277,8 +277,6 @@ class RateLimit:
         if app is not None:
             self.init_app(app)
 
-    # -- apps --------------------------------------------------------------
-
     def init_app(self, app: flask.Flask) -> None:
         """Set up ``app``: read its ``RATELIMIT_*`` config and add the two hooks.
 
@@ -328,8 +326,6 @@ class RateLimit:
         if integration.enabled:  # disabled: no hooks at all, so no cost either
             app.before_request(_before_hook(state))
             app.after_request(_after_hook())
-
-    # -- decorators ----------------------------------------------------------
 
     def limit(
         self,
@@ -401,9 +397,6 @@ class RateLimit:
         return view
 
 
-# -- config ------------------------------------------------------------------------
-
-
 def _config_default(config: flask.Config) -> Optional[RateSpec]:
     value = config.get("RATELIMIT_DEFAULT")
     if value is None:
@@ -445,9 +438,6 @@ def _config_headers(value: object) -> Optional[str]:
     raise TypeError(f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}")
 
 
-# -- hooks -------------------------------------------------------------------------
-
-
 def _before_hook(state: _AppState) -> Before:
     decide = state.integration.decide
     default_guards = state.default_guards
@@ -472,7 +462,8 @@ def _before_hook(state: _AppState) -> Before:
         decision = decide(guards, request_info(environ))
         denied: Optional[Response] = decision.response
         if denied is not None:
-            # Nothing left in the environ: the after hook adds no headers twice.
+            # werkzeug drops a HEAD's body; with no Decision in the environ the
+            # after hook leaves these headers alone.
             return response_class(denied.body, denied.status, denied.headers)
         environ[_DECISION] = decision
         return None
