@@ -4,7 +4,5 @@
 * ``limiter.adapters.asgi.RateLimitMiddleware(app, limiter, ...)``
 * ``limiter.adapters.httpserver.rate_limited(limiter, ...)``
 
-They take the same options and hand ``key_func``, ``exempt`` and ``cost`` the
-same ``RequestInfo``, so those are written once for all three.  See
-docs/adapters.md.
+Same options, same ``RequestInfo`` for every callable. Guide: docs/adapters.md.
 """

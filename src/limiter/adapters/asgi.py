@@ -41,8 +41,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 RawHeaders = List[Tuple[bytes, bytes]]
 
-#: The close code sent to refuse a limited WebSocket handshake when the server
-#: lacks the ``websocket.http.response`` extension: 1013, "try again later".
+#: Closes a limited WebSocket handshake without ``websocket.http.response``: "try again later".
 WEBSOCKET_CLOSE_CODE = 1013
 
 
@@ -98,20 +97,14 @@ def _encode(headers: Iterable[Any]) -> List[Tuple[bytes, bytes]]:
 class RateLimitMiddleware:
     """Rate-limit an ASGI app: ``app = RateLimitMiddleware(app, limiter)``.
 
-    ``http`` requests are checked with ``await limiter.acheck`` (async stores
-    never block the event loop).  Allowed responses get the rate-limit headers
-    appended to the app's ``http.response.start`` headers (the message is
-    copied, not modified); limited ones get a ``429`` JSON response without
-    calling the app.  A limited ``websocket`` handshake is refused with that
-    429 through the ``websocket.http.response`` extension when the server
-    offers it, otherwise with ``websocket.close`` (code 1013) before accept.
-    ``lifespan`` and unknown scope types pass through untouched.  The scope
-    is never mutated.
-
-    ``options``: docs/adapters.md, "Options".
-    Only a ``StoreError`` goes to ``on_error``; any other exception (the
-    app's ``key_func``, ``exempt``, ``cost`` or ``on_limited`` failing)
-    propagates from the middleware call to the server, like one from the app.
+    ``limiter``: a ``RateLimiter`` (async stores are awaited) or a function,
+    ``async def`` allowed, of the ``RequestInfo`` returning one. Allowed
+    responses get the rate-limit headers; limited requests get the 429
+    without calling the app, and a limited WebSocket handshake is refused
+    (code 1013 if the server cannot send a response). Other scopes pass
+    through. Raises ``TypeError``/``ValueError`` for a bad option, here; only
+    a ``StoreError`` goes to ``on_error``, any other exception propagates.
+    Options: docs/adapters.md#options; ASGI details: docs/adapters.md#asgi.
     """
 
     def __init__(
@@ -123,14 +116,14 @@ class RateLimitMiddleware:
         if not callable(app):
             raise TypeError(f"app must be an ASGI callable, got {app!r}")
         self.app = app
-        # Encoded: the headers of admitted requests come as bytes, as ASGI sends them.
+        # Encoded: admitted requests' headers come as bytes, as ASGI sends them.
         self.guard = Guard(
             limiter, Options(options, owner="RateLimitMiddleware", encoded=True, limiter=limiter)
         )
         self._decide = self.guard.decider()
         self._adecide = self.guard.adecider()
         self._nonblocking = self.guard.nonblocking or not self.guard.enabled
-        # Set only when the store never waits (the decision is then not awaited).
+        # Only when the store never waits: its decision is not awaited.
         self._decide_peer = self.guard.peer_decider() if self.guard.nonblocking else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -140,7 +133,7 @@ class RateLimitMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
-        # The http path is inline, a coroutine less (CONTRIBUTING.md, "Hot paths").
+        # Inline, a coroutine less (CONTRIBUTING.md, "Hot paths").
         decide_peer = self._decide_peer
         if decide_peer is not None:
             client = scope.get("client")
@@ -148,7 +141,7 @@ class RateLimitMiddleware:
             # Anything but a str is not looked up: request_info decides what it means.
             outcome = decide_peer(peer if peer.__class__ is str else None, scope, request_info)
         elif self._nonblocking:
-            # Stores that never wait are called, not awaited (CONTRIBUTING.md, "Hot paths").
+            # Called, not awaited (CONTRIBUTING.md, "Hot paths").
             outcome = self._decide(request_info(scope))
         else:
             outcome = await self._adecide(request_info(scope))
@@ -178,14 +171,13 @@ class RateLimitMiddleware:
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = await self._adecide(request_info(scope))  # once per connection: no shortcut
         if isinstance(outcome, Deferred):
-            # A handshake has no response status to judge: the accept is the
-            # success, a close before it (403) the failure.
+            # A handshake has no status: accept is success, a close before it (403) failure.
             send = _settling(send, outcome)
         if isinstance(outcome, (list, Deferred)):  # admitted
             await self.app(scope, receive, send)
             return
         status, headers, body = outcome
-        # The handshake starts with websocket.connect; answer it, not before.
+        # Answer websocket.connect, not before.
         message = await receive()
         if message["type"] != "websocket.connect":
             return  # the client went away already

@@ -67,19 +67,14 @@ def rate_limited(
 ) -> Callable[[H], H]:
     """Class decorator limiting every request a ``BaseHTTPRequestHandler`` subclass serves.
 
-    Returns a subclass (same name) that checks each request once its headers
-    are parsed, before any ``do_<METHOD>`` runs, so every method is limited,
-    including ones the class does not implement.  Allowed responses get the
-    rate-limit headers added at ``end_headers()``; a limited request gets the
-    429 (no body for ``HEAD``) and ``do_<METHOD>`` is not called.  A limited
-    request with a body is answered with ``Connection: close``, since its
-    unread body cannot be left on a kept-alive connection.  Thread-safe under
-    ``ThreadingHTTPServer``.  ``options``: docs/adapters.md,
-    "Options"; the stores must be synchronous.  Only a ``StoreError``
-    goes to ``on_error``; any other exception (the app's ``key_func``,
-    ``exempt``, ``cost`` or ``on_limited`` failing) propagates out of the
-    handler, like one from a ``do_<METHOD>``: ``socketserver`` reports it with
-    ``server.handle_error`` and closes the connection without a response.
+    Returns a subclass (same name) that decides once the headers are parsed,
+    before any ``do_<METHOD>``; allowed responses get the rate-limit headers
+    at ``end_headers()``, limited requests the 429 (``Connection: close`` if
+    they had a body). Thread-safe under ``ThreadingHTTPServer``; stores must
+    be synchronous. Raises ``TypeError``/``ValueError`` for a bad option,
+    here; only a ``StoreError`` goes to ``on_error``, any other exception
+    propagates out of the handler.
+    Options: docs/adapters.md#options; details: docs/adapters.md#httpserver.
     """
     guard = Guard(
         limiter, Options(options, owner="rate_limited", sync="http.server", limiter=limiter)
@@ -108,8 +103,8 @@ def _limited_subclass(cls: H, guard: Guard) -> H:
             if not super().parse_request():
                 return False
             if decide_peer is not None:
-                # The request view is built only if the decision needs it
-                # (CONTRIBUTING.md, "Hot paths"); anything but a str is not looked up.
+                # Hot path (CONTRIBUTING.md): the request view is built only if
+                # needed; anything but a str is not looked up.
                 address = self.client_address
                 peer = address[0] if address.__class__ is tuple and address else None
                 outcome = decide_peer(peer if peer.__class__ is str else None, self, request_info)
@@ -145,15 +140,12 @@ def _limited_subclass(cls: H, guard: Guard) -> H:
 def _send_instead(
     handler: BaseHTTPRequestHandler, response: Response, end_headers: Callable[[], None]
 ) -> None:
-    """Send ``response`` (the 429 or 503) in place of the handler's own, and flush it.
-
-    ``end_headers``: the decorated class's own (no rate-limit headers are pending).
-    """
+    """Send ``response`` (the 429 or 503) in place of the handler's own, and flush it."""
     status, headers, body = response
     has_body = handler.headers.get("Content-Length", "0").strip() not in ("", "0")
     if has_body or "Transfer-Encoding" in handler.headers:
         handler.close_connection = True  # its unread body cannot stay on the connection
-    handler.send_response(status)  # also logs the request, as for any response
+    handler.send_response(status)
     for name, value in headers:
         handler.send_header(name, value)
     if handler.close_connection and handler.request_version != "HTTP/0.9":
@@ -161,17 +153,17 @@ def _send_instead(
     end_headers()
     if handler.command != "HEAD":
         handler.wfile.write(body)
-    # handle_one_request() flushes only after do_<METHOD>; a buffered wfile
-    # (wbufsize != 0) would hold the response back.
+    # handle_one_request() flushes only after do_<METHOD>: a buffered wfile
+    # would hold the response back.
     handler.wfile.flush()
 
 
 def _add_headers(handler: BaseHTTPRequestHandler, headers: HeaderList) -> None:
-    """Add the rate-limit ``headers`` to the response whose headers are being ended."""
+    """Add ``headers`` to the response whose headers are being ended."""
     buffer = getattr(handler, "_headers_buffer", None)
     if buffer is not None and handler.request_version != "HTTP/0.9":
-        # What send_header() appends, in one piece: a call per header costs more
-        # than the whole rate-limit decision (CONTRIBUTING.md, "Hot paths").
+        # send_header()'s lines in one piece: a call per header costs more than
+        # the whole decision (CONTRIBUTING.md, "Hot paths").
         lines = "".join([f"{name}: {value}\r\n" for name, value in headers])
         buffer.append(lines.encode("latin-1", "strict"))
     else:

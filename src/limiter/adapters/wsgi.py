@@ -34,8 +34,7 @@ _SPECIAL = {"CONTENT-TYPE": "CONTENT_TYPE", "CONTENT-LENGTH": "CONTENT_LENGTH"}
 class EnvironHeaders(HeaderView):
     """The headers of a WSGI environ, or of any dict laid out like one (Django's ``request.META``).
 
-    Reads the ``HTTP_*`` variables on demand: a request whose key needs no
-    header pays for no header decoding.
+    Read on demand, so a request whose key needs no header decodes none.
     """
 
     __slots__ = ("_environ",)
@@ -73,19 +72,13 @@ def request_info(environ: Environ) -> RequestInfo:
 class RateLimitMiddleware:
     """Rate-limit a WSGI app: ``app = RateLimitMiddleware(app, limiter)``.
 
-    Allowed requests reach ``app`` untouched and its response gets the
-    rate-limit headers (``header_style``: ``"x"``, ``"draft"`` or ``"both"``)
-    appended after its own.  The app's iterable is returned as is (never
-    buffered, its ``close()`` is the server's to call) and ``exc_info`` is
-    passed through to the server's ``start_response``.  Limited requests get
-    a ``429`` JSON response (or ``on_limited(request, result, headers)``'s)
-    without calling ``app``; ``HEAD`` requests get the headers and no body.
-
-    ``options``: docs/adapters.md, "Options".
-    The limiters' stores must be synchronous.  Only a ``StoreError`` goes to
-    ``on_error``; any other exception (the app's ``key_func``, ``exempt``,
-    ``cost`` or ``on_limited`` failing) propagates from the middleware call,
-    like one from the app.
+    ``limiter``: a ``RateLimiter`` with a synchronous store, or a function of
+    the ``RequestInfo`` returning one. Allowed responses get the rate-limit
+    headers after their own; limited requests get the 429 (no body for
+    ``HEAD``) without calling ``app``. Raises ``TypeError``/``ValueError``
+    for a bad option, here; only a ``StoreError`` goes to ``on_error``, any
+    other exception propagates.
+    Options: docs/adapters.md#options; WSGI details: docs/adapters.md#wsgi.
     """
 
     def __init__(
@@ -106,8 +99,8 @@ class RateLimitMiddleware:
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         decide_peer = self._decide_peer
         if decide_peer is not None:
-            # The request view is built only if the decision needs it
-            # (CONTRIBUTING.md, "Hot paths"); anything but a str is not looked up.
+            # Hot path (CONTRIBUTING.md): the request view is built only if needed;
+            # anything but a str is not looked up.
             peer = environ.get("REMOTE_ADDR")
             outcome = decide_peer(peer if peer.__class__ is str else None, environ, request_info)
         else:

@@ -1,9 +1,6 @@
 """The decision every adapter shares: exemption, the key, the cost, the check, the outcome.
 
-An adapter translates its protocol into a ``RequestInfo`` (``limiter.http.request``),
-asks a ``Guard`` for a decision and translates the decision back.  The options
-are checked by ``limiter.http.options.Options``; the 429 and 503 are
-``limiter.http.responses``'.  See docs/adapters.md.
+Adapters translate their protocol to a ``RequestInfo`` and the ``Verdict`` back.
 """
 
 from __future__ import annotations
@@ -55,16 +52,14 @@ from limiter.store import StoreError
 
 # GuardOptions, HeaderList, Response and the request view stay importable from
 # here (integrations/fastapi.py and django.py import them; tests/project/test_layers.py).
-#: Seconds between two log records about store failures (fail-open is logged
-#: once per interval, not once per request, so an outage cannot flood the log).
+#: Seconds between two log records of store failures, so an outage cannot flood the log.
 ERROR_LOG_INTERVAL = 60.0
 #: Seconds between two log records of one limiter's would-be denials in shadow mode.
 SHADOW_LOG_INTERVAL = 60.0
 
 _log = logging.getLogger("limiter.adapters")
 
-#: What ``Guard.select`` picks for a request: the limiter, the key, the cost
-#: and the ``deduct_when`` predicate (``None``: charge before the app runs).
+#: ``(limiter, key, cost, deduct_when)``; ``deduct_when`` ``None``: charged up front.
 Selection = Tuple[RateLimiter, str, CostSpec, Optional[DeductWhen]]
 #: A route: (limiter, key_func, cost_func, cost, deduct_when), before the callables run.
 Route = Tuple[LimiterSpec, Optional[KeyFunc], Optional[Callable[..., Any]], CostSpec, Any]
@@ -80,12 +75,9 @@ def _no_decision(request: RequestInfo) -> Verdict:
 class Deferred:
     """An admitted, charged request whose charge may be given back (``deduct_when``).
 
-    The adapter lets the request through, then calls ``settle(status)`` (or
-    ``await asettle(status)``) when the app starts its response: unless
-    ``deduct_when(status)`` holds, the cost is refunded (a mapping of named
-    costs, the same mapping).  It returns the headers to add.  Only the first
-    call settles; later ones (a WSGI ``start_response`` called again with
-    ``exc_info``) return the same headers and refund nothing.
+    ``settle(status)``, when the response starts, refunds the cost unless
+    ``deduct_when(status)`` holds and returns the headers to add. Only the
+    first call settles; later ones return the same headers.
     """
 
     __slots__ = ("at", "cost", "deduct_when", "guard", "key", "limiter", "result", "settled")
@@ -106,15 +98,13 @@ class Deferred:
         self.cost = cost
         self.deduct_when = deduct_when
         self.result = result
-        # The charge's own time: its headers say where the bucket stood then,
-        # and its refund goes only to the window that took it (a quota's
-        # boundary passed since forgives the units: nothing is given back).
-        # ``at`` is read before the check (a check just before a boundary).
+        # Read before the check: the headers say where the bucket stood then, and
+        # the refund goes only to the quota window that took the charge.
         self.at = limiter.clock.now() if at is None else at
         self.settled: Optional[HeaderList] = None
 
     def _kept(self, status: int) -> Optional[HeaderList]:
-        # The headers when nothing is to be refunded (settled already, or charged).
+        # The headers when nothing is to be refunded, else None.
         if self.settled is not None:
             return self.settled
         if flag_of(self.deduct_when(status), "deduct_when"):
@@ -126,7 +116,7 @@ class Deferred:
         return headers
 
     def _failed(self) -> HeaderList:
-        # The refund failed: the response is under way, so log it and send no headers.
+        # The response is under way: log and send no headers.
         self.guard.failed(self.limiter)
         return self._done(_NO_HEADERS)
 
@@ -153,32 +143,17 @@ class Deferred:
         return self._done(self.guard.headers(refunded, self.limiter))
 
 
-#: A decision: a list of headers to add to the app's response (the request
-#: proceeds; the list may be empty), a ``Response`` to send instead, or a
-#: ``Deferred`` charge to settle when the response starts.
+#: Headers to add (possibly none), a ``Response`` to send instead, or a ``Deferred``.
 Verdict = Union[HeaderList, Response, Deferred]
-#: ``Guard.decide_peer``'s signature: ``(peer, native, to_request) -> Verdict``.
 PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Verdict]
 
 
 class Guard:
-    """The decision every adapter delegates to; built once per adapter.
+    """The decision every adapter delegates to: ``Guard(limiter, options)`` or
+    ``Guard(limiter, **options)``, built once per adapter.
 
-    ``Guard(limiter, options)`` takes a ``RateLimiter`` (or a function of the
-    request returning one, see ``limiter.Rule``) and an ``Options``
-    (``Guard(limiter, **options)`` builds one; ``encoded=True`` is then
-    ``Options``' ``encoded``).  ``decide(request)`` (or ``await
-    adecide(request)``) returns the headers to append to the app's response,
-    a ``Response`` to send instead, or a ``Deferred`` whose
-    ``settle(status)`` charges the request once its status is known
-    (``deduct_when``).  ``select(request)`` chooses ``(limiter, key, cost,
-    deduct_when)`` or ``None`` (not limited): ``exempt`` and ``allow_list``
-    first, then the first matching rule, then the defaults.  With
-    ``encoded``, every list of headers it returns holds latin-1 ``bytes``
-    pairs (``on_limited`` still gets ``str`` pairs).
-
-    Errors: only ``StoreError`` is handled, by ``on_error``; every other
-    exception propagates (docs/adapters.md, "Errors").
+    ``decide(request)`` returns a ``Verdict``. Only ``StoreError`` goes to
+    ``on_error``; every other exception propagates (docs/adapters.md#errors).
     """
 
     __slots__ = (
@@ -197,7 +172,6 @@ class Guard:
         "options",
     )
 
-    # The options in COPIED.
     allow_list: Optional[AllowList]
     build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
     client_ip: ClientIP
@@ -230,8 +204,7 @@ class Guard:
         for name in COPIED:
             setattr(self, name, getattr(options, name))
         self.limiter = _checked_limiter(limiter, options)
-        #: True when a callable (key, cost, exempt, limiter function) is ``async``:
-        #: only ``adecide`` may then be used.
+        #: True when a callable is ``async``: only ``adecide`` may then be used.
         self.is_async: bool = options.is_async or is_async_callable(limiter)
         if options.sync is not None:
             self.require_sync(options.sync)
@@ -242,9 +215,8 @@ class Guard:
 
     def _precompute(self) -> None:
         """What the decision reads per request besides the options."""
-        #: True when no limiter's store waits on I/O (``RateLimiter.nonblocking``)
-        #: and no callable is ``async``: async code may then call ``decide``
-        #: instead of awaiting ``adecide``.  Never True with limiter functions.
+        #: True when no store waits on I/O and no callable is ``async``: async
+        #: code may call ``decide``. Never True with limiter functions.
         limiters = self.limiters()
         self.nonblocking: bool = (
             not self.is_async
@@ -259,8 +231,7 @@ class Guard:
             self.cost,
             self.deduct_when,
         )
-        # The limiter of a guard whose decision needs the client address alone
-        # (see decide_peer), else None; the clock it reads and the peer cache.
+        # The limiter when the decision needs the client address alone (decide_peer).
         o = self.options
         plain = self.limiter
         alone = o.key_func is None and o.exempt is None and o.allow_list is None
@@ -268,13 +239,12 @@ class Guard:
         self._plain: Optional[RateLimiter] = (
             plain if isinstance(plain, RateLimiter) and o.enabled and alone and simple else None
         )
-        # A RateLimiter's clock is fixed when it is built (it keeps clock.now too).
-        # time.time when the clock is the system's, one call less than its now().
+        # time.time for the system clock: one call less than its now().
         clock = None if self._plain is None else self._plain.clock
         self._now: Callable[[], float] = (
             time.time if clock is None or type(clock) is SystemClock else clock.now
         )
-        # The same dict object for the guard's life: ClientIP clears it, never replaces it.
+        # ClientIP clears this dict, never replaces it.
         self._peer_keys: Dict[str, str] = self.client_ip.peer_keys
 
     def limiters(self) -> List[RateLimiter]:
@@ -286,12 +256,8 @@ class Guard:
         ]
 
     def require_sync(self, adapter: str) -> None:
-        """Refuse what a synchronous ``adapter`` (WSGI, http.server) cannot run.
-
-        ``ValueError`` for a known limiter whose store is async only;
-        ``TypeError`` for an ``async def`` callable.  A limiter function's
-        limiters are checked when it returns them (a ``TypeError`` then).
-        """
+        """Refuse what a synchronous ``adapter`` cannot run: ``ValueError`` for an
+        async-only store, ``TypeError`` for an ``async def`` callable."""
         refuse_async(adapter, self.limiters(), self.is_async)
 
     def decider(self) -> Callable[[RequestInfo], Verdict]:
@@ -309,33 +275,24 @@ class Guard:
         return no_decision
 
     def peer_decider(self) -> Optional[PeerDecider]:
-        """``decide_peer`` when this guard can use it, else ``None`` (use ``decider``).
-
-        It can when the guard is enabled and its decision needs only the client
-        address: one ``RateLimiter`` with a synchronous store, no ``key_func``,
-        ``exempt``, ``allow_list``, ``rules``, ``deduct_when`` nor cost function.
-        """
+        """``decide_peer`` when the decision needs only the client address, else ``None``."""
         return self.decide_peer if self._plain is not None else None
 
     def decide_peer(
         self, peer: Optional[str], native: _N, to_request: Callable[[_N], RequestInfo]
     ) -> Verdict:
-        """``decide(to_request(native))``, building the request only when it is needed.
+        """``decide(to_request(native))``, building the request only when needed.
 
-        For the guards of ``peer_decider`` only.  ``peer`` is the request's
-        peer address as ``to_request`` would find it, or anything that is not
-        a known peer (such as ``None``): a peer whose key is not cached yet,
-        or a trusted proxy's, takes the full path through ``decide``.
+        For ``peer_decider``'s guards; an uncached or trusted ``peer`` takes ``decide``.
         """
-        # The hot path of the adapters (CONTRIBUTING.md, "Hot paths"): the key is
-        # one dict lookup, and the RequestInfo is built only for on_limited.
+        # Hot path (CONTRIBUTING.md): RequestInfo is built only for on_limited.
         limiter = self._plain
         key = self._peer_keys.get(peer)  # type: ignore[arg-type]
         if key is None or limiter is None:
             return self.decide(to_request(native))
         try:
             result = limiter.check(key, self.cost)
-        except StoreError:  # only a store failure goes to on_error; the rest propagates
+        except StoreError:
             return self.failed(limiter)
         if result.allowed:
             return self.build(result, self._now(), self.header_style)
@@ -345,8 +302,7 @@ class Guard:
         return self.on_limited(to_request(native), result, headers)
 
     def _route(self, request: RequestInfo) -> Optional[Route]:
-        """The route of ``request`` (its first matching rule's, else the defaults), or
-        ``None`` when the allow list holds it."""
+        """The first matching rule's route, else the defaults; ``None`` if allow-listed."""
         allow_list = self.allow_list
         if allow_list is not None and allow_list(request):
             return None
@@ -369,12 +325,10 @@ class Guard:
         return limiter, key_func, cost_func, cost, deduct_when
 
     def select(self, request: RequestInfo) -> Optional[Selection]:
-        """``(limiter, key, cost, deduct_when)`` for ``request``, or ``None`` when not limited.
+        """The ``Selection`` for ``request``, or ``None`` when not limited.
 
-        ``TypeError`` when a callable is ``async``: use ``aselect``.
+        Raises ``TypeError`` when a callable is ``async``: use ``aselect``.
         """
-        # The shell of the plan (_route, _chosen, _keyed, _request_cost) that
-        # calls the app's functions; aselect is the same, awaiting them.
         if self.is_async:
             raise TypeError(
                 "this guard has async def callables: await adecide() (the ASGI adapter)"
@@ -438,11 +392,7 @@ class Guard:
         return self.judge(request, chosen, result, at)
 
     async def adecide(self, request: RequestInfo) -> Verdict:
-        """``decide`` for asyncio: the store is awaited (``RateLimiter.acheck``).
-
-        When ``nonblocking`` is True, ``decide`` gives the same outcome without
-        a coroutine.
-        """
+        """``decide`` for asyncio; with ``nonblocking``, ``decide`` gives the same outcome."""
         chosen = await self.aselect(request) if self.is_async else self.select(request)
         if chosen is None:
             return _NO_HEADERS
@@ -461,11 +411,7 @@ class Guard:
         result: RateLimitResult,
         at: Optional[float] = None,
     ) -> Verdict:
-        """The outcome of ``result``, the check of ``chosen`` (``at``: the time before it).
-
-        The headers of an allowed result (a ``Deferred`` with ``deduct_when``),
-        the shadow mode's let-through, or ``on_limited``'s response.
-        """
+        """The ``Verdict`` for ``result``, the check of ``chosen`` (``at``: the time before it)."""
         limiter, key, cost, deduct_when = chosen
         if result.allowed:
             if deduct_when is not None:
@@ -496,20 +442,18 @@ class Guard:
                 count,
                 SHADOW_LOG_INTERVAL,
             )
-        # Admitted after all: its headers, without Retry-After.
+        # Admitted after all: no Retry-After.
         return self.headers(result._replace(allowed=True, retry_after=0.0), limiter)
 
     def headers(self, result: RateLimitResult, limiter: RateLimiter) -> HeaderList:
         """The rate-limit headers of ``result`` in this guard's ``header_style``."""
-        # The limiter's own clock: Unix time in production, and exact,
-        # reproducible header values under a ManualClock in tests.
+        # The limiter's clock, so a ManualClock gives exact header values in tests.
         return self.build(result, limiter.clock.now(), self.header_style)
 
     def failed(self, limiter: Optional[RateLimiter] = None) -> Verdict:
-        """Apply ``on_error`` to the ``StoreError`` being handled (call in ``except``).
+        """Apply ``on_error`` to the ``StoreError`` being handled; call it in ``except``.
 
-        ``limiter`` is the one whose store failed (default: the guard's own),
-        named in the log record.
+        ``limiter`` (default: the guard's) is named in the log record.
         """
         now = time.monotonic()
         if now >= self._next_log:
@@ -528,8 +472,7 @@ class Guard:
 
 
 def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
-    """``limiter`` checked against ``options`` (names, cost mapping); its shadow view
-    in shadow mode."""
+    """``limiter`` checked against ``options``; its shadow view in shadow mode."""
     if not isinstance(limiter, RateLimiter) and not callable(limiter):
         raise TypeError(
             f"limiter must be a limiter.RateLimiter or a function of the request "

@@ -17,33 +17,26 @@ _STYLES = ("x", "draft", "both")
 #: The largest Structured Field Integer (RFC 9651, section 3.3.1: at most 15 digits).
 SF_INT_MAX = 999_999_999_999_999
 _INF = math.inf
-# A policy name: printable ASCII without '"' or '\', the rule of ``Limit.name``.
-# Every such text is a valid sf-string once quoted, with nothing to escape.
+# The rule of ``Limit.name``: quoted, a valid sf-string with nothing to escape.
 _NAME_RE = re.compile(r"[ !#-\[\]-~]+")
-# (name, burst, window) -> (RateLimit-Policy item, quoted name).  A limiter has a
-# handful of policies; the bound only stops a caller's ever-new names from growing it.
+# (name, burst, window) -> (policy item, quoted name); bounded against ever-new names.
 _POLICIES: Dict[Tuple[str, int, float], Tuple[str, str]] = {}
 _POLICIES_MAX = 256
-# A limit's value is the same on every response: int -> (str, latin-1 bytes),
-# bounded like _POLICIES.  Only exact ints are looked up (True == 1, 2.0 == 2).
+# int -> (str, latin-1 bytes); exact ints only (True == 1, 2.0 == 2).
 _LIMITS: Dict[int, Tuple[str, bytes]] = {}
-# X-RateLimit-Reset changes once a second at most: the last one, as an int
-# (math.ceil's), str and bytes.  One tuple, replaced whole: threads see either.
+# X-RateLimit-Reset changes once a second at most. One tuple, replaced whole,
+# so threads see the old or the new one.
 _RESET: Tuple[int, str, bytes] = (0, "0", b"0")
 _ceil = math.ceil
 _isfinite = math.isfinite
-#: The header table: the ``"x"`` style's names (and ``Retry-After``), as ``str`` and as
-#: the latin-1 ``bytes`` that ``build_raw_headers`` sends.
 _X_NAMES = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")
 _LIMIT, _REMAINING, _RESET_AT, _RETRY = _X_NAMES
 _RAW_LIMIT, _RAW_REMAINING, _RAW_RESET_AT, _RAW_RETRY = (n.encode("latin-1") for n in _X_NAMES)
 
 
 def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
-    """Return ``style`` if it is ``"x"``, ``"draft"``, ``"both"`` or ``None`` (no headers).
-
-    Any other ``str`` is a ``ValueError``, anything else a ``TypeError``.
-    """
+    """Return ``style`` if ``"x"``, ``"draft"``, ``"both"`` or ``None``; else ``ValueError``
+    (``TypeError`` for a non-``str``)."""
     if style is None:
         return None
     if style not in _STYLES:
@@ -53,8 +46,7 @@ def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
 
 
 def _up(seconds: float) -> int:
-    # Whole seconds, rounded up, never negative.  Float noise below the bucket's
-    # slack (2.0000000000000004 after twenty steps of 0.1) is not a second more.
+    # Float noise below the bucket's slack (2.0000000000000004) is not a second more.
     return max(0, math.ceil(seconds - TIME_EPSILON))
 
 
@@ -79,11 +71,8 @@ def _policy(name: str, limit: int, window: float, param: str) -> Tuple[str, str]
     if window >= 1.0:
         quota, seconds = limit, _up(window)
     elif window > 0.0:
-        # "w" must be a non-zero integer: a window under a second is advertised as
-        # one second and the quota as the whole tokens refilled in it (the rate
-        # rounded down, >= the burst as the window is < 1), so q/w does not
-        # understate the rate.  The nudge keeps 1 / (1 / 93) = 92.99999999999999
-        # from losing a token.
+        # "w" must be a non-zero integer (docs/headers.md). The nudge keeps
+        # 1 / (1 / 93) = 92.99999999999999 from losing a token.
         per_second = limit / window * (1.0 + 1e-12)
         quota = math.floor(per_second) if per_second < SF_INT_MAX else SF_INT_MAX
         seconds = 1
@@ -97,14 +86,7 @@ def _policy(name: str, limit: int, window: float, param: str) -> Tuple[str, str]
 
 
 def _until_more(result: RateLimitResult) -> int:
-    """The draft's ``t``: whole seconds until the bucket holds one more whole token.
-
-    A token bucket makes quota available continuously; ``r`` (whole tokens) grows
-    when the next token is complete, ``interval`` seconds apart, the last one at
-    ``reset_after`` (full).  A full bucket gets no more: 0.  A calendar quota
-    (``kind`` ``"quota"``) gets all its units back at once, at ``reset_after``, and
-    so does a lockout (``"lockout"``): all at its end.
-    """
+    """The draft's ``t``: whole seconds until one more whole token (0 when full)."""
     seconds = next_token_in(result)
     return _up(seconds) if seconds > 0.0 else 0
 
@@ -118,38 +100,20 @@ def rate_limit_headers(
 ) -> List[Tuple[str, str]]:
     """The headers that tell a client where it stands, as ``(name, value)`` pairs.
 
-    ``now`` is the current Unix time in seconds (for ``X-RateLimit-Reset``).
+    ``now`` is the current Unix time in seconds. ``style``:
 
     * ``"x"``: ``X-RateLimit-Limit`` (burst), ``X-RateLimit-Remaining`` (whole
-      tokens), ``X-RateLimit-Reset`` (Unix time, seconds, rounded up, when the
-      bucket is full again).  With several limits: the most restrictive one.
-    * ``"draft"``: draft-ietf-httpapi-ratelimit-headers-10,
-      ``RateLimit-Policy: "<name>";q=<burst>;w=<seconds to refill from empty>``
-      and ``RateLimit: "<name>";r=<remaining>;t=<seconds until one more token>``
-      (``t=0`` when full); with several limits, one list item per limit.  ``w``
-      is rounded up and at least 1: a window under a second is sent as ``w=1``
-      with ``q`` the whole tokens refilled per second.  Integers above the
-      Structured Field maximum (15 digits) are capped at ``999999999999999``.
-      The name is the limit's (``"default"``) unless ``policy`` overrides it
-      for a single limit (with several, each keeps its limit's name).
+      tokens), ``X-RateLimit-Reset`` (Unix seconds, rounded up, when full);
+      with several limits, the most restrictive one.
+    * ``"draft"``: ``RateLimit-Policy: "<name>";q=<burst>;w=<seconds>`` and
+      ``RateLimit: "<name>";r=<remaining>;t=<seconds>``, one item per limit;
+      ``policy`` renames a single limit.
     * ``"both"``: all of the above.
 
-    A key locked out by a ``Lockout`` (a refusing result of ``kind`` ``"lockout"``) gets
-    ``X-RateLimit-Limit`` of the most restrictive limit, ``Remaining`` 0,
-    ``Reset`` and ``Retry-After`` at the lockout's end; the draft headers list
-    each limit (as it stands: nothing was taken; without ``t``, which would
-    point earlier than the lockout lets anyone back in) and the lockout, as
-    ``"<name>";q=<breaches>;w=<within>`` and ``"<name>";r=0;t=<seconds left>``.
-
-    Every style adds ``Retry-After`` (whole seconds, rounded up, at least 1) to a
-    denied result, except when the request can never pass (cost above burst,
-    ``retry_after`` infinite): then it is left out rather than print ``inf``.
-    With ``Retry-After``, an item whose ``t`` would point later than it is sent
-    without ``t`` (the draft: Retry-After SHOULD NOT point earlier than ``t``).
-
-    ``policy`` (and every limit name) must be non-empty printable ASCII without
-    ``"`` or ``\\``, as ``Limit.name`` is: a ``ValueError`` otherwise, and a
-    ``TypeError`` if it is not a ``str``; ``now`` must be a finite number.
+    A denied result that can pass later adds ``Retry-After`` (whole seconds, at
+    least 1). Raises ``ValueError`` for a bad style, a ``policy`` that is not
+    non-empty printable ASCII without ``"`` or ``\\``, or a non-finite ``now``;
+    ``TypeError`` for a wrong type. Field by field: docs/headers.md.
     """
     if result.__class__ is not RateLimitResult and not isinstance(result, RateLimitResult):
         raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
@@ -169,8 +133,7 @@ def build_headers(
 ) -> List[Tuple[str, str]]:
     """``rate_limit_headers`` for callers that validated ``style`` once (the adapters).
 
-    ``style=None`` (rate-limit headers switched off) keeps only ``Retry-After``
-    on a denied result: it is HTTP's own answer to "when may I retry".
+    ``style=None`` keeps only ``Retry-After`` on a denied result.
     """
     if style == "x":  # the common case, kept to the bare minimum of work per request
         limit = result.limit
@@ -208,11 +171,10 @@ def _draft(
 ) -> List[Tuple[str, str]]:
     """The draft's ``RateLimit-Policy`` and ``RateLimit`` (``retry``: the ``Retry-After``)."""
     parts = result.results or (result,)
-    # One limit, beside a lockout's own result or not: ``policy`` names it.
     one = len(parts) == 1 or (len(parts) == 2 and parts[1].kind == "lockout")
     policies = []
     limits = []
-    # Locked out: no limit's own ``t`` applies until the lockout ends.
+    # Locked out: no limit's ``t`` applies until the lockout ends.
     locked = result.kind == "lockout" and not result.allowed
     for part in parts:
         if one and policy is not None and part.kind != "lockout":
@@ -251,11 +213,7 @@ def _reset_text(reset: int) -> Tuple[int, str, bytes]:
 def build_raw_headers(
     result: RateLimitResult, now: float, style: Optional[str]
 ) -> List[Tuple[bytes, bytes]]:
-    """``build_headers(result, now, style)`` with names and values encoded as latin-1.
-
-    The form ASGI sends: the same headers, in the same order, built without
-    the ``str`` step for the common ``"x"`` style.
-    """
+    """``build_headers(result, now, style)`` with names and values encoded as latin-1 (ASGI)."""
     if style == "x":  # build_headers' first branch in bytes (CONTRIBUTING.md, "Hot paths")
         limit = result.limit
         cached = _LIMITS.get(limit) if limit.__class__ is int else None

@@ -1,11 +1,6 @@
-"""Request keys: which bucket a request is charged to.
+"""Key functions: which bucket a request is charged to (``None``: the client IP).
 
-A key function (``KeyFunc``, from ``limiter.http.request``) takes a
-``limiter.adapters.RequestInfo`` and returns a ``str`` key, or ``None`` to
-fall back to the client IP.  ``client_ip`` is the default;
-``header_key`` keys on a header such as ``X-API-Key``.  Keys are passed to
-``RateLimiter.check`` as they are: the limiter namespaces them per limiter and
-hashes long ones, so a 1 MB header costs 71 bytes of stored key.
+Guide: docs/adapters.md#keys; trust model: docs/proxies.md.
 """
 
 from __future__ import annotations
@@ -18,42 +13,34 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 from limiter.http.request import KeyFunc, RequestInfo
 
-#: The key of a request with no usable peer address: WSGI without
-#: ``REMOTE_ADDR``, ASGI ``client`` of ``None``, a Unix socket.  All such
-#: requests share this one bucket (unless ``"unix"`` is a trusted proxy and
-#: the forwarding header names the client).
+#: The key shared by requests with no usable peer address (e.g. a Unix socket).
 UNKNOWN_CLIENT = "ip:unknown"
 
 _Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 _Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
-# No address, with port, brackets and a zone id, is longer than this: longer
-# peers and header entries are rejected before any parsing (and before caching).
+# Longer than any address with port, brackets and zone id: rejected before parsing
+# and caching.
 _MAX_ENTRY = 100
-# Per ClientIP: how many peer strings and header entries keep their result.
 _CACHE_SIZE = 4096
 _HEADERS = ("x-forwarded-for", "forwarded")
 # RFC 7239 node-port: 1 to 5 digits, or an obfuscated "_" name.
 _PORT = re.compile(r"[0-9]{1,5}|_[A-Za-z0-9._-]+")
-# An HTTP field name (RFC 9110 5.1: a token).
+# RFC 9110 5.1 token.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
 def parse_address(text: str) -> Optional[_Address]:
     """The IP address in a peer string, an ``X-Forwarded-For`` entry or a ``Forwarded`` ``for=``.
 
-    Accepts ``1.2.3.4``, ``1.2.3.4:80``, ``2001:db8::1``, ``[2001:db8::1]:80``,
-    quoted forms (``"[2001:db8::1]"``, both quotes required) and zone ids
-    (``fe80::1%eth0``, dropped).  A port is 1 to 5 digits or an RFC 7239
-    obfuscated ``_name`` (letters, digits, ``.``, ``_``, ``-``).  IPv4-mapped
-    IPv6 (``::ffff:1.2.3.4``) becomes IPv4.  Anything else (``unknown``, an
-    obfuscated ``_hidden``, a host name, garbage, more than 100 characters
-    after stripping whitespace) is ``None``.
+    Drops a port (digits or RFC 7239 ``_name``), brackets, quotes and a zone id;
+    IPv4-mapped IPv6 becomes IPv4. ``None`` for anything else (``unknown``,
+    ``_hidden``, a host name, over 100 characters).
     """
     text = text.strip()
     if not text or len(text) > _MAX_ENTRY:
         return None
     if text[0] == '"':
-        if text[-1] != '"':  # an opening quote without its closing one
+        if text[-1] != '"':
             return None
         text = text[1:-1]
     if text[:1] == "[":
@@ -91,7 +78,7 @@ def _forwarded_for(element: str) -> Optional[str]:
 
 
 def _proxy_entries(trusted_proxies: Union[str, Iterable[str]]) -> Tuple[str, ...]:
-    """``trusted_proxies`` as a tuple of str; ``TypeError`` for anything else."""
+    """``trusted_proxies`` as a tuple of str; raises ``TypeError`` for anything else."""
     if isinstance(trusted_proxies, str):
         return (trusted_proxies,)
     if isinstance(trusted_proxies, (bytes, bytearray)) or not isinstance(
@@ -137,46 +124,16 @@ def _network(entry: str, option: str = "trusted_proxies") -> _Network:
 class ClientIP:
     """A key function returning ``"ip:<address>"`` for the client of a request.
 
-    Trust model: the client is the socket peer (``request.peer``).  The
-    forwarding header is read only when the peer is in ``trusted_proxies``,
-    because anyone can send it: unlike werkzeug's ``ProxyFix``, which believes
-    a fixed number of hops whatever connected, a client that reaches the app
-    directly cannot choose its key.
+    The client is the socket peer; ``header`` (``"x-forwarded-for"`` or
+    ``"forwarded"``, required with ``trusted_proxies``) is read only from a
+    peer in ``trusted_proxies`` (IPs, CIDRs or ``"unix"``), walked right to
+    left. IPv6 clients are grouped by their ``/ipv6_prefix`` (0-128). No
+    usable peer gives ``UNKNOWN_CLIENT``. Never raises on request data;
+    raises ``TypeError``/``ValueError`` for a bad argument (a CIDR with host
+    bits included). The trust model, rule by rule: docs/proxies.md#the-rule.
 
-    ``header``: ``"x-forwarded-for"`` or RFC 7239 ``"forwarded"`` (any case),
-    the one header your proxy sets.  It is required with ``trusted_proxies``
-    and only that header is ever read: a client behind the proxy can send the
-    other one itself, and nothing would tell its entries from the proxy's.
-    Without ``trusted_proxies`` no header is read and ``header`` may be
-    omitted.
-
-    From a trusted peer, every line of the header is joined in order and the
-    entries are walked right to left (the proxies append on the right),
-    skipping trusted addresses; the first untrusted valid address is the
-    client.  An invalid, obfuscated (``_hidden``) or ``unknown`` entry met on
-    the way (or a ``Forwarded`` element without ``for=``) ends the walk at the
-    peer.  If every entry is trusted, the leftmost one is the client; an
-    empty or missing header means the peer.
-
-    ``trusted_proxies``: IPs or CIDRs (``"10.0.0.0/8"``), a single string or an
-    iterable of strings; ``"unix"`` trusts connections with no peer address (a
-    proxy on a Unix socket).  A CIDR with host bits set (``"10.0.0.1/8"``) is a
-    ``ValueError``: it is unclear whether one host or the network was meant.
-    IPv4-mapped entries (``"::ffff:10.0.0.5"``) match the IPv4 peer.
-    ``ipv6_prefix`` (0-128, default 64): IPv6 clients are grouped by their
-    ``/ipv6_prefix`` network, so one host cannot rotate through its own
-    subnet; IPv4 clients are keyed by address.
-
-    Ports, brackets and IPv6 zone ids are dropped and IPv4-mapped IPv6 becomes
-    IPv4.  A request with no usable peer gets ``UNKNOWN_CLIENT``; a peer or
-    entry longer than 100 characters is unusable.  Never raises on request
-    data.  Results per peer string and header entry are cached (4096 entries
-    per ``ClientIP``).  A wrong type is a ``TypeError``, a wrong value a
-    ``ValueError``.
-
-    ``peer_keys``: the key of every peer seen lately that is not a trusted
-    proxy (at most 4096, ``str`` peer to ``str`` key), so the common request
-    costs one dict lookup; the adapters read it, nothing may write it.
+    ``peer_keys`` maps recent untrusted peers to their keys (at most 4096);
+    the adapters read it, nothing may write it.
     """
 
     __slots__ = (
@@ -221,7 +178,7 @@ class ClientIP:
         self._classify: Callable[[str], Tuple[Optional[str], bool]] = functools.lru_cache(
             maxsize=_CACHE_SIZE
         )(self._classify_uncached)
-        # Filled by __call__; cleared, never replaced, when full (Guard holds it).
+        # Cleared, never replaced, when full: Guard holds a reference.
         self.peer_keys: Dict[str, str] = {}
 
     def __repr__(self) -> str:
@@ -239,7 +196,7 @@ class ClientIP:
         return "ip:" + str(address)
 
     def _classify_uncached(self, text: str) -> Tuple[Optional[str], bool]:
-        # (key or None when invalid, is the address a trusted proxy)
+        # (key or None when invalid, whether the address is a trusted proxy)
         address = parse_address(text)
         if address is None:
             # A peer that is no IP address is a non-IP transport (a Unix socket).
@@ -247,13 +204,12 @@ class ClientIP:
         return self.key_for(address), any(address in net for net in self._nets)
 
     def __call__(self, request: RequestInfo) -> str:
-        """The key of ``request``'s client (see the class docstring)."""
+        """The key of ``request``'s client."""
         peer = request.peer
-        # The common case: a peer seen before that is no trusted proxy.
         key = self.peer_keys.get(peer)  # type: ignore[arg-type]
         if key is not None:
             return key
-        if peer is None or len(peer) > _MAX_ENTRY:  # checked first: never cached
+        if peer is None or len(peer) > _MAX_ENTRY:  # never cached
             key, trusted = UNKNOWN_CLIENT, self._trust_unix
         else:
             found, trusted = self._classify(peer)
@@ -268,10 +224,9 @@ class ClientIP:
         return self.from_headers(key, request.headers.get_all)
 
     def from_headers(self, peer_key: str, get_all: Callable[[str], List[str]]) -> str:
-        """The client key named by a trusted peer's ``header`` (``peer_key`` if none).
+        """The client key named by a trusted peer's ``header``, else ``peer_key``.
 
         ``get_all(name)`` returns every line of a header (``[]`` when absent).
-        Without a ``header`` (no trusted proxies) this is ``peer_key``.
         """
         if self.header is None:
             return peer_key
@@ -303,16 +258,11 @@ class ClientIP:
 class AllowList:
     """Clients that are never limited nor charged: ``AllowList(["10.0.0.0/8"], client_ip)``.
 
-    ``entries``: IPs and CIDRs (a single string or an iterable of strings;
-    ``"10.0.0.1/8"``, with host bits, is a ``ValueError`` as for
-    ``trusted_proxies``).  ``client_ip``: the ``ClientIP`` whose trust model
-    finds the client, so a forwarding header counts only from a trusted
-    proxy and a client cannot put itself on the list by sending one.  The
-    full address is compared, whatever ``ipv6_prefix`` groups keys by.  A
-    request with no usable address is never on the list, nor is one whose
-    trusted proxy sent no usable forwarding header (the client is unknown
-    then, and the proxy's own address must not stand for it).
-    ``bool(allow_list)`` is False when it has no entries.
+    ``entries``: IPs and CIDRs, one string or an iterable. The client is found
+    by ``client_ip``'s trust model and its full address compared. A request
+    with no usable address, or whose trusted proxy sent no usable header, is
+    never on the list. False when empty. Raises ``TypeError``/``ValueError``
+    for bad entries (a CIDR with host bits included).
     """
 
     __slots__ = ("_client", "_contains", "entries")
@@ -330,7 +280,7 @@ class AllowList:
         self._client = ClientIP(client_ip.trusted_proxies, 128, header=client_ip.header)
 
         def contains(key: str) -> bool:
-            address = parse_address(key[3:])  # key is "ip:<address>" or UNKNOWN_CLIENT
+            address = parse_address(key[3:])  # "ip:<address>" or UNKNOWN_CLIENT
             return address is not None and any(address in net for net in nets)
 
         self._contains: Callable[[str], bool] = functools.lru_cache(maxsize=_CACHE_SIZE)(contains)
@@ -349,9 +299,8 @@ class AllowList:
         if client.header is not None and peer is not None and len(peer) <= _MAX_ENTRY:
             peer_key, trusted = client._classify(peer)
             if trusted and key == peer_key:
-                # The walk fell back to the proxy itself (no usable header): the
-                # client is unknown, and a proxy inside a listed range must not
-                # list everyone behind it.
+                # The walk fell back to the proxy: a listed proxy must not list
+                # everyone behind it.
                 return False
         return self._contains(key)
 
@@ -370,19 +319,16 @@ def client_ip(
     ipv6_prefix: int = 64,
     header: Optional[str] = None,
 ) -> str:
-    """The default key: ``"ip:<client address>"`` (see ``ClientIP`` for the trust model).
+    """The default key: ``"ip:<client address>"``, found as by ``ClientIP``.
 
-    With no ``trusted_proxies`` this is the socket peer and forwarding headers
-    are ignored; with them, ``header`` (``"x-forwarded-for"`` or
-    ``"forwarded"``) is required, as for ``ClientIP``.  A request without a
-    usable peer gets ``UNKNOWN_CLIENT``.  Adapters build one ``ClientIP`` up
-    front; this function is for key functions that want the client IP as part
-    of a larger key (the last 32 option sets are cached).
+    For key functions that want the client IP inside a larger key; the last
+    32 option sets are cached. Raises ``TypeError``/``ValueError`` for a bad
+    option, as ``ClientIP`` does.
     """
     proxies = _proxy_entries(trusted_proxies)
     try:
         key_func = _client_ip(proxies, ipv6_prefix, header)
-    except TypeError:  # a wrong (perhaps unhashable) option: ClientIP names it
+    except TypeError:  # perhaps unhashable: ClientIP names the option
         ClientIP(ipv6_prefix=ipv6_prefix, header=header)
         raise
     return key_func(request)
@@ -391,14 +337,11 @@ def client_ip(
 def header_key(name: str, *, prefix: Optional[str] = None) -> KeyFunc:
     """A key function for a header such as ``X-API-Key``: ``"<name>:<value>"``.
 
-    ``name`` (an HTTP field name) is matched case-insensitively; the key is
-    ``prefix + value`` with ``prefix`` defaulting to the lower-cased name and
-    a colon, so a header value can never collide with an ``"ip:..."`` key.
-    Repeated lines are joined with ``", "``.  A missing or empty header
-    returns ``None`` and the adapter falls back to the client IP.  Clients
-    choose header values: key on a header only when it is checked (an API key
-    that the app authenticates), or a client can rotate values to get fresh
-    buckets.
+    ``name`` matches case-insensitively; the key is ``prefix + value``,
+    ``prefix`` defaulting to the lower-cased name and a colon. Repeated lines
+    are joined with ``", "``; a missing or empty header gives ``None`` (the
+    client IP). Key only on a header the app checks, or clients rotate values
+    for fresh buckets. Raises ``TypeError``/``ValueError`` for a bad name or prefix.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a header name (str), got {name!r}")

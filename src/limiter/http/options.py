@@ -1,7 +1,6 @@
 """Every adapter option, checked once: ``Options``, built by each adapter and integration.
 
-The options are documented in docs/adapters.md ("Options"); this module
-checks them and precomputes what a ``Guard`` reads per request.
+Options: docs/adapters.md#options.
 """
 
 from __future__ import annotations
@@ -43,18 +42,13 @@ from limiter.http.rules import (
 )
 from limiter.ratelimiter import RateLimiter
 
-#: The ``cost`` option: a ``Cost`` (a number, or ``cost(request)`` returning
-#: one), a mapping of limit names to numbers, or ``cost(request)`` returning
-#: one of those (``async def`` under asyncio).
+#: The ``cost`` option: a ``Cost``, a mapping of limit names to numbers, or a
+#: function of the request returning either (``async def`` under asyncio).
 CostOption = Union[Cost, CostSpec, Callable[[RequestInfo], Any]]
 
 
 class IntegrationOptions(TypedDict, total=False):
-    """The ``GuardOptions`` the framework integrations take as ``**options``.
-
-    The other four (``key_func``, ``trusted_proxies``, ``header_style``,
-    ``on_error``) are named parameters of each integration's ``RateLimit``.
-    """
+    """The ``GuardOptions`` the integrations take as ``**options`` (the rest are named)."""
 
     proxy_header: Optional[str]
     ipv6_prefix: int
@@ -81,10 +75,7 @@ _OPTION_NAMES = frozenset(GuardOptions.__annotations__)
 
 
 def check_options(owner: str, options: Mapping[str, object]) -> None:
-    """``TypeError`` naming ``owner`` (``"RateLimitMiddleware"``) for an unknown option.
-
-    So a misspelled keyword names what the user called, with a close match.
-    """
+    """Raise ``TypeError`` naming ``owner`` and a close match for an unknown option."""
     for name in options:
         if name not in _OPTION_NAMES:
             close = difflib.get_close_matches(name, sorted(_OPTION_NAMES), n=1)
@@ -131,8 +122,7 @@ def _on_limited(on_limited: object) -> OnLimited:
     return default_on_limited if on_limited is None else on_limited  # type: ignore[return-value]
 
 
-#: The ``Options`` attributes a ``Guard`` reads per request: it copies them (one
-#: attribute lookup, not two).
+#: Attributes a ``Guard`` copies from ``Options``: one lookup per request, not two.
 COPIED = (
     "allow_list",
     "build",
@@ -153,19 +143,13 @@ COPIED = (
 
 
 class Options:
-    """The adapter options (docs/adapters.md, "Options"), checked and precomputed once.
+    """The adapter options (docs/adapters.md#options), checked and precomputed once; read-only.
 
-    ``Options(options, owner=..., encoded=False, sync=None)``: ``options`` is
-    the mapping of ``GuardOptions`` an adapter or integration was given;
-    ``owner`` names the caller in the ``TypeError`` for an unknown option.
-    ``encoded``: the header lists a guard returns hold latin-1 ``bytes``
-    pairs (ASGI's form).  ``limiter``: the adapter's, when known: a ``cost``
-    mapping and the limiters' names are checked against it too (a ``Guard``
-    checks its own limiter again).  ``sync``: the name of a synchronous adapter
-    (``"WSGI"``), which refuses ``async def`` callables and the async-only
-    stores of the rules' limiters.  A wrong type is a ``TypeError``, a wrong
-    value a ``ValueError``, each naming the option and the value.  The
-    attributes are read-only.
+    ``owner`` names the caller in errors. ``encoded``: headers as latin-1
+    ``bytes`` pairs (ASGI). ``limiter``: the adapter's, if known, to check a
+    ``cost`` mapping and names against. ``sync``: a synchronous adapter's name
+    (``"WSGI"``), which refuses ``async def`` callables and async-only stores.
+    Raises ``TypeError``/``ValueError`` naming the option and the value.
     """
 
     __slots__ = (*COPIED, "encoded", "is_async", "sync")
@@ -182,7 +166,7 @@ class Options:
         get = (options or {}).get
         check_options(owner, options or {})
         self.rules: Tuple[Rule, ...] = _rules(get("rules", ()))
-        limiters = [] if limiter is None else [limiter]  # checked with the rules' limiters
+        limiters = [] if limiter is None else [limiter]
         check_distinct_names([*limiters, *(rule.limiter for rule in self.rules)])
         self.key_func: Optional[KeyFunc] = _callable("key_func", get("key_func"))
         self.exempt: Optional[Callable[[RequestInfo], Any]] = _callable("exempt", get("exempt"))
@@ -191,7 +175,7 @@ class Options:
         self.header_style = _header_style(get("header_style", "x"))
         self.enabled = _enabled(get("enabled", True))
         self.mode: str = check_mode(get("mode", "enforce"))
-        #: Each rule's limiter as a guard uses it (a shadow view in shadow mode).
+        #: Each rule's limiter, a shadow view in shadow mode.
         self.rule_limiters: Tuple[LimiterSpec, ...] = tuple(
             shadowed(rule.limiter) if (rule.mode or self.mode) == "shadow" else rule.limiter
             for rule in self.rules
@@ -200,16 +184,15 @@ class Options:
             get("trusted_proxies", ()), get("ipv6_prefix", 64), header=get("proxy_header")
         )
         allow_list = AllowList(get("allow_list", ()), self.client_ip)
-        #: The ``allow_list`` (``None`` when empty: no per-request cost).
+        #: ``None`` when empty, so it costs nothing per request.
         self.allow_list: Optional[AllowList] = allow_list if allow_list else None
         self.deduct_when = check_deduct_when(get("deduct_when"))
         self.encoded = encoded
-        #: ``build_headers``, or ``build_raw_headers`` when ``encoded``.
         self.build: Callable[[RateLimitResult, float, Optional[str]], HeaderList] = (
             build_raw_headers if encoded else build_headers  # type: ignore[assignment]
         )
         self._cost(get("cost", 1), limiters)
-        #: True when a callable (key, cost, exempt, a rule's) is ``async def``.
+        #: True when any request callable is ``async def``.
         self.is_async: bool = any(is_async_callable(func) for func in self.callables())
         self.sync = sync
         if sync is not None:
@@ -217,8 +200,7 @@ class Options:
             refuse_async(sync, rule_limiters, self.is_async)
 
     def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
-        #: ``cost_func``: the ``cost`` function, or ``None`` and ``cost`` the fixed cost:
-        #: a number, or a mapping checked against the limiters that take it.
+        #: The ``cost`` function, or ``None`` and ``cost`` is the fixed cost.
         self.cost_func: Optional[Callable[[RequestInfo], Any]] = cost if callable(cost) else None
         if callable(cost):
             self.cost: CostSpec = 1
@@ -242,10 +224,9 @@ class Options:
 
 
 def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) -> None:
-    """Refuse what a synchronous ``adapter`` (WSGI, http.server) cannot run.
+    """Refuse what a synchronous ``adapter`` cannot run.
 
-    ``ValueError`` for one of ``limiters`` whose store is async only;
-    ``TypeError`` when ``is_async`` (an ``async def`` callable).
+    Raises ``ValueError`` for an async-only store, ``TypeError`` when ``is_async``.
     """
     for limiter in limiters:
         if not callable(getattr(limiter.store, "apply", None)):
@@ -259,14 +240,10 @@ def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) 
         )
 
 
-# -- what the request callables return, checked per request by a Guard ----------
-
-
 def flag_of(value: object, name: str) -> bool:
     """``value`` (a predicate's answer) as a bool; an awaitable is a ``TypeError``.
 
-    An ``async def`` function hidden behind a plain one returns a coroutine,
-    which is true: taken as an answer it would exempt every request.
+    A coroutine is truthy: taken as an answer it would exempt every request.
     """
     if value.__class__ is bool:
         return value
@@ -282,22 +259,21 @@ def flag_of(value: object, name: str) -> bool:
 
 
 def bad_key(key: object) -> NoReturn:
-    """``TypeError`` for a ``key_func`` answer that is neither a ``str`` nor ``None``."""
+    """Raise ``TypeError`` for a ``key_func`` answer that is neither ``str`` nor ``None``."""
     raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
 
 
 def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
     """A cost function's answer checked as ``cost``: a number, or a mapping for ``limiter``.
 
-    A mapping is checked against the limiter chosen for this request, here,
-    before its store is asked: a bad one is the app's error (it propagates)
-    even when the store is down, as a bad number is.
+    Checked before the store is asked, so a bad answer propagates even when the
+    store is down. Raises ``TypeError``/``ValueError``.
     """
     if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
         return validate_cost(cost)
     if isinstance(cost, Mapping):
         limiter.validate_cost(cost)
-        return plain_mapping(cost)  # a Refund or Charge inside: the scalar rule
+        return plain_mapping(cost)
     return validate_cost(cost)
 
 
@@ -309,8 +285,10 @@ async def awaited(value: Any) -> Any:
 
 
 def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
-    """A limiter function's answer: a ``RateLimiter`` (``TypeError`` otherwise) that
-    takes ``cost`` (a ``cost=`` mapping is checked now that the limiter is known)."""
+    """A limiter function's answer checked as a ``RateLimiter`` taking ``cost``.
+
+    Raises ``TypeError`` (``ValueError`` for a mapping it does not take).
+    """
     if not isinstance(limiter, RateLimiter):
         raise TypeError(
             f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"

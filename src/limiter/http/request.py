@@ -1,9 +1,6 @@
 """The framework-free view of a request that key functions, ``exempt`` and ``cost`` receive.
 
-Every adapter (WSGI, ASGI, ``http.server``) translates its protocol's request
-into a ``RequestInfo``, so one key function serves all of them.  This module
-sits below ``keys``, ``rules`` and the adapters and imports only the standard
-library; ``limiter.adapters`` re-exports its names.
+Every adapter builds a ``RequestInfo``, so one key function serves all of them.
 """
 
 from __future__ import annotations
@@ -14,12 +11,8 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Unio
 class HeaderView:
     """Request headers, read-only, names case-insensitive.
 
-    ``get(name)`` is every field line of ``name`` joined with ``", "`` (how
-    HTTP combines repeated fields), or ``default`` when absent.
-    ``get_all(name)`` is the list of field lines as received (``[]`` when
-    absent).  WSGI servers combine repeated fields before the app sees them,
-    so there ``get_all`` has at most one element.  Values are ``str`` (bytes
-    decoded as latin-1, as HTTP and PEP 3333 do).
+    Values are ``str`` (bytes decoded as latin-1). Under WSGI the server has
+    already combined repeated fields, so ``get_all`` has at most one element.
     """
 
     __slots__ = ()

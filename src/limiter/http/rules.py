@@ -1,9 +1,5 @@
-"""Per-route rules: which limiter, key and cost apply to a request.
-
-A rule table is an ordered list; the first rule whose path and method match
-wins, and a request no rule matches falls back to the middleware's own
-limiter.  Matching sees only the method and path of a request, so one table
-serves the WSGI, ASGI and ``http.server`` adapters alike.
+"""Per-route rules (the first rule whose method and path match wins) and the
+checks of the options the adapters share. Guide: docs/policies.md#per-route-rules.
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ from limiter.ratelimiter import RateLimiter
 
 #: ``deduct_when(status_code) -> bool``: whether a response's status is charged.
 DeductWhen = Callable[[int], bool]
-#: A limiter, or ``limiter_for(request) -> RateLimiter`` choosing one per
-#: request (a plan, a tier); under asyncio it may be an ``async def``.
+#: A limiter, or ``limiter_for(request) -> RateLimiter`` (``async def`` under asyncio).
 LimiterSpec = Union[
     RateLimiter, Callable[[RequestInfo], Union[RateLimiter, Awaitable[RateLimiter]]]
 ]
@@ -45,7 +40,7 @@ def is_async_callable(func: object) -> bool:
 
 
 def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
-    """``deduct_when`` if it is ``None`` or a plain (not ``async``) callable; else ``TypeError``."""
+    """``deduct_when`` if ``None`` or a plain (not ``async``) callable; else ``TypeError``."""
     if deduct_when is None:
         return None
     if not callable(deduct_when) or is_async_callable(deduct_when):
@@ -60,7 +55,7 @@ MODES = ("enforce", "shadow")
 
 
 def check_mode(mode: object) -> str:
-    """``mode`` if it is ``"enforce"`` or ``"shadow"``; else ``ValueError`` (``TypeError``)."""
+    """``mode`` if ``"enforce"`` or ``"shadow"``; else raises ``ValueError`` (``TypeError``)."""
     if mode not in MODES:
         error = ValueError if isinstance(mode, str) else TypeError
         raise error(f"mode must be 'enforce' or 'shadow', got {mode!r}")
@@ -68,11 +63,7 @@ def check_mode(mode: object) -> str:
 
 
 def then(func: Callable[[RequestInfo], Any], after: Callable[[Any], Any]) -> Callable[..., Any]:
-    """``request -> after(func(request))``, an ``async def`` one when ``func`` is one.
-
-    How a limiter function's answer is adjusted (made a shadow view, a rate
-    string made a limiter) without changing whether the adapters await it.
-    """
+    """``request -> after(func(request))``, an ``async def`` one when ``func`` is one."""
     if is_async_callable(func):
 
         async def achained(request: RequestInfo) -> Any:
@@ -98,7 +89,7 @@ def shadowed(limiter: LimiterSpec) -> LimiterSpec:
 
 
 def check_limiter_spec(limiter: object) -> LimiterSpec:
-    """``limiter`` if it is a ``RateLimiter`` or a function; else ``TypeError``."""
+    """``limiter`` if a ``RateLimiter`` or a function; else raises ``TypeError``."""
     if isinstance(limiter, RateLimiter) or (callable(limiter) and not isinstance(limiter, type)):
         return limiter
     raise TypeError(
@@ -111,7 +102,7 @@ _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def path_pattern(path: str) -> re.Pattern[str]:
-    """The regular expression of a rule path (see ``Rule``), for ``fullmatch`` on a path."""
+    """A rule path's regular expression, for ``fullmatch``; ``TypeError``/``ValueError`` if bad."""
     if not isinstance(path, str):
         raise TypeError(f"path must be a str starting with '/' or '*', got {path!r}")
     if not (path == "*" or path.startswith("/")):
@@ -138,29 +129,15 @@ class Rule:
     """Limit requests to ``path`` (and ``methods``) with ``limiter``.
 
     ``path``: exact (``"/login"``), a prefix (``"/api/*"``: ``/api`` and all
-    below it), with ``{param}`` segments (``"/users/{id}/export"``: one path
-    segment each), or ``"*"`` for every path.  The query string never counts.
-    ``methods``: e.g. ``["POST"]``; ``None`` matches every method; ``"GET"``
-    also matches ``HEAD`` (answered by the same view).
-    ``key_func``: how to key this route (``request -> str | None``); ``None``
-    uses the middleware's ``key_func`` (by default the client IP).
-    ``cost``: tokens per request, a number, a mapping of limit names to
-    numbers (``{"requests": 1, "tokens": 50}``), or ``request ->`` either;
-    ``None`` uses the middleware's cost (1).  A number is checked by
-    ``limiter.core.costs.validate_cost`` (and kept as the ``float`` it returns),
-    a mapping by the limiter's ``validate_cost`` (an unknown name is a
-    ``ValueError`` here, at start-up).
-    ``limiter`` may also be a function ``request -> RateLimiter`` that picks
-    the limiter per request (a free and a paid plan keyed by API key): give
-    each limiter it can return its own ``name`` on a shared store, so their
-    buckets stay apart.
-    ``deduct_when``: ``status_code -> bool``; charge this route's requests
-    only when it holds for the response (docs/adapters.md, "Options"); ``None``
-    uses the middleware's (by default every request is charged up front).
-    ``mode``: ``"enforce"`` or ``"shadow"`` (decide and count, refuse
-    nothing: docs/adapters.md, "Options"); ``None`` uses the middleware's.
+    below it), with ``{param}`` segments (``"/users/{id}/export"``), or ``"*"``;
+    the query string never counts. ``methods``: ``None`` matches all;
+    ``"GET"`` also matches ``HEAD``. ``limiter``: a ``RateLimiter`` or a
+    function of the request returning one. ``key_func``, ``cost``,
+    ``deduct_when`` and ``mode`` left ``None`` use the middleware's; a cost
+    mapping is checked against ``limiter`` now.
 
-    Arguments of a wrong type raise ``TypeError``, wrong values ``ValueError``.
+    Raises ``TypeError`` for a wrong type, ``ValueError`` for a wrong value.
+    Guide: docs/policies.md#per-route-rules.
     """
 
     __slots__ = (
@@ -212,15 +189,11 @@ class Rule:
 
 
 def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Dict[str, float]:
-    """A fixed ``cost=`` mapping of limit names, checked against each limiter it goes to.
+    """A copy of ``cost`` checked by each ``RateLimiter`` among ``limiters``.
 
-    Every ``RateLimiter`` among ``limiters`` checks it (``validate_cost``: an
-    unknown name is a ``ValueError``, a bad value a ``TypeError`` or
-    ``ValueError``, each prefixed with that limiter's name), now, at
-    start-up; a limiter function's limiters are not known yet (the adapters
-    check the mapping against the one it returns, per request).  A copy (a
-    ``dict``) is returned: the mapping checked is the mapping charged,
-    whatever becomes of the caller's.
+    Raises ``TypeError``/``ValueError`` prefixed with the limiter's name.
+    Functions are skipped: their limiters are checked per request. A copy,
+    so the mapping checked is the mapping charged.
     """
     for limiter in limiters:
         if isinstance(limiter, RateLimiter):
@@ -232,12 +205,10 @@ def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Di
 
 
 def plain_mapping(cost: Mapping[str, float]) -> Dict[str, float]:
-    """A copy of ``cost`` whose values are checked as a scalar ``cost=`` is.
+    """A copy of ``cost`` whose values pass ``validate_cost`` as a scalar ``cost=`` does.
 
-    ``limiter.core.costs.validate_cost`` for each value, as for a number: a
-    ``Refund`` (negative) is a ``ValueError`` inside a mapping too, and a
-    ``Charge`` becomes the plain cost it would be alone, so no request can
-    give tokens back or be admitted unconditionally through a mapping.
+    So a ``Refund`` is a ``ValueError`` here too and a ``Charge`` a plain cost:
+    no mapping gives tokens back or admits unconditionally.
     """
     checked = {}
     for name, value in cost.items():
@@ -251,9 +222,8 @@ def plain_mapping(cost: Mapping[str, float]) -> Dict[str, float]:
 def method_set(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
     """``methods`` upper-cased as a set, ``"HEAD"`` added to ``"GET"``; ``None`` stays ``None``.
 
-    HEAD joins GET because the frameworks (and WSGI apps) answer a HEAD with
-    the GET view: a limit on GET that left HEAD out would let a client have
-    the work done unlimited.  Not a list of ``str``: ``TypeError``.
+    HEAD runs the GET view, so leaving it out would let the work run unlimited.
+    Raises ``TypeError`` for anything but strings.
     """
     if methods is None:
         return None
@@ -268,11 +238,7 @@ def method_set(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
 
 
 def check_distinct_names(limiters: Sequence[Any]) -> None:
-    """Raise ``ValueError`` if two different limiters would share keys in one store.
-
-    Limiters with the same limits get the same default name; on one store their
-    buckets would be one.  Give each a ``name=``.
-    """
+    """Raise ``ValueError`` if two different limiters share a store and a name."""
     seen: Dict[Tuple[int, str], RateLimiter] = {}
     for limiter in limiters:
         if not isinstance(limiter, RateLimiter):

@@ -66,7 +66,6 @@ class Config:
             raise ImproperlyConfigured(
                 f"settings.RATE_LIMIT['check_store'] must be True or False, got {check!r:.200}"
             )
-        #: Whether the middleware pings the store when Django builds it.
         self.check_store = check
         try:
             self.integration = Integration(
@@ -75,7 +74,6 @@ class Config:
         except (TypeError, ValueError) as exc:
             # Guard's messages name the option and the value; say where it came from.
             raise ImproperlyConfigured(f"settings.RATE_LIMIT is invalid: {exc}") from exc
-        #: The default guard, or None: views without a limit are not limited.
         self.default: Optional[Guard] = self.integration.default
 
     def exempt_path(self, path: str) -> bool:

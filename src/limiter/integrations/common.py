@@ -1,22 +1,7 @@
-"""What the framework integrations (Flask, FastAPI, Django) share.
+"""What the Flask, FastAPI and Django integrations share: ``RouteLimit``s turned
+into the adapters' ``Guard``s, so decisions, bodies and headers are theirs.
 
-An integration is one object (``RateLimit`` in each framework module) that
-holds a store, a clock and the adapter options, a ``default`` limit for
-every view without one of its own, and the limits its decorators or
-dependencies put on single views.  Each of those is a ``RouteLimit``; this
-module turns them into ``Guard``s (``limiter.http.guard``), so a
-decision on a view is the very decision the WSGI and ASGI middleware make,
-with the same request view, key functions, bodies and headers.
-
-Scope of buckets, as in flask-limiter and slowapi: each ``RouteLimit`` has
-buckets of its own (two views both limited to ``"2/minute"`` do not share
-them); limits given the same ``name`` share one set; the ``default`` limit is
-one set shared by every view it covers.  A limiter built here from a rate
-string is named ``"<scope>|<rate>"`` on the integration's store, where the
-scope is the ``name``, or one the integration derives from the view, stable
-across processes (Flask: the endpoint or the view class; Django: the view's
-``module.qualname`` or class; FastAPI: the methods and path templates of the
-routes using the dependency, ``"GET /items/{id}"``).
+Bucket scopes and limiter names: docs/concepts.md#keys.
 """
 
 from __future__ import annotations
@@ -54,24 +39,19 @@ from limiter.ratelimiter import RateLimiter
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-#: A limit as the integrations take it: a rate string (``"5/minute"``,
-#: ``"10/second;100/hour"``), a ``RateLimiter``, or a function of the request
-#: returning either (``async def`` allowed under asyncio).
+#: A rate string, a ``RateLimiter``, or a function of the request returning either.
 RateSpec = Union[str, RateLimiter, Callable[[RequestInfo], Any]]
 
-#: How many distinct rate strings one scope's limit function may return
-#: (plans, tiers) before it is an error: a function returning ever-new
-#: strings (one per client) would create limiters without bound.
+#: Distinct rate strings one scope's limit function may return: a function
+#: returning one per client would create limiters without bound.
 MAX_RATES_PER_SCOPE = 256
 
 
-#: Options of the default limit only; a view's own limit sets its own.
 _DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
 
 
 def _takes_one(func: object) -> Optional[bool]:
-    """Whether ``func`` can be called with one positional argument; ``None`` when
-    its signature cannot be read (a builtin, some C callables): then accepted."""
+    """Whether ``func`` takes one positional argument; ``None`` if unreadable (builtins)."""
     import inspect
 
     try:
@@ -91,8 +71,7 @@ def _named(func: object) -> str:
 
 
 def check_key_func(key_func: object) -> None:
-    """``TypeError`` for a ``key_func`` that cannot take the request (flask-limiter's
-    and slowapi's key functions take none, or the framework's request)."""
+    """Raise ``TypeError`` for a ``key_func`` that cannot take one argument."""
     if key_func is not None and callable(key_func) and _takes_one(key_func) is False:
         raise TypeError(
             f"key_func must take the request (a limiter.RequestInfo) as its one argument, "
@@ -101,14 +80,13 @@ def check_key_func(key_func: object) -> None:
         )
 
 
-#: Parameter names that say a ``deduct_when`` expects the response object
-#: (flask-limiter's ``deduct_when=lambda response: ...``), not the status.
+#: Parameter names betraying flask-limiter's ``deduct_when(response)``.
 _RESPONSE_NAMES = frozenset({"response", "resp", "rv"})
 
 
 def check_deduct_when_signature(deduct_when: object) -> None:
-    """``TypeError`` for a ``deduct_when`` that cannot take one status code, or
-    whose one parameter is named as a response (flask-limiter's signature)."""
+    """Raise ``TypeError`` for a ``deduct_when`` that cannot take one status, or whose
+    parameter is named like a response."""
     if deduct_when is None or not callable(deduct_when):
         return
     fix = "deduct_when gets the status code (an int): deduct_when=lambda status: status >= 400"
@@ -127,10 +105,10 @@ def check_deduct_when_signature(deduct_when: object) -> None:
 
 
 def check_rate(rate: object) -> RateSpec:
-    """``rate`` if it is a rate string (parsed now: a typo fails at start-up), a
-    list of rate strings (flask-limiter's ``["2 per minute", "1 per second"]``,
-    joined with ``;``: all apply), a ``RateLimiter`` or a function of the
-    request; else ``TypeError`` or ``ValueError``."""
+    """``rate`` checked as a ``RateSpec``; a list of rate strings is joined with ``;``.
+
+    Raises ``ValueError`` for a bad rate string, ``TypeError`` for anything else.
+    """
     if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
         rate = ";".join(rate)
     if isinstance(rate, str):
@@ -159,14 +137,9 @@ def check_rate(rate: object) -> RateSpec:
 
 
 class RouteLimit:
-    """One limit on one view, as a decorator or dependency records it.
+    """One limit on one view, its buckets living under ``scope``.
 
-    ``rate``: a ``RateSpec``.  ``key_func`` (``None``: the integration's),
-    ``cost`` (tokens, or a function of the request), ``methods`` (``None``:
-    every method; otherwise the other methods are not limited by this limit),
-    ``deduct_when`` (``status -> bool``, see docs/adapters.md) and ``scope``:
-    the name its buckets live under (``name=`` or the view's
-    ``module.qualname``).  Arguments are checked when it is built.
+    ``methods``: ``None`` for all. Raises ``TypeError``/``ValueError`` for a bad argument.
     """
 
     __slots__ = ("cost", "deduct_when", "key_func", "methods", "rate", "scope")
@@ -189,8 +162,7 @@ class RouteLimit:
         check_key_func(key_func)
         check_deduct_when_signature(deduct_when)
         if isinstance(cost, Mapping):
-            # Checked now against the limits the route's rate names (a typo
-            # fails at start-up); a function's limiters, per request.
+            # A typo fails at start-up; a rate function's limiters are checked per request.
             shape = RateLimiter(self.rate) if isinstance(self.rate, str) else self.rate
             cost = checked_mapping(cost, [shape])
         elif not callable(cost):
@@ -208,13 +180,10 @@ class RouteLimit:
 
 
 class Decision:
-    """What an integration decided for one request on one view.
+    """One request's decision: ``response`` to send instead of the view, or ``None``.
 
-    ``response``: the ``Response`` (429, or 503 with ``on_error="deny"``) to
-    send instead of running the view, or ``None`` to run it.  When it runs,
-    ``headers(status)`` (or ``await aheaders(status)``) settles any charge
-    waiting for the status (``deduct_when``) and returns the rate-limit
-    headers to add to the view's response.
+    When the view ran, ``headers(status)`` settles ``deduct_when`` charges and
+    returns the headers to add.
     """
 
     __slots__ = ("_outcomes", "response")
@@ -226,11 +195,7 @@ class Decision:
         self._outcomes = outcomes
 
     def headers(self, status: int) -> HeaderList:
-        """The headers for a response with ``status``; settles ``deduct_when`` charges.
-
-        With several limits on a view, the first one's headers (the first
-        that has any: an exempt request or a failed store has none).
-        """
+        """Settle charges with ``status``; return the first limit's non-empty headers."""
         shown: HeaderList = []
         for outcome in self._outcomes:
             headers = outcome.settle(status) if isinstance(outcome, Deferred) else outcome
@@ -253,17 +218,12 @@ NOT_LIMITED = Decision(None)
 
 
 class Integration:
-    """The state of one framework integration: store, options, default and view guards.
+    """One framework integration's store, options, default guard and view guards.
 
-    ``owner``: the integration's class name, for error messages.
-    ``default``: a ``RateSpec`` or ``None`` (views without a limit of their
-    own are not limited).  ``store``: a store object, a URL, or ``None``
-    (``LIMITER_STORAGE_URL``, else a new ``MemoryStore``), resolved with
-    ``limiter.urls.resolve_store``; ``asyncio=True`` makes a URL an async
-    store.  ``clock``: for the limiters built here (``None``: the system
-    clock, or the store's own time).  ``options``: docs/adapters.md, "Options";
-    ``cost``, ``rules`` and ``deduct_when`` apply to the default limit only.
-    Everything is checked when built: a misconfiguration fails at start-up.
+    ``owner`` names it in errors; ``store`` goes through ``resolve_store``
+    (``asyncio=True``: a URL gives an async store). ``cost``, ``rules`` and
+    ``deduct_when`` apply to the default only. Raises ``TypeError``/``ValueError``
+    for a bad option. Options: docs/adapters.md#options.
     """
 
     def __init__(
@@ -276,14 +236,13 @@ class Integration:
         asyncio: bool = False,
         **options: Unpack[GuardOptions],
     ) -> None:
-        from limiter.urls import resolve_store  # only the integrations need URLs resolved
+        from limiter.urls import resolve_store
 
         check_options(owner, options)
         check_key_func(options.get("key_func"))
         check_deduct_when_signature(options.get("deduct_when"))
         self.owner = owner
         self.store = resolve_store(store, asyncio=asyncio)
-        #: How start-up errors name the store (a URL's password redacted).
         self.shown = store_shown(store, self.store)
         self.clock = clock
         self.options = options
@@ -308,14 +267,11 @@ class Integration:
         shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
         self._shared: GuardOptions = shared  # type: ignore[assignment]
 
-    # -- limiters ----------------------------------------------------------
-
     def limiter_for(self, rate: Union[str, RateLimiter], scope: str) -> RateLimiter:
-        """The limiter of ``rate`` in ``scope``: a ``RateLimiter`` as is; a rate
-        string gives one limiter per ``(scope, rate)``, named ``"<scope>|<rate>"``.
+        """``rate`` as is, or one limiter per ``(scope, rate string)`` named ``"<scope>|<rate>"``.
 
-        ``TypeError`` for anything else; ``ValueError`` beyond
-        ``MAX_RATES_PER_SCOPE`` distinct strings in one scope.
+        Raises ``TypeError`` for another type, ``ValueError`` beyond
+        ``MAX_RATES_PER_SCOPE`` strings in one scope.
         """
         if isinstance(rate, RateLimiter):
             return rate
@@ -352,8 +308,6 @@ class Integration:
         limiter_for = self.limiter_for
         return then(rate, lambda chosen: limiter_for(chosen, scope))
 
-    # -- guards ------------------------------------------------------------
-
     def guard(self, route: RouteLimit) -> Guard:
         """The ``Guard`` of ``route`` (built once per ``RouteLimit``)."""
         entry = self._guards.get(id(route))
@@ -370,9 +324,7 @@ class Integration:
         return guard
 
     def guards(self, routes: Sequence[RouteLimit], method: str) -> List[Guard]:
-        """The guards that apply to a request with ``method`` on a view limited
-        by ``routes``: each route limit whose ``methods`` allow it; with no
-        ``routes`` at all, the default (if any)."""
+        """The guards of ``routes`` whose ``methods`` allow ``method``; no routes: the default."""
         if not routes:
             return [] if self.default is None else [self.default]
         method = method.upper()
@@ -383,13 +335,10 @@ class Integration:
         ]
 
     def decide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
-        """The ``Decision`` for ``request`` under ``guards`` (synchronous stores).
+        """The ``Decision`` for ``request`` under ``guards``, in order (synchronous stores).
 
-        Several guards are checked in order and the first refusal wins; a
-        limit checked before it keeps its charge (as stacked decorators do in
-        the peers), unless it has a ``deduct_when`` that the refusal's status
-        does not match.  For all-or-nothing, put the limits in one rate
-        string: ``"10/minute;100/hour"``.
+        The first refusal wins; earlier limits keep their charge unless their
+        ``deduct_when`` rejects the refusal's status.
         """
         if not self.enabled or not guards:
             return NOT_LIMITED
@@ -397,8 +346,6 @@ class Integration:
         for guard in guards:
             outcome = guard.decide(request)
             if isinstance(outcome, Response):
-                # The view will not run: earlier deduct_when charges are settled
-                # with the refusal's status (refunded unless it matches).
                 Decision(None, outcomes).headers(outcome.status)
                 return Decision(outcome)
             outcomes.append(outcome)
@@ -422,8 +369,8 @@ class Integration:
 
 
 def store_shown(given: Any, store: Any) -> str:
-    """How start-up errors name ``store``: the URL it was built from, password
-    redacted (``given``, else ``LIMITER_STORAGE_URL``), else its type."""
+    """How errors name ``store``: its URL (``given``, else ``LIMITER_STORAGE_URL``)
+    with the password redacted, else its type."""
     import os
 
     from limiter.backends._url import redact_url
@@ -436,8 +383,7 @@ def store_shown(given: Any, store: Any) -> str:
 
 
 def _unreachable(owner: str, shown: str, store: Any, exc: Exception) -> Optional[Exception]:
-    """The error to raise for a store that failed its start-up ping, or ``None``
-    (logged instead) when it has a fallback to answer meanwhile."""
+    """The error for a failed start-up ping, or ``None`` (logged) if a fallback answers."""
     import logging
 
     if getattr(store, "fallback", None) is not None:
@@ -457,12 +403,9 @@ def _unreachable(owner: str, shown: str, store: Any, exc: Exception) -> Optional
 
 
 def check_store(owner: str, store: Any, shown: str) -> None:
-    """Ping ``store`` if it can be pinged (``ping()``: Redis): a ``StoreError`` naming
-    ``owner`` and the store (``shown``: password redacted) when it does not answer.
-
-    A store with a ``fallback`` is only logged (WARNING, ``limiter.adapters``).
-    Stores without ``ping`` (memory, SQLite) are not checked.
-    """
+    """Ping ``store`` if it has ``ping()``; raise ``StoreError`` naming ``owner`` and
+    ``shown`` if it does not answer. A store with a ``fallback`` is only logged
+    (WARNING, ``limiter.adapters``)."""
     from limiter.store import StoreError
 
     ping = getattr(store, "ping", None)

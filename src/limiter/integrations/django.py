@@ -8,15 +8,8 @@ Configured from ``settings.RATE_LIMIT`` (a dict; see docs/django.md)::
     @ratelimit("5/minute", methods=["POST"], deduct_when=lambda s: s in (401, 403))
     def login(request): ...
 
-The middleware applies ``default`` to every view without a ``ratelimit`` of
-its own (one set of buckets shared by all of them); each decorated view has
-its own buckets (``name=`` shares them).  Both use one ``Integration``
-(``limiter.integrations.common``) built from the settings on first use and
-rebuilt when ``RATE_LIMIT`` changes (``override_settings``), so the decorator
-works without the middleware too.  Decisions, bodies and headers are those of
-the WSGI and ASGI adapters.
-
-Django is imported by this module only: ``import limiter`` never loads it.
+Both read one ``Integration`` built from the settings (rebuilt when they
+change), so the decorator works without the middleware too.
 """
 
 from __future__ import annotations
@@ -58,31 +51,20 @@ __all__ = ["RateLimitMiddleware", "ratelimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Set (to True) on every view ``ratelimit`` wraps; ``functools.wraps`` and
-#: ``method_decorator`` copy it outwards, so the middleware sees it on the
-#: URLconf's callback even under other decorators.
+#: Set on every view ``ratelimit`` wraps; ``functools.wraps`` copies it outwards,
+#: so the middleware sees it under other decorators.
 _MARK = "_limiter_ratelimit"
-#: Where the middleware keeps a request's ``Decision`` between ``process_view``
-#: and the response.
 _DECISION = "_limiter_decision"
-#: Set on the responses this module refuses with, so that an outer
-#: ``ratelimit`` (stacked decorators) does not put its headers on them.
+#: Marks this module's refusals, so an outer ``ratelimit`` adds no headers to them.
 _DENIED = "_limiter_denied"
-#: Set on the decorator ``ratelimit(f)`` returns when ``f`` is a function: if that
-#: decorator is itself a URL pattern's view, ``@ratelimit`` was used bare (no rate).
+#: Marks ``ratelimit(f)``'s decorator: as a URL pattern's view, ``@ratelimit`` was bare.
 _BARE = "_limiter_bare"
 _BARE_FIX = '@ratelimit needs a rate: write @ratelimit("5/minute")'
 
 
-# -- the request view ---------------------------------------------------------------------
-
-
 def django_request_info(request: HttpRequest) -> RequestInfo:
-    """The ``RequestInfo`` of a Django request.
-
-    ``path`` is ``request.path`` (script prefix included, as the WSGI adapter
-    sees it), ``peer`` is ``REMOTE_ADDR`` and ``native`` the ``HttpRequest``.
-    """
+    """The ``RequestInfo`` of a Django request: ``request.path`` (script prefix
+    included), ``REMOTE_ADDR`` as peer, the ``HttpRequest`` as native."""
     meta = request.META
     return RequestInfo(
         request.method or "GET",
@@ -93,20 +75,14 @@ def django_request_info(request: HttpRequest) -> RequestInfo:
     )
 
 
-# -- responses -----------------------------------------------------------------------------
-
-
 def _http_response(response: Response, method: str) -> HttpResponse:
     """``response`` (the 429, a 503 or ``on_limited``'s) as a Django ``HttpResponse``."""
     status, headers, body = response
     result = HttpResponse(b"" if method == "HEAD" else body, status=status)
-    # HttpResponse starts with a Content-Type of its own; drop it so the headers
-    # come out exactly as the other adapters send them, in the same order
-    # (Content-Type: application/json after the rate-limit headers).
+    # Drop HttpResponse's own Content-Type so headers match the other adapters', in order.
     del result.headers["Content-Type"]
     for name, value in headers:
         result.headers[name] = value
-    # A denial made here: an outer ratelimit must not put its own headers on it.
     setattr(result, _DENIED, True)
     return result
 
@@ -126,8 +102,8 @@ def _info(integration: Integration, guards: Sequence[Guard], request: HttpReques
 
 
 def _decide(integration: Integration, guards: Sequence[Guard], request: HttpRequest) -> Decision:
-    """``integration.decide`` in synchronous code; ``async def`` callables are awaited
-    through ``async_to_sync`` (rather than refused: the same settings serve WSGI and ASGI)."""
+    """``integration.decide`` in sync code; async callables run through ``async_to_sync``
+    (not refused: the same settings serve WSGI and ASGI)."""
     info = _info(integration, guards, request)
     if info is None:
         return NOT_LIMITED
@@ -145,8 +121,7 @@ async def _adecide(
 
 
 def _record(request: HttpRequest, decision: Decision) -> Optional[HttpResponseBase]:
-    """``process_view``'s answer: the refusal, or ``None`` (run the view) with the
-    decision kept on the request until the response."""
+    """The refusal, or ``None`` with ``decision`` kept on the request until the response."""
     if decision.response is not None:
         return _http_response(decision.response, request.method or "GET")
     if decision is not NOT_LIMITED:
@@ -160,9 +135,6 @@ def _respond(request: HttpRequest, response: Any, decision: Decision, headers: H
         return _http_response(decision.response, request.method or "GET")
     _add_headers(response, headers)
     return response
-
-
-# -- the middleware ------------------------------------------------------------------------
 
 
 def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
@@ -181,27 +153,19 @@ def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
 
 
 def _unresolved(request: HttpRequest, response: Any) -> bool:
-    """Whether ``response`` is the 404 of a path that resolved to no view
-    (``process_view`` did not run: ``request.resolver_match`` was never set)."""
+    """Whether ``response`` is the 404 of a path that resolved to no view."""
     return getattr(response, "status_code", None) == 404 and request.resolver_match is None
 
 
 class RateLimitMiddleware:
     """Apply ``settings.RATE_LIMIT["default"]`` to every view without a ``ratelimit``.
 
-    Add ``"limiter.integrations.django.RateLimitMiddleware"`` to ``MIDDLEWARE``
-    (early: a request refused by a middleware before it is not counted).
-    Paths under ``exempt_paths`` are not limited.  Allowed responses get the
-    rate-limit headers; limited requests get the 429 JSON response without
-    running the view.  A request whose path resolves to no view is counted
-    against the default once Django has answered it with its 404: allowed,
-    the 404 gets the headers; refused, the 429 replaces it.
-
-    Sync and async capable: under ASGI it awaits the store.  The settings are
-    checked when Django builds the middleware (``ImproperlyConfigured``), and
-    a store that can be pinged (Redis) is pinged then: ``StoreError`` naming
-    the store (password redacted) if it does not answer, unless
-    ``RATE_LIMIT["check_store"]`` is ``False``.
+    Add it early in ``MIDDLEWARE``. ``exempt_paths`` are not limited; a path
+    that resolves to no view counts once Django answered its 404. Sync and
+    async capable. Raises ``ImproperlyConfigured`` for bad settings and
+    ``StoreError`` if a pingable store does not answer (unless
+    ``check_store`` is ``False``), when Django builds it.
+    Settings: docs/django.md#settings.
     """
 
     sync_capable = True
@@ -212,7 +176,6 @@ class RateLimitMiddleware:
         self.async_mode = iscoroutinefunction(get_response)
         config = current()  # a misconfiguration fails at start-up, not on the first request
         if config.check_store:
-            # A store that does not answer (Redis down, wrong port) stops start-up.
             store = config.integration.store
             check_store("RateLimitMiddleware", store, config.integration.shown)
         if self.async_mode:
@@ -243,10 +206,8 @@ class RateLimitMiddleware:
     def _pending(
         self, request: HttpRequest, response: Any
     ) -> Tuple[Optional[Decision], List[Guard]]:
-        """What is left to do once the view answered: settle the decision
-        ``process_view`` recorded, or decide on a path that resolved to no view
-        (counted against the default once Django answered its 404, as the Flask
-        and FastAPI integrations count theirs: URL scanning costs tokens)."""
+        """The decision ``process_view`` recorded, or the guards for an unresolved
+        404 (counted, so URL scanning costs tokens as in Flask and FastAPI)."""
         decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
         if decision is None and _unresolved(request, response):
             return None, self._default_guards(request)
@@ -282,12 +243,8 @@ class RateLimitMiddleware:
         return _record(request, await _adecide(current().integration, guards, request))
 
 
-# -- the decorator -------------------------------------------------------------------------
-
-
 def _request_of(args: Tuple[Any, ...]) -> HttpRequest:
-    # A function view, or a method under method_decorator: the request comes
-    # first; a method decorated directly gets (self, request, ...).
+    # (request, ...) for a function or method_decorator; (self, request, ...) for a method.
     if args and isinstance(args[0], HttpRequest):
         return args[0]
     if len(args) > 1 and isinstance(args[1], HttpRequest):
@@ -310,16 +267,14 @@ def _is_async_view(view: Callable[..., Any]) -> bool:
     )
 
 
-#: The exceptions Django's handler turns into a 4xx response
-#: (``django.core.handlers.exception.response_for_exception``); any other
-#: exception from a view is a crash, a 500.
+#: What ``response_for_exception`` turns into a 4xx; any other exception is a 500.
 _HTTP_ERRORS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
 
 
 def _error_response(request: HttpRequest, exc: Exception) -> Optional[HttpResponseBase]:
-    """The response Django sends for ``exc`` raised by a view, or ``None`` for a crash.
+    """Django's response for ``exc`` raised by a view, or ``None`` for a crash.
 
-    Called in the ``except`` block (``response_for_exception`` reads ``sys.exc_info``).
+    Call it in the ``except`` block: ``response_for_exception`` reads ``sys.exc_info``.
     """
     if isinstance(exc, _HTTP_ERRORS):
         return response_for_exception(request, exc)
@@ -348,15 +303,13 @@ async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decis
     return _respond(request, response, decision, await decision.aheaders(response.status_code))
 
 
-#: The integration, the guards and the request of a decorated view's call.
 _Plan = Tuple[Integration, Sequence[Guard], HttpRequest]
-#: Set on the calls ``ratelimit`` builds; ``_unwrap`` finds the view of a
-#: ``functools.partial(call, view)`` made per request under ``method_decorator``.
+#: Marks the calls ``ratelimit`` builds, for ``_unwrap``.
 _CALL = "_limiter_call"
 
 
 def _start(limited: Tuple[RouteLimit, ...], args: Tuple[Any, ...]) -> _Plan:
-    """What a decorated view's call decides on (no I/O yet): ``_decide(*plan)``."""
+    """``(integration, guards, request)`` to decide on, without I/O."""
     request = _request_of(args)
     integration = current().integration
     return integration, integration.guards(limited, request.method or "GET"), request
@@ -365,11 +318,8 @@ def _start(limited: Tuple[RouteLimit, ...], args: Tuple[Any, ...]) -> _Plan:
 def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
     """``call(view, *args, **kwargs)``: ``view`` under ``limited``, synchronously.
 
-    The response gets the rate-limit headers and settles ``deduct_when`` with
-    its status.  An HTTP error the view raises (``Http404``,
-    ``PermissionDenied``, ``SuspiciousOperation``, ...) becomes the response
-    Django would send, settled and with the headers; any other exception
-    settles as a 500 and propagates to Django's handler.
+    An HTTP error the view raises becomes Django's response for it, settled and
+    with headers; any other exception settles as a 500 and propagates.
     """
 
     def call(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -387,8 +337,7 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
                 decision.headers(500)
                 raise
         if inspect.isawaitable(response):
-            # An async view seen as a sync one (a dispatch not recognised
-            # by _is_async_view): finish when Django awaits it.
+            # An async view _is_async_view missed: finish when Django awaits it.
             return _finish(response, request, decision)
         return _respond(request, response, decision, decision.headers(response.status_code))
 
@@ -413,8 +362,7 @@ def _async_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
 
 
 def _unwrap(view: Callable[..., Any]) -> Callable[..., Any]:
-    """The view under the per-request ``partial(call, view)`` of inner ``ratelimit``s
-    (``method_decorator([ratelimit(a), ratelimit(b)])``)."""
+    """The view under inner ``ratelimit``s' per-request ``partial(call, view)``."""
     while type(view) is functools.partial:
         call = view.func
         if type(call) is not FunctionType or not getattr(call, _CALL, False):
@@ -424,11 +372,9 @@ def _unwrap(view: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _method_key(view: Callable[..., Any]) -> Optional[Tuple[Any, type]]:
-    """``(function, class)`` of a method under ``method_decorator``, which hands the
-    decorator a new ``partial`` of the bound method on every request; else ``None``.
+    """``(function, class)`` of a method under ``method_decorator``, else ``None``.
 
-    Everything ``ratelimit`` derives from a view (scope, sync or async) depends
-    on these two only, so it is computed once per pair.
+    ``method_decorator`` builds a new partial per request; this pair is the cache key.
     """
     if type(view) is not functools.partial:
         return None
@@ -441,9 +387,8 @@ def _method_key(view: Callable[..., Any]) -> Optional[Tuple[Any, type]]:
 
 
 def _scope(view: Callable[..., Any], name: Optional[str]) -> str:
-    """``view_scope``, except for a method under ``method_decorator``: named after the
-    view's class, not where the method is defined (``View.dispatch`` for every
-    class-based view that does not override it, which would share buckets)."""
+    """``view_scope``, but a ``method_decorator`` method is named after the serving
+    class (else every view inheriting ``View.dispatch`` would share buckets)."""
     if name is None:
         bound = getattr(view, "func", None)  # method_decorator: partial(bound method)
         owner = getattr(bound, "__self__", None)
@@ -465,20 +410,12 @@ def ratelimit(
     """Limit one view: ``@ratelimit("5/minute")`` on a function (or ``async def``) view,
     ``method_decorator(ratelimit(...), name="dispatch")`` on a class-based view.
 
-    ``rate``: a rate string, a ``RateLimiter`` or a function of the
-    ``RequestInfo`` returning one (plans).  ``key_func``: ``None`` uses
-    ``RATE_LIMIT["key_func"]`` (by default the client IP).  ``cost``: tokens
-    per request or a function of the request.  ``methods``: e.g. ``["POST"]``
-    (``"GET"`` covers ``HEAD`` too); other methods are not limited by this
-    decorator.  ``name``: views with the same name share buckets (default:
-    each view its own, named after its ``module.qualname``: views a factory
-    makes share one qualname, so give each a ``name``).  ``deduct_when``:
-    ``status -> bool``; the cost is taken when the request is admitted and
-    given back when the response status does not match (an HTTP error the
-    view raises counts with the status Django answers it with; a crash as
-    500).  The store and the other options come from ``settings.RATE_LIMIT``;
-    the middleware need not be installed.  Arguments are checked here
-    (``TypeError``/``ValueError``).
+    Each view has buckets named after its ``module.qualname``; views with the
+    same ``name`` share them. ``methods``: only those are limited (``"GET"``
+    covers ``HEAD``). The store and other options come from
+    ``settings.RATE_LIMIT``; the middleware is optional. Raises
+    ``TypeError``/``ValueError`` for a bad argument, here.
+    Details: docs/django.md#views.
     """
     limit_for = functools.partial(
         RouteLimit, rate, key_func=key_func, cost=cost, methods=methods, deduct_when=deduct_when
@@ -502,9 +439,7 @@ def ratelimit(
 
 
 class _Views:
-    """The views of one ``ratelimit(...)``: a ``RouteLimit`` per bucket scope (the
-    guards are cached per ``RouteLimit``), and the call for each method under
-    ``method_decorator``, which calls the decorator on every request."""
+    """One ``ratelimit(...)``: a ``RouteLimit`` per scope, a call per decorated method."""
 
     def __init__(self, limit_for: Callable[..., RouteLimit], name: Optional[str]) -> None:
         self.limit_for = limit_for
@@ -552,9 +487,8 @@ def _wrapped(view: F, call: Callable[..., Any], is_async: bool) -> F:
 
 
 def check_bare_ratelimit(app_configs: Any = None, **kwargs: Any) -> List[Any]:
-    """A system check (``manage.py check``, ``runserver``, the test runner): an error
-    ``limiter.E001`` for each URL pattern whose view is ``@ratelimit`` used without
-    a rate (``@ratelimit`` above ``def view``), which would fail every request."""
+    """Django system check: error ``limiter.E001`` per URL pattern whose view is a bare
+    ``@ratelimit`` (no rate), which would fail every request."""
     from django.urls import get_resolver  # type: ignore[import-untyped]
 
     try:

@@ -8,17 +8,7 @@
 ... async def search() -> dict:
 ...     return {}
 
-``init_app`` installs an exception handler, which sends the response a
-refusing ``limit`` dependency raises, and a middleware: it keeps the
-request's decisions in the scope, adds their headers on
-``http.response.start`` and settles ``deduct_when`` charges with the status.
-It applies ``default`` to requests whose route (as the routes' own
-``matches()`` decide) has no ``limit`` of its own and is not ``exempt``, and
-to requests no route matches (404, 405).  See "How it works" in
-docs/fastapi.md.
-
-FastAPI and Starlette are imported by this module only: ``import limiter``
-never loads them.
+Design: docs/fastapi.md#how-it-works.
 """
 
 from __future__ import annotations
@@ -65,32 +55,28 @@ __all__ = ["RateLimit"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-#: Marks the dependency functions ``limit`` returns (the value: the ``RateLimit``).
-_MARK = "__limiter_rate_limit__"
-#: On those functions: ``bind(routes)`` names an unnamed limit's buckets by its routes.
+_MARK = "__limiter_rate_limit__"  # value: the RateLimit owning the dependency
 _BIND = "__limiter_bind__"
-#: Set by ``bind``: the routes that named the buckets (``"GET /search"``).
 _BOUND = "__limiter_routes__"
 
 
 class _Refusal(Exception):
-    """Raised by a limit dependency: carries the response to send instead of the route's."""
+    """Raised by a refusing limit dependency; carries the response to send."""
 
     def __init__(self, response: Response) -> None:
         super().__init__(response.status)
         self.response = response
 
 
-#: What one request's limits decided, kept in its scope until the response
-#: starts: the headers of each allowed limit, or its pending ``deduct_when`` charge.
+#: Per limit, kept in the scope until the response starts: headers or a pending charge.
 _Pending = Union[HeaderList, Deferred]
 
 
 async def _settle(outcomes: List[_Pending], status: int) -> HeaderList:
-    """Settle every pending charge with ``status``; the first limit's headers that has any."""
+    """Settle every pending charge with ``status``; return the first non-empty headers."""
     shown: HeaderList = []
     for outcome in outcomes:
-        if isinstance(outcome, Deferred):  # a memory store answers without a coroutine
+        if isinstance(outcome, Deferred):
             nonblocking = outcome.guard.nonblocking
             outcome = outcome.settle(status) if nonblocking else await outcome.asettle(status)
         if not shown:
@@ -106,8 +92,8 @@ def _encode(headers: HeaderList) -> RawHeaders:
 def _starlette_response(response: Response, method: str) -> StarletteResponse:
     status, headers, body = response
     answer = StarletteResponse(b"" if method == "HEAD" else body, status_code=status)
-    # The headers exactly as the Guard built them (Content-Length of the full
-    # body on HEAD too, as the ASGI middleware sends): no header added or merged.
+    # Raw, so Starlette adds or merges nothing (HEAD keeps the full Content-Length,
+    # as the ASGI middleware sends).
     answer.raw_headers = _encode(headers)
     return answer
 
@@ -120,8 +106,7 @@ async def _send_response(response: Response, scope: Scope, send: Send) -> None:
 
 
 def _caller_scope(depth: int) -> str:
-    # "<module>:<line>" of the limit() call: the same in every worker process
-    # (unlike a counter), so a shared store sees one set of buckets per call site.
+    # "<module>:<line>", unlike a counter the same in every worker process.
     frame = sys._getframe(depth + 1)
     return f"{frame.f_globals.get('__name__', '?')}:{frame.f_lineno}"
 
@@ -129,22 +114,17 @@ def _caller_scope(depth: int) -> str:
 class RateLimit:
     """Rate limits for a FastAPI (or Starlette) app: a default, and per-route dependencies.
 
-    ``RateLimit(app, default="100/minute")`` or ``rl = RateLimit(...)`` then
-    ``rl.init_app(app)``.  ``default``: a rate string, a ``RateLimiter`` or a
-    function of the ``RequestInfo`` returning one (``async def`` allowed),
-    applied to every route without a ``limit`` of its own that is not
-    ``exempt`` (one set of buckets shared by those routes); ``None``: such
-    routes are not limited.  ``store``: a store object, a URL (an asyncio
-    store is built from it) or ``None`` (``LIMITER_STORAGE_URL``, else
-    memory).  ``clock``: for the limiters built here (tests: a
-    ``ManualClock``).  The other options are ``GuardOptions``
-    (``limiter.http.guard``); ``cost``, ``rules`` and ``deduct_when``
-    apply to the default only.  Everything is checked here.
+    ``RateLimit(app, default="100/minute")``, or build it and call
+    ``init_app(app)``. ``default`` (a rate string, ``RateLimiter`` or function
+    of the ``RequestInfo``, ``async def`` allowed) covers every route without
+    a ``limit`` that is not ``exempt``, with one set of buckets; ``None``:
+    such routes are not limited. ``store``: a store, a URL (an asyncio store
+    is built) or ``None`` (``LIMITER_STORAGE_URL``, else memory).
+    ``check_store``: lifespan startup fails with ``StoreError`` if a pingable
+    store does not answer.
 
-    ``check_store`` (``True``): at the ASGI lifespan startup, after the app's
-    own, a store that can be pinged (Redis) is pinged; if it does not answer,
-    startup fails with a ``StoreError`` naming the store (password redacted).
-    A store with a ``fallback`` is only logged.
+    Raises ``TypeError``/``ValueError`` for a bad argument, here.
+    Options: docs/adapters.md#options; guide: docs/fastapi.md.
     """
 
     def __init__(
@@ -163,7 +143,6 @@ class RateLimit:
     ) -> None:
         if not isinstance(check_store, bool):
             raise TypeError(f"check_store must be True or False, got {check_store!r}")
-        #: Ping the store when the app starts (its lifespan startup).
         self.check_store = check_store
         given: Dict[str, Any] = dict(
             options,
@@ -175,7 +154,7 @@ class RateLimit:
         self.integration = Integration(
             "RateLimit", default=default, store=store, clock=clock, asyncio=True, **given
         )
-        # One scope key per RateLimit: two of them on one app keep separate records.
+        # Per RateLimit, so two on one app keep separate records.
         self._key = f"limiter.fastapi.{id(self):x}"
         self._exempt: Set[Any] = set()
         self._apps: List[Starlette] = []
@@ -187,10 +166,10 @@ class RateLimit:
         return f"RateLimit(default={None if default is None else default.limiter!r})"
 
     def init_app(self, app: Starlette) -> None:
-        """Install on ``app``: the exception handler that sends refusals, and the middleware.
+        """Install on ``app`` the exception handler that sends refusals, and the middleware.
 
-        Call it before the app serves.  Middleware added later wraps this one:
-        add ``CORSMiddleware`` after it so that 429s get CORS headers too.
+        Call it before the app serves (else ``RuntimeError``, as for a second
+        call). Add ``CORSMiddleware`` after it so that 429s get CORS headers.
         """
         if not isinstance(app, Starlette):
             raise TypeError(f"app must be a FastAPI or Starlette application, got {app!r:.200}")
@@ -216,31 +195,23 @@ class RateLimit:
     ) -> Callable[..., Any]:
         """A dependency limiting the routes that use it: ``Depends(rl.limit("5/minute"))``.
 
-        ``rate``: a rate string, a ``RateLimiter`` or a function (``async def``
-        allowed) of the ``RequestInfo`` returning one of those (plans).
-        ``key_func`` (``None``: the ``RateLimit``'s), ``cost`` (a number or a
-        function of the request), ``deduct_when`` (``status -> bool``: charge
-        only such responses) and ``methods`` (``None``: all) apply to this
-        limit only.  Each call has buckets of its own; calls with the same
-        ``name`` share them (without ``name``, the routes using the dependency
-        name them when the app starts: ``"GET /items/{id}"``, stable when
-        lines are added above the route).
-        On a WebSocket route a refused handshake is closed with code 1013.
+        Each call has buckets of its own, shared by calls with the same
+        ``name`` (unnamed: named by its routes, ``"GET /items/{id}"``).
+        ``methods``: ``None`` limits all. A refused WebSocket handshake is
+        closed with code 1013. Raises ``TypeError``/``ValueError`` for a bad
+        argument. Details: docs/fastapi.md#ratelimit-and-limit.
         """
-        # Until the routes name an unnamed limit (_name_limits, when the app
-        # first starts or serves), and for one no route uses: its call site.
+        # The call site until the routes name the limit (or if none uses it).
         bucket_scope = _caller_scope(1) if name is None else name
         limit_for = functools.partial(
             RouteLimit, rate, key_func=key_func, cost=cost, methods=methods, deduct_when=deduct_when
         )
         route = limit_for(scope=bucket_scope)
-        # Built now: a bad option fails at start-up.  guards[0] is replaced
-        # once, when the routes name the buckets of an unnamed limit.
+        # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
         guards = [self.integration.guard(route)]
         rate_limit = _dependency(self.integration, guards, route.methods, self._key)
 
         def bind(routes: str) -> None:
-            # The buckets of an unnamed limit: those of the routes using it.
             if name is not None or getattr(rate_limit, _BOUND, None) is not None:
                 return
             guards[0] = self.integration.guard(limit_for(scope=routes))
@@ -281,13 +252,11 @@ class RateLimit:
 def _dependency(
     integration: Integration, guards: List[Guard], allowed: Optional[AbstractSet[str]], key: str
 ) -> Callable[..., Any]:
-    """The dependency function of one ``limit()``: decides with ``guards[0]`` and
-    records the outcome in the scope under ``key`` for the middleware."""
+    """One ``limit()``'s dependency: decides with ``guards[0]``, records under ``scope[key]``."""
     enabled = integration.enabled
 
-    # Keyword-only (FastAPI passes dependencies by name): slowapi's style,
-    # @rl.limit(...) above the route, calls it with the endpoint and fails
-    # here, at import, with the fix in the function's name.
+    # Keyword-only: slowapi-style @rl.limit(...) above a route then fails at
+    # import, with the fix in the function's name.
     async def rate_limit(*, connection: HTTPConnection) -> None:
         scope = connection.scope
         outcomes: Optional[List[_Pending]] = scope.get(key)
@@ -301,7 +270,6 @@ def _dependency(
             )
         if not enabled or (allowed is not None and scope["method"] not in allowed):
             return
-        # A memory store answers at once: no coroutine to build and await.
         guard = guards[0]
         outcome = (
             guard.decide(request_info(scope))
@@ -310,22 +278,19 @@ def _dependency(
         )
         if isinstance(outcome, Response):
             if outcomes:
-                # The route will not run: the earlier limits' deduct_when
-                # charges are settled with the refusal's status (given back
-                # unless it matches), and their headers are not sent.
+                # The route will not run: settle earlier charges with the refusal's status.
                 await _settle(outcomes, outcome.status)
                 outcomes.clear()
             raise _Refusal(outcome)
-        if outcome:  # [] : exempt, allow-listed or a failed store: nothing to add
+        if outcome:  # []: exempt, allow-listed or a failed store
             outcomes.append(outcome)
 
     return rate_limit
 
 
 async def _websocket(integration: Integration, guards: List[Guard], scope: Scope) -> None:
-    # A handshake has no response to carry headers: a refusal closes it before
-    # accept with 1013 ("try again later", as the ASGI middleware does), and a
-    # deferred charge is settled at once as for an accepted connection (101).
+    # A handshake has no response for headers: refuse with 1013 before accept;
+    # settle a deferred charge at once, as for an accepted connection (101).
     decision = await integration.adecide(guards, request_info(scope))
     if decision.response is not None:
         raise WebSocketException(code=WEBSOCKET_CLOSE_CODE, reason="rate limited")
@@ -351,9 +316,8 @@ def _limit_calls(dependant: Any) -> Iterator[Any]:
 
 
 def _flat_routes(routes: List[Any]) -> List[Any]:
-    """``routes`` as the router tries them, included routers opened (FastAPI 0.16x
-    keeps an included router as one route; ``iter_route_contexts`` lists its routes
-    with the inclusion's dependencies; earlier versions copy them into ``routes``)."""
+    """``routes`` in the router's order, included routers opened (FastAPI 0.16x
+    keeps one as a single route; earlier versions copy its routes in)."""
     try:
         from fastapi.routing import iter_route_contexts
     except ImportError:  # older FastAPI, or plain Starlette without FastAPI installed
@@ -473,9 +437,8 @@ class _DefaultRoutes:
         self.sizes = [len(known.routes) for known in self.routers]
         self.exempt = len(self.rate_limit._exempt)
         covered = self.rate_limit._covered
-        # The bound matches() of each route (FastAPI's RouteContext resolves
-        # it through __getattr__: once here, not per request).  A WebSocket
-        # route never matches an http request: the default applies past it.
+        # route.matches bound once: FastAPI's RouteContext resolves it through
+        # __getattr__. A WebSocket route never matches http: the default applies past it.
         rows = [
             (route, route.matches, isinstance(_original(route), _SOCKETS) or not covered(route))
             for route in _flat_routes(router.routes)
@@ -505,10 +468,8 @@ class _RateLimitMiddleware:
         self._named = False
 
     def _name_limits(self) -> None:
-        """Name each unnamed ``limit()`` of this ``RateLimit`` by the routes using it:
-        ``"GET /items/{id}"`` (methods and path template; ``WEBSOCKET /ws``), several
-        joined by ``", "`` in sorted order: stable across deploys and workers,
-        whatever the lines above the route."""
+        """Name each unnamed ``limit()`` by its routes, sorted and joined by ``", "``:
+        ``"GET /items/{id}"``, ``"WEBSOCKET /ws"``; stable across deploys and workers."""
         self._named = True
         owner = self.rate_limit
         found: Dict[int, Tuple[Any, Set[str]]] = {}
@@ -560,8 +521,7 @@ class _RateLimitMiddleware:
         try:
             await self.app(scope, receive, send_with_headers)
         except _Refusal as refusal:
-            # Only if the app's exception handlers did not run (a sub-application
-            # mounted without its own init_app): send the refusal here.
+            # The app's handler did not run (a sub-app mounted without init_app).
             if started:
                 raise
             await _send_response(refusal.response, scope, send)
@@ -571,8 +531,7 @@ class _RateLimitMiddleware:
 
         async def checked(message: Message) -> None:
             if message["type"] == "lifespan.startup.complete":
-                # Raised inside the app's lifespan: Starlette reports
-                # lifespan.startup.failed with it, and the server stops.
+                # Raised inside the lifespan: Starlette reports startup.failed.
                 await acheck_store("RateLimit", integration.store, integration.shown)
             await send(message)
 

@@ -9,12 +9,8 @@
 ... def login():
 ...     return "ok"
 
-One ``before_request`` hook decides (before the view runs) and one
-``after_request`` hook adds the rate-limit headers to the view's response, so
-error responses (``abort(401)``) get them too and ``deduct_when`` sees their
-status.  The decision itself is ``limiter.integrations.common``'s, the very
-one of the WSGI middleware: same keys, headers and 429 body.  Flask is
-imported by this module only; ``import limiter`` never loads it.
+A ``before_request`` hook decides; an ``after_request`` hook adds the headers
+(error responses included). Guide: docs/flask.md.
 """
 
 from __future__ import annotations
@@ -52,13 +48,11 @@ __all__ = ["RateLimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The key of this integration's per-app state in ``app.extensions`` (not
-#: ``"limiter"``: flask-limiter uses that one).
+#: Key of the per-app state in ``app.extensions`` (flask-limiter owns ``"limiter"``).
 EXTENSION = "tokenlimiter"
 
 #: The ``app.config`` keys ``init_app`` reads; any other ``RATELIMIT_*`` key is
-#: an error (a flask-limiter key such as ``RATELIMIT_STORAGE_URI`` would
-#: otherwise be ignored without a word).
+#: an error, so a flask-limiter key is not silently ignored.
 CONFIG_KEYS = (
     "RATELIMIT_DEFAULT",
     "RATELIMIT_STORAGE_URL",
@@ -66,15 +60,12 @@ CONFIG_KEYS = (
     "RATELIMIT_HEADERS",
 )
 
-# Attributes the decorators set on view functions (and on MethodView methods).
 _LIMITS = "__limiter_limits__"
 _EXEMPT = "__limiter_exempt__"
-# Set on the decorator limit(f) returns when f is a function: if that decorator
-# is itself an app's view, @rl.limit was used bare (the view taken as the rate).
+# Marks limit(f)'s decorator: served as a view, it means @rl.limit was used bare.
 _BARE = "__limiter_bare__"
-# Where the before_request hook leaves the Decision for the after_request hook:
-# the WSGI environ lives exactly as long as the request (``g`` may outlive it
-# when a test keeps an app context pushed).
+# The Decision lives in the environ, not ``g``: ``g`` may outlive the request
+# when a test keeps an app context pushed.
 _DECISION = "limiter.flask.decision"
 
 _STYLES = ("x", "draft", "both")
@@ -96,12 +87,10 @@ After = Callable[[flask.Response], flask.Response]
 
 
 class _ViewLimit:
-    """One ``limit`` decorator on one view: its arguments and, per scope, its ``RouteLimit``.
+    """One ``limit`` decorator's arguments and its ``RouteLimit`` per scope.
 
-    The scope of an unnamed limit is known only once the view is served: the
-    view class (the subclass actually serving it) or the endpoint.  Each
-    ``RouteLimit`` is built once per scope and kept, so the integration's
-    guard cache (by ``RouteLimit``) and the buckets stay the same.
+    An unnamed limit's scope is known only when served; each ``RouteLimit`` is
+    built once per scope so guards and buckets stay the same.
     """
 
     __slots__ = ("cost", "deduct_when", "key_func", "methods", "name", "owner", "rate", "routes")
@@ -116,7 +105,7 @@ class _ViewLimit:
         methods: Optional[Iterable[str]],
         deduct_when: Optional[DeductWhen],
     ) -> None:
-        # Checked now (a bad argument fails at import), with a stand-in scope if unnamed.
+        # Built now so a bad argument fails at import; "?" stands in for an unknown scope.
         checked = RouteLimit(
             rate,
             scope="?" if name is None else name,
@@ -148,7 +137,7 @@ class _ViewLimit:
                 methods=self.methods,
                 deduct_when=self.deduct_when,
             )
-            route = self.routes.setdefault(scope, built)  # one per scope, even if raced
+            route = self.routes.setdefault(scope, built)  # one per scope even if raced
         return route
 
 
@@ -180,8 +169,7 @@ class _AppState:
         self.default_guards: List[Guard] = (
             [] if integration.default is None else [integration.default]
         )
-        # endpoint -> method -> guards; filled on the first request of each pair.
-        # Bounded: routing gives an endpoint only for the methods its rule allows.
+        # endpoint -> method -> guards. Bounded: routing yields only allowed methods.
         self.views: Dict[str, Dict[str, List[Guard]]] = {}
 
     def guards_for(self, endpoint: str, method: str) -> List[Guard]:
@@ -196,11 +184,10 @@ class _AppState:
         exempt = bool(getattr(view, _EXEMPT, False))
         view_class = getattr(view, "view_class", None)
         if isinstance(view_class, type):
-            # A class-based view (its ``decorators``): the class serving it.
             scope = _class_scope(view_class)
         else:
-            # A function view: its endpoint (blueprint-qualified, unique in the
-            # app, the same in every process), under the function's module.
+            # The endpoint, not the qualname: unique in the app and stable across
+            # processes, so views made by one factory do not share buckets.
             scope = f"{getattr(view, '__module__', None) or '?'}:{endpoint}"
         routes = [limit.route(scope) for limit in limits]
         if isinstance(view_class, type) and issubclass(view_class, MethodView):
@@ -208,8 +195,8 @@ class _AppState:
             if handler is None and method == "HEAD":  # as MethodView dispatches it
                 handler = getattr(view_class, "get", None)
             if handler is not None:
-                # Per method of the serving class: a subclass inheriting a
-                # limited ``get`` has buckets of its own; ``head = get`` shares.
+                # Per serving class: an inherited limited ``get`` gets its own
+                # buckets; ``head = get`` shares.
                 scope = f"{_class_scope(view_class)}.{getattr(handler, '__name__', method.lower())}"
                 routes.extend(limit.route(scope) for limit in getattr(handler, _LIMITS, ()))
                 exempt = exempt or bool(getattr(handler, _EXEMPT, False))
@@ -226,29 +213,18 @@ class _AppState:
 class RateLimit:
     """Rate limits for a Flask app: ``rl = RateLimit(app, default="100/minute")``.
 
-    ``default``: a rate string (``"100/minute"``, ``"10/second;1000/day"``), a
-    ``limiter.RateLimiter`` or a function of the ``RequestInfo`` returning one
-    of those; it covers every view without a ``limit`` of its own that is not
-    ``exempt`` (one set of buckets for all of them), and requests no view
-    matched (404, 405).  ``None``: only ``limit``-ed views are limited.
-    ``store``: a store or a store URL (``None``: ``LIMITER_STORAGE_URL``, else
-    one ``MemoryStore`` per app).  ``clock``: for the limiters built from rate
-    strings (a ``ManualClock`` in tests).  ``key_func``, ``trusted_proxies``,
-    ``header_style`` (``None``: no rate-limit headers), ``on_error`` and
-    ``**options`` (``proxy_header``, ``ipv6_prefix``, ``exempt``, ``cost``,
-    ``on_limited``, ``rules``, ``deduct_when``, ``allow_list``, ``enabled``)
-    are the ``GuardOptions`` of ``limiter.http.guard``; ``cost``,
-    ``rules`` and ``deduct_when`` apply to the default limit only.
-
+    ``default`` (a rate string, ``RateLimiter`` or function of the
+    ``RequestInfo``) covers every view without a ``limit`` of its own that is
+    not ``exempt``, with one set of buckets, and unmatched requests (404,
+    405); ``None`` limits only ``limit``-ed views. ``store``: a store or URL
+    (``None``: ``LIMITER_STORAGE_URL``, else a ``MemoryStore`` per app).
     ``default``, ``store``, ``header_style`` and ``enabled`` may come from
-    ``app.config`` instead (``RATELIMIT_DEFAULT``, ``RATELIMIT_STORAGE_URL``,
-    ``RATELIMIT_HEADERS``, ``RATELIMIT_ENABLED``); an argument given here
-    wins.  ``app``: the app to set up now (``init_app``); leave it out for an
-    application factory.  Arguments are checked here, config in ``init_app``.
+    ``app.config`` (``RATELIMIT_*``); an argument wins. ``check_store``:
+    ``init_app`` raises ``StoreError`` if a pingable store does not answer.
+    Leave ``app`` out for an application factory and call ``init_app``.
 
-    ``check_store`` (``True``): ``init_app`` pings a store that can be pinged
-    (Redis) and raises ``StoreError``, naming the store (password redacted),
-    when it does not answer; a store with a ``fallback`` is only logged.
+    Raises ``TypeError``/``ValueError`` for a bad argument, here.
+    Options: docs/adapters.md#options; config: docs/flask.md#configuration.
     """
 
     def __init__(
@@ -301,15 +277,12 @@ class RateLimit:
         if app is not None:
             self.init_app(app)
 
-    # -- apps --------------------------------------------------------------
-
     def init_app(self, app: flask.Flask) -> None:
         """Set up ``app``: read its ``RATELIMIT_*`` config and add the two hooks.
 
-        One ``RateLimit`` may serve several apps, each with its own state
-        (``app.extensions["tokenlimiter"]``) and, unless ``store`` was given,
-        its own store.  A bad config value raises ``TypeError`` or
-        ``ValueError`` naming the key; an app set up twice, ``ValueError``.
+        Each app gets its own state and, unless ``store`` was given, its own
+        store. Raises ``TypeError``/``ValueError`` naming a bad config key, and
+        ``ValueError`` for an app set up twice.
         """
         if not isinstance(app, flask.Flask):
             raise TypeError(f"app must be a flask.Flask, got {app!r}")
@@ -354,8 +327,6 @@ class RateLimit:
             app.before_request(_before_hook(state))
             app.after_request(_after_hook())
 
-    # -- decorators ----------------------------------------------------------
-
     def limit(
         self,
         rate: RateSpec,
@@ -368,27 +339,17 @@ class RateLimit:
     ) -> Callable[[F], F]:
         """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
 
-        ``rate``: a rate string (parsed now: a typo fails at import), a
-        ``RateLimiter``, or a function of the ``RequestInfo`` returning either
-        (plans).  Each view has buckets of its own, unless several limits
-        share a ``name`` (an explicit ``name`` always wins): a function view's
-        are its endpoint's (``"<module>:<endpoint>"``, the endpoint
-        blueprint-qualified), so views made by one factory function do not
-        share; a class-based view's are its class's (the subclass serving
-        the request, ``"<module>.<qualname>"``, plus ``".<method>"`` for a
-        limit on a ``MethodView`` method).  ``key_func`` (``None``: the ``RateLimit``'s),
-        ``cost`` (tokens, or a function of the request), ``methods`` (e.g.
-        ``["POST"]``: other methods are not limited by this limit, nor by the
-        default) and ``deduct_when`` (``status -> bool``: charge only
-        responses it accepts).  A view with its own limits gets no default;
-        stacked limits all apply, the outermost checked first, and the
-        response shows the outermost one's headers.  Works on blueprint
-        views, in a class view's ``decorators`` and on a ``MethodView`` method.
+        ``rate`` is parsed now, so a typo fails at import. Each view has
+        buckets of its own unless limits share a ``name``. ``methods``: only
+        those are limited (by this limit and not by the default). A view with
+        its own limits gets no default; stacked limits all apply, outermost
+        first. Works on blueprint views, class views and ``MethodView`` methods.
+        Raises ``TypeError``/``ValueError`` for a bad argument.
+        Details: docs/flask.md#limit-exempt-and-default.
         """
         limit = _ViewLimit(self, rate, name, key_func, cost, methods, deduct_when)
         if not self._watching:
-            # Until a request reaches an app this RateLimit set up: a view it
-            # limits, served by an app it never set up, fails loudly.
+            # So a limited view served by an app never set up fails loudly.
             flask.request_started.connect(self._check_set_up)
             self._watching = True
         _refuse_async("limit", rate=rate, key_func=key_func, cost=cost)
@@ -398,17 +359,16 @@ class RateLimit:
         def decorate(view: F) -> F:
             if not callable(view):
                 raise TypeError(f"limit(...) decorates a view function, got {view!r}")
-            # Prepended: decorators apply bottom-up, so this keeps the order as written.
+            # Prepended: decorators apply bottom-up; this keeps the written order.
             setattr(view, _LIMITS, (limit, *getattr(view, _LIMITS, ())))
             return view
 
         if callable(rate) and not isinstance(rate, (type, RateLimiter)):
-            setattr(decorate, _BARE, rate)  # found on the first request if served as a view
+            setattr(decorate, _BARE, rate)
         return decorate
 
     def _check_set_up(self, sender: flask.Flask, **extra: Any) -> None:
-        # A request_started receiver, connected by the first limit(): a
-        # RateLimit() without init_app(app) would otherwise limit nothing.
+        # Without init_app(app) a RateLimit would otherwise limit nothing.
         if sender in self._apps:
             flask.request_started.disconnect(self._check_set_up)  # no cost from now on
             self._watching = False
@@ -435,9 +395,6 @@ class RateLimit:
             raise TypeError(f"exempt decorates a view function, got {view!r}")
         setattr(view, _EXEMPT, True)
         return view
-
-
-# -- config ------------------------------------------------------------------------
 
 
 def _config_default(config: flask.Config) -> Optional[RateSpec]:
@@ -481,9 +438,6 @@ def _config_headers(value: object) -> Optional[str]:
     raise TypeError(f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}")
 
 
-# -- hooks -------------------------------------------------------------------------
-
-
 def _before_hook(state: _AppState) -> Before:
     decide = state.integration.decide
     default_guards = state.default_guards
@@ -496,7 +450,7 @@ def _before_hook(state: _AppState) -> Before:
         request = flask.request._get_current_object()  # type: ignore[attr-defined]
         environ = request.environ
         endpoint = request.endpoint
-        if endpoint is None:  # no view matched (404, 405): the default applies
+        if endpoint is None:  # 404, 405: the default applies
             guards = default_guards
         else:
             method = request.method
@@ -508,8 +462,8 @@ def _before_hook(state: _AppState) -> Before:
         decision = decide(guards, request_info(environ))
         denied: Optional[Response] = decision.response
         if denied is not None:
-            # HEAD: werkzeug sends no body.  Nothing is left in the environ, so
-            # the after_request hook leaves this response's headers as they are.
+            # werkzeug drops a HEAD's body; with no Decision in the environ the
+            # after hook leaves these headers alone.
             return response_class(denied.body, denied.status, denied.headers)
         environ[_DECISION] = decision
         return None
