@@ -294,12 +294,10 @@ class Pacer:
     ) -> Generator[Step, Any, Optional[float]]:
         """The steps until ``key`` is not paused and its token is taken; returns the budget left.
 
-        ``budget``: the seconds of pauses this call may still wait (pauses it
-        inherits from other requests count as much as its own).  A pause
-        longer than that is not waited at all: with ``give_up`` (a retry,
-        whose last response the caller gets instead) ``None`` is returned at
-        once, nothing taken; without (a first attempt, which has no response
-        to return) the request takes its token and is sent despite the pause.
+        ``budget``: seconds of pauses this call may still wait, inherited ones
+        included.  A longer pause is not waited: with ``give_up`` (a retry)
+        ``None`` is returned, nothing taken; without (a first attempt) the
+        token is taken and the request sent despite the pause.
         """
         now = self.limiter.clock.now
         while True:
@@ -371,8 +369,7 @@ class Pacer:
         """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).
 
         ``None`` unless ``respect_server``, ``status`` is 429 or 503 and a hint
-        (``server_delay``) asks for at most ``max_wait`` seconds.  A longer
-        hint is not recorded either: the caller gets the response at once.
+        asks for at most ``max_wait`` seconds (a longer one pauses nothing).
         """
         if not self.respect_server or status not in RETRY_STATUSES:
             return None
