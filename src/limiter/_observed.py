@@ -28,7 +28,6 @@ class Observed:
     _denied: Outcome
 
     def _observe(self) -> None:
-        # Read once, not per event.
         self._observer = self.on_decision
         self._store_name = type(self.store).__name__
         self._fallback_flag = hasattr(type(self.store), "using_fallback")
@@ -36,7 +35,6 @@ class Observed:
         self._clock_now_or_time: Callable[[], float] = (
             time.time if type(self.clock) is SystemClock else self.clock.now
         )
-        # The class's plain methods, bound once: the instance's are the observed ones.
         plain: Any = type(self)
         self._plain_check = plain.check.__get__(self)
         self._plain_acheck = plain.acheck.__get__(self)

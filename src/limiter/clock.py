@@ -12,10 +12,9 @@ from typing import Protocol, runtime_checkable
 class Clock(Protocol):
     """Where time comes from: ``now()`` in seconds, and a way to wait.
 
-    The bucket tolerates a clock that steps backwards (it grants nothing for
-    the lost time and locks no one out), so wall-clock time is fine.  Checks
-    only call ``now()``; ``sleep``/``asleep`` are used by ``acquire`` and the
-    ``limit`` decorator when they wait for a token.
+    Checks only call ``now()``; ``sleep``/``asleep`` serve ``acquire`` and
+    ``throttle``.  It may step backwards (docs/concepts.md, "Clocks that jump
+    backwards").
     """
 
     def now(self) -> float:
@@ -61,10 +60,8 @@ class SystemClock:
 def finite_seconds(value: object, what: str) -> float:
     """``value`` as a float of seconds; the one check of a seconds argument.
 
-    ``TypeError`` unless an ``int`` or ``float`` (a bool, a str, a
-    ``Decimal`` are not); ``ValueError`` for NaN, an infinity, or an int too
-    large for a float (``10**400``).  Both name ``what`` and the value (cut
-    to 100 characters).
+    ``TypeError`` unless an ``int`` or ``float`` (not a bool); ``ValueError``
+    for NaN, an infinity or an int too large for a float.  Both name ``what``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, got {value!r:.100}")

@@ -1,13 +1,8 @@
 """Decision events: what a ``RateLimiter`` tells its observers about each decision.
 
 ``RateLimiter(..., on_decision=observer)`` calls ``observer(event)`` after
-every check it makes (``check``, ``allow``, ``acheck``, and so every adapter
-and integration), with a ``DecisionEvent``.  Observers count (metrics), log,
-or track heavy hitters (``limiter.metrics.top``).  A limiter without an
-observer builds no event and pays nothing for the feature.
-
-Labels for metrics must stay low-cardinality: ``limiter``, ``policy`` and
-``outcome`` are; ``key`` (the client) is for logs and trackers only.
+every check; a limiter without an observer builds no event.  See
+docs/observability.md.
 """
 
 from __future__ import annotations
@@ -35,9 +30,8 @@ class Outcome(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-    # str's hash, not Enum's Python-level one (which hashes the member name):
-    # observers look outcomes up in dicts and sets on every event, and
-    # Outcome.DENIED and "denied" then find the same entry.
+    # str's C hash, not Enum's Python-level one: faster per event, and
+    # Outcome.DENIED and "denied" find the same dict entry.
     __hash__ = str.__hash__
 
 
@@ -47,11 +41,9 @@ class DecisionEvent(NamedTuple):
     ``limiter``: the limiter's name.  ``policy``: the name of the limit that
     decided (``result.policy``; ``""`` on error).  ``outcome``: an
     ``Outcome``.  ``result``: the ``RateLimitResult`` (``None`` on error).
-    ``cost``: tokens asked, as passed to the check: a number, or the mapping
-    of limit names to tokens (not one number: the limits count different
-    things).  ``key``: the client key as passed to the
-    limiter (never a metric label: one series per client would be unbounded).
-    ``store_seconds``: wall time the store took, seconds (``time.perf_counter``).
+    ``cost``: tokens asked, as passed to the check (a number, or a mapping of
+    limit names to tokens).  ``key``: the client key (never a metric label:
+    unbounded).  ``store_seconds``: wall time the store took, seconds.
     ``at``: the limiter clock's time of the decision, seconds.
     ``store``: the store's class name (``"RedisStore"``), a metric label.
     """

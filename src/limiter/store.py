@@ -1,31 +1,9 @@
 """The storage contract: how bucket state is kept per key, atomically.
 
-A store owns the state of many keys and applies ``limiter.core.bucket.step`` to one
-key (or ``step_all`` to the keys of several limits) atomically: under a lock
-(``MemoryStore``), in a transaction (SQLite) or in a server-side script
-(Redis).  See docs/stores.md.
-
-Everything a store may implement is declared here; ``RateLimiter`` and the
-adapters look for nothing else:
-
-=================  ==========================================================
-``Store``          ``apply``, ``apply_many``, ``reset``: a synchronous store.
-``AsyncStore``     ``aapply``, ``aapply_many``, ``areset``: an asyncio store.
-                   A store needs one of the two and may be both.
-``SupportsAllow``  ``allow``: ``apply(...).allowed`` without building the
-                   result (``RateLimiter.allow``'s fast path).
-``Nonblocking``    ``nonblocking = True``: ``apply`` never waits on I/O, so
-                   asyncio code calls it directly instead of awaiting
-                   ``aapply`` (one coroutine less per check).
-``Sweepable``      ``sweep(now, max_age)``: delete keys that no longer matter
-                   (``RateLimiter.start_cleanup``).
-=================  ==========================================================
-
-The capabilities are structural (``typing.Protocol``): a store declares one by
-having the method or attribute, and need not inherit from anything.  Stores
-that talk to a server also tend to offer ``ping()`` (raise ``StoreError`` when
-it does not answer), ``close()`` and a ``fallback`` store; only the command
-line (``python -m limiter``) uses those, when present.
+Everything a store may implement is declared here as a structural
+``Protocol`` (``Store`` or ``AsyncStore``, optionally ``SupportsAllow``,
+``Nonblocking``, ``Sweepable``); ``RateLimiter`` and the adapters look for
+nothing else.  See docs/stores.md "Writing your own store".
 """
 
 from __future__ import annotations
@@ -40,8 +18,8 @@ from limiter.core.result import RateLimitResult
 class StoreError(Exception):
     """A store could not answer (connection lost, timeout, corrupt state).
 
-    Stores wrap their backend's exceptions in this one type so that callers and
-    adapters need to know a single failure to map to their ``on_error`` policy.
+    Stores wrap their backend's exception (``__cause__``) in this one type,
+    which the adapters map to their ``on_error`` policy.
     """
 
 
@@ -51,13 +29,9 @@ class Store(Protocol):
 
     ``apply`` runs one ``step`` of ``cost`` tokens for ``key`` under ``limit``
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
-    store for its own time (``time.time()`` in-process, ``TIME`` on Redis).
-    A denied request or ``cost == 0`` must leave the stored state unchanged.
-    ``cost`` may be a ``limiter.core.costs.Refund``, the one negative cost (tokens
-    given back), or a ``limiter.core.costs.Charge`` (taken unconditionally): pass
-    either to ``step`` as it is, without ``validate_cost``.
-    Raise ``StoreError`` when the backend fails.  See ``Nonblocking`` for a
-    store whose ``apply`` never waits on I/O.
+    store for its own time.  A denied request or ``cost == 0`` must leave the
+    state unchanged.  A ``Refund`` or ``Charge`` cost goes to ``step`` as it is.
+    Raise ``StoreError`` when the backend fails.
     """
 
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
@@ -70,8 +44,7 @@ class Store(Protocol):
         """``limiter.core.many.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
 
         Either every bucket is charged ``cost`` or none is.  ``cost`` is one
-        number for every limit or a sequence of one per limit (each may be a
-        ``Refund`` or ``Charge``); a ``Lockout`` may come last in ``limits``.
+        number for every limit or a sequence of one per limit.
         """
         ...
 
@@ -105,9 +78,8 @@ class AsyncStore(Protocol):
 class SupportsAllow(Protocol):
     """Optional: a ``Store`` that can answer yes or no more cheaply than ``apply``.
 
-    ``RateLimiter.allow`` calls it (for a single limit) instead of
-    ``apply(...).allowed``; it must take the same decision and leave the same
-    state.  ``MemoryStore`` skips building the ``RateLimitResult``.
+    ``RateLimiter.allow`` calls it (for a single limit); it must take the same
+    decision and leave the same state as ``apply``.
     """
 
     def allow(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> bool:
@@ -119,11 +91,9 @@ class SupportsAllow(Protocol):
 class Nonblocking(Protocol):
     """Optional: a ``Store`` whose ``apply`` never waits on I/O (an in-process store).
 
-    Declare it with a class attribute ``nonblocking = True``; any other value,
-    or none, means "may block".  ``RateLimiter.acheck`` then calls ``apply``
-    directly instead of awaiting ``aapply``, saving a coroutine per check.
-    A store that may wait (on a socket, on a file lock held by another
-    process) must not set it: it would stall the event loop.
+    Declare it with a class attribute ``nonblocking = True``; ``RateLimiter.acheck``
+    then calls ``apply`` directly.  A store that may wait (a socket, a file
+    lock) must not set it: it would stall the event loop.
     """
 
     nonblocking: bool
@@ -133,8 +103,7 @@ class Nonblocking(Protocol):
 class Sweepable(Protocol):
     """Optional: a store that keeps keys until told to drop them (``MemoryStore``).
 
-    ``RateLimiter.start_cleanup`` calls ``sweep`` from a thread.  Stores whose
-    keys expire by themselves (Redis TTLs) need not implement it.
+    ``RateLimiter.start_cleanup`` calls ``sweep`` from a thread.
     """
 
     def sweep(self, now: Optional[float] = None, max_age: Optional[float] = None) -> int:

@@ -1,27 +1,8 @@
 """Stores from URLs: ``store_from_url("redis://cache:6379/0?prefix=app:")``.
 
-One string configures a store, so an application can take its storage from
-its settings or from the environment (``LIMITER_STORAGE_URL``, see
-``store_from_env``) without building client objects by hand.  See
-docs/stores.md for the schemes and their query parameters.
-
-Clients built here fail fast: ``DEFAULT_SOCKET_TIMEOUT`` and
-``DEFAULT_CONNECT_TIMEOUT`` (0.25 s, a hundred times a LAN round trip: see
-docs/stores.md), no retries (``Retry(NoBackoff(), 0)``, also for a cluster's
-own retry policy and for the Sentinel connections) and no health-check
-pings.  The store's breaker (``fallback=...``) is what retries, at its own
-pace.
-
-Nothing here opens a connection: the first check does (``RedisStore.ping()``
-checks the server at start-up).  ``SQLiteStore`` opens its file, as always.
-The client libraries are imported only for the scheme that needs them, and
-user names and passwords go to the client in a credential provider, so they
-are in no ``repr``, message or log (messages show ``redact_url(url)``).
-
-This module is the scheme registry (``SUPPORTED_SCHEMES``, ``_open``): each
-backend parses its own part of a URL in its own module (``_memory_url``,
-``_sqlite_url``, ``redis._url``), with the syntax they share
-(``limiter.backends._url``).
+The scheme registry: each backend parses its part of a URL in its own module
+(``_memory_url``, ``_sqlite_url``, ``redis._url``).  Schemes, parameters and
+the fail-fast client defaults: docs/stores.md "Choosing a store by URL".
 """
 
 from __future__ import annotations
@@ -84,10 +65,7 @@ def _parse(url: str) -> StoreURL:
 
 
 def _open(url: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
-    """The store of ``url`` (from ``_parse``), built by its scheme's backend.
-
-    ``options`` override the query (see ``store_from_url``).
-    """
+    """The store of ``url`` (from ``_parse``), built by its scheme's backend."""
     if url.scheme == "memory":
         from limiter.backends._memory_url import memory_store
 
@@ -110,33 +88,19 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
     which one depends on the string.
 
     ``url``: ``memory://``, ``sqlite:///relative/path.db``,
-    ``sqlite:////absolute/path.db``, ``redis://[user:password@]host[:port][/db]``,
-    ``rediss://`` (TLS), ``redis+unix:///path/to/socket``,
-    ``redis+sentinel://host[:port][,host:port]/service``,
-    ``redis+cluster://host[:port][,host:port]``, or the same with ``valkey``
-    (valkey-py) for ``redis``.  User names and passwords are percent-decoded.
-    Query parameters: ``prefix``, ``server_time``, ``pipelining`` (with
-    ``asyncio=True``: ``AsyncRedisStore``'s), ``socket_timeout`` and
-    ``connect_timeout`` (seconds), ``fallback=memory``, ``probe_after``,
-    ``max_probe_after``; ``db`` (unix, sentinel); ``max_keys`` (memory);
-    ``timeout``, ``purge_every`` (sqlite); ``ssl_*`` (TLS);
-    ``sentinel_username``, ``sentinel_password``; ``deny_cache=N`` and
-    ``deny_cache_max_stale`` (Redis, Valkey and sqlite: the store wrapped in a
-    ``DenyCache`` of ``N`` entries, see ``limiter.backends.denycache``).
-    See docs/stores.md.
-
-    ``asyncio=True``: an ``AsyncRedisStore`` over an asyncio client for the
-    Redis schemes; memory and sqlite stores serve both.  ``options``
-    override the URL: the store's own arguments (``prefix``, ``fallback``,
-    ``max_keys``...) go to the store, ``connect_timeout`` is the client's
-    ``socket_connect_timeout``, and any other goes to the client constructor
-    (``max_connections=...``, ``retry=...``).
+    ``redis://[user:password@]host[:port][/db]``, ``rediss://``,
+    ``redis+unix://``, ``redis+sentinel://``, ``redis+cluster://``, or the
+    same with ``valkey``; query parameters and the fail-fast client defaults
+    (0.25 s timeouts, no retries): docs/stores.md "Choosing a store by URL".
+    ``asyncio=True``: an ``AsyncRedisStore`` for the Redis schemes.
+    ``options`` override the URL: the store's own arguments go to the store,
+    ``connect_timeout`` is the client's ``socket_connect_timeout``, any other
+    goes to the client constructor (``max_connections=...``).
 
     ``ValueError`` for a malformed URL, an unknown scheme or query parameter;
-    ``ModuleNotFoundError`` naming the extra to install when the client
-    library is missing; what the store's constructor raises (``OSError`` for
-    an SQLite path that cannot work).  Messages show the URL with its password
-    replaced by ``***``.
+    ``ModuleNotFoundError`` naming the extra when the client library is
+    missing; what the store's constructor raises.  Messages show
+    ``redact_url(url)``.
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {redact_url(url)}")
@@ -172,9 +136,7 @@ def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:
 def resolve_store(store: Any = None, *, asyncio: bool = False) -> Any:
     """The store to use, by precedence: ``store`` > ``LIMITER_STORAGE_URL`` > a new ``MemoryStore``.
 
-    ``store`` may be a store object (returned as is) or a URL string.  For the
-    integrations and the command line, where "no store given" means "use the
-    environment's".
+    ``store`` may be a store object (returned as is) or a URL string.
     """
     if isinstance(store, str):
         return store_from_url(store, asyncio=asyncio)

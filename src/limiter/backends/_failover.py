@@ -1,17 +1,8 @@
 """The failure policy shared by the shared stores (Redis, SQLite): a fallback with probing.
 
-While the primary store fails, checks are served by a fallback store (usually a
-``MemoryStore``: per-process limits instead of none).  The primary is not asked
-again on every request, which would turn an outage into a connect storm: it is
-probed by one request at a time, first 0.5 s after the failure, then with the
-wait doubling up to 30 s.  The first probe that succeeds switches back.
-
-Outages are logged on the ``limiter.stores`` logger, once each: the first
-failure after start, and the first after each recovery, at ERROR with its cause
-(traceback included; at most one ERROR a minute per store); the recovery at
-WARNING.  ``Breaker`` does it for a store with a fallback, ``Health`` for one
-without; ``Failover`` is the one path every operation of a shared store
-takes through them.
+``Failover`` is the one path every operation of a shared store takes: through
+a ``Breaker`` (with a fallback) or a ``Health`` (without), which log outages
+on ``limiter.stores``.  Behaviour: docs/stores.md "Fallback".
 """
 
 from __future__ import annotations
@@ -29,9 +20,8 @@ T = TypeVar("T")
 _log = logging.getLogger("limiter.stores")
 
 
-#: Seconds between two ERROR records of one store: a store that flaps (a full
-#: Redis under ``noeviction`` answers denials and fails admissions) would
-#: otherwise log at every switch.  The adapters' warnings follow the same rule.
+#: Seconds between two ERROR records of one store: one that flaps (a full Redis
+#: under ``noeviction`` fails admissions only) would otherwise log every switch.
 ERROR_LOG_INTERVAL = 60.0
 
 
@@ -52,14 +42,9 @@ def _cause(error: BaseException) -> str:
 class Health:
     """Logs a store's outages; used as is by a store without a fallback.
 
-    ``failed`` logs the first failure after start, and the first after each
-    recovery, at ERROR with its cause (at most one ERROR per
-    ``ERROR_LOG_INTERVAL`` seconds per store); ``succeeded`` logs the recovery
-    from a logged failure at WARNING.  Failures in between are not logged
-    again: each still reaches its caller as ``StoreError``.  Thread-safe; a
-    healthy ``succeeded`` reads one attribute.  ``Failover`` uses it in place
-    of a ``Breaker`` for a store without a fallback: it never skips the
-    primary and has no fallback to serve.
+    ``failed`` logs the first failure of an outage at ERROR (at most one per
+    ``ERROR_LOG_INTERVAL`` seconds), ``succeeded`` its end at WARNING.
+    Thread-safe; a healthy ``succeeded`` reads one attribute.
     """
 
     serves_fallback = False
@@ -67,7 +52,6 @@ class Health:
     def __init__(self, name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
-        #: True from a failure until the next success.
         self.failing = False
         self._logged_at: Optional[float] = None  # time.monotonic() of the last ERROR
         self._announced = False  # whether the current outage was logged
@@ -123,9 +107,8 @@ class Breaker(Health):
 
     ``probe_after`` (seconds) is the first wait after a failure; each failed
     probe doubles it, up to ``max_probe_after``.  ``clock`` has ``now()`` in
-    seconds (default: ``time.monotonic``); tests pass a ``ManualClock``.
-    Thread-safe; the lock is held for a few attribute updates only.  Outages
-    are logged as by ``Health``; ``failing`` is true exactly while ``down``.
+    seconds (default: ``time.monotonic``).  ``TypeError``/``ValueError`` for
+    bad arguments.  Thread-safe; ``failing`` is true exactly while ``down``.
     """
 
     serves_fallback = True
@@ -171,10 +154,7 @@ class Breaker(Health):
             return False
 
     def failed(self, error: BaseException) -> None:
-        """Record a failure of the primary (a request, or the probe).
-
-        The first failure while healthy is logged at ERROR with its cause.
-        """
+        """Record a failure of the primary (a request, or the probe)."""
         now = self._now()
         with self._lock:
             log = False
@@ -220,19 +200,10 @@ class Breaker(Health):
 class Failover:
     """The one failure path of a shared store: each operation goes to the primary or the fallback.
 
-    ``fallback`` is a store (or ``None``).  With one, a ``Breaker`` decides:
-    while the primary is down, calls go straight to the fallback, but for the
-    probe; without one, a ``Health`` only records and logs the outages, and
-    every failure reaches the caller.  ``run(primary, fallback)`` (and
-    ``arun`` for coroutines, the same shell with awaits) is the only path:
-    ``primary()``, its outcome recorded (``failed_over`` decides after an
-    exception); a ``StoreError`` from it marks the primary down and
-    ``fallback()`` answers (``fallback=None``: the error is raised, for calls
-    such as ``ping`` that must never answer from the fallback); any other
-    exception (a cancelled call, a bad argument) lets another caller probe
-    and propagates.  With ``asyncio=True``, ``afallback`` is the fallback seen
-    from asyncio, adapted once here: its own ``aapply``, ``aapply_many``,
-    ``areset`` where it has them, else its sync methods.
+    ``run(primary, fallback)`` (``arun`` for coroutines) calls ``primary()``; a
+    ``StoreError`` marks it down and ``fallback()`` answers (``None``: the
+    error is raised); any other exception propagates.  With ``asyncio=True``,
+    ``afallback`` is ``fallback`` as an ``AsyncView``.
     """
 
     def __init__(
@@ -261,7 +232,6 @@ class Failover:
     def run(self, primary: Callable[[], T], fallback: Optional[Callable[[], T]] = None) -> T:
         """``primary()``, or ``fallback()`` while the primary is down or when it fails."""
         health = self.health
-        # Healthy, this reads ``failing`` twice and calls nothing else.
         if health.failing and fallback is not None and health.skip_primary():
             return fallback()
         try:
@@ -296,9 +266,8 @@ class Failover:
     def failed_over(self, error: BaseException) -> bool:
         """Record that the primary raised ``error``; whether the fallback answers instead.
 
-        A ``StoreError`` is a failure (the fallback answers if there is a
-        ``Breaker``); anything else (a cancelled call, a bad argument) neither
-        failed nor succeeded, and propagates.
+        Anything but a ``StoreError`` (a cancelled call, a bad argument) neither
+        failed nor succeeded.
         """
         health = self.health
         if not isinstance(error, StoreError):

@@ -1,19 +1,8 @@
 """``demo``: a small rate-limited JSON API and a page to watch it (docs/cli.md).
 
-The demo runs the standard library's ``ThreadingHTTPServer`` behind
-``limiter.adapters.httpserver.rate_limited``; it needs nothing else installed
-(a ``redis://`` store needs the ``redis`` extra).  ``/`` is an HTML page
-(``demo.html`` beside this file, no external assets) that fires requests at
-``/api/`` and charts the bucket from ``/api/bucket``; the JSON API is under
-``/api/`` so that a browser opening the page spends no token.  With the
-``prometheus`` extra installed it also serves the limiter's metrics at
-``/metrics`` (``limiter.metrics.prometheus``, on prometheus_client's default
-registry); without it, ``/metrics`` answers 404 with the extra to install.
-
-Its defaults are chosen so that the loop it prints shows the limit on the
-first try on any machine: ``5/minute`` with a burst of 5 refills one token
-every 12 s, and the loop sends burst + 3 requests, so it prints five ``200``
-and three ``429`` unless the eight requests take more than 12 s.
+The standard library's ``ThreadingHTTPServer`` behind ``rate_limited``; the
+routes are in docs/adapters.md "The demo".  The JSON API is under ``/api/``
+so that a browser opening the page spends no token.
 """
 
 from __future__ import annotations
@@ -112,13 +101,7 @@ def demo_handler(
     metrics: Optional[PrometheusMetrics] = None,
     top: Optional[TopOffenders] = None,
 ) -> Type[BaseHTTPRequestHandler]:
-    """The demo's handler class.
-
-    ``/api/`` and ``/api/time`` are limited (one bucket per client IP, which
-    any other path but the exempt ones also spends); ``/`` (the HTML page),
-    ``/api/bucket`` (the client's bucket, peeked: the tokens, exact, and each
-    limit's state), ``/health``, ``/metrics``, ``/top`` and ``/favicon.ico``
-    are exempt: they take no token and get no rate-limit headers.
+    """The demo's handler class: ``/api/`` limited per client IP, ``EXEMPT_PATHS`` not.
 
     ``description`` is the limit as ``/api/`` reports it (default: ``_describe_limits``);
     ``header_style`` is the adapters' option (``"x"``, ``"draft"`` or ``"both"``);
@@ -237,12 +220,10 @@ def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, 
 
 
 def _page(described: str, burst: int) -> bytes:
-    """The demo's HTML page for a limit: its text, its burst (the chart's scale) and the
-    burst button's default size (burst + ``EXTRA_REQUESTS``, as the printed loop).
+    """``demo.html`` (no external asset) for a limit: its text, its burst (the chart's
+    scale) and the burst button's default size (burst + ``EXTRA_REQUESTS``).
 
-    The page is ``demo.html`` beside this file: plain HTML and a little JavaScript,
-    no external asset (it works offline).  Its counters and the chart's data-*
-    attributes are what tests/cli/test_demo_page.py reads in a headless browser.
+    tests/cli/test_demo_page.py reads its counters and data-* attributes.
     """
     from importlib.resources import files  # Python >= 3.9
 

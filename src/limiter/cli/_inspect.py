@@ -1,10 +1,8 @@
 """``inspect`` and ``reset``: the operator's tools (docs/cli.md).
 
-They import the application's ``RateLimiter`` (``--limiter module:attribute``),
-or build the one it builds (same limits, same name, so the same keys) on the
-shared store the URL names, without its fallback (an operator must see the
-shared store or an error, never a private stand-in), and ``peek`` or ``reset``
-one key through it; a key the store holds nothing of is said so (exit 3).
+They import the application's ``RateLimiter`` (``--limiter module:attribute``)
+or build its twin (same limits and name, so the same keys) on the shared store,
+never its fallback, and ``peek`` or ``reset`` one key; no stored state exits 3.
 """
 
 from __future__ import annotations

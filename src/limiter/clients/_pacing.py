@@ -152,18 +152,11 @@ def _draft_wait(text: Optional[str]) -> Optional[float]:
 def server_delay(get: HeaderGet, now: float) -> Optional[float]:
     """Seconds the server asks a client to wait, from the first hint found, or ``None``.
 
-    In this order: ``Retry-After`` (delay-seconds, or an HTTP-date);
-    ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers: the largest ``t`` of
-    the exhausted items, ``r=0``); ``RateLimit-Reset`` (the earlier drafts:
-    seconds); ``X-RateLimit-Reset`` (a Unix time when at least 10**9, else
-    seconds, or milliseconds when at least 10**12).  Repeated ``Retry-After``
-    fields of seconds give the longest.  ``RateLimit-Policy`` says how large a
-    quota is, not when it returns, so it is not read.  A hint that does not
-    parse (negative, not a number, not a date) or asks for more than 10**9
-    seconds (no clock's sleep takes that) is skipped for the next one.
-    Absolute times are measured against the response's ``Date`` (the server's
-    own clock, so a skewed client clock does not matter), or against ``now``
-    (Unix seconds) when it has none; one already past is a wait of 0.
+    In this order: ``Retry-After``, ``RateLimit`` (draft), ``RateLimit-Reset``,
+    ``X-RateLimit-Reset``; a hint that does not parse or asks for more than
+    10**9 seconds is skipped.  Absolute times are measured against the
+    response's ``Date``, else ``now`` (Unix seconds); one past is 0.  The
+    rules: docs/policies.md "Outbound clients".
     """
     server_now = _http_date(get("Date"))
     reference = now if server_now is None else server_now
@@ -301,12 +294,10 @@ class Pacer:
     ) -> Generator[Step, Any, Optional[float]]:
         """The steps until ``key`` is not paused and its token is taken; returns the budget left.
 
-        ``budget``: the seconds of pauses this call may still wait (pauses it
-        inherits from other requests count as much as its own).  A pause
-        longer than that is not waited at all: with ``give_up`` (a retry,
-        whose last response the caller gets instead) ``None`` is returned at
-        once, nothing taken; without (a first attempt, which has no response
-        to return) the request takes its token and is sent despite the pause.
+        ``budget``: seconds of pauses this call may still wait, inherited ones
+        included.  A longer pause is not waited: with ``give_up`` (a retry)
+        ``None`` is returned, nothing taken; without (a first attempt) the
+        token is taken and the request sent despite the pause.
         """
         now = self.limiter.clock.now
         while True:
@@ -331,12 +322,9 @@ class Pacer:
     def plan(self, key: str, retries: int, reply: List[Any]) -> Iterator[Step]:
         """One request's steps, without I/O; ``reply[0]`` is then the response the caller gets.
 
-        Its turn (``SLEEP`` seconds, ``ACQUIRE``, ``REFUND`` a token of
-        ``key``), then ``SEND``, whose response the shell puts in ``reply[0]``;
-        a response the server asks to retry (``pause``) is ``DISCARD``-ed
-        (read, then closed) and the request waits for its turn again, at most
-        ``retries`` times.  ``max_wait`` bounds the pauses of the whole call
-        (see ``_turn``).
+        Its turn (``SLEEP``, ``ACQUIRE``, ``REFUND``), then ``SEND`` (the shell
+        puts the response in ``reply[0]``); a response to retry is
+        ``DISCARD``-ed and the turn comes again, at most ``retries`` times.
         """
         budget = yield from self._turn(key, self.budget(), False)
         while True:
@@ -381,8 +369,7 @@ class Pacer:
         """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).
 
         ``None`` unless ``respect_server``, ``status`` is 429 or 503 and a hint
-        (``server_delay``) asks for at most ``max_wait`` seconds.  A longer
-        hint is not recorded either: the caller gets the response at once.
+        asks for at most ``max_wait`` seconds (a longer one pauses nothing).
         """
         if not self.respect_server or status not in RETRY_STATUSES:
             return None

@@ -6,8 +6,8 @@ Extra ``httpx`` (``pip install "tokenlimiter[httpx]"``)::
 
     client = httpx.Client(transport=RateLimitTransport(RateLimiter("5/second")))
 
-``AsyncRateLimitTransport`` is the same for ``httpx.AsyncClient``.  What a
-retry needs and when it happens is described on ``RateLimitTransport``.
+``AsyncRateLimitTransport`` is the same for ``httpx.AsyncClient``.  See
+docs/policies.md "Outbound clients".
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ __all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
 
 
 def _rewindable(request: httpx.Request) -> bool:
-    # httpx keeps a body it was given whole (content=bytes, data=, json=) in
-    # memory and can send it again; a streamed one (a generator, a file upload)
-    # has been consumed by the first attempt.
+    # A streamed body (a generator, a file upload) was consumed by the first attempt.
     try:
         request.content  # noqa: B018
     except httpx.RequestNotRead:
@@ -97,38 +95,20 @@ class _Paced(Generic[Transport]):
 class RateLimitTransport(_Paced[httpx.BaseTransport], httpx.BaseTransport):
     """An ``httpx`` transport that paces requests with ``limiter`` before sending them.
 
-    Each request first waits (on ``limiter.clock``: a ``ManualClock`` moves
-    instead of sleeping) until its key is not paused and one token of its key
-    is taken (``RateLimiter.acquire``, no timeout), then goes to
-    ``transport`` (default: a new ``httpx.HTTPTransport()``).
+    Each request waits on ``limiter.clock`` until its key is not paused and
+    one token is taken, then goes to ``transport`` (default: a new
+    ``httpx.HTTPTransport()``).  ``key``: ``None`` (the request's host), a
+    ``str`` (one bucket) or ``key(request) -> str``.  ``respect_server``: a 429
+    or 503 with a hint (``Retry-After``, ``RateLimit``...) of at most
+    ``max_wait`` seconds (default 300; ``None``: no cap) pauses the key and
+    is retried, up to ``max_retries`` times, then returned as it came;
+    ``max_wait`` also bounds one call's pauses in total.  A streamed body is
+    not retried.
 
-    ``key``: ``None`` (default) keys each request by its host
-    (``"api.example.com"``, ``"127.0.0.1:8080"``: the port unless it is the
-    scheme's default); a ``str`` puts every request in one bucket; a function
-    ``key(request) -> str`` chooses per ``httpx.Request``.
-
-    ``respect_server``: when True (default), a 429 or 503 response carrying a
-    hint (``Retry-After`` in seconds or as an HTTP-date, the draft
-    ``RateLimit`` field's ``t``, ``RateLimit-Reset``, ``X-RateLimit-Reset``:
-    ``limiter.clients._pacing.server_delay``) pauses its key for that many
-    seconds, for every request of this transport, and the request is sent
-    again after the pause, up to ``max_retries`` times (an int >= 0, default
-    3); the caller then gets the last response as it came.  Each retry waits
-    for a token again.  The response is returned as is, without retrying,
-    when it has no hint, when the hint asks for more than ``max_wait``
-    seconds (default 300; ``None``: no cap; such a hint does not pause the
-    key either), or when the body was streamed (a generator, a file upload:
-    it cannot be sent twice).  A discarded response is closed.  ``max_wait``
-    also bounds the pauses one call waits in total, its own and those other
-    requests set, across its retries: when the next one would go past it, a
-    retry returns the last response (read, so whole) without sleeping, and a
-    first attempt is sent despite the pause.
-
-    The wait for a token raises ``limiter.RateLimitExceeded`` only if the
-    limiter can never admit a request (a burst below 1).  Wrong argument
-    types are ``TypeError``, out-of-range values ``ValueError``.  The limiter
-    must have a synchronous store; for ``httpx.AsyncClient`` use
-    ``AsyncRateLimitTransport``.
+    ``RateLimitExceeded`` only if the limiter can never admit a request.
+    ``TypeError`` for wrong argument types or an async-only store,
+    ``ValueError`` for out-of-range values.  See docs/policies.md
+    "Outbound clients".
     """
 
     _base = httpx.BaseTransport
@@ -155,7 +135,7 @@ class AsyncRateLimitTransport(_Paced[httpx.AsyncBaseTransport], httpx.AsyncBaseT
 
     Same arguments and behaviour; ``transport`` is an
     ``httpx.AsyncBaseTransport`` (default: a new ``httpx.AsyncHTTPTransport()``).
-    The limiter's store may be synchronous or asyncio (``aacquire``).
+    The limiter's store may be synchronous or asyncio.
     """
 
     _base = httpx.AsyncBaseTransport

@@ -38,28 +38,16 @@ def _discard(response: requests.Response) -> None:
 class RateLimitAdapter(HTTPAdapter):
     """A ``requests`` transport adapter that paces requests with ``limiter``.
 
-    Mount it on a ``requests.Session`` for the prefixes to pace
-    (``session.mount("https://", adapter)``).  Each request first waits (on
-    ``limiter.clock``) until its key is not paused and one token of its key is
-    taken (``RateLimiter.acquire``), then is sent by ``HTTPAdapter.send``.
-    Each hop of a redirect is a request of its own.
-
-    ``key``, ``respect_server``, ``max_retries`` (an int >= 0, default 3) and
-    ``max_wait`` (seconds, default 300, ``None``: no cap) work as on
-    ``limiter.clients.httpx.RateLimitTransport``: a 429 or 503 with a hint of
-    at most ``max_wait`` seconds pauses the key and is retried after the
-    pause, up to ``max_retries`` times, then returned as it came; one call
-    waits at most ``max_wait`` seconds of pauses in total, inherited ones
-    included (past that its last response is returned).  A body
-    that is a generator or a file object is not retried (it was consumed).
-    A discarded response is closed.
-
-    ``connection_retries`` is what ``HTTPAdapter`` calls ``max_retries`` (an
-    int or a ``urllib3.util.Retry``: retries of failed connections by
-    urllib3, default 0); every other keyword (``pool_connections``,
-    ``pool_maxsize``, ``pool_block``) goes to ``HTTPAdapter``.  The limiter
-    must have a synchronous store.  Wrong argument types are ``TypeError``,
-    out-of-range values ``ValueError``.
+    Mount it on a ``requests.Session`` for the prefixes to pace.  Each request
+    (each hop of a redirect) waits on ``limiter.clock`` until its key is not
+    paused and one token is taken, then goes to ``HTTPAdapter.send``.
+    ``key``, ``respect_server``, ``max_retries`` and ``max_wait`` work as on
+    ``limiter.clients.httpx.RateLimitTransport``; a generator or file body
+    is not retried.  ``connection_retries`` is ``HTTPAdapter``'s
+    ``max_retries`` (urllib3's, default 0); other keywords go to
+    ``HTTPAdapter``.  ``TypeError`` for wrong argument types or an async-only
+    store, ``ValueError`` for out-of-range values.  See docs/policies.md
+    "Outbound clients".
     """
 
     def __init__(

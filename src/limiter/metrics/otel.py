@@ -1,50 +1,12 @@
 """OpenTelemetry metrics: an ``on_decision`` observer recording through the OpenTelemetry API.
 
-``OTelMetrics(meter_provider=None)`` records each ``limiter.events.DecisionEvent``
-on instruments of a meter named ``"limiter"`` (version ``limiter.__version__``)
-from ``meter_provider``, or from the global provider
-(``opentelemetry.metrics.get_meter_provider()``) when it is ``None``::
+::
 
     limiter = RateLimiter("10/s", name="api", on_decision=OTelMetrics())
 
-The instruments are those of ``limiter.metrics.prometheus``, with the same
-low-cardinality attributes; the client key is never one:
-
-``limiter.decisions`` (counter, ``{decision}``)
-    One per decision; attributes ``limiter``, ``policy``, ``outcome``
-    (``allowed``, ``denied``, ``shadow_denied``, ``error``, ``fallback``).
-``limiter.store.duration`` (histogram, ``s``)
-    The store call's wall time (``event.store_seconds``); attributes ``store``
-    (the store's class name) and ``operation`` (``"check"``).  Recorded for
-    every outcome but ``fallback``: a fallback decision is answered by the
-    in-memory fallback store, so its time says nothing of the store named by
-    the ``store`` attribute and would drag that store's percentiles down.  An
-    ``error`` is recorded: the time a failing store took to fail (a timeout
-    shows up as such in the high buckets).
-``limiter.store.errors`` (counter, ``{error}``)
-    One per ``error`` decision (the store raised ``StoreError``); attributes
-    ``limiter``, ``store``.
-``limiter.fallback.active`` (observable gauge, ``1``)
-    1 while the limiter's decisions come from its store's fallback, else 0;
-    attribute ``limiter``.  Derived from the events: the last ``fallback``,
-    ``allowed``, ``denied`` or ``shadow_denied`` decision of each limiter says
-    which it is (an ``error`` leaves it as it was); every limiter seen is
-    reported, at 0 until it falls back.  A gauge read at collection time
-    rather than an up-down counter: the value is a state, not a sum of
-    changes, and a reader that starts late still sees it right.
-
-Cost.  The attribute dicts are made once per (limiter, store, policy,
-outcome) (the duration's once per store), so a steady-state event allocates
-nothing here: four dict lookups, the counter's ``add`` and the histogram's
-``record``.  The fallback state is written (under a lock) only when it
-changes.  Nearly all the time is the SDK's: measured on CPython 3.11 on a
-loaded 2-core machine (where an empty function call takes ~85 ns), this
-module's own work is ~0.55 µs per event, ~1.1 µs through the API's no-op
-provider, ~24 µs with the SDK and an in-memory reader (one SDK
-``Counter.add`` alone is ~9 µs there).
-
-``opentelemetry-api`` is imported when an ``OTelMetrics`` is made, never by
-``import limiter``: ``pip install "tokenlimiter[otel]"``.  Thread-safe.
+The instruments (those of ``limiter.metrics.prometheus``), their attributes
+and costs: docs/observability.md "OpenTelemetry".  ``opentelemetry-api`` is
+imported when an ``OTelMetrics`` is made (extra ``otel``).
 """
 
 from __future__ import annotations
@@ -80,10 +42,11 @@ _FALLBACK_STATE = {
 class OTelMetrics:
     """An ``on_decision`` observer recording decisions on OpenTelemetry instruments.
 
-    ``meter_provider``: an ``opentelemetry.metrics.MeterProvider`` (the SDK's
-    ``MeterProvider(metric_readers=[...])``), or ``None`` for the global one.
-    One ``OTelMetrics`` may observe any number of limiters; the ``limiter``
-    attribute (the limiter's ``name``) tells them apart.
+    Records on a meter named ``"limiter"`` of ``meter_provider`` (an
+    ``opentelemetry.metrics.MeterProvider``, or ``None`` for the global one).
+    One instance may observe any number of limiters.  ``ImportError`` without
+    opentelemetry-api; ``TypeError`` for a provider without ``get_meter``.
+    Thread-safe.
     """
 
     def __init__(self, meter_provider: Optional[MeterProvider] = None) -> None:
@@ -99,8 +62,7 @@ class OTelMetrics:
                 f"got {meter_provider!r}"
             )
         self._observation = metrics.Observation
-        # The package is loaded whenever one of its modules is: its version is
-        # read there, without an import of the facade from this layer.
+        # Read from sys.modules: this layer may not import the facade.
         version = getattr(sys.modules.get("limiter"), "__version__", None)
         meter = meter_provider.get_meter("limiter", version)
         self.meter = meter

@@ -7,41 +7,9 @@
     metrics = PrometheusMetrics()  # on prometheus_client's default REGISTRY
     limiter = RateLimiter("10/s", on_decision=metrics)
 
-and the application exposes the registry as it already does
-(``prometheus_client.start_http_server``, ``make_wsgi_app``, ...), or serves
-``metrics.generate_latest()`` with the content type ``metrics.content_type``.
-
-The metrics, labelled only by low-cardinality values (never by client key):
-
-* ``limiter_decisions_total{limiter, policy, outcome}`` (counter): every
-  decision; ``outcome`` is ``allowed``, ``denied``, ``shadow_denied``,
-  ``error`` or ``fallback``; ``policy`` is the limit that decided (``""`` on
-  an error).
-* ``limiter_store_duration_seconds{store, operation}`` (histogram): the time
-  the store took for each decision (``operation="check"``; ``store`` is the
-  store's class name), in buckets from 10 µs to 5 s (``BUCKETS``).  Every
-  outcome but ``fallback`` is timed: a fallback decision is answered by the
-  in-memory fallback, so its time says nothing of the store named and would
-  drag that store's percentiles down; an ``error`` is timed (how long the
-  store took to fail: a timeout shows in the high buckets).
-* ``limiter_store_errors_total{limiter, store}`` (counter): decisions that
-  failed with a ``StoreError`` (outcome ``error``).
-* ``limiter_fallback_active{limiter}`` (gauge): 1 once a decision was made
-  by the store's in-memory fallback, 0 again after a decision by the primary
-  store (``allowed``, ``denied`` or ``shadow_denied``); an error leaves it as
-  it was.  Every limiter seen has the series, at 0 until it falls back.
-
-``registry``: a ``prometheus_client.CollectorRegistry``; ``None`` (the
-default) means prometheus_client's default ``REGISTRY``, the one its
-exporters serve.  The metrics are registered once per registry: every
-``PrometheusMetrics`` on one registry shares them (a second one adds to the
-same series instead of failing with "Duplicated timeseries"), so several
-limiters may each get their own instance or share one.  A registry where
-other code already registered one of these names raises ``ValueError``.
-
-The same metrics, names aside, as ``limiter.metrics.otel``.  Each call costs
-a few dict lookups and the metric updates: the labelled children are cached
-per label values, and the gauge is written (under a lock) only when it changes.
+and the application exposes the registry as it already does, or serves
+``metrics.generate_latest()`` with ``metrics.content_type``.  The metrics,
+their labels and queries: docs/observability.md "Prometheus metrics".
 """
 
 from __future__ import annotations
@@ -132,10 +100,9 @@ class _Metrics:
             for collector in made:
                 registry.unregister(collector)
             raise
-        #: Taken to change a fallback gauge (rare), so that it and its state agree.
-        self.lock = threading.Lock()
-        # Children by label values (any thread may add one: a race makes the
-        # same child twice, which prometheus_client hands back both times).
+        self.lock = threading.Lock()  # so that a fallback gauge and its state agree
+        # Children by label values (a race between threads makes the same
+        # child twice, which prometheus_client hands back both times).
         self.decision_children: Dict[Tuple[str, str, str], Counter] = {}
         self.duration_children: Dict[str, Histogram] = {}
         self.error_children: Dict[Tuple[str, str], Counter] = {}
@@ -158,8 +125,10 @@ def _metrics_of(registry: CollectorRegistry) -> _Metrics:
 class PrometheusMetrics:
     """An ``on_decision`` observer that counts decisions in Prometheus metrics.
 
-    ``registry``: where the metrics are registered (default: prometheus_client's
-    ``REGISTRY``); see the module's documentation for the metrics and labels.
+    ``registry``: a ``CollectorRegistry`` (default: prometheus_client's
+    ``REGISTRY``).  Every instance on one registry shares its metrics.
+    ``TypeError`` for another registry type; ``ValueError`` when other code
+    already registered one of the metric names there.
     """
 
     #: The content type to serve ``generate_latest()``'s text with (``CONTENT_TYPE_LATEST``).
@@ -172,7 +141,6 @@ class PrometheusMetrics:
             raise TypeError(
                 f"registry must be a prometheus_client CollectorRegistry or None, got {registry!r}"
             )
-        #: The registry the metrics are in.
         self.registry: CollectorRegistry = registry
         metrics = _metrics_of(registry)
         self._metrics = metrics
@@ -211,10 +179,7 @@ class PrometheusMetrics:
             self._switch(event.limiter, active)
 
     def _switch(self, limiter: str, active: bool, new: bool = False) -> None:
-        """Set ``limiter``'s fallback gauge to ``active`` (a change: rare, so under a lock).
-
-        ``new``: only if the limiter has no gauge yet (an error says nothing more).
-        """
+        """Set ``limiter``'s fallback gauge to ``active`` (``new``: only if it has none yet)."""
         metrics = self._metrics
         with metrics.lock:
             state = self._fallback.get(limiter)

@@ -15,12 +15,8 @@ test class and say how to build the store::
         def make_store(self):
             return MyStore(...)
 
-Async-only stores set ``mode = "async"`` and may override ``run`` to keep one
-event loop for the whole test (clients bound to a loop need that).
-
-``AdapterConformance`` is the behaviour every web adapter must show (429 body
-and headers, exempt, cost, rules, on_error, proxies).  Say how to wrap an app
-and how to send it one request::
+``AdapterConformance`` is the behaviour every web adapter must show.  Say how
+to wrap an app and how to send it one request::
 
     class TestMyAdapter(AdapterConformance):
         def make_app(self, limiter, **options):
@@ -29,13 +25,13 @@ and how to send it one request::
         def request(self, app, method, path, headers, peer):
             ...  # -> (status, headers, body)
 
-This module is the plugin, so pytest imports it in every run of every project
-that has tokenlimiter installed: it must stay tiny.  It imports nothing from
-limiter at load time; the fixture imports ``ManualClock`` when a test asks for
-it, and the suites (with hypothesis) load on first access.  Without pytest
-installed, ``T0`` still works, and the suites and ``limiter_clock`` raise an
-``ImportError`` that says pytest is needed.
+Without pytest, ``T0`` still works and the rest raise ``ImportError``.  See
+docs/testing.md.
 """
+
+# The plugin: pytest imports it in every run of every project that installs
+# tokenlimiter, so it imports nothing from limiter at load time and the suites
+# load on first access.
 
 from __future__ import annotations
 

@@ -34,24 +34,13 @@ from limiter.testing._shared import T0
 class AdapterConformance:
     """Behaviour every web adapter must show.  Subclass; define ``make_app`` and ``request``.
 
-    The suite builds limiters on ``self.clock``, a ``ManualClock`` at
-    ``limiter.testing.T0`` (so header values are exact), wraps the app with
-    ``make_app(limiter, **options)`` (the options of ``limiter.adapters``:
-    ``key_func``, ``trusted_proxies``, ``proxy_header``, ``header_style``,
-    ``exempt``, ``on_error``, ``cost``, ``on_limited``, ``rules``) and sends
-    requests with ``request``.  Each app is closed (``close_app``) after its test.
-
-    ``limiter`` may also be a function of the request returning the limiter
-    (a plan chosen per request); pass it to the adapter as it is.
-
-    ``client_peer`` is the address requests come from; ``proxy_peer`` is the
-    trusted reverse proxy of the ``proxy_header`` test.  A driver whose client
-    cannot choose its address (a real socket on loopback) sets both to that
-    address.  Set ``fold_header_case`` if the client lowercases header names,
-    and ``awaits`` if the adapter runs on asyncio: ``async def`` key, cost,
-    exempt and limiter functions are then tested too.  Set
-    ``takes_rate_strings`` if a limiter function may return a rate string
-    (the framework integrations).
+    Limiters run on ``self.clock``, a ``ManualClock`` at ``T0``; the app is
+    wrapped with ``make_app(limiter, **options)`` (``limiter`` may be a
+    function of the request: pass it on as it is), requests go through
+    ``request``, and ``close_app`` runs after each test.  ``client_peer``,
+    ``proxy_peer``, ``fold_header_case``, ``awaits`` and
+    ``takes_rate_strings`` adapt it to a driver: docs/testing.md
+    "Testing an adapter".
     """
 
     client_peer = "203.0.113.7"
@@ -92,10 +81,8 @@ class AdapterConformance:
     def expect_error(self, app: Any, error: Type[BaseException]) -> None:
         """Send a request whose handling raises ``error`` inside the adapter.
 
-        The exception must leave the adapter as one from the app would: no
-        rate-limit answer, no fail-open ``200``.  By default ``request`` must
-        raise it; a driver on a real server (which answers 500 or drops the
-        connection) overrides this to check what its server did.
+        By default ``request`` must raise it (no fail-open ``200``); a driver on
+        a real server overrides this to check what its server did.
         """
         with pytest.raises(error):
             self.request(app)

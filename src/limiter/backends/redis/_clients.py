@@ -1,15 +1,10 @@
 """The Redis and Valkey clients a store URL asks for, fail-fast, and ``LazyCluster``.
 
-redis-py or valkey-py (sync or asyncio) is imported here only, when a store
-is built; user names and passwords go to the client in a credential
-provider, so they are in no ``repr``, message or log.  The retry policy is
-``Retry(NoBackoff(), 0)`` everywhere (a cluster's own retries and the
-Sentinel connections included): the store's breaker is what retries.
-
-The clients' own ``from_url`` is not used: it knows neither our schemes
-(``redis+sentinel``, ``valkey``...) nor our query fields (it passes unknown
-ones on to the connection), lets the query win over keyword arguments, and
-takes a password whole only when it is percent-encoded.
+redis-py or valkey-py is imported here only, when a store is built.
+Credentials go in a credential provider, so they are in no ``repr`` or log;
+retries are ``Retry(NoBackoff(), 0)`` everywhere (the store's breaker retries).
+The clients' own ``from_url`` knows neither our schemes nor our query fields,
+lets the query win over keyword arguments and needs passwords percent-encoded.
 """
 
 from __future__ import annotations
@@ -82,12 +77,9 @@ class Library:
 class LazyCluster:
     """A cluster client (``RedisCluster``/``ValkeyCluster``) built on first use.
 
-    The synchronous cluster clients connect in their constructor;
-    ``store_from_url`` opens no connection, so a ``redis+cluster://`` store
-    whose cluster is down at start-up still starts (and answers from its
-    ``fallback``, or raises ``StoreError`` per check): each call that finds no
-    client tries to build it again.  ``connect()`` returns the real client,
-    building it now; ``close()`` closes it.  Thread-safe.
+    The sync cluster clients connect in their constructor; this lets a store
+    start while its cluster is down (each call then tries to build it again).
+    Thread-safe.
     """
 
     def __init__(self, factory: Callable[[], Any], description: str) -> None:

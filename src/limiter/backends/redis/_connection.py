@@ -1,48 +1,14 @@
 """The sync Redis store's fast path: EVALSHA sent on the store's own redis-py connections.
 
-A call through ``redis.Redis.evalsha`` spends about two thirds of a check on
-loopback in the client's command machinery (pool checkout and its health
-check, retry wrapper, metrics, response callbacks), not on the network nor
-the script.  ``Connections`` sends the check, packed once in RESP, on
-connection objects of the client's own library and settings, so connecting,
-authentication, TLS, the RESP version, ``socket_timeout`` and the retry policy
-for connecting stay the client's; only the per-command bookkeeping is skipped.
-A check is sent once: the retry policy never sends it again after a failure
-(a timed-out check may have run, and a second send would take its tokens
-twice); the next check reconnects.
-
-How the connections are held (measured on loopback with redis-py 8.1: a
-checkout from the client's pool per call cost about 30 us more than a held
-connection, half a PING):
-
-* The store keeps its own connections, made as the client's pool makes its
-  own (``pool.connection_class(**pool.connection_kwargs)``), in a free list:
-  a check pops one (so no two threads ever share one), uses it, and pushes it
-  back.  There are at most as many as threads that checked at the same
-  moment; they are not taken from the client's pool, so they never exhaust
-  its ``max_connections``, and ``client.close()`` does not close them:
-  ``RedisStore.close()`` does (and the next check connects again), or the
-  store's collection.
-* A connection that failed (timeout, reset, a protocol error, an interrupt)
-  was disconnected by redis-py before the error reached us (and is
-  disconnected again here to be sure): it never keeps unread bytes, and the
-  next use reconnects it.  An error reply (``NOSCRIPT``, out of memory) is
-  read whole, so the connection stays.
-* An idle connection that the server closed (``CLIENT KILL``, its ``timeout``
-  setting, a restart) or that holds unread bytes is found before use by one
-  ``poll()`` of its socket and reconnected, as the client's pool does at
-  checkout: the check goes through.
-* Fork safety: the free list belongs to the process that made it.  After a
-  fork the child starts an empty one and never touches the parent's sockets
-  (redis-py's own pool does the same by comparing the pid).
-
-``Connections.for_client`` decides which clients take this path: a plain
-``redis.Redis`` or ``valkey.Valkey`` (or a subclass that overrides neither
-``evalsha`` nor ``execute_command``) on a plain ``ConnectionPool``, without
-client-side caching or a single shared connection, and whose
-``execute_command`` is not wrapped (by a tracer, say, that must keep seeing
-the calls).  Everything else, including ``RedisCluster`` (routing, MOVED/ASK)
-and Sentinel-managed or blocking pools, keeps the client's own path.
+On loopback, about two thirds of a check through ``redis.Redis.evalsha`` is
+the client's command machinery (pool checkout, retry wrapper, callbacks); a
+pool checkout per call cost about 30 us more than a held connection (redis-py
+8.1).  So the check, packed once, goes on connections made with the client's
+class and settings, held in a per-process free list (one thread per
+connection; a fork starts an empty list).  A failed connection is
+disconnected; an idle one the server closed is found by ``poll()`` and
+reconnected.  Which clients qualify and what users see: docs/stores.md
+"The fast path".
 """
 
 from __future__ import annotations
@@ -61,14 +27,12 @@ _T = TypeVar("_T")
 class PoolFullError(Exception):
     """A check found the client's connection pool full for as long as the client's timeouts.
 
-    A local resource limit (``max_connections``, redis-py 8's default of 100),
-    not a store failure: it is never a ``StoreError``, so it never takes the
-    fail-open path (``on_error="allow"``) nor the fallback.  A check that meets
-    a full pool waits for a free connection (``MaxConnectionsError`` is raised
-    before anything is sent, so trying again can never send a check twice);
-    this is raised only when none came free within the client's
-    ``socket_connect_timeout`` (else ``socket_timeout``), or at once when a
-    ``BlockingConnectionPool`` already waited its own ``timeout``.
+    A local resource limit (``max_connections``), not a store failure: never a
+    ``StoreError``, so neither ``on_error="allow"`` nor the fallback applies.
+    Raised when no connection came free within the client's
+    ``socket_connect_timeout`` (else ``socket_timeout``), or at once after a
+    ``BlockingConnectionPool``'s own ``timeout``.  See docs/stores.md
+    "A full connection pool".
     """
 
 
@@ -187,15 +151,10 @@ def _library_class(client: Any, asyncio: bool = False) -> Optional[type]:
 def plain_client(client: Any, *, asyncio: bool = False) -> bool:
     """Whether ``client``'s checks may skip its ``execute_command`` (nobody watches it).
 
-    True for a ``redis.Redis`` or ``valkey.Valkey`` (``asyncio``: their
-    ``redis.asyncio``/``valkey.asyncio`` twins), or a subclass, whose
-    ``evalsha``, ``eval`` and ``execute_command`` are the library's own: not
-    overridden by the subclass, not set on the instance, not replaced on the
-    library's class by another module (sentry-sdk assigns a plain function)
-    and ``execute_command`` not wrapped (wrapt, ``functools.wraps``:
-    OpenTelemetry, ddtrace).  Anything else keeps the client's own path, so
-    a tracer or a test double sees every check.  Shared by ``RedisStore``'s
-    fast path and ``AsyncRedisStore``'s pipelining.
+    True for a ``redis.Redis`` or ``valkey.Valkey`` (``asyncio``: their asyncio
+    twins), or a subclass, whose ``evalsha``, ``eval`` and ``execute_command``
+    are the library's own: not overridden, set on the instance, replaced
+    (sentry-sdk) or wrapped (OpenTelemetry, ddtrace), so a tracer sees every check.
     """
     base = _library_class(client, asyncio)
     if base is None:
@@ -230,10 +189,9 @@ class _Held:
 class Connections:
     """Packed commands sent on the store's own connections, one at a time each.
 
-    Build it with ``for_client``.  ``evalsha`` and ``eval`` pack a script
-    call; ``execute`` sends one and returns the reply as the client would
-    (bytes, or str with ``decode_responses``), raising the client library's
-    own exceptions.  Thread-safe and fork-safe (see the module docstring).
+    Build it with ``for_client``.  ``execute`` returns the reply as the client
+    would and raises the client library's own exceptions.  Thread-safe and
+    fork-safe.
     """
 
     def __init__(
@@ -245,7 +203,6 @@ class Connections:
         self._free: List[_Held] = []
         self._pid = _getpid()
         self._sha = _bulk(sha)
-        # The RESP array header and command name, per number of arguments.
         self._heads: Dict[int, bytes] = {}
 
     @classmethod
@@ -341,8 +298,7 @@ class Connections:
     def close(self) -> None:
         """Disconnect this process's connections; the next ``execute`` connects again.
 
-        A connection in use by another thread is disconnected when its
-        command ends (it goes back to the list ``close`` took away).
+        A connection in use by another thread is disconnected when its command ends.
         """
         if self._pid != _getpid():
             self._forked()  # the parent's sockets are the parent's to close

@@ -1,45 +1,12 @@
 """Auto-pipelining of one Lua script's calls on a ``redis.asyncio`` (or valkey-py) client.
 
-``AsyncRedisStore`` sends every check as ``EVALSHA``.  Under load many tasks of
-one event loop call it at once; sent one by one, each pays a round trip and
-redis-py's command machinery (pool checkout, retry wrapper, response
-callbacks), which costs more than the script itself.  ``ScriptPipeline``
-sends them together instead:
-
-* A call made while nothing is in flight is sent at once, in the caller's own
-  task: a lone call waits for nothing, and pays one round trip.
-* A call made while another call or batch is in flight joins a queue; when
-  the one in flight ends, everything queued goes out as one
-  non-transactional pipeline (one write, then one reply read per entry) in a
-  task of the pipeline's own.  After each batch that task yields once, so the
-  callers it woke queue their next calls first: under load every batch holds
-  the calls of all busy tasks.  One call or batch is in flight at a time
-  (one connection): against a server that stops answering, a queued call
-  waits for the batch ahead of it to time out, then for its own timeout (at
-  most twice the client's ``socket_timeout``).  Measured against batches
-  sent on every tick in parallel, this sends fewer, fuller batches (64
-  tasks: one batch of 64 per round trip instead of 63 + 1) and was 1.2-1.3x
-  faster with 16 and 64 tasks.
-* Each entry gets its own reply or its own error: an error reply (such as
-  ``WRONGTYPE``) fails that entry only; entries answered ``NOSCRIPT`` (the
-  script cache was flushed, or the server restarted) are sent again with
-  ``EVAL`` on the same connection, so no caller ever sees ``NOSCRIPT``; a
-  connection failure fails every entry of the batch not yet answered (the
-  connection is dropped, so no reply is left unread on it).
-* A caller cancelled while queued is dropped from its batch: its check is
-  never sent, so it charges nothing.  A caller cancelled while its batch is
-  in flight stops waiting; the batch goes on and its reply is read and
-  dropped.  A lone call cancelled mid-read
-  drops its connection (redis-py does), so nothing unread goes back to the
-  pool.
-
-Commands are packed here (every argument is already ``bytes``) and written on
-a connection checked out of the client's own pool, one per batch, with
-``send_packed_command`` and ``read_response``: authentication, TLS, the RESP
-version, ``decode_responses``, timeouts and reconnection stay the client's.
-A batch is sent once: a command that may have reached the server is never
-sent again, since a retry could charge a bucket twice (connecting still
-follows the client's retry policy).
+A call made while nothing is in flight is sent at once in the caller's task;
+calls made meanwhile queue and go out together when it ends, as one
+non-transactional pipeline on one connection of the client's pool, sent once.
+One call or batch is in flight at a time: measured against a batch per tick
+in parallel, this sends fewer, fuller batches (64 tasks: one of 64 rather
+than 63 + 1) and was 1.2-1.3x faster with 16 and 64 tasks.  Per-entry errors,
+``NOSCRIPT`` and cancellation: docs/stores.md "Auto-pipelining (asyncio)".
 """
 
 from __future__ import annotations
@@ -53,8 +20,7 @@ from limiter.backends.redis._connection import await_pool, plain_client, pool_wa
 
 
 def _named(exc: BaseException, name: str) -> bool:
-    # redis-py and valkey-py have the same exception names; match by name so
-    # this module needs neither.
+    # Matched by name so that this module needs neither redis-py nor valkey-py.
     return any(cls.__name__ == name for cls in type(exc).__mro__)
 
 
@@ -86,12 +52,10 @@ _Outcome = Tuple[bool, Any]
 class ScriptPipeline:
     """Sends calls of one script (``EVALSHA``) issued in one event-loop tick as one pipeline.
 
-    ``pool``: the client's connection pool (``client.connection_pool``).
-    ``script``: the Lua source, sent with ``EVAL`` when the server answers
-    ``NOSCRIPT``; ``sha``: its SHA-1 in hex, as ASCII bytes.  ``await
-    run(args)`` sends ``EVALSHA sha *args`` (``args``: numkeys, the keys and
-    the script arguments, as bytes) and returns the reply or raises the
-    client's exception (never ``NOSCRIPT``).  See the module docstring.
+    ``pool``: the client's connection pool; ``script``: the Lua source (sent
+    with ``EVAL`` after ``NOSCRIPT``); ``sha``: its SHA-1 in hex, as bytes.
+    ``await run(args)`` returns the reply or raises the client's exception
+    (never ``NOSCRIPT``).
     """
 
     def __init__(self, pool: Any, script: str, sha: bytes) -> None:
@@ -112,11 +76,8 @@ class ScriptPipeline:
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[ScriptPipeline]:
         """A pipeline on ``client``'s pool, or ``None`` when it has no pool this can use.
 
-        ``None`` for a single-connection client (it shares one connection under
-        its own lock), a cluster client (the caller decides), a client whose
-        ``execute_command`` is overridden, wrapped or replaced (``plain_client``,
-        the sync fast path's test: a tracer sees every check), and anything
-        without redis-py's asyncio pool (a test double, another library).
+        ``None`` for a single-connection client, an instrumented one
+        (``plain_client``) and anything without redis-py's asyncio pool.
         """
         if getattr(client, "connection", None) is not None:
             return None
@@ -251,10 +212,8 @@ def _copy(exc: BaseException) -> BaseException:
 async def _round_trip(connection: Any, commands: List[bytes]) -> List[_Outcome]:
     """Send ``commands`` in one write and read one reply each.
 
-    An error reply (``ResponseError``) is that entry's outcome and the next
-    replies are still read; any other failure is the outcome of every entry
-    not yet answered, and the connection is dropped (redis-py does it too),
-    so it never goes back to the pool with replies unread.
+    An error reply is that entry's outcome; any other failure is every
+    unanswered entry's, and the connection is dropped (no reply left unread).
     """
     outcomes: List[_Outcome] = []
     try:

@@ -1,11 +1,7 @@
 """Redis and Valkey stores: one Lua script call (EVALSHA) per check.
 
-Works with any client that has redis-py's ``evalsha``/``eval``/``delete``:
-``redis.Redis``, ``redis.cluster.RedisCluster``, a Sentinel master client,
-valkey-py, and their asyncio twins (``AsyncRedisStore``).  This module never
-imports a client library itself, so ``import limiter`` works without one.
-It does the I/O; what is sent and read (arguments, replies, keys and their
-hash tags) is ``_wire``'s.
+Imports no client library, so ``import limiter`` works without one; what is
+sent and read is ``_wire``'s.
 """
 
 from __future__ import annotations
@@ -82,13 +78,10 @@ class _RedisBase:
         self.prefix = prefix
         self.fallback: Any = fallback
         self._cluster = is_cluster(client)
-        # [argv] of a call (policies, cost, now): see _wire.Argv.
         self._argv = Argv(bool(server_time))
         self._args = self._argv.args
         self._conns = self._connections(client)
-        # How long a check waits for a connection of a full pool (PoolFullError).
         self._pool_wait = pool_wait(client)
-        # Every operation but ping goes through it: Redis, or the fallback.
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
         )
@@ -136,65 +129,28 @@ class _RedisBase:
 class RedisStore(_RedisBase):
     """Bucket state in Redis or Valkey, for many processes and hosts.  Implements ``Store``.
 
-    ``client``: a ``redis.Redis``, ``redis.cluster.RedisCluster``, Sentinel
-    master client (``sentinel.master_for(...)``) or valkey-py equivalent.  A
-    check waits as long as the client lets it, so make it fail fast:
-    ``socket_timeout`` and ``socket_connect_timeout`` (e.g. 0.1 s) and no
-    retries (``retry=Retry(NoBackoff(), 0)``: redis-py >= 6 retries with
-    backoff by default, for seconds per check).  With those, a check raises
-    ``StoreError`` within about ``socket_connect_timeout`` (per address the
-    host name resolves to) when the server cannot be reached, and about
-    ``socket_timeout`` when it stops answering; each retry repeats that wait.
-    A client without a socket timeout, with retries that back off or more
-    than one retry, or with a blocking pool that waits for ever, is reported
-    once at construction (a WARNING on the ``limiter.stores`` logger, saying
-    what to set); what the client does not expose (a cluster's topology
-    refresh, Sentinel discovery, DNS) is not checked: see docs/stores.md.
-    ``prefix``: prepended to every Redis key (default ``"limiter:"``).
-    ``server_time``: when the caller passes ``now=None``, read the server's
-    ``TIME`` (True, the default: app servers with skewed clocks agree) or
-    ``time.time()`` (False).  A ``now`` given by the caller (an injected clock)
-    is always used as is.
-    ``fallback``: a store (e.g. ``MemoryStore()``) that answers while Redis
-    fails, instead of raising ``StoreError``; Redis is probed again after
-    ``probe_after`` seconds, doubling up to ``max_probe_after``, on
+    ``client``: a ``redis.Redis``, ``RedisCluster``, Sentinel master client or
+    valkey-py equivalent; give it ``socket_timeout``, ``socket_connect_timeout``
+    and ``retry=Retry(NoBackoff(), 0)`` so that a check fails fast (a client
+    that may wait long is reported once, a WARNING on ``limiter.stores``).
+    ``prefix``: prepended to every Redis key.  ``server_time``: with
+    ``now=None``, read the server's ``TIME`` (True) or ``time.time()`` (False).
+    ``fallback``: a store that answers while Redis fails; Redis is probed again
+    after ``probe_after`` seconds, doubling up to ``max_probe_after``, on
     ``probe_clock`` (anything with ``now()``; default ``time.monotonic``).
 
-    Each check is exactly one round trip (EVALSHA); after ``SCRIPT FLUSH``, a
-    restart or a failover the script is sent again with EVAL, transparently.
-    With a plain ``redis.Redis`` or ``valkey.Valkey`` client (a plain
-    ``ConnectionPool``), checks skip the client's per-command machinery: the
-    store sends the pre-packed EVALSHA on connections of its own, made with
-    the client's connection class and settings (so authentication, TLS, the
-    RESP version, timeouts and the retry policy for connecting stay the client's; a
-    check is sent once, never again after a timeout), at most
-    one per thread checking at the same moment, never shared by two threads,
-    never the parent's after a fork, and not counted in the client's
-    ``max_connections`` nor closed by ``client.close()``: ``close()`` closes
-    them (the store stays usable and connects again).  A connection that
-    failed is disconnected before reuse; one the server closed while idle is
-    reconnected before use, so the check goes through.  Cluster, Sentinel,
-    blocking-pool, single-connection and client-side-caching clients, and a
-    client whose ``execute_command`` (or ``evalsha``/``eval``) is overridden,
-    wrapped or replaced (a tracer: OpenTelemetry, ddtrace, sentry-sdk), keep
-    the client's own path: see ``limiter.backends.redis._connection.plain_client``.
-    Every failure is a ``StoreError`` wrapping the client's exception.  A
-    reply the script cannot have given (malformed: a proxy in between, or
-    another script under its SHA-1) is a ``StoreError`` like any other
-    failure: it counts as an outage, and the fallback, when there is one,
-    answers that check and the following ones until a probe succeeds.  The
-    first failure after start, and the first after each recovery, is logged
-    at ERROR on the ``limiter.stores`` logger with its cause; ``ping()``
-    checks the server at start-up.
+    One round trip (EVALSHA) per check.  Every failure, a malformed reply
+    included, is a ``StoreError`` wrapping the cause (an outage for the
+    fallback); a full pool is ``PoolFullError``.  ``TypeError`` for a client
+    without ``evalsha`` or a non-str prefix.  The fast path, timeouts and
+    failures: docs/stores.md "Redis and Valkey".
     """
 
     def ping(self) -> None:
         """Check that the server answers and runs the check script, or raise ``StoreError``.
 
-        One script call, a peek (cost 0) at a reserved key that writes
-        nothing: it needs what every check needs (a connection, permission to
-        run EVALSHA/EVAL, the server's ``TIME``).  It never answers from the
-        fallback.  Call it at start-up to stop on a Redis that cannot work.
+        A peek at a reserved key that writes nothing; never answered by the
+        fallback.  Call it at start-up.
         """
         rkeys, args = [encode_key(_PING_KEY, self.prefix)], self._args((_PING_LIMIT,), 0, None)
         self._failover.run(lambda: decode_result(self._eval(rkeys, args), _PING_LIMIT, self._kind))
@@ -213,9 +169,8 @@ class RedisStore(_RedisBase):
     ) -> RateLimitResult:
         """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none (one script call).
 
-        ``cost``: one for every limit, or a list or tuple of one per limit.  A
-        ``Lockout`` may come last (``limiter.core.many.step_all``).  On a cluster
-        the keys must share a hash tag (``ValueError`` otherwise).
+        ``cost``: one for every limit, or one per limit.  On a cluster the keys
+        must share a hash tag (``ValueError`` otherwise).
         """
         rkeys, args = self._many(keys, limits, cost, now)
         result: RateLimitResult = self._failover.run(
@@ -225,11 +180,10 @@ class RedisStore(_RedisBase):
         return result
 
     def reset(self, key: str) -> None:
-        """Forget ``key`` (one DEL).  With a fallback, it forgets the key too.
+        """Forget ``key`` (one DEL), in the fallback too.
 
-        The DEL is always tried, even while the fallback answers checks: an
-        operator's reset must not succeed silently and leave the shared bucket
-        as it was.  If Redis fails, ``StoreError`` (the fallback is reset).
+        The DEL is tried even while the fallback answers, so that a reset never
+        succeeds silently; ``StoreError`` if Redis fails.
         """
         rkey = encode_key(key, self.prefix)
         if self.fallback is not None:
@@ -246,18 +200,14 @@ class RedisStore(_RedisBase):
     def close(self) -> None:
         """Disconnect the store's own connections (the fast path's); safe to call again.
 
-        The client, which is the caller's, stays open (``client.close()``
-        closes it).  The store remains usable: its next check connects again.
-        A check in flight in another thread finishes, then its connection is
-        disconnected.  Nothing to do for a client that keeps its own path.
+        The client stays open; the store stays usable and connects again.
         """
         conns = self._conns
         if conns is not None:
             conns.close()
 
     def _connections(self, client: Any) -> Optional[Connections]:
-        # A cluster routes each key to its node (MOVED/ASK, topology refresh):
-        # it keeps the client's own path, as do clients for_client turns down.
+        # A cluster routes each key to its node (MOVED/ASK): only the client can.
         if self._cluster:
             return None
         return Connections.for_client(client, SCRIPT, _SHA)
@@ -310,29 +260,11 @@ class AsyncRedisStore(_RedisBase):
     """``RedisStore`` for ``redis.asyncio`` clients (and valkey-py's).  Implements ``AsyncStore``.
 
     Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
-    or async (its ``aapply`` is used when it has one).  A client is bound to
-    the event loop it first runs in.  ``aping()`` is ``RedisStore.ping()``.
-
-    ``pipelining`` (default True): a check issued while none is in flight is
-    sent at once (no added latency); checks issued while one is in flight
-    wait for it, then go out together as one non-transactional pipeline on
-    one connection of the client's pool (one round trip for all of them).
-    So one check or pipeline is in flight per store and event loop, and a
-    check may wait for the one ahead of it: against a server that stops
-    answering, up to twice the client's ``socket_timeout`` (seconds) rather
-    than once.  Each check still gets its own
-    result or its own ``StoreError`` (an error reply fails that check only; a
-    lost connection fails every check of its batch not yet answered), and
-    the fallback, the probing and the ``NOSCRIPT`` recovery work per check as
-    without it.  A pipelined check is sent once: the client's retry policy
-    applies to connecting, never to resending a check that may have reached
-    the server; a check cancelled before its batch goes out is not sent.  A
-    Redis Cluster client, a single-connection client
-    (``single_connection_client=True``), a client whose ``execute_command``
-    (or ``evalsha``/``eval``) is overridden, wrapped or replaced (a tracer,
-    which must see every check: the same test as ``RedisStore``'s fast
-    path), and clients without redis-py's asyncio connection pool always send
-    each check on its own, through the client, as ``pipelining=False`` does.
+    or async.  ``pipelining`` (default True): checks issued while one is in
+    flight go out together as one pipeline, each with its own result or
+    ``StoreError``; a check may then wait up to twice ``socket_timeout``.
+    ``TypeError`` for a non-bool ``pipelining``.  See docs/stores.md
+    "Auto-pipelining (asyncio)".
     """
 
     _kind = "AsyncRedisStore"
@@ -343,8 +275,7 @@ class AsyncRedisStore(_RedisBase):
         if not isinstance(pipelining, bool):
             raise TypeError(f"pipelining must be True or False, got {pipelining!r:.100}")
         self.pipelining = pipelining
-        # A cluster routes each key to its node (MOVED/ASK, topology refresh):
-        # its checks keep the client's own per-call path.
+        # A cluster routes each key to its node (MOVED/ASK): only the client can.
         self._pipeline: Any = None  # a _pipeline.ScriptPipeline
         if pipelining and not self._cluster:
             from limiter.backends.redis._pipeline import ScriptPipeline
@@ -352,10 +283,7 @@ class AsyncRedisStore(_RedisBase):
             self._pipeline = ScriptPipeline.for_client(client, SCRIPT, _SHA)
 
     async def aping(self) -> None:
-        """Check that the server answers and runs the script, or raise ``StoreError``.
-
-        See ``RedisStore.ping``.
-        """
+        """``RedisStore.ping`` for asyncio."""
         rkeys, args = [encode_key(_PING_KEY, self.prefix)], self._args((_PING_LIMIT,), 0, None)
         await self._failover.arun(lambda: self._aresult(rkeys, args, _PING_LIMIT))
 
