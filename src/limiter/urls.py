@@ -8,7 +8,7 @@ the fail-fast client defaults: docs/stores.md "Choosing a store by URL".
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, Tuple
+from typing import Any, Dict, Tuple
 
 from limiter.backends._url import (
     StoreURL,
@@ -16,9 +16,6 @@ from limiter.backends._url import (
     scheme_of,
 )
 from limiter.backends._url import redact_url as redact_url  # documented here
-
-if TYPE_CHECKING:
-    pass
 
 #: The environment variable ``store_from_env`` reads.
 STORAGE_URL_ENV = "LIMITER_STORAGE_URL"
