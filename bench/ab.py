@@ -56,6 +56,20 @@ CASES: Dict[str, Tuple[str, str]] = {
         "lim = RateLimiter('1000000/second;100000000/hour')\ncheck = lim.check",
         "check('user:1')",
     ),
+    "memory check() cost mapping": (
+        "from limiter import RateLimiter\n"
+        "lim = RateLimiter({'requests': '1000000/second'})\ncheck = lim.check",
+        "check('user:1', {'requests': 1})",
+    ),
+    "wsgi middleware": (
+        "from limiter import RateLimiter\nfrom limiter.adapters.wsgi import RateLimitMiddleware\n"
+        "def app(environ, start_response):\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain')])\n    return [b'ok']\n"
+        "mw = RateLimitMiddleware(app, RateLimiter(1e12, 10**15))\n"
+        "env = {'REQUEST_METHOD': 'GET', 'PATH_INFO': '/', 'REMOTE_ADDR': '203.0.113.7'}\n"
+        "def start_response(status, headers, exc_info=None): pass",
+        "mw(env, start_response)",
+    ),
     "sqlite check()": (
         "import tempfile, os\nfrom limiter import RateLimiter, SQLiteStore\n"
         "path = os.path.join(tempfile.mkdtemp(), 'ab.db')\n"
@@ -72,7 +86,7 @@ CASES: Dict[str, Tuple[str, str]] = {
 }
 
 #: Calls per sample: the in-process cases are fast, the stores are not.
-CALLS = {"sqlite check()": 20_000, "redis check()": 5_000}
+CALLS = {"sqlite check()": 20_000, "redis check()": 5_000, "wsgi middleware": 100_000}
 DEFAULT_CALLS = 300_000
 
 CHILD = """
