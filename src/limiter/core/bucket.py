@@ -51,6 +51,7 @@ _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 # module or class attribute's.
 _new_result = tuple.__new__
 _trunc = math.trunc
+_isfinite = math.isfinite
 
 
 @overload
@@ -103,7 +104,7 @@ def step(
                 return _settle(state, now, limit, cost, detail)
             cost = cost_or_inf(cost, limit.burst)
         charge = cost * limit.interval
-    if now - now != 0.0:  # NaN or infinite, without a global lookup
+    if not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if state is None:
         debt = 0.0
