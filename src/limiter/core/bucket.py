@@ -200,7 +200,7 @@ def _settle(
     A refund lowers the debt, never below 0 (a full bucket); a charge raises
     it, never above ``limit.max_debt``.  The clock rules are ``step``'s.
     """
-    if now - now != 0.0:
+    if not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     state, debt, now = _read(state, now, limit)
     most = limit.max_debt
@@ -220,15 +220,16 @@ def _settle(
         new_state = after + now * 1j
     if not detail:
         return new_state, True
-    window = limit.window
-    remaining = _trunc((window - after + limit.slack) * limit.rate)
-    if remaining > limit.burst:
-        remaining = limit.burst
-    elif remaining < 0:
-        remaining = 0
-    return new_state, _new_result(
-        RateLimitResult,
-        (True, limit.burst, remaining, after, 0.0, window, (), limit.name, "bucket"),
+    burst = limit.burst  # remaining: the whole tokens left, from 0 to burst (as step's)
+    left = min(max(_trunc(tokens_left(after, limit)), 0), burst)
+    return new_state, RateLimitResult(
+        allowed=True,
+        limit=burst,
+        remaining=left,
+        reset_after=after,
+        retry_after=0.0,
+        window=limit.window,
+        policy=limit.name,
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "check_count",
     "checked_cost",
     "cost_or_inf",
+    "policy_cost",
     "validate_cost",
     "validate_costs",
 ]
@@ -176,6 +177,19 @@ def cost_or_inf(cost: object, burst: int) -> float:
         return float(cost)  # type: ignore[arg-type,unused-ignore]
     value = validate_cost(cost)
     return value if value <= burst else math.inf
+
+
+def policy_cost(cost: object, burst: int, now: float) -> float:
+    """``cost_or_inf(cost, burst)``, then ``now`` checked: a ``Quota``'s and a ``Lockout``'s step.
+
+    ``cost``'s errors first (as ``step``), then a ``ValueError`` for a ``now``
+    that is not a finite number of seconds, unless ``cost`` is a ``Refund`` or
+    a ``Charge``.
+    """
+    value = cost_or_inf(cost, burst)
+    if cost.__class__ is not Refund and cost.__class__ is not Charge and not math.isfinite(now):
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    return value
 
 
 def checked_cost(cost: object) -> float:
