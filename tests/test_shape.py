@@ -33,7 +33,6 @@ KNOWN_LONG_MODULES: Set[str] = {
 
 #: Functions over MAX_FUNCTION_LINES lines of code ("module:qualname"), waiting for theirs.
 KNOWN_LONG_FUNCTIONS: Set[str] = {
-    "limiter.core.bucket:step",
     "limiter.ratelimiter:RateLimiter.__init__",
 }
 

@@ -120,11 +120,9 @@ def step(
     ceiling = limit.ceiling  # window + slack
     if debt > ceiling:  # rules 5 and 6
         # In debt (a Charge), or written under a larger limit: denied until
-        # repaid.  A bucket never owes more than one burst; a deeper state is
-        # stored at that bound (like a re-anchoring) so refilling starts there.
-        if debt > limit.max_debt:
-            debt = limit.max_debt
-            state = bucket_state(debt, now)
+        # repaid.  A bucket never owes more than one burst: _read (again: the
+        # same floats) stores a deeper state at that bound, re-anchored.
+        state, debt, now = _read(state, now, limit)
         if cost == 0:  # a peek is admitted, in debt too
             return _settle(state, now, limit, 0.0, detail)
     after = debt + charge
