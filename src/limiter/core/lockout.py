@@ -69,13 +69,7 @@ class Lockout(Frozen):
     breaches: int
     within: float
     duration: float
-    name: str
-    burst: int
-    rate: float
-    interval: float
     window: float
-    slack: float
-    max_debt: float
 
     def __init__(
         self,

@@ -68,12 +68,6 @@ class Quota(Frozen):
     count: int
     per: str
     tz: str
-    name: str
-    burst: int
-    rate: float
-    interval: float
-    slack: float
-    max_debt: float
     _tzinfo: Any
     _last: _Window
 
