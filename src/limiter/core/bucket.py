@@ -108,21 +108,20 @@ def step(
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if state is None:
         debt = 0.0
-    else:
-        debt = state.real
-        updated_at = state.imag
-        if now < updated_at:  # rule 7, rare: read by _read
-            state, debt, now = _read(state, now, limit)
-        else:  # _read's usual case, inline (hot path)
-            debt -= now - updated_at
-            if debt < 0.0:
-                debt = 0.0
+    elif now < (updated_at := state.imag):  # rule 7, rare: read by _read
+        state, debt, now = _read(state, now, limit)
+    else:  # _read's usual case, inline (hot path)
+        debt = state.real - (now - updated_at)
+        if debt < 0.0:
+            debt = 0.0
     ceiling = limit.ceiling  # window + slack
     if debt > ceiling:  # rules 5 and 6
         # In debt (a Charge), or written under a larger limit: denied until
-        # repaid.  A bucket never owes more than one burst: _read (again: the
-        # same floats) stores a deeper state at that bound, re-anchored.
-        state, debt, now = _read(state, now, limit)
+        # repaid.  A bucket never owes more than one burst; a deeper state is
+        # stored at that bound (like a re-anchoring) so refilling starts there.
+        if debt > limit.max_debt:
+            debt = limit.max_debt
+            state = bucket_state(debt, now)
         if cost == 0:  # a peek is admitted, in debt too
             return _settle(state, now, limit, 0.0, detail)
     after = debt + charge
