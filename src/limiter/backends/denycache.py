@@ -214,12 +214,6 @@ class _Call(NamedTuple):
     at: float
     many: bool
 
-    def args(self) -> Tuple[Any, ...]:
-        """The store call's arguments: ``apply``'s, or ``apply_many``'s when ``many``."""
-        if self.many:
-            return self.keys, self.limits, self.cost, self.now
-        return self.keys[0], self.limits[0], self.cost, self.now
-
 
 #: What ``DenyCache._plan`` decides: a replayed result, or a store call.
 _Plan = Union[RateLimitResult, _Call]
@@ -328,13 +322,19 @@ class DenyCache:
 
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """The store's ``apply``, or the replay of its last denial of this check."""
-        return self._run(self._plan((key,), (limit,), cost, now), self.store.apply)
+        plan = self._plan((key,), (limit,), cost, now)
+        return self._run(plan, self.store.apply, key, limit) if isinstance(plan, _Call) else plan
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
-        return self._run(self._plan(keys, tuple(limits), cost, now, True), self.store.apply_many)
+        plan = self._plan(keys, tuple(limits), cost, now, True)
+        return (
+            self._run(plan, self.store.apply_many, keys, plan.limits)
+            if isinstance(plan, _Call)
+            else plan
+        )
 
     def reset(self, key: str) -> None:
         """Reset ``key`` in the store, and forget its remembered denials."""
@@ -357,14 +357,23 @@ class DenyCache:
         self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio: the store's ``aapply``, or a replay (no I/O, no await)."""
-        return await self._arun(self._plan((key,), (limit,), cost, now), self.store.aapply)
+        plan = self._plan((key,), (limit,), cost, now)
+        return (
+            await self._arun(plan, self.store.aapply, key, limit)
+            if isinstance(plan, _Call)
+            else plan
+        )
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio."""
         plan = self._plan(keys, tuple(limits), cost, now, True)
-        return await self._arun(plan, self.store.aapply_many)
+        return (
+            await self._arun(plan, self.store.aapply_many, keys, plan.limits)
+            if isinstance(plan, _Call)
+            else plan
+        )
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
@@ -409,22 +418,20 @@ class DenyCache:
         epoch, at = self._before(now)
         return _Call(keys, limits, cost, now, noted, epoch, at, many)
 
-    def _run(self, plan: _Plan, call: Callable[..., RateLimitResult]) -> RateLimitResult:
-        """``plan`` carried out with the store's ``call`` (``apply`` or ``apply_many``)."""
-        if not isinstance(plan, _Call):
-            return plan  # replayed
+    def _run(self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any) -> RateLimitResult:
+        """``plan`` carried out: the store's ``apply`` or ``apply_many`` (``call``) of these."""
         try:
-            result = call(*plan.args())
+            result: RateLimitResult = call(key, limit, plan.cost, plan.now)
         finally:
             self._settle(plan)
         return self._done(plan, result)
 
-    async def _arun(self, plan: _Plan, call: Callable[..., Any]) -> RateLimitResult:
+    async def _arun(
+        self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any
+    ) -> RateLimitResult:
         """``_run`` for asyncio, with the store's ``aapply`` or ``aapply_many``."""
-        if not isinstance(plan, _Call):
-            return plan  # replayed: no I/O
         try:
-            result: RateLimitResult = await call(*plan.args())
+            result: RateLimitResult = await call(key, limit, plan.cost, plan.now)
         finally:
             self._settle(plan)
         return self._done(plan, result)

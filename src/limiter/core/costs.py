@@ -12,6 +12,8 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 from limiter.core._values import real, show
 
+_isfinite = math.isfinite
+
 __all__ = [
     "Charge",
     "Cost",
@@ -187,7 +189,7 @@ def policy_cost(cost: object, burst: int, now: float) -> float:
     a ``Charge``.
     """
     value = cost_or_inf(cost, burst)
-    if cost.__class__ is not Refund and cost.__class__ is not Charge and not math.isfinite(now):
+    if (cls := cost.__class__) is not Refund and cls is not Charge and not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     return value
 

@@ -174,8 +174,9 @@ class Quota(Frozen):
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this quota (``limiter.core.bucket.step`` hands it over)."""
         value = policy_cost(cost, self.count, now)  # step's errors, in step's order
-        taken = cost.taken_at if cost.__class__ is Refund else None  # type: ignore[attr-defined,unused-ignore]
-        new_state, result = _apply_quota(state, now, self, value, cost.__class__ is Charge, taken)
+        cls = cost.__class__
+        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
+        new_state, result = _apply_quota(state, now, self, value, cls is Charge, taken)
         return new_state, (result if detail else result[0])
 
     def keep_until(self, state: State) -> float:
@@ -357,5 +358,15 @@ def _quota_result(
     remaining = _trunc(count - used)
     return _new_result(
         RateLimitResult,
-        (allowed, count, max(remaining, 0), reset, retry, window, (), quota.name, "quota"),
+        (
+            allowed,
+            count,
+            remaining if remaining > 0 else 0,
+            reset,
+            retry,
+            window,
+            (),
+            quota.name,
+            "quota",
+        ),
     )
