@@ -30,10 +30,7 @@ MAX_FUNCTION_LINES = 60
 KNOWN_LONG_MODULES: Set[str] = set()
 
 #: Functions over MAX_FUNCTION_LINES lines of code ("module:qualname"), waiting for theirs.
-KNOWN_LONG_FUNCTIONS: Set[str] = {
-    "limiter.core.bucket:step",
-    "limiter.core.quota:_apply_quota",
-}
+KNOWN_LONG_FUNCTIONS: Set[str] = set()
 
 #: Imports of another module's private name, waiting for the name's proper home.
 KNOWN_PRIVATE_IMPORTS: Set[str] = set()

@@ -42,11 +42,9 @@ cost types.  What only the store can know is bounded rather than guessed:
   ``retry_after``) caps it.  A reset or refund through this wrapper (any
   thread or task) drops the key's entry at once, and a denial that was in
   flight meanwhile is not remembered.
-* Floats.  The replay computes from the store's reported debt rather than
-  from its stored state, so a field may differ from the store's by a rounding
-  of one subtraction (~1e-16 of the window; the headers, rounded with
-  ``limiter.core.limits.TIME_EPSILON`` of slack, never show it).  Within a few
-  such roundings of the moment the key could pass, the store is asked.
+* Floats.  A replay computes from the store's reported debt, so a field may
+  differ from the store's by one subtraction's rounding (~1e-16 of the window,
+  never shown by the headers); near the moment the key could pass, the store is asked.
 * Calendar quotas.  A denial under a ``limiter.Quota`` (alone or beside
   token buckets) is never remembered: its ``reset_after`` is the time to its
   window's end, not a debt, and its windows are on the wall clock.  Such
@@ -61,10 +59,9 @@ cost types.  What only the store can know is bounded rather than guessed:
 * Costs that are no plain positive number: a peek, a ``Charge``, one cost
   per limit (a list or tuple) are never replayed nor remembered; a
   ``Refund``, alone or among per-limit costs, drops the keys' entries.
-* Outages.  The inner store's ``StoreError`` passes through unchanged, and an
-  answer given by the inner store's fallback is not remembered (it is this
-  process's bucket, not the shared one).  Denials remembered before the
-  outage are still replayed.
+* Outages.  The inner store's ``StoreError`` passes through unchanged; an
+  answer of its fallback (this process's bucket, not the shared one) is not
+  remembered.  Denials remembered before the outage are still replayed.
 
 Memory and concurrency
 ----------------------
@@ -81,7 +78,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from limiter.clock import finite_seconds
 from limiter.core.bucket import admission_excess, step, tokens_left
@@ -216,6 +213,10 @@ class _Call(NamedTuple):
     many: bool
 
 
+#: What ``DenyCache._plan`` decides: a replayed result, or a store call.
+_Plan = Union[RateLimitResult, _Call]
+
+
 class DenyCache:
     """Wrap a (shared) store so that repeated denials are answered in this process.
 
@@ -224,19 +225,16 @@ class DenyCache:
     that time, until the key may pass again (its ``retry_after``) or
     ``max_stale`` seconds have passed, whichever is first; then the store is
     asked again.  Everything else goes to the store (``store``), whose
-    ``StoreError`` passes through unchanged.  See the module docstring for
-    when a replay is exactly the store's answer and what bounds it when
-    another process resets or refunds a key: a key reset elsewhere may still
-    be denied here for up to ``min(retry_after, max_stale)`` seconds.
+    ``StoreError`` passes through unchanged.  A key reset elsewhere may still
+    be denied here for up to ``min(retry_after, max_stale)`` seconds (the
+    module docstring says when a replay is exactly the store's answer).
 
     ``store``: a ``Store`` and/or ``AsyncStore``; the wrapper offers the same
-    ones (the methods the store lacks are ``None`` on the instance, as
-    ``RateLimiter`` and the adapters test with ``callable``), and is
-    ``Nonblocking`` when the store is.  ``max_keys``: entries kept (an
-    integer >= 1; default 10,000); a full cache drops expired entries, then
-    the oldest.  ``max_stale``: seconds (> 0, or ``None`` for no cap beyond
-    ``retry_after``; default 1.0) a remembered denial may be replayed.
-    Thread-safe and asyncio-safe.
+    ones (those the store lacks are ``None`` on the instance) and is
+    ``Nonblocking`` when the store is.  ``max_keys``: entries kept (an integer
+    >= 1; default 10,000).  ``max_stale``: seconds (> 0, or ``None``: no cap
+    beyond ``retry_after``; default 1.0) a denial may be replayed.  Thread-safe
+    and asyncio-safe.
     """
 
     nonblocking: bool
@@ -322,28 +320,19 @@ class DenyCache:
 
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """The store's ``apply``, or the replay of its last denial of this check."""
-        plan = self._plan(key if key.__class__ is str else None, key, (key,), (limit,), cost, now)
-        if not isinstance(plan, _Call):
-            return plan  # replayed
-        try:
-            result: RateLimitResult = self.store.apply(key, limit, cost, now)
-        finally:
-            self._settle(plan)
-        return self._done(plan, result)
+        plan = self._plan((key,), (limit,), cost, now)
+        return self._run(plan, self.store.apply, key, limit) if isinstance(plan, _Call) else plan
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
-        ckey = self._tuple_key(keys)
-        plan = self._plan(ckey, ckey, keys, tuple(limits), cost, now, True)
-        if not isinstance(plan, _Call):
-            return plan  # replayed
-        try:
-            result: RateLimitResult = self.store.apply_many(keys, plan.limits, cost, now)
-        finally:
-            self._settle(plan)
-        return self._done(plan, result)
+        plan = self._plan(keys, tuple(limits), cost, now, True)
+        return (
+            self._run(plan, self.store.apply_many, keys, plan.limits)
+            if isinstance(plan, _Call)
+            else plan
+        )
 
     def reset(self, key: str) -> None:
         """Reset ``key`` in the store, and forget its remembered denials."""
@@ -366,28 +355,23 @@ class DenyCache:
         self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` for asyncio: the store's ``aapply``, or a replay (no I/O, no await)."""
-        plan = self._plan(key if key.__class__ is str else None, key, (key,), (limit,), cost, now)
-        if not isinstance(plan, _Call):
-            return plan  # replayed
-        try:
-            result: RateLimitResult = await self.store.aapply(key, limit, cost, now)
-        finally:
-            self._settle(plan)
-        return self._done(plan, result)
+        plan = self._plan((key,), (limit,), cost, now)
+        return (
+            await self._arun(plan, self.store.aapply, key, limit)
+            if isinstance(plan, _Call)
+            else plan
+        )
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` for asyncio."""
-        ckey = self._tuple_key(keys)
-        plan = self._plan(ckey, ckey, keys, tuple(limits), cost, now, True)
-        if not isinstance(plan, _Call):
-            return plan  # replayed
-        try:
-            result: RateLimitResult = await self.store.aapply_many(keys, plan.limits, cost, now)
-        finally:
-            self._settle(plan)
-        return self._done(plan, result)
+        plan = self._plan(keys, tuple(limits), cost, now, True)
+        return (
+            await self._arun(plan, self.store.aapply_many, keys, plan.limits)
+            if isinstance(plan, _Call)
+            else plan
+        )
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
@@ -404,20 +388,26 @@ class DenyCache:
 
     def _plan(
         self,
-        ckey: Optional[_CacheKey],
-        noted: Optional[_CacheKey],
         keys: Sequence[str],
         limits: Tuple[Policy, ...],
         cost: Cost,
         now: Optional[float],
         many: bool = False,
-    ) -> Union[RateLimitResult, _Call]:
+    ) -> _Plan:
         """What a check does, decided without I/O: a replayed result, or the store call's plan.
 
-        ``ckey`` is the key a denial is remembered under (``None``: never);
-        ``noted`` the one the answer is noted under (``apply``'s key whatever
-        its type); ``keys`` what a refund forgets.
+        ``keys`` is ``apply``'s one key (``many`` False) or ``apply_many``'s
+        keys, what a refund forgets.  A denial is remembered under the key (a
+        ``str`` only) or the tuple of keys (``ckey``; ``None``: never) and the
+        answer noted under the key whatever its type (``noted``).
         """
+        ckey: Optional[_CacheKey]
+        noted: Optional[_CacheKey]
+        if many:
+            ckey = noted = self._tuple_key(keys)
+        else:
+            noted = keys[0]
+            ckey = noted if noted.__class__ is str else None
         replayed = self._replay(ckey, many, limits, cost, now)
         if replayed is not None:
             return replayed
@@ -425,6 +415,24 @@ class DenyCache:
             return _Call(keys, limits, cost, now, None, 0, 0.0, many)
         epoch, at = self._before(now)
         return _Call(keys, limits, cost, now, noted, epoch, at, many)
+
+    def _run(self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any) -> RateLimitResult:
+        """``plan`` carried out: the store's ``apply`` or ``apply_many`` (``call``) of these."""
+        try:
+            result: RateLimitResult = call(key, limit, plan.cost, plan.now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
+
+    async def _arun(
+        self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any
+    ) -> RateLimitResult:
+        """``_run`` for asyncio, with the store's ``aapply`` or ``aapply_many``."""
+        try:
+            result: RateLimitResult = await call(key, limit, plan.cost, plan.now)
+        finally:
+            self._settle(plan)
+        return self._done(plan, result)
 
     def _settle(self, call: _Call) -> None:
         """After the store call, answered or not: a refund's keys are forgotten."""
@@ -434,9 +442,7 @@ class DenyCache:
     def _done(self, call: _Call, result: RateLimitResult) -> RateLimitResult:
         """The store's ``result`` of ``call``, noted (a denial is remembered)."""
         if call.noted is not None:
-            self._after(
-                call.noted, call.limits, call.cost, call.now, result, call.epoch, call.at, call.many
-            )
+            self._after(call, result)
         return result
 
     @staticmethod
@@ -496,18 +502,10 @@ class DenyCache:
             self._latest = now
         return self._epoch, 0.0
 
-    def _after(
-        self,
-        ckey: _CacheKey,
-        limits: Tuple[Policy, ...],
-        cost: Cost,
-        now: Optional[float],
-        result: RateLimitResult,
-        epoch: int,
-        at: float,
-        many: bool,
-    ) -> None:
+    def _after(self, call: _Call, result: RateLimitResult) -> None:
         """Remember a denial; forget the key's entry when the store changed its bucket."""
+        _, limits, cost, now, noted, epoch, at, many = call
+        ckey: _CacheKey = noted  # type: ignore[assignment]  # _done: never None here
         if result[0]:
             if cost != 0 and ckey in self._entries:
                 # An admission took tokens: the entry's debts are out of date.

@@ -44,9 +44,10 @@ Every operation on a request's path is O(1) (amortized for ``reset``).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from limiter.core.bucket import step
 from limiter.core.costs import Cost
@@ -55,6 +56,7 @@ from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, forgettable, is_locked, keep_until
 
+_isfinite = math.isfinite
 _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 #: How many old entries one eviction looks at for a full bucket.
@@ -91,7 +93,7 @@ def admit(
     state = table.get(key)
     if state is None:
         return None
-    if cost is _ONE and now - now == 0.0 and limit.__class__ is Limit:  # now finite
+    if cost is _ONE and _isfinite(now) and limit.__class__ is Limit:  # now finite
         updated_at = state.imag
         if now >= updated_at:
             debt = state.real - (now - updated_at)
@@ -164,12 +166,7 @@ class MemoryStore:
             young = self._young
             packed = young.get(key)
             if packed is None:
-                packed = self._promote(key)
-                if packed is None:
-                    new_state, result = step(None, now, limit, cost)
-                    if new_state is not None:
-                        self._insert(key, new_state, now)
-                    return result
+                return self._step_new(key, limit, cost, now, True)  # type: ignore[return-value]
             new_state, result = step(packed, now, limit, cost)
             if new_state is not packed:
                 young[key] = new_state  # type: ignore[assignment]
@@ -185,20 +182,23 @@ class MemoryStore:
         try:
             # admit steps a young key in place; others take the long way.
             allowed = admit(self._young, key, now, limit, cost)
-            return self._allow_new(key, limit, cost, now) if allowed is None else allowed
+            return self._step_new(key, limit, cost, now, False) if allowed is None else allowed  # type: ignore[return-value]
         finally:
             self._lock.release()
 
-    def _allow_new(self, key: str, limit: Policy, cost: float, now: float) -> bool:
-        # Caller holds the lock and found no young entry for ``key``.
+    def _step_new(
+        self, key: str, limit: Policy, cost: float, now: float, detail: bool
+    ) -> Union[RateLimitResult, bool]:
+        # Caller holds the lock.  ``step`` for a key with no young entry: promoted from the old
+        # generation, or inserted (maybe evicting) when the step stores a state.
         packed = self._promote(key)
-        new_state, allowed = step(packed, now, limit, cost, False)
+        new_state, answer = step(packed, now, limit, cost, detail)  # type: ignore[call-overload]
         if packed is None:
             if new_state is not None:
                 self._insert(key, new_state, now)
         elif new_state is not packed:
-            self._young[key] = new_state  # type: ignore[assignment]
-        return allowed
+            self._young[key] = new_state
+        return answer  # type: ignore[no-any-return]
 
     def bind(
         self,
@@ -235,12 +235,7 @@ class MemoryStore:
                 young = self._young
                 packed = young.get(key)
                 if packed is None:
-                    packed = self._promote(key)
-                    if packed is None:
-                        new_state, result = step(None, at, limit, cost)
-                        if new_state is not None:
-                            self._insert(key, new_state, at)
-                        return result
+                    return self._step_new(key, limit, cost, at, True)  # type: ignore[return-value]
                 new_state, result = step(packed, at, limit, cost)
                 if new_state is not packed:
                     young[key] = new_state  # type: ignore[assignment]
@@ -257,7 +252,7 @@ class MemoryStore:
             lock.acquire()
             try:
                 allowed = admit(self._young, key, at, limit, cost)
-                return self._allow_new(key, limit, cost, at) if allowed is None else allowed
+                return self._step_new(key, limit, cost, at, False) if allowed is None else allowed  # type: ignore[return-value]
             finally:
                 lock.release()
 

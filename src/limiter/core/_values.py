@@ -105,6 +105,14 @@ class Frozen:
     Equal, and hashed, by ``identity()`` (its own parameters), within its class.
     """
 
+    # What every policy offers (limits.Policy), set by each __init__.
+    name: str
+    burst: int
+    rate: float
+    interval: float
+    slack: float
+    max_debt: float
+
     def identity(self) -> tuple[Any, ...]:
         raise NotImplementedError
 

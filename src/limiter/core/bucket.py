@@ -49,6 +49,7 @@ _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 # module or class attribute's.
 _new_result = tuple.__new__
 _trunc = math.trunc
+_isfinite = math.isfinite
 
 
 @overload
@@ -101,19 +102,16 @@ def step(
                 return _settle(state, now, limit, cost, detail)
             cost = cost_or_inf(cost, limit.burst)
         charge = cost * limit.interval
-    if now - now != 0.0:  # NaN or infinite, without a global lookup
+    if not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if state is None:
         debt = 0.0
-    else:
-        debt = state.real
-        updated_at = state.imag
-        if now < updated_at:  # rule 7, rare: read by _read
-            state, debt, now = _read(state, now, limit)
-        else:  # _read's usual case, inline (hot path)
-            debt -= now - updated_at
-            if debt < 0.0:
-                debt = 0.0
+    elif now < (updated_at := state.imag):  # rule 7, rare: read by _read
+        state, debt, now = _read(state, now, limit)
+    else:  # _read's usual case, inline (hot path)
+        debt = state.real - (now - updated_at)
+        if debt < 0.0:
+            debt = 0.0
     ceiling = limit.ceiling  # window + slack
     if debt > ceiling:  # rules 5 and 6
         # In debt (a Charge), or written under a larger limit: denied until
@@ -197,7 +195,7 @@ def _settle(
     A refund lowers the debt, never below 0 (a full bucket); a charge raises
     it, never above ``limit.max_debt``.  The clock rules are ``step``'s.
     """
-    if now - now != 0.0:
+    if not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     state, debt, now = _read(state, now, limit)
     most = limit.max_debt
@@ -217,15 +215,16 @@ def _settle(
         new_state = after + now * 1j
     if not detail:
         return new_state, True
-    window = limit.window
-    remaining = _trunc((window - after + limit.slack) * limit.rate)
-    if remaining > limit.burst:
-        remaining = limit.burst
-    elif remaining < 0:
-        remaining = 0
-    return new_state, _new_result(
-        RateLimitResult,
-        (True, limit.burst, remaining, after, 0.0, window, (), limit.name, "bucket"),
+    burst = limit.burst  # remaining: the whole tokens left, from 0 to burst (as step's)
+    left = min(max(_trunc(tokens_left(after, limit)), 0), burst)
+    return new_state, RateLimitResult(
+        allowed=True,
+        limit=burst,
+        remaining=left,
+        reset_after=after,
+        retry_after=0.0,
+        window=limit.window,
+        policy=limit.name,
     )
 
 

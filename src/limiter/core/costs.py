@@ -12,6 +12,8 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 from limiter.core._values import real, show
 
+_isfinite = math.isfinite
+
 
 def validate_cost(cost: object) -> float:
     """``cost`` as a float number of tokens >= 0, or an error that names it.
@@ -165,6 +167,19 @@ def cost_or_inf(cost: object, burst: int) -> float:
         return float(cost)  # type: ignore[arg-type,unused-ignore]
     value = validate_cost(cost)
     return value if value <= burst else math.inf
+
+
+def policy_cost(cost: object, burst: int, now: float) -> float:
+    """``cost_or_inf(cost, burst)``, then ``now`` checked: a ``Quota``'s and a ``Lockout``'s step.
+
+    ``cost``'s errors first (as ``step``), then a ``ValueError`` for a ``now``
+    that is not a finite number of seconds, unless ``cost`` is a ``Refund`` or
+    a ``Charge``.
+    """
+    value = cost_or_inf(cost, burst)
+    if (cls := cost.__class__) is not Refund and cls is not Charge and not _isfinite(now):
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    return value
 
 
 def checked_cost(cost: object) -> float:

@@ -10,7 +10,7 @@ import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
 from limiter.core._values import Frozen, check_name, real, show, whole_count
-from limiter.core.costs import Charge, Refund, cost_or_inf
+from limiter.core.costs import policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, keep_until, lockout_state, read_lockout
@@ -67,13 +67,7 @@ class Lockout(Frozen):
     breaches: int
     within: float
     duration: float
-    name: str
-    burst: int
-    rate: float
-    interval: float
     window: float
-    slack: float
-    max_debt: float
 
     def __init__(
         self,
@@ -108,10 +102,7 @@ class Lockout(Frozen):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """Whether the key of ``state`` is locked out at ``now``, taking nothing."""
-        cls = cost.__class__
-        cost_or_inf(cost, self.burst)  # the same errors as any policy's, in step's order
-        if cls is not Refund and cls is not Charge and now - now != 0.0:
-            raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+        policy_cost(cost, self.burst, now)  # the same errors as any policy's, in step's order
         new_state, result, _, _ = lock_status(state, now, self)
         return new_state, (result if detail else result[0])
 

@@ -10,7 +10,7 @@ import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
 from limiter.core._values import Frozen, check_name, show, whole_count
-from limiter.core.costs import Charge, Refund, cost_or_inf
+from limiter.core.costs import Charge, Refund, cost_or_inf, policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, keep_until, quota_state, read_quota
@@ -66,12 +66,6 @@ class Quota(Frozen):
     count: int
     per: str
     tz: str
-    name: str
-    burst: int
-    rate: float
-    interval: float
-    slack: float
-    max_debt: float
     _tzinfo: Any
     _last: _Window
 
@@ -177,14 +171,9 @@ class Quota(Frozen):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this quota (``limiter.core.bucket.step`` hands it over)."""
+        value = policy_cost(cost, self.count, now)  # step's errors, in step's order
         cls = cost.__class__
-        value = cost_or_inf(cost, self.count)  # step's errors, in step's order
-        if cls is Refund:
-            taken: Optional[float] = cost.taken_at  # type: ignore[attr-defined]
-        else:
-            taken = None
-            if cls is not Charge and now - now != 0.0:
-                raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
         new_state, result = _apply_quota(state, now, self, value, cls is Charge, taken)
         return new_state, (result if detail else result[0])
 
@@ -305,7 +294,7 @@ def step_quota(
     # current end by the client, and does the rest of this arithmetic itself).
     # * A Charge is always admitted: used + cost, at most 2 * count (the
     #   window's end forgives it all the same).
-    if now - now != 0.0:
+    if not math.isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     forced = cost.__class__ is Charge
     taken = cost.taken_at if cost.__class__ is Refund else None  # type: ignore[attr-defined,unused-ignore]
@@ -337,7 +326,6 @@ def _apply_quota(
                 end = stored_end
         else:
             used = 0.0
-    count = quota.burst
     reset = end - now
     if cost <= 0.0:
         new_state = state
@@ -348,52 +336,28 @@ def _apply_quota(
             if used < 0.0:
                 used = 0.0
             new_state = quota_state(used, end)
-        remaining = _trunc(count - used)
-        return new_state, _new_result(
-            RateLimitResult,
-            (
-                True,
-                count,
-                remaining if remaining > 0 else 0,
-                reset,
-                0.0,
-                window,
-                (),
-                quota.name,
-                "quota",
-            ),
-        )
+        return new_state, _quota_result(quota, True, used, reset, 0.0, window)
     after = used + cost
     if forced:
-        most = 2.0 * count
+        most = 2.0 * quota.burst
         if not after <= most:  # also inf
             after = most
-        remaining = _trunc(count - after)
-        return quota_state(after, end), _new_result(
-            RateLimitResult,
-            (
-                True,
-                count,
-                remaining if remaining > 0 else 0,
-                reset,
-                0.0,
-                window,
-                (),
-                quota.name,
-                "quota",
-            ),
-        )
-    if after <= count:
-        return quota_state(after, end), _new_result(
-            RateLimitResult,
-            (True, count, _trunc(count - after), reset, 0.0, window, (), quota.name, "quota"),
-        )
+    if forced or after <= quota.burst:
+        return quota_state(after, end), _quota_result(quota, True, after, reset, 0.0, window)
+    retry = reset if cost <= quota.burst else math.inf
+    return state, _quota_result(quota, False, used, reset, retry, window)
+
+
+def _quota_result(
+    quota: Quota, allowed: bool, used: float, reset: float, retry: float, window: float
+) -> RateLimitResult:
+    """``quota``'s result with ``used`` units taken: ``remaining`` is what is left, at least 0."""
+    count = quota.burst
     remaining = _trunc(count - used)
-    retry = reset if cost <= count else math.inf
-    return state, _new_result(
+    return _new_result(
         RateLimitResult,
         (
-            False,
+            allowed,
             count,
             remaining if remaining > 0 else 0,
             reset,
