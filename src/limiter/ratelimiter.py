@@ -252,8 +252,8 @@ class RateLimiter(Observed):
         # (the cached int 1) and plain numbers pass the test in a few ns.
         if (
             cost is not _ONE
-            and cost.__class__ is not int
-            and cost.__class__ is not float
+            and (cls := cost.__class__) is not float
+            and cls is not int
             and isinstance(cost, Mapping)
         ):
             if self._many:
@@ -298,8 +298,8 @@ class RateLimiter(Observed):
         """
         if (
             cost is not _ONE
-            and cost.__class__ is not int
-            and cost.__class__ is not float
+            and (cls := cost.__class__) is not float
+            and cls is not int
             and isinstance(cost, Mapping)
             and not self._many
         ):
