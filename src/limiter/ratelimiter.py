@@ -107,8 +107,6 @@ class RateLimiter(Observed):
         self._many = len(self.limits) > 1 or lockout is not None
         #: What the store applies: the limits, then the lockout if any.
         self._applied: Tuple[Policy, ...] = (*self.limits, lockout) if lockout else self.limits
-        # acquire's give-up test allows the buckets' own slack (see Limit.slack).
-        self._slack = min(lim.slack for lim in self.limits)
         # Several limits: one bucket per limit, all in the key's hash slot, and
         # the lockout's state there too.
         self._suffixes = (
@@ -229,9 +227,6 @@ class RateLimiter(Observed):
         """
         return self._named.validate(cost)
 
-    def _scalar(self, cost: Mapping[str, float]) -> float:
-        return self._named.one(cost)
-
     # -- decisions -----------------------------------------------------------
 
     def check(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
@@ -258,7 +253,7 @@ class RateLimiter(Observed):
         ):
             if self._many:
                 return self._check_slow(key, cost)
-            cost = self._scalar(cost)
+            cost = self._named.one(cost)
         fast = self._fast_check
         if fast is not None:
             return fast(key, cost)  # type: ignore[arg-type]
@@ -303,7 +298,7 @@ class RateLimiter(Observed):
             and isinstance(cost, Mapping)
             and not self._many
         ):
-            cost = self._scalar(cost)  # see check
+            cost = self._named.one(cost)  # see check
         bound = self._fast_allow
         if bound is not None:
             return bound(key, cost)  # type: ignore[arg-type]
@@ -440,7 +435,7 @@ class RateLimiter(Observed):
             if self._many:
                 cost = self._named.for_store(cost)
             elif isinstance(cost, Mapping):
-                cost = self._scalar(cost)
+                cost = self._named.one(cost)
         if self._many:
             return await store.aapply_many(
                 self._storage_keys(key),

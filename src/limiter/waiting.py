@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, Awaitable, Callable, Generator, Optional, Protocol, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Optional, Protocol, Sequence, TypeVar, Union
 
 from limiter.clock import Clock
 from limiter.core.keys import refuse_rate_key
+from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
 from limiter.core.result import RateLimitResult
 
@@ -43,7 +44,9 @@ class Waiter(Protocol):
     name: str
     clock: Clock
     lockout: Optional[Lockout]
-    _slack: float
+
+    @property
+    def limits(self) -> Sequence[Policy]: ...
 
     def check(self, key: str, cost: Any = 1) -> RateLimitResult: ...
 
@@ -89,13 +92,15 @@ def _waits(limiter: Waiter, key: str, timeout: Optional[float]) -> _Plan:
     check_timeout(timeout)
     refuse_rate_key(key)
     clock = limiter.clock
+    # The give-up test allows the buckets' own slack (``Limit.slack``).
+    slack = min(lim.slack for lim in limiter.limits)
     start = clock.now()
     while True:
         result = yield None
         assert result is not None  # the shells send every check's result
         if result.allowed:
             return result
-        _give_up_if_late(result, clock.now() - start, timeout, limiter._slack)
+        _give_up_if_late(result, clock.now() - start, timeout, slack)
         yield result.retry_after
 
 
