@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from limiter.core.many import step_all
     from limiter.core.quota import Quota
     from limiter.core.result import RateLimitResult
+    from limiter.core.window import FixedWindow, SlidingWindow
     from limiter.events import DecisionEvent, Outcome, fan_out
     from limiter.http.headers import rate_limit_headers
     from limiter.http.keys import AllowList, ClientIP, client_ip, header_key
@@ -42,6 +43,7 @@ __all__ = [
     "Clock",
     "DecisionEvent",
     "DenyCache",
+    "FixedWindow",
     "Limit",
     "Lockout",
     "ManualClock",
@@ -58,6 +60,7 @@ __all__ = [
     "Response",
     "Rule",
     "SQLiteStore",
+    "SlidingWindow",
     "Store",
     "StoreError",
     "SystemClock",
@@ -88,6 +91,7 @@ _LAZY = {
     "DENIED_BODY": "limiter.http.responses",
     "DecisionEvent": "limiter.events",
     "DenyCache": "limiter.backends.denycache",
+    "FixedWindow": "limiter.core.window",
     "Limit": "limiter.core.limits",
     "Lockout": "limiter.core.lockout",
     "ManualClock": "limiter.clock",
@@ -104,6 +108,7 @@ _LAZY = {
     "Response": "limiter.http.responses",
     "Rule": "limiter.http.rules",
     "SQLiteStore": "limiter.backends.sqlite",
+    "SlidingWindow": "limiter.core.window",
     "Store": "limiter.store",
     "StoreError": "limiter.store",
     "SystemClock": "limiter.clock",

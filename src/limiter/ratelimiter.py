@@ -15,16 +15,14 @@ from limiter.backends.memory import MemoryStore
 from limiter.clock import Clock, SystemClock, finite_seconds
 from limiter.core.costs import Charge, Refund
 from limiter.core.keys import MAX_KEY_LENGTH, refuse_rate_key
-from limiter.core.limits import Limit, Policy
+from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
-from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
-from limiter.core.spec import CostSpec, NamedCosts, RateSpec, default_name, policies
+from limiter.core.spec import AnyLimit, CostSpec, NamedCosts, RateSpec, default_name, policies
 from limiter.events import Observer, Outcome
 from limiter.store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
 
 _Apply = Callable[[str, Policy, float, Optional[float]], RateLimitResult]
-_AnyLimit = Union[Limit, Quota]
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("limiter")
 
@@ -52,15 +50,19 @@ def _store_from(store: Optional[Union[Store, AsyncStore, str]]) -> Union[Store, 
 
 
 class RateLimiter(Observed):
-    """A token-bucket limit (or several, or a quota) applied per key: the object users hold.
+    """Rate limits (token buckets, quotas, windows) applied per key: the object users hold.
 
     ``rate``: tokens per second, a string (``"100/minute"``, ``"5 per
-    second"``, ``"10/second;1000/hour"``), a ``Limit`` or ``Quota``, a list of
-    them and strings, or a mapping of names to one rate each
-    (``{"requests": "60/minute", "tokens": "90000/minute"}``): a request
-    passes only if every limit allows it, and a refused one takes nothing.
-    ``burst``: the capacity of a single limit (default N for ``"N/unit"``,
-    ``ceil(rate)`` for a number; a ``ValueError`` with a mapping).
+    second"``, ``"10/second;1000/hour"``), a policy (``Limit``, ``Quota``,
+    ``FixedWindow``, ``SlidingWindow``), a list of them and strings, or a
+    mapping of names to one rate each (``{"requests": "60/minute", "tokens":
+    "90000/minute"}``): a request passes only if every limit allows it, and
+    a refused one takes nothing.  ``burst``: the capacity of a single token
+    bucket (default N for ``"N/unit"``, ``ceil(rate)`` for a number; a
+    ``ValueError`` with a mapping or a window).  ``algorithm``: what rate
+    strings and numbers become: ``"token-bucket"`` (``Limit``, the
+    default), ``"fixed-window"`` (``FixedWindow``: ``"10/minute"`` is at most
+    10 per clock minute) or ``"sliding-window"`` (``SlidingWindow``).
     ``lockout``: a ``Lockout`` refusing a key for a while after repeated
     denials (results of ``kind`` ``"lockout"``; ``reset`` lifts it).
     ``store``: a ``Store``/``AsyncStore`` or a URL for ``store_from_url``
@@ -84,8 +86,9 @@ class RateLimiter(Observed):
         name: Optional[str] = None,
         on_decision: Optional[Observer] = None,
         lockout: Optional[Lockout] = None,
+        algorithm: str = "token-bucket",
     ) -> None:
-        self.limits: Tuple[_AnyLimit, ...] = policies(rate, burst, lockout)
+        self.limits: Tuple[AnyLimit, ...] = policies(rate, burst, lockout, algorithm)
         #: The ``Lockout`` (``None``: none).
         self.lockout: Optional[Lockout] = lockout
         self._named = NamedCosts(self.limits, lockout)

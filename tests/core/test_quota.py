@@ -3,7 +3,7 @@
 Midnight in UTC and Europe/Paris, the 23- and 25-hour days of a daylight-saving
 change, month ends (a leap February), ISO weeks, atomicity beside a token
 bucket, every store (memory, SQLite, a throwaway Redis), threads, and the Lua
-script checked against ``limiter.core.quota.step_quota`` on random sequences.
+script checked against ``Quota.step`` on random sequences.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.many import step_all
-from limiter.core.quota import step_quota
 from limiter.core.state import keep_until
 from limiter.http.headers import rate_limit_headers
 
@@ -163,7 +162,7 @@ def test_peek_refund_and_cost_above_count() -> None:
 
 def test_a_refund_on_a_fresh_window_stores_nothing() -> None:
     q = Quota(3, per="day")
-    state, result = step_quota(None, ts(2024, 1, 1), q, Refund(2))
+    state, result = q.step(None, ts(2024, 1, 1), Refund(2))
     assert state is None and result.allowed and result.remaining == 3
 
 

@@ -45,10 +45,10 @@ cost types.  What only the store can know is bounded rather than guessed:
 * Floats.  A replay computes from the store's reported debt, so a field may
   differ from the store's by one subtraction's rounding (~1e-16 of the window,
   never shown by the headers); near the moment the key could pass, the store is asked.
-* Calendar quotas.  A denial under a ``limiter.Quota`` (alone or beside
-  token buckets) is never remembered: its ``reset_after`` is the time to its
-  window's end, not a debt, and its windows are on the wall clock.  Such
-  checks always go to the store.
+* Quotas and windows.  A denial under a ``limiter.Quota``, ``FixedWindow``
+  or ``SlidingWindow`` (alone or beside token buckets) is never remembered:
+  its ``reset_after`` is no debt, and its windows are on the store's clock.
+  Such checks always go to the store.
 * Lockouts.  With a ``limiter.Lockout`` among the limits, every denial is a
   breach the store must count, so an ordinary denial is never remembered.
   The refusal of a locked-out key is: until the lockout ends every check is
@@ -86,7 +86,7 @@ from limiter.core.costs import Cost, Refund
 from limiter.core.limits import Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
-from limiter.core.state import bucket_state, lockout_state
+from limiter.core.state import State, bucket_state, lockout_state
 from limiter.store import is_nonblocking
 
 _monotonic = time.monotonic
@@ -128,7 +128,7 @@ class _Denial:
         self.many = many  # from apply_many (the result carries ``results``)
         self.locked = locked  # a Lockout (the last limit) refused: the key is locked out
 
-    def states(self) -> List[complex]:
+    def states(self) -> List[State]:
         """The states the store's answer came from, as seen at ``at``."""
         at = self.at
         if not self.locked:
@@ -515,9 +515,9 @@ class DenyCache:
         if not _positive_cost(cost) or self.using_fallback:
             return
         for limit in limits:
-            if limit.kind == "quota":
-                # A quota's reset_after is its window's end, no debt, and its
-                # window is on the wall clock (not time.monotonic()): never replayed.
+            if limit.standalone and limit.kind != "bucket":
+                # A quota's or window's reset_after is no debt, and its windows
+                # are on the store's clock (not time.monotonic()): never replayed.
                 return
         locked = not limits[-1].standalone
         if locked and result[8] != "lockout":

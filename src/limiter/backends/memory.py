@@ -94,9 +94,9 @@ def admit(
     if state is None:
         return None
     if cost is _ONE and _isfinite(now) and limit.__class__ is Limit:  # now finite
-        updated_at = state.imag
+        updated_at = state.imag  # type: ignore[union-attr]
         if now >= updated_at:
-            debt = state.real - (now - updated_at)
+            debt = state.real - (now - updated_at)  # type: ignore[union-attr]
             ceiling = limit.ceiling
             if debt < 0.0 and ceiling > 0.0:
                 # Full again: step clamps the debt to 0.0, and 0.0 + interval
@@ -137,8 +137,8 @@ class MemoryStore:
             raise ValueError(f"max_keys must be an integer >= 1 or None, got {max_keys!r}")
         self._max_keys = max_keys
         self._lock = threading.Lock()
-        self._young: Dict[str, complex] = {}
-        self._old: Dict[str, complex] = {}
+        self._young: Dict[str, State] = {}
+        self._old: Dict[str, State] = {}
         # Each generation's keys in arrival order (may hold stale entries), and
         # how far eviction has read the old one.
         self._young_order: List[str] = []
@@ -281,12 +281,12 @@ class MemoryStore:
                         self._young[key] = new
             return result
 
-    def _lookup(self, key: str) -> Optional[complex]:
+    def _lookup(self, key: str) -> Optional[State]:
         # Caller holds the lock.
         packed = self._young.get(key)
         return self._promote(key) if packed is None else packed
 
-    def _promote(self, key: str) -> Optional[complex]:
+    def _promote(self, key: str) -> Optional[State]:
         # Caller holds the lock and found no young entry: a key seen again
         # moves from the old generation to the young one.
         if not self._old:
@@ -297,7 +297,7 @@ class MemoryStore:
             self._young_order.append(key)
         return packed
 
-    def _insert(self, key: str, state: complex, now: float) -> None:
+    def _insert(self, key: str, state: State, now: float) -> None:
         # Caller holds the lock; ``key`` is in neither generation.
         if self._max_keys is not None and len(self._young) + len(self._old) >= self._max_keys:
             self._evict(now)
@@ -331,7 +331,7 @@ class MemoryStore:
         if not self._old:
             self._rotate()
         old, order = self._old, self._old_order
-        in_use: List[Tuple[str, complex]] = []
+        in_use: List[Tuple[str, State]] = []
         probes = _EVICTION_PROBES
         while len(in_use) < probes and self._old_pos < len(order):
             key = order[self._old_pos]
@@ -364,7 +364,7 @@ class MemoryStore:
         # The order list is used up, so the old generation is empty: rotate again.
         self._evict(now)
 
-    def _keep_young(self, entries: List[Tuple[str, complex]]) -> None:
+    def _keep_young(self, entries: List[Tuple[str, State]]) -> None:
         for key, packed in entries:
             self._young[key] = packed
             self._young_order.append(key)

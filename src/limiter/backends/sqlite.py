@@ -26,7 +26,7 @@ from limiter.core.costs import Cost, checked_cost, validate_costs
 from limiter.core.limits import Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
-from limiter.core.state import State, from_pair, keep_until, to_pair
+from limiter.core.state import State, from_row, keep_until, to_row
 from limiter.store import StoreError
 
 T = TypeVar("T")
@@ -39,17 +39,22 @@ Algorithm = Callable[
 
 _SCHEMA = (
     # key is a BLOB (UTF-8 with surrogates passed through) so any str is a key.
-    # debt and updated_at hold limiter.core.state.to_pair(state): a bucket's
-    # debt and updated_at, a quota's or lockout's scaled count and end (the
-    # names are kept so that existing files still open); full_at is
-    # keep_until(state), kept for the purge and its index.
+    # debt, updated_at and extra hold limiter.core.state.to_row(state): a
+    # bucket's debt and updated_at, a count's or lockout's scaled count and
+    # end, a sliding window's three numbers (the names are kept so that
+    # existing files still open; _MIGRATE adds extra to a file made before
+    # it); full_at is keep_until(state), kept for the purge and its index.
     "CREATE TABLE IF NOT EXISTS limiter_buckets ("
     " key BLOB PRIMARY KEY, debt REAL NOT NULL, updated_at REAL NOT NULL,"
-    " full_at REAL NOT NULL) WITHOUT ROWID",
+    " full_at REAL NOT NULL, extra REAL) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS limiter_buckets_full_at ON limiter_buckets (full_at)",
 )
-_SELECT = "SELECT debt, updated_at FROM limiter_buckets WHERE key = ?"
-_UPSERT = "INSERT OR REPLACE INTO limiter_buckets (key, debt, updated_at, full_at) VALUES (?,?,?,?)"
+_MIGRATE = "ALTER TABLE limiter_buckets ADD COLUMN extra REAL"
+_SELECT = "SELECT debt, updated_at, extra FROM limiter_buckets WHERE key = ?"
+_UPSERT = (
+    "INSERT OR REPLACE INTO limiter_buckets (key, debt, updated_at, extra, full_at)"
+    " VALUES (?,?,?,?,?)"
+)
 _PURGE = "DELETE FROM limiter_buckets WHERE full_at <= ?"
 # The construction check writes and deletes this key: 0xFF is never in UTF-8,
 # so it is no store key's blob.
@@ -294,6 +299,9 @@ class SQLiteStore:
             conn.execute("PRAGMA synchronous=NORMAL")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            columns = [row[1] for row in conn.execute("PRAGMA table_info(limiter_buckets)")]
+            if "extra" not in columns:
+                _migrate(conn)
         except BaseException:
             conn.close()
             raise
@@ -416,7 +424,7 @@ class SQLiteStore:
             writes = 0
             for blob, old, new in zip(blobs, states, new_states):
                 if new is not old and new is not None:
-                    conn.execute(_UPSERT, (blob, *to_pair(new), keep_until(new)))
+                    conn.execute(_UPSERT, (blob, *to_row(new), keep_until(new)))
                     writes += 1
             purge = self._writes + writes >= self.purge_every
             if purge:
@@ -428,6 +436,15 @@ class SQLiteStore:
             raise
         self._writes = 0 if purge else self._writes + writes
         return result
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Add the ``extra`` column to a file made before it (another process may have just done so)."""
+    try:
+        conn.execute(_MIGRATE)
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" not in str(exc):
+            raise
 
 
 def _delete(conn: sqlite3.Connection, blob: bytes) -> None:
@@ -443,12 +460,16 @@ def _count(conn: sqlite3.Connection) -> int:
     return count
 
 
-def _state(row: Tuple[Any, Any], blob: bytes) -> State:
+def _state(row: Tuple[Any, Any, Any], blob: bytes) -> State:
     """A stored row as a state; a row no store wrote (corrupt) is a ``StoreError``."""
     try:
-        debt, updated_at = float(row[0]), float(row[1])
+        first, second = float(row[0]), float(row[1])
+        third = None if row[2] is None else float(row[2])
     except (TypeError, ValueError):
-        debt = updated_at = math.nan
-    if not (math.isfinite(debt) and math.isfinite(updated_at)):
+        first = second = math.nan
+        third = None
+    if not (math.isfinite(first) and math.isfinite(second)) or (
+        third is not None and not math.isfinite(third)
+    ):
         raise StoreError(f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}")
-    return from_pair(debt, updated_at)
+    return from_row(first, second, third)

@@ -106,10 +106,10 @@ def step(
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if state is None:
         debt = 0.0
-    elif now < (updated_at := state.imag):  # rule 7, rare: read by _read
+    elif now < (updated_at := state.imag):  # type: ignore[union-attr]  # rule 7: _read
         state, debt, now = _read(state, now, limit)
     else:  # _read's usual case, inline (hot path)
-        debt = state.real - (now - updated_at)
+        debt = state.real - (now - updated_at)  # type: ignore[union-attr]
         if debt < 0.0:
             debt = 0.0
     ceiling = limit.ceiling  # window + slack
@@ -165,8 +165,8 @@ def _read(state: Optional[State], now: float, limit: Limit) -> Tuple[Optional[St
     """
     if state is None:
         return None, 0.0, now
-    debt = state.real
-    updated_at = state.imag
+    debt = state.real  # type: ignore[union-attr]
+    updated_at = state.imag  # type: ignore[union-attr]
     if now < updated_at:
         if now < updated_at - CLOCK_TOLERANCE:
             # Backwards clock: keep the deficit as it was, re-anchored at ``now``,

@@ -31,12 +31,14 @@ CLOCK_TOLERANCE = 1.0
 class Policy(Protocol):
     """What ``step_all`` and the stores need of a policy (``Limit``, ``Quota``, ``Lockout``).
 
-    ``kind`` names it (``"bucket"``, ``"quota"``, ``"lockout"``; results carry
-    it); ``standalone`` is False for a policy that only counts the others'
-    denials (a ``Lockout``: never a limit on its own, always last);
-    ``keep_until`` says how long a state must be kept.  Each has its step:
-    ``limiter.core.bucket.step`` for a ``Limit``, which hands a ``Quota`` or a
-    ``Lockout`` to its own ``step`` method (so ``step`` takes any policy).
+    ``kind`` names it (``"bucket"``, ``"quota"``, ``"fixed-window"``,
+    ``"sliding-window"``, ``"lockout"``; results carry it); ``standalone`` is
+    False for a policy that only counts the others' denials (a ``Lockout``:
+    never a limit on its own, always last); ``keep_until`` says how long a
+    state must be kept.  Each has its step: ``limiter.core.bucket.step`` for
+    a ``Limit``, which hands any other policy to its own ``step`` method (so
+    ``step`` takes any policy).  A limit (not a lockout) also has ``label``,
+    ``renamed`` and ``numbered`` for ``RateLimiter``'s names.
     """
 
     @property
@@ -169,6 +171,19 @@ class Limit:
     def keep_until(self, state: State) -> float:
         """When the bucket of ``state`` is full again (seconds): ``updated_at + debt``."""
         return keep_until(state)
+
+    @property
+    def label(self) -> str:
+        """This policy in a limiter's default name (``"10/s:20"``)."""
+        return f"{self.rate:g}/s:{self.burst}"
+
+    def renamed(self, name: str) -> Limit:
+        """This limit named ``name``."""
+        return self if name == self.name else dataclasses.replace(self, name=name)
+
+    def numbered(self, i: int) -> Limit:
+        """This limit named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.burst}per{self.window:g}s#{i}")
 
     def __str__(self) -> str:
         label = "" if self.name == "default" else f" ({self.name})"

@@ -43,6 +43,18 @@ def looks_like_rate(text: str) -> bool:
     return True
 
 
+def parse_period(text: str) -> Tuple[int, float]:
+    """``(count, seconds)`` of a rate string: ``"10 per 5 minutes"`` is ``(10, 300.0)``.
+
+    The grammar and errors of ``parse_rate`` (a window policy's reading of it).
+    """
+    count = parse_rate(text)[1]
+    match = _RATE_RE.match(text)
+    assert match is not None  # parse_rate accepted it
+    span = int(match.group("span") or 1)
+    return count, span * _UNITS[match.group("unit").lower()] / 1000
+
+
 def parse_rate(text: str, burst: Optional[int] = None) -> Tuple[float, int]:
     """Parse ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``.
 

@@ -1,7 +1,8 @@
 """Calendar quotas: ``count`` units per hour, day, week or month in a time zone, and their step.
 
-The rules are in ``step_quota``'s comment; windows (time zones, daylight
-saving) in docs/concepts.md.
+A quota is a fixed window whose bounds come from the calendar: its counting
+is ``limiter.core.window``'s (rules 2 to 7 there); windows (time zones,
+daylight saving) in docs/concepts.md.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
 from limiter.core._values import Frozen, check_name, show, whole_count
-from limiter.core.costs import Charge, Refund, cost_or_inf, policy_cost
-from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
+from limiter.core.costs import Charge, Refund, policy_cost
+from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
-from limiter.core.state import State, keep_until, quota_state, read_quota
+from limiter.core.state import State, keep_until
+from limiter.core.window import count_in_window, open_window
 
 #: Seconds in each quota period's nominal window, for ``Quota.rate`` and
 #: ``Quota.interval`` only: a real window is its calendar span.  A month is a
@@ -163,6 +165,19 @@ class Quota(Frozen):
             return first.replace(year=first.year + 1, month=1)
         return first.replace(month=first.month + 1)
 
+    @property
+    def label(self) -> str:
+        """This policy in a limiter's default name (``"100/day@UTC"``)."""
+        return f"{self.count}/{self.per}@{self.tz}"
+
+    def renamed(self, name: str) -> Quota:
+        """This quota named ``name``."""
+        return Quota(self.count, self.per, self.tz, name)
+
+    def numbered(self, i: int) -> Quota:
+        """This quota named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.count}/{self.per}#{i}")
+
     def identity(self) -> Tuple[Any, ...]:
         """What makes two quotas equal: ``(count, per, tz)``."""
         return (self.count, self.per, self.tz)
@@ -174,7 +189,11 @@ class Quota(Frozen):
         value = policy_cost(cost, self.count, now)  # step's errors, in step's order
         cls = cost.__class__
         taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
-        new_state, result = _apply_quota(state, now, self, value, cls is Charge, taken)
+        start, end = self.bounds(now + TIME_EPSILON)
+        state, used, end = open_window(state, now, end)
+        new_state, result = count_in_window(
+            state, now, self, value, cls is Charge, taken, used, start, end
+        )
         return new_state, (result if detail else result[0])
 
     def keep_until(self, state: State) -> float:
@@ -261,110 +280,3 @@ def _time_zone(tz: str) -> Any:
             f"quota tz must be an IANA time zone name such as 'Europe/Paris', got {tz!r} "
             "(on a system without a time zone database, pip install tzdata)"
         ) from None
-
-
-def step_quota(
-    state: Optional[State], now: float, quota: Quota, cost: float = 1
-) -> Tuple[Optional[State], RateLimitResult]:
-    """Apply one request of ``cost`` units at ``now`` (seconds) to a calendar quota.
-
-    ``step`` and ``step_all`` call it for a ``Quota``; the same conventions
-    hold (``state`` ``None`` for a key never seen, the very same ``state``
-    returned when nothing is to be stored, the same cost rules).
-    """
-    # Theory.  A quota counts the units used in the current calendar window
-    # and forgets them at its end.  Its state is quota_state(used, end) (state.py):
-    # full_at (real + imag) is then exactly ``end`` (the scaled count is far
-    # below half a unit in the last place of any end), so every store expires
-    # or sweeps a quota at its window end with no change and no schema of its
-    # own, and ``used`` comes back exactly (scaling by a power of two).
-    #
-    # * A state whose end is at or before now (+ TIME_EPSILON, so a client
-    #   waiting exactly retry_after gets in) is spent: the window is fresh.
-    # * A live state is counted in its own window, so a reading taken just
-    #   before a boundary and applied after a later one counts in the later
-    #   window.  But when its end lies beyond the current window and now is
-    #   more than CLOCK_TOLERANCE before the current end, the clock stepped
-    #   back: the units used are kept and moved to the current window (stored
-    #   even on denial), as step keeps a bucket's deficit.
-    # * Admitted when used + cost <= count; a Refund lowers used, never below 0,
-    #   and gives nothing when its taken_at lies before the current window's
-    #   start (its units were forgiven at the boundary).
-    # Windows come from Quota.bounds (time zones: the Redis script is given the
-    # current end by the client, and does the rest of this arithmetic itself).
-    # * A Charge is always admitted: used + cost, at most 2 * count (the
-    #   window's end forgives it all the same).
-    if not math.isfinite(now):
-        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
-    forced = cost.__class__ is Charge
-    taken = cost.taken_at if cost.__class__ is Refund else None  # type: ignore[attr-defined,unused-ignore]
-    return _apply_quota(state, now, quota, cost_or_inf(cost, quota.burst), forced, taken)
-
-
-def _apply_quota(
-    state: Optional[State],
-    now: float,
-    quota: Quota,
-    cost: float,
-    forced: bool = False,
-    taken_at: Optional[float] = None,
-) -> Tuple[Optional[State], RateLimitResult]:
-    # step_quota once ``cost`` is checked: a float, inf above the count,
-    # negative for a Refund (step checks it the same way before handing over);
-    # ``forced`` for a Charge; ``taken_at`` a Refund's (before the current
-    # window's start, it gives nothing back).
-    moment = now + TIME_EPSILON
-    start, end = quota.bounds(moment)
-    window = end - start
-    used = 0.0
-    if state is not None:
-        used, stored_end = read_quota(state)
-        if moment < stored_end:
-            if stored_end > end and now < end - CLOCK_TOLERANCE:
-                state = quota_state(used, end)  # a clock stepped back: keep what was used
-            else:
-                end = stored_end
-        else:
-            used = 0.0
-    reset = end - now
-    if cost <= 0.0:
-        new_state = state
-        if taken_at is not None and taken_at + TIME_EPSILON < start:
-            pass  # units taken in an earlier window, forgiven at its end: nothing to give
-        elif cost < 0.0 and used > 0.0:  # a Refund: gives back up to what was used
-            used += cost
-            if used < 0.0:
-                used = 0.0
-            new_state = quota_state(used, end)
-        return new_state, _quota_result(quota, True, used, reset, 0.0, window)
-    after = used + cost
-    if forced:
-        most = 2.0 * quota.burst
-        if not after <= most:  # also inf
-            after = most
-    if forced or after <= quota.burst:
-        return quota_state(after, end), _quota_result(quota, True, after, reset, 0.0, window)
-    retry = reset if cost <= quota.burst else math.inf
-    return state, _quota_result(quota, False, used, reset, retry, window)
-
-
-def _quota_result(
-    quota: Quota, allowed: bool, used: float, reset: float, retry: float, window: float
-) -> RateLimitResult:
-    """``quota``'s result with ``used`` units taken: ``remaining`` is what is left, at least 0."""
-    count = quota.burst
-    remaining = _trunc(count - used)
-    return _new_result(
-        RateLimitResult,
-        (
-            allowed,
-            count,
-            remaining if remaining > 0 else 0,
-            reset,
-            retry,
-            window,
-            (),
-            quota.name,
-            "quota",
-        ),
-    )

@@ -8,27 +8,33 @@ cost per policy.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from limiter.core._values import show
 from limiter.core.costs import checked_cost
 from limiter.core.limits import Limit, check_name
 from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
+from limiter.core.window import FixedWindow, SlidingWindow
 
-#: The policies a ``RateLimiter`` accepts (``Lockout`` only as ``lockout=``).
-_POLICIES = (Limit, Quota, Lockout)
-_AnyLimit = Union[Limit, Quota]
+#: A limit a ``RateLimiter`` applies: any policy but a ``Lockout``.
+AnyLimit = Union[Limit, Quota, FixedWindow, SlidingWindow]
 
-#: What ``RateLimiter(rate)`` accepts: a rate, a ``Limit``, a list of them, or a
+#: What ``algorithm=`` names: the policy a rate string or a number becomes.
+ALGORITHMS: Dict[str, Any] = {
+    "token-bucket": Limit,
+    "fixed-window": FixedWindow,
+    "sliding-window": SlidingWindow,
+}
+
+#: What ``RateLimiter(rate)`` accepts: a rate, a policy, a list of them, or a
 #: mapping of limit names to one rate each.
 RateSpec = Union[
-    Limit,
-    Quota,
+    AnyLimit,
     str,
     float,
-    Sequence[Union[Limit, Quota, str]],
-    Mapping[str, Union[Limit, Quota, str, float]],
+    Sequence[Union[AnyLimit, str]],
+    Mapping[str, Union[AnyLimit, str, float]],
 ]
 
 #: A cost: tokens taken from every limit, or a mapping of limit names to the
@@ -37,14 +43,19 @@ CostSpec = Union[float, Mapping[str, float]]
 
 
 def policies(
-    rate: RateSpec, burst: Optional[int], lockout: Optional[Lockout]
-) -> Tuple[_AnyLimit, ...]:
-    """The limits ``RateLimiter(rate, burst, lockout=lockout)`` applies, or the error it raises.
+    rate: RateSpec,
+    burst: Optional[int],
+    lockout: Optional[Lockout],
+    algorithm: str = "token-bucket",
+) -> Tuple[AnyLimit, ...]:
+    """The limits ``RateLimiter(rate, burst, lockout=..., algorithm=...)`` applies, or its error.
 
-    Limits sharing a name are renamed apart (the draft headers tell policies
-    apart by name); the lockout must be a ``Lockout`` whose name no limit has.
+    ``algorithm`` (a key of ``ALGORITHMS``) says what rate strings and numbers
+    become; policies given as objects stay as they are.  Limits sharing a
+    name are renamed apart (the draft headers tell policies apart by name);
+    the lockout must be a ``Lockout`` whose name no limit has.
     """
-    limits = _distinct_names(_limits_from(rate, burst))
+    limits = _distinct_names(_limits_from(rate, burst, _reader(algorithm)))
     if lockout is not None:
         # Exactly a Lockout (step_all and the stores take it by its ``standalone``).
         if type(lockout) is not Lockout:
@@ -58,20 +69,50 @@ def policies(
     return limits
 
 
-def default_name(limits: Sequence[_AnyLimit], lockout: Optional[Lockout]) -> str:
+def default_name(limits: Sequence[AnyLimit], lockout: Optional[Lockout]) -> str:
     """A limiter's name made from its policies (``"10/s:20"``), the lockout's included."""
-    name = "+".join(
-        f"{lim.count}/{lim.per}@{lim.tz}"  # its window is no rate
-        if lim.kind == "quota"
-        else f"{lim.rate:g}/s:{lim.burst}"
-        for lim in limits
-    )
+    name = "+".join(lim.label for lim in limits)
     if lockout is not None:
         name += f"+lockout:{lockout.breaches}/{lockout.within:g}s:{lockout.duration:g}s"
     return name
 
 
-def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[_AnyLimit, ...]:
+def _reader(algorithm: object) -> Any:
+    """The policy class ``algorithm`` names, or the error naming it."""
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm must be a str, got {show(algorithm)}")
+    reader = ALGORITHMS.get(algorithm)
+    if reader is None:
+        names = ", ".join(repr(name) for name in ALGORITHMS)
+        raise ValueError(f"algorithm must be one of {names}, got {show(algorithm)}")
+    return reader
+
+
+def _is_policy(value: object) -> bool:
+    return isinstance(getattr(type(value), "kind", None), str)
+
+
+def _parse_many(text: str, reader: Any) -> Tuple[AnyLimit, ...]:
+    return reader.parse_many(text)  # type: ignore[no-any-return]
+
+
+def _from_number(rate: Any, burst: Optional[int], reader: Any) -> AnyLimit:
+    """A policy from a number of units per second (``Limit.coerce`` for a token bucket)."""
+    if reader is Limit or _is_policy(rate) or isinstance(rate, str):
+        return Limit.coerce(rate, burst) if reader is Limit else reader.parse(rate)  # type: ignore[no-any-return]
+    if burst is not None:
+        raise ValueError(f"burst={burst!r} does not apply to a window: its count is its burst")
+    if isinstance(rate, float) and rate.is_integer():
+        rate = int(rate)
+    if not isinstance(rate, int) or isinstance(rate, bool):
+        raise TypeError(
+            f"a window's rate must be a whole number per second or a string like "
+            f"'5 per 2 seconds', got {show(rate)}"
+        )
+    return reader(rate, 1.0)  # type: ignore[no-any-return]
+
+
+def _limits_from(rate: RateSpec, burst: Optional[int], reader: Any) -> Tuple[AnyLimit, ...]:
     if burst is not None and (isinstance(burst, bool) or not hasattr(type(burst), "__index__")):
         # The type first: burst="x" is no integer, whatever the rate says.
         raise TypeError(f"burst must be an integer, got {burst!r:.100}")
@@ -83,62 +124,63 @@ def _limits_from(rate: RateSpec, burst: Optional[int]) -> Tuple[_AnyLimit, ...]:
             )
         if not rate:
             raise ValueError("need at least one limit, got an empty mapping")
-        return tuple(_named_limit(name, spec) for name, spec in rate.items())
+        return tuple(_named_limit(name, spec, reader) for name, spec in rate.items())
     if isinstance(rate, str):
-        parsed = Limit.parse_many(rate)
+        parsed = _parse_many(rate, reader)
         if burst is None:
             return parsed
+        if reader is not Limit:
+            raise ValueError(f"burst={burst!r} does not apply to a window: its count is its burst")
         if len(parsed) > 1:
             raise ValueError(f"burst={burst!r} is ambiguous with several limits in {rate!r}")
         # Named after its text, as without a burst: one policy name either way.
-        return (dataclasses.replace(Limit.parse(rate, burst), name=parsed[0].name),)
+        return (Limit.parse(rate, burst).renamed(parsed[0].name),)
     if isinstance(rate, (list, tuple)):
         if burst is not None:
             raise ValueError(f"burst={burst!r} is ambiguous with a list of limits")
         if not rate:
             raise ValueError("need at least one limit, got an empty list")
-        limits: List[_AnyLimit] = []
+        limits: List[AnyLimit] = []
         for item in rate:
-            if isinstance(item, _POLICIES):
+            if _is_policy(item):
                 if not item.standalone:
                     raise TypeError(
                         f"a Lockout is no limit: pass it as RateLimiter(..., lockout={item!r})"
                     )
                 limits.append(item)
             elif isinstance(item, str):
-                limits.extend(Limit.parse_many(item))
+                limits.extend(_parse_many(item, reader))
             else:
                 raise TypeError(
                     f"each limit must be a Limit or a string like '10/second', got {item!r}"
                 )
         return tuple(limits)
-    if isinstance(rate, _POLICIES) and not rate.standalone:
-        raise TypeError(f"a Lockout is no limit: pass it as RateLimiter(..., lockout={rate!r})")
-    return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
+    if _is_policy(rate):
+        if not rate.standalone:  # type: ignore[union-attr]
+            raise TypeError(f"a Lockout is no limit: pass it as RateLimiter(..., lockout={rate!r})")
+        return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
+    return (_from_number(rate, burst, reader),)
 
 
-def _named_limit(key: object, spec: object) -> _AnyLimit:
+def _named_limit(key: object, spec: object, reader: Any) -> AnyLimit:
     """The limit ``key: spec`` of a mapping given to ``RateLimiter``, named ``key``."""
     name = check_name(key)  # Limit's own rule (names go into headers and storage keys)
-    if isinstance(spec, _POLICIES) and not spec.standalone:
+    if _is_policy(spec) and not spec.standalone:  # type: ignore[attr-defined]
         raise TypeError(
             f"limit {name!r}: a Lockout is no limit: pass it as RateLimiter(..., lockout={spec!r})"
         )
     try:
-        if isinstance(spec, Quota):
-            return Quota(spec.count, spec.per, spec.tz, name)
-        if isinstance(spec, Limit):
-            return spec if spec.name == name else dataclasses.replace(spec, name=name)
+        if _is_policy(spec):
+            return spec.renamed(name)  # type: ignore[attr-defined,no-any-return]
         if isinstance(spec, str):
-            parsed = Limit.parse_many(spec)
+            parsed = _parse_many(spec, reader)
             if len(parsed) > 1:
                 raise ValueError(
                     f"must be one rate, got {spec!r:.100}: give each rate its own name"
                 )
-            return dataclasses.replace(parsed[0], name=name)
+            return parsed[0].renamed(name)
         try:
-            limit: Limit = Limit.coerce(spec)  # type: ignore[arg-type]
-            return dataclasses.replace(limit, name=name)
+            return _from_number(spec, None, reader).renamed(name)
         except TypeError:
             raise TypeError(
                 f"limit {name!r} must be a rate like '10/second', a number of tokens per "
@@ -148,22 +190,17 @@ def _named_limit(key: object, spec: object) -> _AnyLimit:
         raise ValueError(f"limit {name!r}: {exc}") from None
 
 
-def _distinct_names(limits: Tuple[_AnyLimit, ...]) -> Tuple[_AnyLimit, ...]:
+def _distinct_names(limits: Tuple[AnyLimit, ...]) -> Tuple[AnyLimit, ...]:
     # The draft headers tell policies apart by name: two "default"s would not do.
     if len({lim.name for lim in limits}) == len(limits):
         return limits
-    return tuple(
-        Quota(lim.count, lim.per, lim.tz, f"{lim.count}/{lim.per}#{i}")
-        if lim.kind == "quota"
-        else Limit(lim.rate, lim.burst, f"{lim.burst}per{lim.window:g}s#{i}")
-        for i, lim in enumerate(limits)
-    )
+    return tuple(lim.numbered(i) for i, lim in enumerate(limits))
 
 
 class NamedCosts:
     """Costs that name a limiter's limits (``{"tokens": 350}``), made one cost per limit."""
 
-    def __init__(self, limits: Sequence[_AnyLimit], lockout: Optional[Lockout]) -> None:
+    def __init__(self, limits: Sequence[AnyLimit], lockout: Optional[Lockout]) -> None:
         self._index: Dict[str, int] = {lim.name: i for i, lim in enumerate(limits)}
         self._count = len(limits)
         self._lockout = lockout

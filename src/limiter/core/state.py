@@ -1,28 +1,34 @@
 """The state codec: how each policy's state is stored, read, and how long it must be kept.
 
-Every policy's state is one ``complex`` (32 bytes; a tuple of two floats takes
-104): stores keep it, expire it and sweep it without knowing the policy, and
-this module alone builds or reads one (``bucket.py``'s hot path inlines
+A policy's state is one ``complex`` (32 bytes; a tuple of two floats takes
+104), or, for the one policy that needs three numbers, a tuple of three
+floats: stores keep it, expire it and sweep it without knowing the policy,
+and this module alone builds or reads one (``bucket.py``'s hot path inlines
 ``bucket_state`` and ``read_bucket``, citing them).
 
 * A token bucket: ``complex(debt, updated_at)``, seconds (rule 9 of ``bucket.py``).
-* A quota: ``complex(used * 2**-600, end)``: the units used in the window
-  ending at ``end``.
+* A count in a window (a ``Quota``, a ``FixedWindow``):
+  ``complex(used * 2**-600, end)``: the units used in the window ending at ``end``.
 * A lockout: ``complex(breaches * 2**-600, run_end)`` for an open run of
   breaches, ``complex(-2**-600, until)`` when locked out.
+* A ``SlidingWindow``: ``(previous, current, until)``, the units counted in
+  the previous and the current window, and the end of the window after the
+  current one (when both are forgotten).
 
 The scaled counts are far below half a unit in the last place of any time,
 so ``keep_until`` (``real + imag``) is the bucket's "full again" time, the
-quota's window end and the lockout's run or lock end alike, and scaling by a
+window's end and the lockout's run or lock end alike, and scaling by a
 power of two gives the counts back exactly.  ``None`` is a key never seen.
+A store with columns keeps ``to_row``'s three numbers (the third ``None``
+but for a sliding window).
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple, Union
 
 #: One policy's state of one key (see the module docstring).
-State = complex
+State = Union[complex, Tuple[float, float, float]]
 
 _SCALE = 2.0**-600
 _UNSCALE = 2.0**600
@@ -37,17 +43,27 @@ def bucket_state(debt: float, updated_at: float) -> State:
 
 def read_bucket(state: State) -> Tuple[float, float]:
     """``(debt, updated_at)`` of a bucket's ``state``."""
-    return state.real, state.imag
+    return state.real, state.imag  # type: ignore[union-attr]
 
 
-def quota_state(used: float, end: float) -> State:
-    """A quota window ending at ``end`` (seconds) in which ``used`` units are taken."""
+def count_state(used: float, end: float) -> State:
+    """A window ending at ``end`` (seconds) with ``used`` units taken (quota, fixed window)."""
     return complex(used * _SCALE, end)
 
 
-def read_quota(state: State) -> Tuple[float, float]:
-    """``(used, end)`` of a quota's ``state``."""
-    return state.real * _UNSCALE, state.imag
+def read_count(state: State) -> Tuple[float, float]:
+    """``(used, end)`` of a quota's or fixed window's ``state``."""
+    return state.real * _UNSCALE, state.imag  # type: ignore[union-attr]
+
+
+def sliding_state(previous: float, current: float, until: float) -> State:
+    """A sliding window: units in the previous and current window, forgotten at ``until``."""
+    return (previous, current, until)
+
+
+def read_sliding(state: State) -> Tuple[float, float, float]:
+    """``(previous, current, until)`` of a sliding window's ``state``."""
+    return state  # type: ignore[return-value]
 
 
 def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
@@ -60,25 +76,29 @@ def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
 
 def read_lockout(state: State) -> Tuple[bool, float, float]:
     """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked)."""
-    mark = state.real
+    mark = state.real  # type: ignore[union-attr]
     if mark < 0.0:
-        return True, 0.0, state.imag
-    return False, mark * _UNSCALE, state.imag
+        return True, 0.0, state.imag  # type: ignore[union-attr]
+    return False, mark * _UNSCALE, state.imag  # type: ignore[union-attr]
 
 
 def is_locked(state: State) -> bool:
     """True when ``state`` is a lockout's locked state (a store evicts those last)."""
-    return state.real < 0.0
+    return state.__class__ is complex and state.real < 0.0
 
 
-def to_pair(state: State) -> Tuple[float, float]:
-    """Any policy's ``state`` as two floats, for a store with two columns (SQLite)."""
-    return state.real, state.imag
+def to_row(state: State) -> Tuple[float, float, Optional[float]]:
+    """Any policy's ``state`` as three numbers for a store with columns, the last maybe ``None``."""
+    if state.__class__ is tuple:
+        return state
+    return state.real, state.imag, None  # type: ignore[union-attr]
 
 
-def from_pair(first: float, second: float) -> State:
-    """The state ``to_pair`` gave ``(first, second)`` for."""
-    return complex(first, second)
+def from_row(first: float, second: float, third: Optional[float] = None) -> State:
+    """The state ``to_row`` gave ``(first, second, third)`` for."""
+    if third is None:
+        return complex(first, second)
+    return (first, second, third)
 
 
 def forgettable(state: State, now: float, horizon: float) -> bool:
@@ -87,8 +107,11 @@ def forgettable(state: State, now: float, horizon: float) -> bool:
     Idle: its time (a bucket's ``updated_at``, a quota's or lockout's end) is
     before ``horizon`` (``MemoryStore.sweep``'s ``now - max_age``; ``-inf``: never).
     """
-    at = state.imag
-    return state.real + at <= now or at < horizon
+    if state.__class__ is tuple:
+        at = state[2]
+        return at <= now or at < horizon
+    at = state.imag  # type: ignore[union-attr]
+    return state.real + at <= now or at < horizon  # type: ignore[union-attr]
 
 
 def keep_until(state: State) -> float:
@@ -98,4 +121,4 @@ def keep_until(state: State) -> float:
     over: an absent key means the same (Redis's ``PX``, SQLite's ``full_at``
     column, ``MemoryStore.sweep``).
     """
-    return state.real + state.imag
+    return state.real + state.imag  # type: ignore[union-attr]

@@ -1,0 +1,462 @@
+"""Window policies, "at most ``count`` units per ``period``": ``FixedWindow``, ``SlidingWindow``.
+
+The rules, cited by number in the code (the why, and how they compare with
+the token bucket and the peers: docs/concepts.md, "Windows"):
+
+1. Windows last ``period`` seconds.  Epoch-aligned windows (``FixedWindow``'s
+   default, and the sliding window's) are ``[k*period, (k+1)*period)``; the
+   one holding ``now + TIME_EPSILON`` is current.  ``anchor="first"``: a
+   key's window starts at the request that finds none open.
+2. ``FixedWindow``: a request of cost ``c`` is admitted when the units used
+   in the current window plus ``c`` are at most ``count``.
+   ``SlidingWindow``: when ``floor(estimate) + c <= count``, where
+   ``estimate`` is the current window's units plus the previous window's
+   weighted by the share of it still within the last ``period`` seconds
+   (rounded down, as limits' sliding-window counter does).  Admitted, it
+   takes ``c``; denied, nothing (all or nothing).
+3. ``c == 0`` is a peek; ``c > count`` is never admitted (``retry_after`` inf).
+4. ``Refund(t)`` gives back up to what the window that took it still counts
+   (``taken_at``; a window no longer counted gets nothing); without
+   ``taken_at``, to the current window.
+5. ``Charge(t)`` is always admitted; a window's units stop at ``2 * count``.
+6. A state whose window starts more than ``CLOCK_TOLERANCE`` after ``now``
+   (a clock stepped back) has its units moved to the window holding ``now``,
+   stored even on denial; within the tolerance the request counts in the
+   state's own window.
+7. ``retry_after``: seconds until the request would be admitted if no other
+   arrives (a fixed window's end); ``reset_after``: until nothing is counted.
+8. States (``limiter.core.state``): ``count_state(used, end)`` for a fixed
+   window (as a ``Quota``'s), ``sliding_state(previous, current, until)``.
+
+No I/O, no clock; ``backends/redis/bucket.lua`` mirrors the steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Literal, Optional, Tuple, Union
+
+from limiter.core._values import Frozen, check_name, real, show, whole_count
+from limiter.core.costs import Charge, Refund, policy_cost
+from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
+from limiter.core.parse import parse_period, split_rates
+from limiter.core.result import RateLimitResult
+from limiter.core.state import (
+    State,
+    count_state,
+    keep_until,
+    read_count,
+    read_sliding,
+    sliding_state,
+)
+
+_new_result = tuple.__new__
+_trunc = math.trunc
+_floor = math.floor
+
+#: The shortest and longest period accepted, in seconds (a millisecond; ~34,800 years).
+MIN_PERIOD = 1e-3
+MAX_PERIOD = float(2**40)
+_ANCHORS = ("epoch", "first")
+
+
+def _period(value: object) -> float:
+    """``value`` as a float number of seconds from ``MIN_PERIOD`` to ``MAX_PERIOD``."""
+    kind = "a number of seconds"
+    bounds = f"from {MIN_PERIOD!r} to 2**40"
+    if value.__class__ is not float and value.__class__ is not int:
+        value = real(value, "period", kind, bounds)
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        seconds = math.inf
+    if not MIN_PERIOD <= seconds <= MAX_PERIOD:  # also NaN
+        raise ValueError(f"period must be {kind} {bounds}, got {show(value)}")
+    return seconds
+
+
+class _Window(Frozen):
+    """What both window policies share: ``count`` units per ``period`` seconds, a name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError  # each window policy has its own
+
+    count: int
+    period: float
+    window: float
+
+    def _setup(self, count: int, period: object, name: str, **extra: object) -> None:
+        whole_count(count, "window count")
+        seconds = _period(period)
+        if not isinstance(name, str):
+            raise TypeError(f"limit name must be a str, got {show(name)}")
+        check_name(name)
+        for attr, value in (
+            ("count", count),
+            ("period", seconds),
+            ("name", name),
+            ("burst", count),
+            ("rate", count / seconds),
+            ("interval", seconds / count),
+            ("window", seconds),
+            ("slack", TIME_EPSILON),
+            ("max_debt", seconds * 2.0),
+            *extra.items(),
+        ):
+            object.__setattr__(self, attr, value)
+
+    @classmethod
+    def parse(cls, text: str, **options: Any) -> Any:
+        """The policy of a rate string: ``"10/minute"`` is 10 units per 60 seconds."""
+        count, seconds = parse_period(text)
+        return cls(count, seconds, **options)
+
+    @classmethod
+    def parse_many(cls, text: str, **options: Any) -> Tuple[Any, ...]:
+        """``parse`` of each rate of ``"10/second;1000/hour"``, named after its own text."""
+        return tuple(
+            cls.parse(part, name=" ".join(part.split()), **options) for part in split_rates(text)
+        )
+
+    def keep_until(self, state: State) -> float:
+        """When ``state`` stops counting anything (seconds): a store may forget it then."""
+        return keep_until(state)
+
+
+class FixedWindow(_Window):
+    """At most ``count`` units per window of ``period`` seconds, counted afresh in each window.
+
+    ``FixedWindow(10, 60)`` admits 10 requests per minute, the minutes
+    aligned to the epoch on the limiter's clock (``anchor="epoch"``: as
+    Envoy, Kong and the Redis INCR-per-window recipes count); with
+    ``anchor="first"`` a key's window starts at its first request, as
+    limits' fixed window (flask-limiter, slowapi) does.  All or nothing per
+    request, any real cost (a cost above ``count`` is never admitted:
+    ``retry_after`` inf); denied, ``retry_after`` is the time to the
+    window's end.  ``count`` is an int from 1 to 2**53, ``period`` seconds
+    from 0.001 to 2**40; a wrong type is a ``TypeError``, a wrong value a
+    ``ValueError``.  ``name`` labels the policy in headers.
+    """
+
+    kind: ClassVar[Literal["fixed-window"]] = "fixed-window"
+    standalone: ClassVar[Literal[True]] = True
+
+    anchor: str
+
+    def __init__(
+        self, count: int, period: float, anchor: str = "epoch", name: str = "default"
+    ) -> None:
+        if anchor not in _ANCHORS:
+            raise ValueError(f"anchor must be 'epoch' or 'first', got {show(anchor)}")
+        self._setup(count, period, name, anchor=anchor)
+
+    @property
+    def label(self) -> str:
+        """This policy in a limiter's default name (``"10/60s:fixed"``)."""
+        suffix = "" if self.anchor == "epoch" else "@first"
+        return f"{self.count}/{self.period:g}s:fixed{suffix}"
+
+    def renamed(self, name: str) -> FixedWindow:
+        """This window named ``name``."""
+        return FixedWindow(self.count, self.period, self.anchor, name)
+
+    def numbered(self, i: int) -> FixedWindow:
+        """This window named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.count}per{self.period:g}s#{i}")
+
+    def identity(self) -> Tuple[Any, ...]:
+        """What makes two fixed windows equal: ``(count, period, anchor)``."""
+        return (self.count, self.period, self.anchor)
+
+    def bounds(self, moment: float) -> Tuple[float, float]:
+        """``(start, end)`` of the epoch-aligned window holding ``moment`` (rule 1)."""
+        period = self.period
+        start = _floor(moment / period) * period
+        return start, start + period
+
+    def step(
+        self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
+    ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+        """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
+        value = policy_cost(cost, self.count, now)  # step's errors, in step's order
+        cls = cost.__class__
+        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
+        if self.anchor == "epoch":
+            start, end = self.bounds(now + TIME_EPSILON)
+            state, used, end = open_window(state, now, end)
+        else:
+            state, used, start, end = self._first(state, now)
+        new_state, result = count_in_window(
+            state, now, self, value, cls is Charge, taken, used, start, end
+        )
+        return new_state, (result if detail else result[0])
+
+    def _first(
+        self, state: Optional[State], now: float
+    ) -> Tuple[Optional[State], float, float, float]:
+        """``(state, used, start, end)`` of the window of ``anchor="first"`` (rules 1, 6)."""
+        period = self.period
+        if state is not None:
+            used, end = read_count(state)
+            if now + TIME_EPSILON < end:
+                start = end - period
+                if start <= now + CLOCK_TOLERANCE:
+                    return state, used, start, end
+                return count_state(used, now + period), used, now, now + period  # rule 6
+        return state, 0.0, now, now + period
+
+    def __repr__(self) -> str:
+        return (
+            f"FixedWindow({self.count!r}, {self.period!r}, anchor={self.anchor!r}, "
+            f"name={self.name!r})"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.count} per {self.period:g}s fixed window ({self.name})"
+
+
+def open_window(
+    state: Optional[State], now: float, end: float
+) -> Tuple[Optional[State], float, float]:
+    """``(state, used, end)`` of a count whose current window ends at ``end`` (rules 1, 6).
+
+    A live state counts in its own window (a reading just before a boundary
+    applied after it); one whose window lies beyond the current one while
+    ``now`` is more than ``CLOCK_TOLERANCE`` before its end keeps its units,
+    moved to the current window.  A ``Quota``'s windows too.
+    """
+    if state is None:
+        return None, 0.0, end
+    used, stored_end = read_count(state)
+    if now + TIME_EPSILON < stored_end:
+        if stored_end > end and now < end - CLOCK_TOLERANCE:
+            return count_state(used, end), used, end  # a clock stepped back
+        return state, used, stored_end
+    return state, 0.0, end
+
+
+def count_in_window(
+    state: Optional[State],
+    now: float,
+    policy: Any,
+    cost: float,
+    forced: bool,
+    taken_at: Optional[float],
+    used: float,
+    start: float,
+    end: float,
+) -> Tuple[Optional[State], RateLimitResult]:
+    """Apply ``cost`` to ``used`` units of the window ``[start, end)`` (rules 2 to 5, 7).
+
+    ``cost`` is checked (a float, inf above the count, negative for a
+    Refund); ``forced`` for a Charge; ``taken_at`` a Refund's.  ``state`` is
+    returned as it is when nothing changes.  A ``Quota``'s step too.
+    """
+    reset = end - now
+    window = policy.window
+    if cost <= 0.0:
+        new_state = state
+        if taken_at is not None and taken_at + TIME_EPSILON < start:
+            pass  # rule 4: units taken in an earlier window, forgiven at its end
+        elif cost < 0.0 and used > 0.0:
+            used += cost
+            if used < 0.0:
+                used = 0.0
+            new_state = count_state(used, end)
+        return new_state, _count_result(policy, True, used, reset, 0.0, window)
+    after = used + cost
+    if forced:  # rule 5
+        most = 2.0 * policy.burst
+        if not after <= most:  # also inf
+            after = most
+    if forced or after <= policy.burst:
+        return count_state(after, end), _count_result(policy, True, after, reset, 0.0, window)
+    retry = reset if cost <= policy.burst else math.inf
+    return state, _count_result(policy, False, used, reset, retry, window)
+
+
+def _count_result(
+    policy: Any, allowed: bool, used: float, reset: float, retry: float, window: float
+) -> RateLimitResult:
+    """``policy``'s result with ``used`` units taken: ``remaining`` is what is left, at least 0."""
+    remaining = _trunc(policy.burst - used)
+    return _new_result(
+        RateLimitResult,
+        (
+            allowed,
+            policy.burst,
+            remaining if remaining > 0 else 0,
+            reset,
+            retry,
+            window,
+            (),
+            policy.name,
+            policy.kind,
+        ),
+    )
+
+
+class SlidingWindow(_Window):
+    """At most ``count`` units in any ``period`` seconds, by the sliding-window counter.
+
+    The estimate of the last ``period`` seconds is the current window's
+    units plus the previous window's, weighted by the share of the previous
+    window still within them (windows aligned to the epoch): the
+    approximation Cloudflare and limits' ``sliding-window-counter`` use,
+    with one state of three numbers per key.  A request of cost ``c`` is
+    admitted when ``floor(estimate) + c <= count``, all or nothing;
+    ``retry_after`` is the exact time until it would be admitted if no
+    other arrives, ``reset_after`` until nothing is counted.  Same types
+    and ranges as ``FixedWindow``.
+    """
+
+    kind: ClassVar[Literal["sliding-window"]] = "sliding-window"
+    standalone: ClassVar[Literal[True]] = True
+
+    def __init__(self, count: int, period: float, name: str = "default") -> None:
+        self._setup(count, period, name)
+
+    @property
+    def label(self) -> str:
+        """This policy in a limiter's default name (``"10/60s:sliding"``)."""
+        return f"{self.count}/{self.period:g}s:sliding"
+
+    def renamed(self, name: str) -> SlidingWindow:
+        """This window named ``name``."""
+        return SlidingWindow(self.count, self.period, name)
+
+    def numbered(self, i: int) -> SlidingWindow:
+        """This window named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.count}per{self.period:g}s#{i}")
+
+    def identity(self) -> Tuple[Any, ...]:
+        """What makes two sliding windows equal: ``(count, period)``."""
+        return (self.count, self.period)
+
+    def step(
+        self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
+    ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+        """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
+        value = policy_cost(cost, self.count, now)
+        cls = cost.__class__
+        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
+        new_state, result = slide(state, now, self, value, cls is Charge, taken)
+        return new_state, (result if detail else result[0])
+
+    def __repr__(self) -> str:
+        return f"SlidingWindow({self.count!r}, {self.period!r}, name={self.name!r})"
+
+    def __str__(self) -> str:
+        return f"{self.count} per {self.period:g}s sliding window ({self.name})"
+
+
+def slide(
+    state: Optional[State],
+    now: float,
+    policy: SlidingWindow,
+    cost: float,
+    forced: bool = False,
+    taken_at: Optional[float] = None,
+) -> Tuple[Optional[State], RateLimitResult]:
+    """``SlidingWindow``'s step once ``cost`` is checked (as ``count_in_window``'s)."""
+    period = policy.period
+    moment = now + TIME_EPSILON
+    start = _floor(moment / period) * period  # rule 1
+    end = start + period
+    until = end + period
+    previous = current = 0.0
+    if state is not None:
+        stored_prev, stored_cur, stored_until = read_sliding(state)
+        gap = start - (stored_until - 2.0 * period)  # whole periods, give or take rounding
+        if gap < -0.5 * period:  # the state's window is ahead of now (rule 6)
+            previous, current = stored_prev, stored_cur
+            if stored_until - 2.0 * period - now > CLOCK_TOLERANCE:
+                state = sliding_state(previous, current, until)  # moved, stored even on denial
+            else:
+                start, end, until = stored_until - 2.0 * period, stored_until - period, stored_until
+        elif gap < 0.5 * period:
+            previous, current = stored_prev, stored_cur
+        elif gap < 1.5 * period:
+            previous = stored_cur
+    weight = (end - moment) / period
+    if weight > 1.0:
+        weight = 1.0
+    if cost < 0.0:  # rule 4: a Refund
+        if taken_at is None or taken_at + TIME_EPSILON >= start:
+            if current > 0.0:
+                current = max(current + cost, 0.0)
+                state = sliding_state(previous, current, until)
+        elif taken_at + TIME_EPSILON >= start - period and previous > 0.0:
+            previous = max(previous + cost, 0.0)
+            state = sliding_state(previous, current, until)
+        return state, _sliding_result(policy, True, previous, current, weight, now, end, 0.0)
+    estimate = previous * weight + current
+    if cost == 0.0:
+        return state, _sliding_result(policy, True, previous, current, weight, now, end, 0.0)
+    if forced:  # rule 5
+        current += cost
+        most = 2.0 * policy.count
+        if not current <= most:
+            current = most
+    elif _floor(estimate) + cost <= policy.count:  # rule 2 (cost inf: never)
+        current += cost
+    else:
+        retry = _sliding_retry(policy, previous, current, end, cost) - now
+        return state, _sliding_result(
+            policy, False, previous, current, weight, now, end, retry if retry > 0.0 else 0.0
+        )
+    new_state = sliding_state(previous, current, until)
+    return new_state, _sliding_result(policy, True, previous, current, weight, now, end, 0.0)
+
+
+def _sliding_retry(
+    policy: SlidingWindow, previous: float, current: float, end: float, cost: float
+) -> float:
+    """When (seconds) a denied request of ``cost`` would pass, no other arriving (rule 7).
+
+    The estimate must fall below ``F = floor(count - cost) + 1``: within the
+    current window as the previous one's weight falls, else in the next one
+    as the current one's does.  Solved for the estimate at the instant
+    itself, so at it (``+ TIME_EPSILON``, as ``slide`` reads) it is below.
+    """
+    if not cost <= policy.count:  # rule 3 (inf)
+        return math.inf
+    period = policy.period
+    target = _floor(policy.count - cost) + 1.0
+    if current < target:
+        return end - (target - current) * period / previous
+    return end + period - target * period / current
+
+
+def _sliding_result(
+    policy: SlidingWindow,
+    allowed: bool,
+    previous: float,
+    current: float,
+    weight: float,
+    now: float,
+    end: float,
+    retry: float,
+) -> RateLimitResult:
+    """``policy``'s result: ``remaining`` is ``count - floor(estimate)``, at least 0."""
+    remaining = policy.count - _floor(previous * weight + current)
+    if current > 0.0:
+        reset = end + policy.period - now
+    elif previous > 0.0:
+        reset = end - now
+    else:
+        reset = 0.0
+    return _new_result(
+        RateLimitResult,
+        (
+            allowed,
+            policy.count,
+            remaining if remaining > 0 else 0,
+            reset,
+            retry,
+            policy.period,
+            (),
+            policy.name,
+            "sliding-window",
+        ),
+    )
