@@ -48,20 +48,30 @@ def real(value: object, name: str, kind: str, bounds: str) -> Any:
     return value
 
 
+def bounded_float(
+    value: object, name: str, kind: str, bounds: str, low: float, high: float
+) -> float:
+    """``value`` as a float from ``low`` to ``high``, else a ``TypeError``/``ValueError`` naming it.
+
+    ``low`` is excluded when it is 0.0 (a number of seconds must be > 0).
+    A value too large for a float counts as ``inf``.
+    """
+    if value.__class__ is not float and value.__class__ is not int:
+        value = real(value, name, kind, bounds)
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int or Fraction beyond 1.8e308
+        number = math.inf
+    if not (low <= number <= high and (low != 0.0 or number != 0.0)):  # also NaN
+        raise ValueError(f"{name} must be {kind} {bounds}, got {show(value)}")
+    return number
+
+
 def rate_value(rate: object) -> float:
     """``rate`` as a float in the accepted range (``MIN_RATE`` to ``MAX_RATE``)."""
-    kind = "a number of tokens per second"
-    bounds = f"from {MIN_RATE!r} to {MAX_RATE!r}"
-    if rate.__class__ is not float and rate.__class__ is not int:
-        rate = real(rate, "rate", kind, bounds)
-    try:
-        value = float(rate)  # type: ignore[arg-type]
-    except OverflowError:  # an int or Fraction beyond 1.8e308
-        value = math.inf
     # 1 / rate (the interval) and 1e-3 / rate (the slack) must be normal floats.
-    if not MIN_RATE <= value <= MAX_RATE:  # also NaN
-        raise ValueError(f"rate must be {kind} {bounds}, got {show(rate)}")
-    return value
+    bounds = f"from {MIN_RATE!r} to {MAX_RATE!r}"
+    return bounded_float(rate, "rate", "a number of tokens per second", bounds, MIN_RATE, MAX_RATE)
 
 
 def burst_value(burst: object) -> int:
@@ -115,6 +125,16 @@ class Frozen:
 
     def identity(self) -> tuple[Any, ...]:
         raise NotImplementedError
+
+    def _freeze(self, name: str, count: int, seconds: float, /, **fields: Any) -> None:
+        """Set the fields once, from ``__init__`` (``__setattr__`` refuses afterwards).
+
+        ``name``, and ``count`` units per ``seconds`` as ``burst``, ``rate``
+        and ``interval``; then ``fields``.
+        """
+        fields.update(name=name, burst=count, rate=count / seconds, interval=seconds / count)
+        for attr, value in fields.items():
+            object.__setattr__(self, attr, value)
 
     def __setattr__(self, name: str, value: object) -> None:
         import dataclasses

@@ -182,6 +182,13 @@ def policy_cost(cost: object, burst: int, now: float) -> float:
     return value
 
 
+def counted_cost(cost: object, count: int, now: float) -> Tuple[float, bool, Optional[float]]:
+    """``(policy_cost(cost, count, now), a Charge?, a Refund's taken_at)``: a counting step's."""
+    cls = cost.__class__
+    taken_at = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined]
+    return policy_cost(cost, count, now), cls is Charge, taken_at
+
+
 def checked_cost(cost: object) -> float:
     """``validate_cost(cost)``, but a ``Refund`` or ``Charge`` is returned as it is.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
-from limiter.core._values import Frozen, check_name, real, show, whole_count
+from limiter.core._values import Frozen, bounded_float, check_name, whole_count
 from limiter.core.costs import policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
@@ -23,17 +23,8 @@ _MAX_SECONDS = 1e9
 
 def _seconds(value: object, name: str) -> float:
     """``value`` as a float number of seconds > 0 and <= 1e9, or an error naming it."""
-    kind = "a number of seconds"
     bounds = f"> 0 and <= {_MAX_SECONDS:g}"
-    if value.__class__ is not float and value.__class__ is not int:
-        value = real(value, name, kind, bounds)
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except OverflowError:
-        seconds = math.inf
-    if not 0.0 < seconds <= _MAX_SECONDS:  # also NaN
-        raise ValueError(f"{name} must be {kind} {bounds}, got {show(value)}")
-    return seconds
+    return bounded_float(value, name, "a number of seconds", bounds, 0.0, _MAX_SECONDS)
 
 
 class Lockout(Frozen):
@@ -80,19 +71,17 @@ class Lockout(Frozen):
         within_s = _seconds(within, "lockout within")
         duration_s = _seconds(duration, "lockout duration")
         check_name(name)
-        for attr, value in (
-            ("breaches", breaches),
-            ("within", within_s),
-            ("duration", duration_s),
-            ("name", name),
-            ("burst", breaches),
-            ("rate", breaches / within_s),
-            ("interval", within_s / breaches),
-            ("window", within_s),
-            ("slack", TIME_EPSILON),
-            ("max_debt", 0.0),
-        ):
-            object.__setattr__(self, attr, value)
+        self._freeze(
+            name,
+            breaches,
+            within_s,
+            breaches=breaches,
+            within=within_s,
+            duration=duration_s,
+            window=within_s,
+            slack=TIME_EPSILON,
+            max_debt=0.0,
+        )
 
     def identity(self) -> Tuple[Any, ...]:
         """What makes two lockouts equal: ``(breaches, within, duration)``."""

@@ -11,7 +11,7 @@ import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
 from limiter.core._values import Frozen, check_name, show, whole_count
-from limiter.core.costs import Charge, Refund, policy_cost
+from limiter.core.costs import counted_cost
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, keep_until
@@ -84,20 +84,18 @@ class Quota(Frozen):
             name = f"{count}/{per}" if tz == "UTC" else f"{count}/{per} {tz}"
         check_name(name)
         nominal = _QUOTA_PERIODS[per]
-        for attr, value in (
-            ("count", count),
-            ("per", per),
-            ("tz", tz),
-            ("name", name),
-            ("burst", count),
-            ("rate", count / nominal),
-            ("interval", nominal / count),
-            ("slack", TIME_EPSILON),
-            ("max_debt", nominal * 2.0),
-            ("_tzinfo", tzinfo),
-            ("_last", _Window(nominal)),
-        ):
-            object.__setattr__(self, attr, value)
+        self._freeze(
+            name,
+            count,
+            nominal,
+            count=count,
+            per=per,
+            tz=tz,
+            slack=TIME_EPSILON,
+            max_debt=nominal * 2.0,
+            _tzinfo=tzinfo,
+            _last=_Window(nominal),
+        )
 
     @property
     def window(self) -> float:
@@ -186,13 +184,11 @@ class Quota(Frozen):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this quota (``limiter.core.bucket.step`` hands it over)."""
-        value = policy_cost(cost, self.count, now)  # step's errors, in step's order
-        cls = cost.__class__
-        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
+        value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
         start, end = self.bounds(now + TIME_EPSILON)
         state, used, end = open_window(state, now, end)
         new_state, result = count_in_window(
-            state, now, self, value, cls is Charge, taken, used, start, end
+            state, now, self, value, forced, taken, used, start, end
         )
         return new_state, (result if detail else result[0])
 

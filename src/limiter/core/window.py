@@ -36,8 +36,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
-from limiter.core._values import Frozen, check_name, real, show, whole_count
-from limiter.core.costs import Charge, Refund, policy_cost
+from limiter.core._values import Frozen, bounded_float, check_name, show, whole_count
+from limiter.core.costs import counted_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.parse import parse_period, split_rates
 from limiter.core.result import RateLimitResult
@@ -62,17 +62,8 @@ _ANCHORS = ("epoch", "first")
 
 def _period(value: object) -> float:
     """``value`` as a float number of seconds from ``MIN_PERIOD`` to ``MAX_PERIOD``."""
-    kind = "a number of seconds"
     bounds = f"from {MIN_PERIOD!r} to 2**40"
-    if value.__class__ is not float and value.__class__ is not int:
-        value = real(value, "period", kind, bounds)
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except OverflowError:
-        seconds = math.inf
-    if not MIN_PERIOD <= seconds <= MAX_PERIOD:  # also NaN
-        raise ValueError(f"period must be {kind} {bounds}, got {show(value)}")
-    return seconds
+    return bounded_float(value, "period", "a number of seconds", bounds, MIN_PERIOD, MAX_PERIOD)
 
 
 class _Window(Frozen):
@@ -91,19 +82,17 @@ class _Window(Frozen):
         if not isinstance(name, str):
             raise TypeError(f"limit name must be a str, got {show(name)}")
         check_name(name)
-        for attr, value in (
-            ("count", count),
-            ("period", seconds),
-            ("name", name),
-            ("burst", count),
-            ("rate", count / seconds),
-            ("interval", seconds / count),
-            ("window", seconds),
-            ("slack", TIME_EPSILON),
-            ("max_debt", seconds * 2.0),
-            *extra.items(),
-        ):
-            object.__setattr__(self, attr, value)
+        self._freeze(
+            name,
+            count,
+            seconds,
+            count=count,
+            period=seconds,
+            window=seconds,
+            slack=TIME_EPSILON,
+            max_debt=seconds * 2.0,
+            **extra,
+        )
 
     @classmethod
     def parse(cls, text: str, **options: Any) -> Any:
@@ -178,16 +167,14 @@ class FixedWindow(_Window):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        value = policy_cost(cost, self.count, now)  # step's errors, in step's order
-        cls = cost.__class__
-        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
+        value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
         if self.anchor == "epoch":
             start, end = self.bounds(now + TIME_EPSILON)
             state, used, end = open_window(state, now, end)
         else:
             state, used, start, end = self._first(state, now)
         new_state, result = count_in_window(
-            state, now, self, value, cls is Charge, taken, used, start, end
+            state, now, self, value, forced, taken, used, start, end
         )
         return new_state, (result if detail else result[0])
 
@@ -337,10 +324,8 @@ class SlidingWindow(_Window):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        value = policy_cost(cost, self.count, now)
-        cls = cost.__class__
-        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
-        new_state, result = slide(state, now, self, value, cls is Charge, taken)
+        value, forced, taken = counted_cost(cost, self.count, now)
+        new_state, result = slide(state, now, self, value, forced, taken)
         return new_state, (result if detail else result[0])
 
     def __repr__(self) -> str:
