@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, List
 
 from .common import Measure, Progress, Settings, interleave, new_section
-from .peers import HIGH, LIBS, Lib, available
+from .peers import HIGH, LIBS, Lib, available, window_policy
 
 
 def key_counts(settings: Settings) -> List[int]:
@@ -107,13 +107,19 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
         gc.collect()
     section["data"]["ns_per_op_by_keys"] = curve
     section["data"]["labels"] = {lib.id: lib.label for lib in libs}
-    section["data"]["limit"] = f"{HIGH} tokens/s, burst {HIGH} (moving window: 1000/s)"
+    section["data"]["limit"] = (
+        f"{HIGH} tokens/s, burst {HIGH}; windows (ours and limits'): {HIGH} per 1 s window "
+        "(moving window: 1000/s)"
+    )
     if settings.quick:
         section["notes"].append("--quick: no per-piece breakdown nor profile (full runs have them)")
     elif not settings.tiny:
         progress.plan(1)
         section["data"]["breakdown"] = breakdown(settings)
         section["data"]["profile"] = profile_check(settings)
+        section["data"]["window_profiles"] = {
+            kind: profile_check(settings, window_policy(kind)) for kind in ("fixed", "sliding")
+        }
         progress.step("core: profile")
     return section
 
@@ -243,12 +249,15 @@ def breakdown(settings: Settings) -> Dict[str, float]:
     return out
 
 
-def profile_check(settings: Settings) -> str:
-    """cProfile of ``check`` on 10,000 keys: where the time goes, by function."""
+def profile_check(settings: Settings, policy: Any = None) -> str:
+    """cProfile of ``check`` on 10,000 keys: where the time goes, by function.
+
+    ``policy``: the limiter's policy (default: a token bucket at ``HIGH``).
+    """
     from limiter import RateLimiter
 
     n = settings.scale(100_000, 30_000, 1_000)
-    check = RateLimiter(HIGH, HIGH).check
+    check = (RateLimiter(HIGH, HIGH) if policy is None else RateLimiter(policy)).check
     keys = [f"user:{i % 10_000}" for i in range(n)]
     profiler = cProfile.Profile()
     profiler.enable()

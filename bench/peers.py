@@ -7,8 +7,9 @@ call of the library's own API per key, written the way a user would write it
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 Loop = Callable[[List[str]], float]
 
@@ -66,6 +67,27 @@ def make_ours_allow(store: Any = None) -> Loop:
     from limiter import RateLimiter
 
     return _timed_loop(RateLimiter(HIGH, HIGH, store=store).allow)
+
+
+def window_policy(kind: str) -> Any:
+    """Our window policy ``kind`` (``"fixed"``, ``"fixed-first"``, ``"sliding"``) at ``HIGH``/s.
+
+    ``HIGH`` units per one-second window: the same limit as limits'
+    ``RateLimitItemPerSecond(HIGH)``, so windows roll over during a round
+    for both alike.
+    """
+    from limiter import FixedWindow, SlidingWindow
+
+    if kind == "sliding":
+        return SlidingWindow(HIGH, 1)
+    return FixedWindow(HIGH, 1, anchor="first" if kind == "fixed-first" else "epoch")
+
+
+def make_ours_window(kind: str, call: str, store: Any = None) -> Loop:
+    """Our ``check`` or ``allow`` (``call``) under the window policy ``kind``."""
+    from limiter import RateLimiter
+
+    return _timed_loop(getattr(RateLimiter(window_policy(kind), store=store), call))
 
 
 def _limits(strategy_name: str, amount: int) -> Loop:
@@ -189,6 +211,21 @@ LIBS: List[Lib] = [
         make_ours_check_observed,
         ours=True,
     ),
+    *(
+        Lib(
+            f"ours.{kind}.{call}",
+            f"limiter {call}(), {what}",
+            "tokenlimiter",
+            functools.partial(make_ours_window, kind, call),
+            ours=True,
+        )
+        for kind, what in (
+            ("fixed", "FixedWindow"),
+            ("fixed-first", 'FixedWindow anchor="first"'),
+            ("sliding", "SlidingWindow"),
+        )
+        for call in ("check", "allow")
+    ),
     Lib("limits.fixed", "limits fixed window hit()", "limits", make_limits_fixed, 0.5),
     Lib(
         "limits.moving",
@@ -221,6 +258,19 @@ LIBS: List[Lib] = [
         max_keys=100_000,
     ),
 ]
+
+
+#: Each of our algorithms beside limits' nearest strategy (issue 24), as the report pairs
+#: them: (algorithm, our check() row, our allow() row, limits' row).  The token bucket
+#: keeps the pairing of its standing target (limits' fixed window: the moving window
+#: cannot run an always-admit limit, see ``make_limits_moving``).
+ALGORITHM_PAIRS: List[Tuple[str, str, str, str]] = [
+    ("token bucket", "ours.check", "ours.allow", "limits.fixed"),
+    ("fixed window (epoch)", "ours.fixed.check", "ours.fixed.allow", "limits.fixed"),
+    ('fixed window (anchor="first")', "ours.fixed-first.check", "ours.fixed-first.allow",
+     "limits.fixed"),
+    ("sliding window", "ours.sliding.check", "ours.sliding.allow", "limits.sliding"),
+]  # fmt: skip
 
 
 def available(lib: Lib) -> Optional[str]:

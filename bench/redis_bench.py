@@ -15,6 +15,10 @@ version, pool size).
   a loop, against the same number of tasks sending un-pipelined PINGs; ops/s.
   ``AsyncRedisStore`` runs with its defaults and, when the keyword exists,
   with ``pipelining=False``.
+* Window policies (issue 24): ``check`` under ``FixedWindow`` (both anchors)
+  and ``SlidingWindow`` beside limits' fixed window and sliding-window
+  counter on the same server, when ``RedisStore`` takes window policies (a
+  store that refuses one with ``ValueError`` skips its row, with a note).
 * Several limits per request: ``RedisStore.apply_many`` with 1, 3 and 5
   limits; round trips stay at one.
 * Deny flood: one client hammering a denied key, checks/s with and without
@@ -24,6 +28,7 @@ version, pool size).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import os
@@ -33,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import redisenv
 from .common import Measure, Progress, Settings, Unavailable, interleave, new_section, ratios
 from .common import summary as _summary
-from .peers import HIGH
+from .peers import HIGH, window_policy
 
 PREFIX = f"bench:{os.getpid()}:"
 TASKS = 64
@@ -42,6 +47,15 @@ OURS_ASYNC = "limiter acheck()"
 OURS_ASYNC_UNPIPELINED = "limiter acheck(), pipelining=False"
 LIMITS_ASYNC = "limits fixed window hit() (limits.aio)"
 PYRATE_ASYNC = "pyrate-limiter try_acquire_async()"
+LIMITS_FIXED = "limits fixed window hit()"
+LIMITS_SLIDING = "limits sliding window counter hit()"
+
+#: Our window rows, sequential: row -> (``peers.window_policy`` kind, limits' matching row).
+WINDOW_ROWS: Dict[str, Tuple[str, str]] = {
+    "limiter check(), FixedWindow": ("fixed", LIMITS_FIXED),
+    'limiter check(), FixedWindow anchor="first"': ("fixed-first", LIMITS_FIXED),
+    "limiter check(), SlidingWindow": ("sliding", LIMITS_SLIDING),
+}
 
 
 class _Timer:
@@ -87,8 +101,9 @@ def _counting_client() -> Any:
     return client
 
 
-def _sync_ops() -> Tuple[Dict[str, Callable[[], Any]], Dict[str, Any]]:
-    """name -> one operation, each on its own counting client; and name -> its counter."""
+def _sync_ops() -> Tuple[Dict[str, Callable[[], Any]], Dict[str, Any], Dict[str, str]]:
+    """name -> one operation, each on its own counting client; name -> its counter; and
+    the window rows the store refused -> why (``_window_ops``)."""
     ops: Dict[str, Callable[[], Any]] = {}
     counters: Dict[str, Any] = {}
     ping_client = _counting_client()
@@ -106,6 +121,7 @@ def _sync_ops() -> Tuple[Dict[str, Callable[[], Any]], Dict[str, Any]]:
     check = limiter.check
     ops["limiter check()"] = lambda: check("hot")
     counters["limiter check()"] = client.counter
+    refused = _window_ops(ops, counters)
     for n in (3, 5):
         keys = [f"multi:{i}" for i in range(n)]
         lims = [Limit(HIGH / (i + 1), HIGH) for i in range(n)]
@@ -115,17 +131,12 @@ def _sync_ops() -> Tuple[Dict[str, Callable[[], Any]], Dict[str, Any]]:
             mstore.apply_many(keys, lims, 1, None)
         )
         counters[f"limiter apply_many() x{n}"] = many.counter
-    try:
-        from limits import RateLimitItemPerSecond, storage, strategies
-
-        counter = _counting_client().counter
-        lstorage = storage.RedisStorage(redisenv.url(), connection_pool=redisenv.sync_pool(counter))
-        counters["limits fixed window hit()"] = counter
-        hit = strategies.FixedWindowRateLimiter(lstorage).hit
-        item = RateLimitItemPerSecond(HIGH)
-        ops["limits fixed window hit()"] = lambda: hit(item, PREFIX + "limits-hot")
-    except ImportError:
-        pass
+    wanted = [("FixedWindowRateLimiter", LIMITS_FIXED)]
+    if any(ours in ops for ours, (kind, _) in WINDOW_ROWS.items() if kind == "sliding"):
+        wanted.append(("SlidingWindowCounterRateLimiter", LIMITS_SLIDING))
+    for strategy, name in wanted:
+        with contextlib.suppress(ImportError):  # limits is optional
+            ops[name], counters[name] = _limits_op(strategy)
     try:
         from pyrate_limiter import (
             Duration,
@@ -147,7 +158,42 @@ def _sync_ops() -> Tuple[Dict[str, Callable[[], Any]], Dict[str, Any]]:
         counters["pyrate-limiter try_acquire()"] = pclient.counter
     except ImportError:
         pass
-    return ops, counters
+    return ops, counters, refused
+
+
+def _window_ops(ops: Dict[str, Callable[[], Any]], counters: Dict[str, Any]) -> Dict[str, str]:
+    """Add a ``check`` op per ``WINDOW_ROWS`` row; returns row -> why not, for the refused ones.
+
+    A store that does not take window policies (``ValueError``, at
+    construction or at the first check) skips the row: nothing half-measured.
+    """
+    from limiter import RateLimiter
+    from limiter.backends.redis import RedisStore
+
+    refused: Dict[str, str] = {}
+    for name, (kind, _) in WINDOW_ROWS.items():
+        client = _counting_client()
+        try:
+            check = RateLimiter(window_policy(kind), store=RedisStore(client, prefix=PREFIX)).check
+            check(f"window-{kind}")  # the script's verdict on the policy, before timing it
+        except ValueError as exc:
+            refused[name] = f"ValueError: {exc}"
+            continue
+        ops[name] = lambda check=check, key=f"window-{kind}": check(key)
+        counters[name] = client.counter
+    return refused
+
+
+def _limits_op(strategy: str) -> Tuple[Callable[[], Any], Any]:
+    """limits' ``strategy`` on Redis at ``HIGH``/s on a hot key: (op, its socket counter)."""
+    from limits import RateLimitItemPerSecond, storage, strategies
+
+    counter = _counting_client().counter
+    lstorage = storage.RedisStorage(redisenv.url(), connection_pool=redisenv.sync_pool(counter))
+    hit = getattr(strategies, strategy)(lstorage).hit
+    item = RateLimitItemPerSecond(HIGH)
+    key = f"{PREFIX}limits-{strategy}"
+    return (lambda: hit(item, key)), counter
 
 
 def _round_trips(op: Callable[[], Any], counter: Any) -> float:
@@ -245,7 +291,11 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     section = new_section("redis")
     if not settings.with_peers:
         section["notes"].append("peers skipped (--no-peers)")
-    ops, counters = _sync_ops()
+    ops, counters, refused = _sync_ops()
+    for name, why in refused.items():
+        note = f"{name}: not measured, RedisStore refuses the policy in this tree ({why})"
+        section["notes"].append(note)
+        progress.write(f"redis: {note}")
     if not settings.with_peers:
         ops = {k: v for k, v in ops.items() if k == "PING" or k.startswith("limiter")}
     n = settings.scale(3_000, 300, 50)
@@ -265,7 +315,7 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
         for name, values in samples.items()
         if name != "PING"
     }
-    limits_hit = samples.get("limits fixed window hit()")
+    limits_hit = samples.get(LIMITS_FIXED)
     vs_limits = {
         name: _summary(ratios(values, limits_hit))
         for name, values in samples.items()
@@ -308,12 +358,19 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
             for other in ("PING", LIMITS_ASYNC, OURS_ASYNC_UNPIPELINED)
             if asamples.get(other)
         }
+    # Each window row against limits' matching strategy: a time ratio, < 1 is faster.
+    vs_strategy = {
+        name: _summary(ratios(samples[name], samples[peer]))
+        for name, (_, peer) in WINDOW_ROWS.items()
+        if samples.get(name) and samples.get(peer)
+    }
     section["data"] = {
         "url": url,
         "client_options": redisenv.CLIENT_OPTIONS,
         "round_trips": trips,
         "vs_ping": vs_ping,
         "vs_limits": vs_limits,
+        "windows": {"vs_limits_strategy": vs_strategy, "refused": refused},
         "async": async_data,
     }
     try:

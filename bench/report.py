@@ -8,12 +8,14 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .common import ratios, summary
 from .importcost import rows as import_cost_rows
+from .peers import ALGORITHM_PAIRS
 
 REPRODUCE = 'pip install -e ".[bench]" && python -m bench --publish'
 
@@ -89,6 +91,7 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
             if k == "1" or not math.isnan(r["median"]):
                 status = None if math.isnan(r["median"]) else r["median"] >= floor
                 add(f"{claim} ({group})", status, _fmt_ratio(r), call)
+    out += _window_targets(core)
     mw = _data(results, "middleware").get("overhead_us", {})
     for name in ("asgi.raw+limiter", "wsgi.raw+limiter", "http.server+limiter"):
         o = mw.get(name)
@@ -141,6 +144,7 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
             "n/a" if not vp else _fmt_ratio(vp),
             "redis",
         )
+    out += _redis_window_targets(rd)
     out += _async_targets(rd)
     out += _flood_targets(rd.get("deny_flood", {}))
     trips = rd.get("round_trips", {})
@@ -181,6 +185,68 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
 def _target(name: str, status: Optional[bool], figure: str, key: str) -> Dict[str, Any]:
     label = "NOT MEASURED" if status is None else ("MET" if status else "MISSED")
     return {"target": name, "status": label, "figure": figure, "key": key}
+
+
+#: limits' rows of the in-memory table, as the targets name them.
+PEER_NAMES = {
+    "limits.fixed": "limits fixed-window",
+    "limits.sliding": "limits sliding-window-counter",
+}
+
+
+def _core_groups(core: Dict[str, Dict[str, Any]]) -> List[Tuple[int, str]]:
+    """``(key count, group)`` of each key count the core section ran, in order."""
+    ks = sorted({int(i.split("/")[1]) for i in core if i.startswith("core/")})
+    return [(k, "hot key" if k == 1 else f"{k:,} keys") for k in ks]
+
+
+def _pair_ratios(core: Dict[str, Dict[str, Any]], ours: str, peer: str) -> List[Tuple[str, Any]]:
+    """``(group, ops/s ratio)`` of row ``ours`` over ``peer`` for each key count both ran."""
+    out = []
+    for k, group in _core_groups(core):
+        r = _ratio_of(core.get(f"core/{k}/{ours}"), core.get(f"core/{k}/{peer}"))
+        if not math.isnan(r["median"]):
+            out.append((group, r))
+    return out
+
+
+def _window_targets(core: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Issue 24: each window policy's check() and allow() >= 2x limits' strategy, in memory.
+
+    One target per policy and call, met when it holds at every key count measured.
+    """
+    out = []
+    for algorithm, check, allow, peer in ALGORITHM_PAIRS:
+        if check == "ours.check":  # the token bucket has its own targets above
+            continue
+        for call, ours in (("check", check), ("allow", allow)):
+            pairs = _pair_ratios(core, ours, peer)
+            status = None if not pairs else all(r["median"] >= 2.0 for _, r in pairs)
+            figure = "; ".join(f"{g}: {_fmt_ratio(r)}" for g, r in pairs) or "n/a"
+            name = f"{algorithm} {call}() >= 2x {PEER_NAMES[peer]} hit() (in memory)"
+            out.append(_target(name, status, figure, "window"))
+    return out
+
+
+def _redis_window_targets(rd: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Issue 24: on Redis each window policy's check() is no slower than limits' strategy,
+    in one round trip."""
+    from .redis_bench import WINDOW_ROWS
+
+    windows = rd.get("windows", {})
+    trips = rd.get("round_trips", {})
+    out = []
+    for name, (_, peer) in WINDOW_ROWS.items():
+        r = windows.get("vs_limits_strategy", {}).get(name)
+        target = f"sequential Redis: {name} <= 1x the time of {peer}, 1 round trip"
+        if not r:
+            why = "RedisStore refuses the policy" if name in windows.get("refused", {}) else "n/a"
+            out.append(_target(target, None, why, "redis"))
+            continue
+        n = trips.get(name, float("nan"))
+        figure = f"{_fmt_ratio(r)}, {n:g} round trips"
+        out.append(_target(target, r["median"] <= 1.0 and n <= 1.0, figure, "redis"))
+    return out
 
 
 #: (tasks, our row, the other row, least throughput ratio, target text)
@@ -265,6 +331,14 @@ def _plt() -> Any:
 
 OURS = "#1f77b4"
 PEER = "#b0b0b0"
+#: The lines of ours in the keys chart: a row id, or a window policy's kind.
+OURS_COLORS = {
+    "ours.allow": "#17becf",
+    "ours.check+observer": "#08306b",
+    "fixed": "#6baed6",
+    "fixed-first": "#3182bd",
+    "sliding": "#08519c",
+}
 
 
 def chart_throughput(results: Dict[str, Any], path: Path) -> Optional[Path]:
@@ -276,7 +350,9 @@ def chart_throughput(results: Dict[str, Any], path: Path) -> Optional[Path]:
     if not groups:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(groups), figsize=(6.2 * len(groups), 4.8), sharey=False)
+    most = max(sum(1 for m in ms if m["group"] == g) for g in groups)
+    height = max(4.8, 0.32 * most + 1.6)  # the window rows (issue 24) doubled the bars
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.2 * len(groups), height), sharey=False)
     if len(groups) == 1:
         axes = [axes]
     for ax, group in zip(axes, groups):
@@ -340,19 +416,27 @@ def chart_keys(results: Dict[str, Any], path: Path) -> Optional[Path]:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 5))
-    palette = iter(["#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"])
+    peers = itertools.cycle(
+        ["#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    )
     for lib_id, points in curve.items():
         if not points:
             continue
         xs = sorted(int(k) for k in points)
         ys = [points[str(x)] for x in xs]
         ours = lib_id.startswith("ours")
+        # Ours in blues: a color per algorithm; the window rows (ours.<kind>.<call>)
+        # dashed for check(), dotted for allow().
+        parts = lib_id.split(".")
         ax.plot(
             xs,
             ys,
             marker="o",
             linewidth=2.5 if ours else 1.2,
-            color=next(palette) if not ours else (OURS if lib_id == "ours.check" else "#17becf"),
+            linestyle="-" if len(parts) < 3 else ("--" if parts[2] == "check" else ":"),
+            color=OURS_COLORS.get(parts[1] if len(parts) == 3 else lib_id, OURS)
+            if ours
+            else next(peers),
             label=labels.get(lib_id, lib_id),
         )
     ax.set_xscale("log")
@@ -458,6 +542,7 @@ def md_core(sec: Section) -> List[str]:
             row.append(_rng(m) if m and m["samples"] else "not measured")
         rows.append(row)
     lines += _table(["library / call", *groups], rows)
+    lines += _algorithm_table(sec)
     lines += _notes(sec)
     lines += [""]
     lines += _para(
@@ -482,6 +567,34 @@ def md_core(sec: Section) -> List[str]:
             + "). Past the CPU caches every dict lookup is a cache miss, for every library."
         )
     return lines
+
+
+def _algorithm_table(sec: Section) -> List[str]:
+    """Each of our algorithms beside limits' nearest strategy (issue 24): ratios of ops/s."""
+    by = {m["id"]: m for m in sec["measures"]}
+    labels = {i.split("/")[-1]: m["label"] for i, m in by.items()}
+    groups = [g for _, g in _core_groups(by)]
+    rows = []
+    for algorithm, check, allow, peer in ALGORITHM_PAIRS:
+        for ours in (check, allow):
+            if ours not in labels or peer not in labels:
+                continue
+            got = dict(_pair_ratios(by, ours, peer))
+            cells = [_fmt_ratio(got[g]) if g in got else "not measured" for g in groups]
+            rows.append([algorithm, f"**{labels[ours]}**", labels[peer], *cells])
+    if not rows:
+        return []
+    lines = _para(
+        "Each algorithm beside limits' nearest strategy, from the rows above (same run, same "
+        "rounds): ops/s of ours over limits', per round, median (min-max); above 1 is faster. "
+        "Windows: ours and limits' count 10^9 per one-second window, so windows roll over "
+        "during a round for both. The token bucket keeps the pairing of its target (limits' "
+        "fixed window: the moving window cannot run an always-admit limit); limits' `hit()` "
+        "returns a bool, as `allow()` does, so `allow()` is the like-for-like call, `check()` "
+        "also builds the full result (remaining, reset, retry-after)."
+    )
+    header = ["algorithm", "ours", "limits", *(f"vs limits, {g}" for g in groups)]
+    return lines + _table(header, rows)
 
 
 @_section("memory", "2. Memory")
@@ -658,6 +771,7 @@ def md_redis(sec: Section) -> List[str]:
             if m["id"].startswith("redis/sync/")
         ],
     )
+    lines += _redis_windows(data)
     for tasks, table in data.get("async", {}).items():
         rows = [m for m in sec["measures"] if m["id"].startswith(f"redis/async{tasks}/")]
         lines += _table(
@@ -723,6 +837,28 @@ def md_redis(sec: Section) -> List[str]:
             ],
         )
     return lines
+
+
+def _redis_windows(data: Dict[str, Any]) -> List[str]:
+    """Our window rows on Redis beside limits' matching strategy (issue 24)."""
+    from .redis_bench import WINDOW_ROWS
+
+    windows = data.get("windows", {})
+    vs, refused = windows.get("vs_limits_strategy", {}), windows.get("refused", {})
+    trips = data.get("round_trips", {})
+    rows = []
+    for name, (_, peer) in WINDOW_ROWS.items():
+        if name in vs:
+            rows.append([f"**{name}**", peer, _fmt_ratio(vs[name]), f"{trips.get(name, 0):g}"])
+        elif name in refused:
+            rows.append([f"**{name}**", peer, "not measured: RedisStore refuses it (notes)", "n/a"])
+    if not rows:  # results from before the window rows
+        return []
+    lines = _para(
+        "Window policies beside limits' matching strategy on the same server (the rows above; "
+        "time of ours over limits', per round, median (min-max): below 1 is faster):"
+    )
+    return lines + _table(["ours (sequential)", "limits", "time vs limits", "round trips"], rows)
 
 
 @_section("sqlite", "6. SQLite")
@@ -874,6 +1010,21 @@ _WHY_MISSED: List[Tuple[str, str, Optional[str], str, str]] = [
 ]
 
 
+#: Why a window policy misses its in-memory target (the profiles follow it on the page).
+WINDOW_WHY = (
+    "A token bucket's `check()` is two Python calls on a `MemoryStore` (the function "
+    "`MemoryStore.bind` makes, then `step`, which inlines the usual cost-1 request). A "
+    "window's is about a dozen: `RateLimiter.check` -> `MemoryStore.apply` -> `bucket.step` "
+    "(which hands the request over) -> the policy's `step` -> `policy_cost` -> `cost_or_inf` "
+    "-> `validate_cost`, then `bounds`, `open_window` -> `read_count`, `count_in_window` -> "
+    "`count_state` and `_count_result` (the sliding window: `slide` and `_sliding_result`), "
+    "each some 50-100 ns of call overhead on this machine. `allow()` is no faster than "
+    "`check()`: `step(..., detail=False)` still builds the full result and drops it. limits' "
+    "fixed window is cheap (a dict increment under a lock), so the fixed window feels these "
+    "calls most; its sliding-window counter costs twice as much, so ours clears 2x there."
+)
+
+
 def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
     """Why each missed target was missed, with the profile measured for it."""
     if not missed:
@@ -904,6 +1055,12 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
         )
         if core.get("profile"):
             lines += _para("cProfile of `check()` over 10,000 keys:") + _code(core["profile"])
+    if "window" in missed and core.get("window_profiles"):
+        lines += ["### Window policies in memory", ""]
+        lines += _para(WINDOW_WHY)
+        for kind, text in core["window_profiles"].items():
+            lines += _para(f"cProfile of `check()` under the {kind} window over 10,000 keys:")
+            lines += _code(text)
     mw = _data(results, "middleware")
     if "middleware" in missed and mw.get("profile"):
         lines += ["### Middleware", ""]

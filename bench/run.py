@@ -186,11 +186,31 @@ def _render(results: Dict[str, Any], output: Path, publish: bool) -> None:
         print(f"wrote {path}")
 
 
+def measured_tree() -> str:
+    """Where the ``limiter`` being measured comes from; warns when it is not this checkout's.
+
+    An editable install made in another checkout (a git worktree's main tree,
+    say) wins over this one's ``src`` unless ``PYTHONPATH=src`` is given, and
+    the figures would then be another tree's.
+    """
+    import limiter
+
+    where = Path(limiter.__file__).resolve().parent.parent
+    if (ROOT / "src" / "limiter").is_dir() and where != ROOT / "src":
+        print(
+            f"warning: measuring limiter from {where}, not from this checkout's "
+            f"{ROOT / 'src'} (run with PYTHONPATH=src to measure this tree)",
+            file=sys.stderr,
+        )
+    return str(where)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.render_only:
         _render(json.loads(args.output.read_text()), args.output, args.publish)
         return 0
+    tree = measured_tree()
     rounds = args.rounds if args.rounds is not None else (3 if args.quick or args.tiny else 5)
     settings = Settings(
         rounds=max(1, rounds), quick=args.quick, tiny=args.tiny, with_peers=not args.no_peers
@@ -208,6 +228,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "settings": {"rounds": settings.rounds, "quick": settings.quick, "tiny": settings.tiny},
+        "limiter_source": tree,
         "machine": setup,
         "seconds": round(time.perf_counter() - started, 1),
         "sections": sections,

@@ -49,6 +49,9 @@ def test_core_section_tiny_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> No
     ids = {m["id"] for m in section["measures"]}
     assert {"core/1/ours.check", "core/1/ours.allow", "core/100/ours.check"} <= ids
     assert {"core/1/floor", "core/100/floor"} <= ids  # the floor is published beside the peers
+    # Issue 24: a row per window policy and call, in the same run as limits' strategies.
+    for kind in ("fixed", "fixed-first", "sliding"):
+        assert {f"core/1/ours.{kind}.check", f"core/100/ours.{kind}.allow"} <= ids
     for m in section["measures"]:
         assert m["unit"] == "ops/s"
         assert len(m["samples"]) == 1, m
@@ -122,6 +125,16 @@ def test_report_renders_targets_from_partial_results(tmp_path: Path) -> None:
     assert names["check() <= 2x the time of the floor bucket (hot key)"] in ("MET", "MISSED")
     text = report.md_core(results)
     assert any("limiter check()" in line for line in text)
+    # Each window policy's check() and allow() against limits' nearest strategy: a target
+    # each, and a row each of the ratios table (when limits is installed).
+    windows = [t for t in targets if t["key"] == "window"]
+    assert len(windows) == 6
+    table = [line for line in text if line.startswith("| sliding window | **limiter check()")]
+    if "core/1/limits.sliding" in {m["id"] for m in section["measures"]}:
+        assert all(t["status"] in ("MET", "MISSED") for t in windows)
+        assert len(table) == 1 and table[0].count("x (") == 2  # hot key and 100 keys
+    else:
+        assert all(t["status"] == "NOT MEASURED" for t in windows) and not table
     # The whole page renders too (charts are optional: matplotlib is in the bench extra).
     assert tmp_path / "latest.md" in report.render(results, tmp_path, page="latest.md")
     md = (tmp_path / "latest.md").read_text()
@@ -183,6 +196,47 @@ def test_redis_is_only_redis_url_or_a_throwaway(monkeypatch: pytest.MonkeyPatch)
     assert proc.poll() is not None  # the throwaway is stopped with the run
 
 
+def test_redis_window_rows_are_measured_or_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each window row on Redis is measured in one round trip, or skipped with a note."""
+    pytest.importorskip("redis")
+    pytest.importorskip("limits")
+    import os
+    import shutil
+
+    from bench import redis_bench, redisenv, report
+
+    from limiter import Limit
+
+    if shutil.which("redis-server") is None and not os.environ.get("REDIS_URL"):
+        pytest.skip("redis-server is not installed and REDIS_URL is not set")
+    settings = bench_common.Settings(rounds=1, tiny=True)
+    quiet = bench_common.Progress(enabled=False)
+    try:
+        section = redis_bench.run(settings, quiet)
+        # A store that takes every policy: a token bucket stands in for each window.
+        monkeypatch.setattr(redis_bench, "window_policy", lambda kind: Limit(1e9, 10**9))
+        taken = redis_bench.run(settings, quiet)
+    finally:
+        redisenv.close()
+    rows = set(redis_bench.WINDOW_ROWS)
+    for sec in (section, taken):
+        measured = {m["label"] for m in sec["measures"] if m["id"].startswith("redis/sync/")}
+        refused = sec["data"]["windows"]["refused"]
+        assert all((name in measured) != (name in refused) for name in rows)
+        assert all(any(name in note for note in sec["notes"]) for name in refused)
+    data = taken["data"]
+    assert set(data["windows"]["vs_limits_strategy"]) == rows
+    assert {data["round_trips"][name] for name in rows} == {1.0}
+    results = {"sections": {"redis": taken}}
+    statuses = {t["target"]: t["status"] for t in report.targets(results)}
+    for name, (_, peer) in redis_bench.WINDOW_ROWS.items():
+        target = f"sequential Redis: {name} <= 1x the time of {peer}, 1 round trip"
+        assert statuses[target] in ("MET", "MISSED")
+    assert "Window policies beside limits' matching strategy" in "\n".join(
+        report.md_redis({"sections": {"redis": taken}})
+    )
+
+
 def test_ab_times_both_trees_of_a_revision(tmp_path: Path) -> None:
     """bench.ab exports a revision and times a case on it and on this checkout alike."""
     from bench import ab
@@ -192,3 +246,5 @@ def test_ab_times_both_trees_of_a_revision(tmp_path: Path) -> None:
     for tree in (src, ROOT / "src"):
         ns = ab.measure(tree, "memory check() denied", 0.001)
         assert 0 < ns < 1e7
+    for case in ("memory fixed window check()", "memory sliding window check()"):
+        assert 0 < ab.measure(ROOT / "src", case, 0.001) < 1e7
