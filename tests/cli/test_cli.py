@@ -16,21 +16,11 @@ from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 
+from helpers.cli import run
 from limiter import RateLimiter
-from limiter.cli import main
 from limiter.urls import STORAGE_URL_ENV
 
 Run = Tuple[int, str, str]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
-    """``main(argv)`` in this process: (exit status, stdout, stderr)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def inspect_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Dict[str, Any]:

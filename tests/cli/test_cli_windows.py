@@ -8,18 +8,15 @@ uses (``--limiter``), so every number is exact; ``--limit`` with
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-import uuid
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator, Tuple
 
 import pytest
 
+from helpers.cli import app_module, run
 from limiter import FixedWindow, RateLimiter
-from limiter.cli import main
 from limiter.urls import STORAGE_URL_ENV
 
 APP = """
@@ -42,26 +39,7 @@ mixed = RateLimiter(
 
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[str, ModuleType]]:
-    monkeypatch.delenv(STORAGE_URL_ENV, raising=False)
-    name = f"cli_windows_{uuid.uuid4().hex}"
-    (tmp_path / f"{name}.py").write_text(APP.format(url=f"sqlite:///{tmp_path / 'app.db'}"))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module(name)
-    try:
-        yield name, module
-    finally:
-        for limiter in (module.fixed, module.first, module.sliding, module.mixed):
-            limiter.store.close()
-        sys.modules.pop(name, None)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
+    yield from app_module(APP, tmp_path, monkeypatch)
 
 
 def inspect(capsys: pytest.CaptureFixture[str], target: str, *extra: str) -> Tuple[str, str]:
