@@ -89,6 +89,16 @@ def run(get: Get, clock: ManualClock, route: str, table: List[Any]) -> None:
 # -- the three frameworks, each with /fixed, /sliding and /default -----------------------
 
 
+def flask_client(app: Flask) -> Get:
+    client = app.test_client()
+
+    def get(route: str) -> Tuple[int, Dict[str, str]]:
+        response = client.get(route)
+        return response.status_code, lowered(response.headers.items())
+
+    return get
+
+
 def flask_get(clock: ManualClock, **options: Any) -> Get:
     app = Flask(__name__)
     rl = flask_integration.RateLimit(app, clock=clock, **options)
@@ -112,13 +122,7 @@ def flask_get(clock: ManualClock, **options: Any) -> Get:
     def bucket() -> str:
         return "bucket"
 
-    client = app.test_client()
-
-    def get(route: str) -> Tuple[int, Dict[str, str]]:
-        response = client.get(route)
-        return response.status_code, lowered(response.headers.items())
-
-    return get
+    return flask_client(app)
 
 
 def fastapi_get(clock: ManualClock, **options: Any) -> Get:
@@ -325,13 +329,7 @@ def test_flask_reads_ratelimit_algorithm_and_names_flask_limiter_s_strategy_key(
     app.config.update(RATELIMIT_DEFAULT="2/minute", RATELIMIT_ALGORITHM="fixed-window")
     flask_integration.RateLimit(app, clock=clock)
     app.add_url_rule("/", "root", lambda: "root")
-    client = app.test_client()
-
-    def get(route: str) -> Tuple[int, Dict[str, str]]:
-        response = client.get(route)
-        return response.status_code, lowered(response.headers.items())
-
-    run(get, clock, "/", FIXED)
+    run(flask_client(app), clock, "/", FIXED)
     bad = Flask(__name__)
     bad.config["RATELIMIT_ALGORITHM"] = "moving-window"
     with pytest.raises(ValueError, match="RATELIMIT_ALGORITHM must be one of"):
@@ -358,10 +356,4 @@ def test_a_rate_function_s_strings_take_the_limit_s_algorithm() -> None:
     def plan() -> str:
         return "plan"
 
-    client = app.test_client()
-
-    def get(route: str) -> Tuple[int, Dict[str, str]]:
-        response = client.get(route)
-        return response.status_code, lowered(response.headers.items())
-
-    run(get, clock, "/plan", FIXED)
+    run(flask_client(app), clock, "/plan", FIXED)
