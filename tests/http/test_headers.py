@@ -825,3 +825,14 @@ def test_a_window_s_advertised_rate_is_never_above_the_real_one(kind: Any) -> No
             assert item["q"] / item["w"] <= count / period * (1 + 1e-9), (count, period)
             if period >= 1.0:
                 assert item["q"] == count  # the whole count, in a window a bit longer
+
+
+def test_a_policy_of_limit_true_is_no_cached_q_true() -> None:
+    # True == 1 and hashes alike: the policy cache must not hand "q=True" to a
+    # limit of 1 (nor send it at all).
+    odd = RateLimitResult(True, True, 1, 0.0, 0.0, 1.5, (), "default")  # type: ignore[arg-type]
+    assert dict(rate_limit_headers(odd, now=NOW, style="draft"))["RateLimit-Policy"] == (
+        '"default";q=1;w=2'
+    )
+    (headers,) = window_headers(FixedWindow(1, 1.5), 0, style="draft")
+    assert dict(headers)["RateLimit-Policy"] == '"default";q=1;w=2'
