@@ -7,10 +7,13 @@ Writes into ``docs/img/`` (or ``--out DIR``):
   faster than the refill; the line is the bucket's tokens as ``peek`` sees
   them, the dots the ``remaining`` of each ``check``.
 * ``bucket-vs-window.png``: the same requests under ``RateLimiter("10/minute")``
-  and under a fixed window of 10 requests per clock minute, computed here (the
-  library has no fixed window): why "10/minute" admits 19 in the first minute
-  of a steady client, and why a fixed window admits 20 in two seconds at its
-  edge.
+  and under ``FixedWindow(10, 60)``, 10 requests per clock minute: why
+  "10/minute" admits 19 in the first minute of a steady client, and why a
+  fixed window admits 20 in two seconds at its edge.
+* ``algorithms.png``: the three algorithms of ``RateLimiter(..., algorithm=...)``
+  on the same traffic (a client idle for 50 s, then 2 requests a second
+  across a minute's edge until 70 s, then one every 2 s): the requests
+  admitted and refused each second, and the 60 s that admitted the most.
 * ``quota-midnight.png``: ``Quota(8, per="day", tz="Europe/Paris")`` on a
   ``ManualClock``, one request an hour from noon on 30 March 2024 to noon on
   1 April: each day's eighth request empties it, the rest wait for local
@@ -27,7 +30,6 @@ moves only through ``ManualClock``.
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import subprocess
 import sys
@@ -41,7 +43,7 @@ matplotlib.use("Agg")  # files only: no display needed
 
 import matplotlib.pyplot as plt
 
-from limiter import ManualClock, Quota, RateLimiter, RateLimitResult
+from limiter import FixedWindow, ManualClock, Quota, RateLimiter, RateLimitResult
 
 IMG = Path(__file__).resolve().parent / "img"
 GREEN, RED, BLUE, ORANGE = "#1a7f37", "#cf222e", "#0969da", "#bc4c00"
@@ -121,21 +123,20 @@ def tokens_over_time(out: Path) -> Path:
 
 
 def fixed_window(arrivals: Sequence[float], count: int, width: float) -> List[bool]:
-    """The comparison, not the library: ``count`` requests per clock window of ``width`` s."""
-    used: dict = {}
-    admitted = []
-    for t in arrivals:
-        window = math.floor(t / width)
-        ok = used.get(window, 0) < count
-        if ok:
-            used[window] = used.get(window, 0) + 1
-        admitted.append(ok)
-    return admitted
+    """``count`` requests per clock window of ``width`` s: ``FixedWindow(count, width)``."""
+    return admitted_by(arrivals, FixedWindow(count, width))
 
 
 def token_bucket(arrivals: Sequence[float], rate: str) -> List[bool]:
+    return admitted_by(arrivals, rate)
+
+
+def admitted_by(
+    arrivals: Sequence[float], rate: object, algorithm: str = "token-bucket"
+) -> List[bool]:
+    """Whether each request at ``arrivals`` (seconds) passes ``RateLimiter(rate, ...)``."""
     clock = ManualClock(start=0.0)
-    limiter = RateLimiter(rate, clock=clock)
+    limiter = RateLimiter(rate, clock=clock, algorithm=algorithm)  # type: ignore[arg-type]
     admitted = []
     for t in arrivals:
         clock.set(t)
@@ -191,7 +192,7 @@ def bucket_vs_window(out: Path) -> Tuple[Path, int, int]:
             color=ORANGE,
             lw=2,
             ls="--",
-            label=f"fixed window, 10 per clock minute (comparison): {sum(w)}",
+            label=f"fixed window, FixedWindow(10, 60): {sum(w)}",
         )
         ax.set_ylabel("requests admitted (cumulative)")
         ax.yaxis.get_major_locator().set_params(integer=True)
@@ -227,6 +228,67 @@ def bucket_vs_window(out: Path) -> Tuple[Path, int, int]:
     fig.savefig(path, metadata=METADATA)
     plt.close(fig)
     return path, first_bucket, first_window
+
+
+def worst_minute(arrivals: Sequence[float], admitted: Sequence[bool]) -> Tuple[int, float]:
+    """``(most admitted within any 60 s, when those 60 s start)``: [start, start + 60)."""
+    times = [t for t, ok in zip(arrivals, admitted) if ok]
+    best = max((sum(start <= t < start + 60 for t in times), -start) for start in times)
+    return best[0], -best[1]
+
+
+#: The three algorithms, as ``algorithms.png`` names and draws them.
+ALGORITHMS = (
+    ("token-bucket", 'token bucket: RateLimiter("10/minute")', BLUE),
+    ("fixed-window", 'fixed window: algorithm="fixed-window"', ORANGE),
+    ("sliding-window", 'sliding window: algorithm="sliding-window"', GREEN),
+)
+
+
+def algorithms(out: Path) -> Tuple[Path, List[int]]:
+    """The three algorithms on one client's traffic; returns the path and each one's worst 60 s."""
+    arrivals = [50.0 + i / 2 for i in range(40)] + [70.0 + 2 * i for i in range(85)]
+    end = 240
+    fig, axes = plt.subplots(3, 1, figsize=(10, 7.2), dpi=110, sharex=True)
+    worst: List[int] = []
+    for ax, (algorithm, title, colour) in zip(axes, ALGORITHMS):
+        admitted = admitted_by(arrivals, "10/minute", algorithm)
+        ok = [0] * end
+        no = [0] * end
+        for t, passed in zip(arrivals, admitted):
+            (ok if passed else no)[int(t)] += 1
+        seconds = list(range(end))
+        ax.bar(seconds, ok, width=0.8, align="edge", color=colour, label="admitted")
+        ax.bar(seconds, no, width=0.8, align="edge", bottom=ok, color="#d0d7de", label="refused")
+        most, start = worst_minute(arrivals, admitted)
+        worst.append(most)
+        ax.axvspan(start, start + 60, color=colour, alpha=0.08)
+        ax.text(
+            start + 1,
+            2.25,
+            f"the worst 60 s: {most} admitted ({start:g} s to {start + 60:g} s)",
+            fontsize=8.5,
+            color="#57606a",
+        )
+        for edge in (60, 120, 180):
+            ax.axvline(edge, color="#8c959f", lw=0.8, ls=":")
+        ax.set_title(f"{title}: {sum(admitted)} of {len(arrivals)} admitted", fontsize=10)
+        ax.set_ylabel("requests / s")
+        ax.set_ylim(0, 2.9)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.25, axis="y")
+        ax.legend(loc="upper right", fontsize=8, ncol=2)
+    axes[-1].set_xlabel(
+        "seconds: idle, then 2 requests a second from 50 s to 70 s (across the clock "
+        "minute at 60 s), then one every 2 s"
+    )
+    axes[-1].set_xlim(40, end)
+    fig.suptitle('The same client under "10/minute" with each algorithm', fontsize=11)
+    fig.tight_layout()
+    path = out / "algorithms.png"
+    fig.savefig(path, metadata=METADATA)
+    plt.close(fig)
+    return path, worst
 
 
 def quota_midnight(out: Path) -> Tuple[Path, List[int]]:
@@ -365,6 +427,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{path} (first minute: token bucket {first_bucket}, fixed window {first_window})")
     path, per_day = quota_midnight(args.out)
     print(f"{path} (admitted per day: {per_day})")
+    path, worst = algorithms(args.out)
+    names = ", ".join(f"{name} {most}" for (name, _, _), most in zip(ALGORITHMS, worst))
+    print(f"{path} (the worst 60 s: {names})")
     if not args.no_screenshot:
         found = chromium()
         if found is None:

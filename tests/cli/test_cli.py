@@ -16,21 +16,11 @@ from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 
+from helpers.cli import run
 from limiter import RateLimiter
-from limiter.cli import main
 from limiter.urls import STORAGE_URL_ENV
 
 Run = Tuple[int, str, str]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
-    """``main(argv)`` in this process: (exit status, stdout, stderr)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def inspect_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Dict[str, Any]:
@@ -73,9 +63,10 @@ def test_inspect_json_fields(db: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert (report["allowed"], report["retry_after"]) == (True, 0.0)
     [bucket] = report["limits"]
     assert set(bucket) == {
-        "name", "rate", "burst", "window", "tokens", "tokens_exact", "full_in", "allowed",
-        "retry_after",
+        "name", "algorithm", "rate", "burst", "window", "tokens", "tokens_exact", "full_in",
+        "allowed", "retry_after",
     }  # fmt: skip
+    assert bucket["algorithm"] == "token-bucket"
     assert (bucket["name"], bucket["burst"], bucket["window"]) == ("5/minute", 5, 60.0)
     assert bucket["rate"] == pytest.approx(5 / 60)
     assert bucket["tokens"] == 2
@@ -249,8 +240,8 @@ def test_reset_several_limits_json(db: str, capsys: pytest.CaptureFixture[str]) 
         "store": db,
         "reset": True,
         "limits": [
-            {"name": "2/minute", "rate": 2 / 60, "burst": 2},
-            {"name": "10/hour", "rate": 10 / 3600, "burst": 10},
+            {"name": "2/minute", "algorithm": "token-bucket", "rate": 2 / 60, "burst": 2},
+            {"name": "10/hour", "algorithm": "token-bucket", "rate": 10 / 3600, "burst": 10},
         ],
     }
     result = app.peek("user:42")

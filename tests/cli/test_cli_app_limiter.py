@@ -7,7 +7,6 @@ The app module here runs on a ManualClock, which the CLI then uses too.
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 import uuid
@@ -17,8 +16,7 @@ from typing import Iterator, Tuple
 
 import pytest
 
-from limiter.cli import main
-from limiter.urls import STORAGE_URL_ENV
+from helpers.cli import app_module, run
 
 APP = """
 from limiter import Lockout, ManualClock, RateLimiter
@@ -36,25 +34,7 @@ rl = RateLimiter(
 
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[str, ModuleType]]:
-    monkeypatch.delenv(STORAGE_URL_ENV, raising=False)
-    name = f"cli_app_{uuid.uuid4().hex}"
-    (tmp_path / f"{name}.py").write_text(APP.format(url=f"sqlite:///{tmp_path / 'app.db'}"))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module(name)
-    try:
-        yield name, module
-    finally:
-        module.rl.store.close()
-        sys.modules.pop(name, None)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
+    yield from app_module(APP, tmp_path, monkeypatch)
 
 
 def lock_out(module: ModuleType, key: str = "user:42") -> None:

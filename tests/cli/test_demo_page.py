@@ -174,3 +174,44 @@ def test_the_chart_draws_steps_a_drop_vertical_and_a_refill_sloped(start_demo, b
         [3.5, 3],  # ... and level on to now
     ]
     demo.stop()
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "title"),
+    [
+        ("fixed-window", "Requests left in your window"),
+        ("sliding-window", "Requests left in your sliding window"),
+    ],
+)
+def test_a_window_is_charted_as_requests_left_level_between_peeks(
+    start_demo, browser, algorithm: str, title: str
+) -> None:
+    import time
+
+    from selenium.webdriver.common.by import By
+
+    if 86400 - time.time() % 86400 < 300:
+        pytest.skip("within 5 minutes of a UTC midnight: a new window could open mid-test")
+    demo = start_demo("--rate", "3/day", "--algorithm", algorithm)
+    browser.get(demo.url)
+    chart = browser.find_element(By.ID, "chart")
+    assert browser.find_element(By.ID, "limit").text == f"3/day {algorithm.replace('-', ' ')}"
+    assert browser.find_element(By.ID, "chart-title").text == title
+    assert chart.get_attribute("data-algorithm") == algorithm
+    wait(browser, lambda: chart.get_attribute("data-last-tokens") == "3.00")
+    size = browser.find_element(By.ID, "burst-size")
+    assert size.get_attribute("value") == "6"  # the count + 3
+    size.clear()
+    size.send_keys("5")
+    browser.find_element(By.ID, "burst").click()
+    wait(browser, lambda: number(browser, "count-200") + number(browser, "count-429") == 5)
+    assert (number(browser, "count-200"), number(browser, "count-429")) == (3, 2)
+    # The peek after the burst drawn (the dots alone also end at 0: the 429s' remaining).
+    wait(browser, lambda: bool(path(chart)) and path(chart)[-1][1] == 0)
+    # No refill: every segment is level or vertical, and the drop is the 3 taken.
+    line = path(chart)
+    assert all(a[0] == b[0] or a[1] == b[1] for a, b in zip(line, line[1:])), line
+    assert line[0][1] == 3 and line[-1][1] == 0
+    shown = browser.find_element(By.ID, "headers").text.splitlines()
+    assert shown[0] == "HTTP 429" and "x-ratelimit-limit: 3" in shown
+    demo.stop()

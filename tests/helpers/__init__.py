@@ -6,4 +6,6 @@
 * ``redis_state``: reading back what a Redis store wrote.
 * ``servers``: uvicorn in a thread on a free loopback port.
 * ``django_settings``: Django configured once per process (import it first).
+* ``cli``: ``limiter.cli.main`` run in-process, and an application module for
+  its ``--limiter``.
 """

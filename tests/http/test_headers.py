@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import http_sfv
 import pytest
@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import limiter.http.headers as headers_module
-from limiter import Limit, ManualClock, RateLimiter, RateLimitResult, rate_limit_headers
+from limiter import (
+    FixedWindow,
+    Limit,
+    ManualClock,
+    RateLimiter,
+    RateLimitResult,
+    SlidingWindow,
+    rate_limit_headers,
+)
 from limiter.core.bucket import step
 from limiter.core.limits import TIME_EPSILON
 from limiter.http.headers import SF_INT_MAX, build_headers, build_raw_headers
@@ -700,3 +708,131 @@ def test_raw_headers_are_the_bytes_asgi_sends() -> None:
         (b"Retry-After", b"2"),
     ]
     assert build_raw_headers(result(), NOW, None) == []
+
+
+# -- window policies (FixedWindow, SlidingWindow) --------------------------------------
+# X-RateLimit-Reset and the draft's t are what the result gives: a fixed window's
+# end, a sliding window's reset_after (when nothing is counted any more); the
+# policy item is q=count;w=period for whole-second periods (docs/headers.md).
+
+WINDOW_NOW = 1_700_000_000.25  # 20.25 s into a clock minute, 0.25 s into a second
+
+
+def window_headers(policy: object, *times: float, style: str = "both") -> List[Headers]:
+    """The headers of one request at each of ``times`` (seconds after WINDOW_NOW)."""
+    clock = ManualClock(WINDOW_NOW)
+    limiter = RateLimiter(policy, clock=clock)  # type: ignore[arg-type]
+    out = []
+    for seconds in times:
+        clock.set(WINDOW_NOW + seconds)
+        out.append(rate_limit_headers(limiter.check("k"), now=clock.now(), style=style))
+    return out
+
+
+def test_a_fixed_window_s_headers_count_down_to_its_end() -> None:
+    first, second, third, fourth = window_headers(FixedWindow(2, 60), 0, 1, 2, 39.75)
+    assert first == [
+        ("X-RateLimit-Limit", "2"),
+        ("X-RateLimit-Remaining", "1"),
+        ("X-RateLimit-Reset", "1700000040"),  # the clock minute's end
+        ("RateLimit-Policy", '"default";q=2;w=60'),
+        ("RateLimit", '"default";r=1;t=40'),  # all back at the window's end
+    ]
+    assert second[1:3] == [("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "1700000040")]
+    assert dict(second)["RateLimit"] == '"default";r=0;t=39'
+    assert third == [
+        ("X-RateLimit-Limit", "2"),
+        ("X-RateLimit-Remaining", "0"),
+        ("X-RateLimit-Reset", "1700000040"),
+        ("RateLimit-Policy", '"default";q=2;w=60'),
+        ("RateLimit", '"default";r=0;t=38'),  # t and Retry-After agree
+        ("Retry-After", "38"),
+    ]
+    # At the minute's edge: a new window, counted from 0.
+    assert fourth[1:3] == [("X-RateLimit-Remaining", "1"), ("X-RateLimit-Reset", "1700000100")]
+    assert dict(fourth)["RateLimit"] == '"default";r=1;t=60'
+
+
+def test_a_first_request_anchored_window_ends_a_period_after_its_first_request() -> None:
+    first, denied = window_headers(FixedWindow(1, 60, anchor="first"), 0, 10)
+    assert first[2] == ("X-RateLimit-Reset", "1700000061")  # now + 60, rounded up
+    assert dict(first)["RateLimit"] == '"default";r=0;t=60'
+    assert denied[2:] == [
+        ("X-RateLimit-Reset", "1700000061"),
+        ("RateLimit-Policy", '"default";q=1;w=60'),
+        ("RateLimit", '"default";r=0;t=50'),
+        ("Retry-After", "50"),
+    ]
+
+
+def test_a_sliding_window_s_reset_and_t_are_when_nothing_is_counted() -> None:
+    first, second, denied, next_window = window_headers(SlidingWindow(2, 60), 0, 1, 2, 39.75)
+    assert first == [
+        ("X-RateLimit-Limit", "2"),
+        ("X-RateLimit-Remaining", "1"),
+        ("X-RateLimit-Reset", "1700000100"),  # the end of the next minute
+        ("RateLimit-Policy", '"default";q=2;w=60'),
+        ("RateLimit", '"default";r=1;t=100'),  # reset_after: an upper bound (see the docs)
+    ]
+    assert dict(second)["RateLimit"] == '"default";r=0;t=99'
+    # Refused: Retry-After is exact (38 s: the previous minute's weight takes over);
+    # t, later than it, is left out rather than contradict it.
+    assert denied[2:] == [
+        ("X-RateLimit-Reset", "1700000100"),
+        ("RateLimit-Policy", '"default";q=2;w=60'),
+        ("RateLimit", '"default";r=0'),
+        ("Retry-After", "38"),
+    ]
+    # At the edge the 2 of the last minute weigh (nearly) fully: one more is let in.
+    assert next_window[1:3] == [
+        ("X-RateLimit-Remaining", "0"),
+        ("X-RateLimit-Reset", "1700000160"),
+    ]
+
+
+@pytest.mark.parametrize("kind", [FixedWindow, SlidingWindow])
+@pytest.mark.parametrize(
+    ("count", "period", "policy"),
+    [
+        (10, 60, "q=10;w=60"),  # whole seconds: exactly q=count;w=period
+        (10, 1, "q=10;w=1"),
+        (1000, 86400, "q=1000;w=86400"),
+        (3, 1.5, "q=3;w=2"),  # w must be an integer: the period rounded up, q the count
+        (7, 2.5, "q=7;w=3"),
+        (5, 0.5, "q=10;w=1"),  # under a second: per second, q the whole units in it
+        (3, 0.25, "q=12;w=1"),
+        (100, 0.3, "q=333;w=1"),  # 333.3 a second, rounded down
+        (1, 0.001, "q=1000;w=1"),
+    ],
+)
+def test_a_window_s_policy_item(kind: Any, count: int, period: float, policy: str) -> None:
+    (headers,) = window_headers(kind(count, period), 0, style="draft")
+    assert dict(headers)["RateLimit-Policy"] == f'"default";{policy}'
+    check_conformance(
+        RateLimiter(kind(count, period), clock=ManualClock(WINDOW_NOW)).check("k"),
+        headers,
+        WINDOW_NOW,
+    )
+
+
+@pytest.mark.parametrize("kind", [FixedWindow, SlidingWindow])
+def test_a_window_s_advertised_rate_is_never_above_the_real_one(kind: Any) -> None:
+    for count in (1, 2, 3, 7, 10, 99, 1000):
+        for period in (0.001, 0.3, 0.5, 0.999, 1.0, 1.5, 2.5, 59.9, 60.0, 3600.0):
+            ((_, item),) = draft(
+                RateLimiter(kind(count, period), clock=ManualClock(1.0)).check("k", 0)
+            )["policy"]  # type: ignore[misc]
+            assert item["q"] / item["w"] <= count / period * (1 + 1e-9), (count, period)
+            if period >= 1.0:
+                assert item["q"] == count  # the whole count, in a window a bit longer
+
+
+def test_a_policy_of_limit_true_is_no_cached_q_true() -> None:
+    # True == 1 and hashes alike: the policy cache must not hand "q=True" to a
+    # limit of 1 (nor send it at all).
+    odd = RateLimitResult(True, True, 1, 0.0, 0.0, 1.5, (), "default")  # type: ignore[arg-type]
+    assert dict(rate_limit_headers(odd, now=NOW, style="draft"))["RateLimit-Policy"] == (
+        '"default";q=1;w=2'
+    )
+    (headers,) = window_headers(FixedWindow(1, 1.5), 0, style="draft")
+    assert dict(headers)["RateLimit-Policy"] == '"default";q=1;w=2'

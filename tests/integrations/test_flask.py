@@ -792,8 +792,9 @@ def test_one_ratelimit_serves_two_apps_of_a_factory() -> None:
         (
             {"RATELIMIT_STORAGE_URI": "redis://:hunter2@x"},  # flask-limiter's name
             ValueError,
-            r"^unknown config key RATELIMIT_STORAGE_URI \(RateLimit reads RATELIMIT_DEFAULT, "
-            r"RATELIMIT_STORAGE_URL, RATELIMIT_ENABLED, RATELIMIT_HEADERS\)$",
+            r"^unknown config key RATELIMIT_STORAGE_URI \(flask-limiter's RATELIMIT_STORAGE_URI "
+            r"is RATELIMIT_STORAGE_URL here; RateLimit reads RATELIMIT_DEFAULT, "
+            r"RATELIMIT_STORAGE_URL, RATELIMIT_ENABLED, RATELIMIT_HEADERS, RATELIMIT_ALGORITHM\)$",
         ),
     ],
 )

@@ -177,6 +177,7 @@ def test_every_picture_the_docs_show_is_committed() -> None:
         "bucket-vs-window.png",
         "quota-midnight.png",
         "demo.png",
+        "algorithms.png",
     }
     for path in shown:
         assert is_png(path), path
@@ -206,8 +207,15 @@ def test_the_pictures_script_draws_its_pngs(tmp_path: Path) -> None:
     # A daily quota of 8 in Paris, one request an hour over two midnights
     # (one of them a 23-hour day): 8 admitted on each calendar day.
     assert "(admitted per day: [8, 8, 8])" in done.stdout
+    # "10/minute" on one client's traffic: the most any 60 s admitted, per algorithm.
+    assert "(the worst 60 s: token-bucket 19, fixed-window 20, sliding-window 19)" in done.stdout
     drawn = sorted(p.name for p in tmp_path.iterdir())
-    assert drawn == ["bucket-vs-window.png", "quota-midnight.png", "tokens-over-time.png"]
+    assert drawn == [
+        "algorithms.png",
+        "bucket-vs-window.png",
+        "quota-midnight.png",
+        "tokens-over-time.png",
+    ]
     for name in drawn:
         assert is_png(tmp_path / name), name
 

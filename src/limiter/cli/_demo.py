@@ -69,16 +69,26 @@ HEADER_STYLES = {
 }
 
 
+#: How ``_describe_limits`` names a window after its rate ("5/minute fixed window").
+_WINDOWS = {"fixed-window": "fixed window", "sliding-window": "sliding window"}
+
+
+def _shape(limit: Any) -> str:
+    """``"burst 5"`` for a bucket, ``"fixed window"`` or ``"sliding window"`` for a window."""
+    return _WINDOWS.get(limit.kind) or f"burst {limit.burst}"
+
+
 def _describe_limits(limiter: RateLimiter, rate: Optional[str] = None) -> str:
-    """``"5/minute burst 5"``: each limit as written (``rate``, if one) with its burst."""
+    """``"5/minute burst 5"``: each limit as written (``rate``, if one) with its burst
+    (``"5/minute fixed window"`` for a window)."""
     if rate is not None and len(limiter.limits) == 1:
-        return f"{' '.join(rate.split())} burst {limiter.limits[0].burst}"
+        return f"{' '.join(rate.split())} {_shape(limiter.limits[0])}"
     parts = []
     for lim in limiter.limits:
         if lim.name == "default":
             parts.append(str(lim))  # "0.1/s burst 3"
         else:  # one of several limits, named after its text: "10/second"
-            parts.append(f"{lim.name} burst {lim.burst}")
+            parts.append(f"{lim.name} {_shape(lim)}")
     return "; ".join(parts)
 
 
@@ -111,7 +121,7 @@ def demo_handler(
     """
     client_key = ClientIP()
     described = _describe_limits(limiter) if description is None else description
-    page = _page(described, limiter.burst)
+    page = _page(described, limiter.burst, _charted(limiter).kind)
 
     def exempt(request: RequestInfo) -> bool:
         return request.path in EXEMPT_PATHS
@@ -195,12 +205,30 @@ class _DemoHandler(BaseHTTPRequestHandler):
         sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
 
-def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, Dict[str, Any]]:
-    """``/api/bucket``: ``key``'s buckets, peeked (nothing taken), for the page's chart.
+def _charted(limiter: RateLimiter) -> Any:
+    """The limit the page charts before its first peek: the smallest burst."""
+    return min(limiter.limits, key=lambda lim: lim.burst)
 
-    ``tokens`` and ``burst`` are those of the bucket with the fewest tokens (the
-    one that refuses first); ``full`` is whether every bucket is full (the page
-    stops polling then).  A store that fails without a fallback is a 503.
+
+def _level(limit: Dict[str, Any]) -> float:
+    """What is left of one of ``limit_buckets``' limits: exact tokens, or a window's count."""
+    return float(limit["tokens_exact"] if "tokens_exact" in limit else limit["remaining"])
+
+
+def _full(limit: Dict[str, Any]) -> bool:
+    """Whether nothing more is to come back: a full bucket, a window that counts nothing."""
+    if "tokens_exact" in limit:
+        return bool(limit["full_in"] <= 0)
+    return bool(limit["remaining"] >= limit["count"])
+
+
+def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, Dict[str, Any]]:
+    """``/api/bucket``: ``key``'s buckets (or windows), peeked (nothing taken), for the chart.
+
+    ``tokens`` and ``burst`` are those of the limit with the least left (the
+    one that refuses first; for a window, what is left of its count, and the
+    count), ``algorithm`` its own; ``full`` is whether every limit is full (the
+    page stops polling then).  A store that fails without a fallback is a 503.
     """
     try:
         result = limiter.peek(key)
@@ -208,28 +236,64 @@ def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, 
         message = f"the store does not answer: {exc}"
         return 503, {"status": 503, "code": "store_unavailable", "message": message}
     buckets = limit_buckets(limiter, result)
-    fewest = min(buckets, key=lambda b: float(b["tokens_exact"]))
+    fewest = min(buckets, key=_level)
     return 200, {
         "key": key,
         "limit": described,
-        "tokens": round(fewest["tokens_exact"], 4),
-        "burst": fewest["burst"],
-        "full": all(b["full_in"] <= 0 for b in buckets),
+        "algorithm": fewest["algorithm"],
+        "tokens": round(_level(fewest), 4),
+        "burst": fewest.get("burst", fewest.get("count")),
+        "full": all(_full(b) for b in buckets),
         "limits": buckets,
     }
 
 
-def _page(described: str, burst: int) -> bytes:
+#: The page's first paragraph and the chart's title and unit, by the charted limit's kind.
+_PAGE_TEXTS = {
+    "bucket": (
+        "Your bucket: {{LIMIT}}, one bucket per client IP. Each request to "
+        "<code>/api/</code> takes a token; one that finds the bucket empty gets a "
+        "<code>429</code> and waits for the refill.",
+        "Tokens in your bucket",
+        "the tokens",
+    ),
+    "fixed-window": (
+        "Your window: {{LIMIT}}, one count per client IP. Each request to "
+        "<code>/api/</code> counts in the current window of the clock; once the "
+        "count is reached, requests get a <code>429</code> until the window ends, "
+        "and the next window starts from zero.",
+        "Requests left in your window",
+        "what is left of the window's count",
+    ),
+    "sliding-window": (
+        "Your sliding window: {{LIMIT}}, one count per client IP. A request to "
+        "<code>/api/</code> passes while the current window's count, plus the "
+        "previous window's weighted by the share of it still within the last "
+        "period, leaves room for it; a refused one gets a <code>429</code>, and "
+        "room comes back bit by bit as the previous window slides out.",
+        "Requests left in your sliding window",
+        "what is left of the count (the estimate, rounded down)",
+    ),
+}
+
+
+def _page(described: str, burst: int, kind: str = "bucket") -> bytes:
     """``demo.html`` (no external asset) for a limit: its text, its burst (the chart's
-    scale) and the burst button's default size (burst + ``EXTRA_REQUESTS``).
+    scale), the burst button's default size (burst + ``EXTRA_REQUESTS``) and, by
+    the ``kind`` of the limit charted first, what the page says it shows.
 
     tests/cli/test_demo_page.py reads its counters and data-* attributes.
     """
     from importlib.resources import files  # Python >= 3.9
 
+    intro, title, line = _PAGE_TEXTS.get(kind, _PAGE_TEXTS["fixed-window"])  # a Quota counts
     page = files(__package__).joinpath("demo.html").read_text(encoding="utf-8")
     return (
-        page.replace("{{LIMIT}}", html.escape(described))
+        page.replace("{{INTRO}}", intro)
+        .replace("{{CHART_TITLE}}", title)
+        .replace("{{LINE}}", line)
+        .replace("{{ALGORITHM}}", "token-bucket" if kind == "bucket" else kind)
+        .replace("{{LIMIT}}", f'<strong id="limit">{html.escape(described)}</strong>')
         .replace("{{BURST}}", str(burst))
         .replace("{{BURST_SIZE}}", str(burst + EXTRA_REQUESTS))
         .encode()
@@ -302,7 +366,9 @@ def _check_store(store: Any, shown: str) -> Optional[str]:
 def demo_command(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int:
     """``demo``: serve until Ctrl-C (0); usage errors exit 2, a store or port that fails 1."""
     try:  # the limit first: a bad --rate opens no store
-        limits = RateLimiter(args.rate, args.burst).limits
+        limits = RateLimiter(
+            args.rate, args.burst, algorithm=args.algorithm or "token-bucket"
+        ).limits
     except (TypeError, ValueError) as exc:
         demo.error(str(exc))
     shown_store = _describe_store(args.store)
@@ -331,6 +397,27 @@ def demo_command(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int
         close = getattr(store, "close", None)
         if callable(close):
             close()
+
+
+def _expect_note(limiter: RateLimiter) -> str:
+    """Why the printed loop's line holds, and when it may not, for the limits that refuse first."""
+    burst = limiter.burst
+    first = [lim for lim in limiter.limits if lim.burst == burst]
+    if all(lim.kind == "bucket" for lim in first):
+        # The slowest refill of the buckets that empty first: while it has not
+        # brought a token back, every request past the burst is a 429.
+        interval = max(lim.interval for lim in first)
+        note = f"one token back every {duration(interval)}"
+        if interval < _SURE_INTERVAL:
+            note += "; a slower loop shows fewer 429s"
+        return note
+    period = min(lim.window for lim in first)
+    if any(lim.kind == "sliding-window" for lim in first):
+        return f"room comes back as the {duration(period)} window slides"
+    return (
+        f"all back when the {duration(period)} window of the clock ends; "
+        "a loop across its end shows more 200s"
+    )
 
 
 def _top_n(query: str) -> Optional[int]:
@@ -378,13 +465,8 @@ def _serve(
     shown = f"[{host}]" if ":" in str(host) else str(host)
     url = f"http://{shown}:{port}/"
     burst = limiter.burst
-    # The buckets that empty first, and the slowest of their refills: while it
-    # has not brought a token back, every request past the burst is a 429.
-    interval = max(lim.interval for lim in limiter.limits if lim.burst == burst)
     expected = " ".join(["200"] * burst + ["429"] * EXTRA_REQUESTS)
-    note = f"one token back every {duration(interval)}"
-    if interval < _SURE_INTERVAL:
-        note += "; a slower loop shows fewer 429s"
+    note = _expect_note(limiter)
     print(f"limiter demo: serving {url} at {described} (open it in a browser; Ctrl-C to stop)")
     print(f"limiter demo: store {shown_store}; {HEADER_STYLES[args.headers]}")
     print(

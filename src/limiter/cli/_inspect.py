@@ -108,7 +108,11 @@ def bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> in
     """``inspect`` or ``reset``: usage errors exit 2, a store that fails exits 1,
     no stored state for the key exits 3."""
     if args.limiter is not None:
-        for given, option in ((args.limit, "--limit"), (args.burst, "--burst")):
+        for given, option in (
+            (args.limit, "--limit"),
+            (args.burst, "--burst"),
+            (args.algorithm, "--algorithm"),
+        ):
             if given is not None:
                 sub.error(f"argument {option}: not with --limiter, which gives the limits")
         if args.name is not None:
@@ -117,7 +121,8 @@ def bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> in
     if args.limit is None:
         sub.error("give the application's limiter as --limiter MODULE:ATTRIBUTE, or --limit RATE")
     try:  # the limiter and the key first: a usage error opens no store
-        bare = RateLimiter(_rate(args.limit), args.burst, name=args.name)
+        algorithm = args.algorithm or "token-bucket"
+        bare = RateLimiter(_rate(args.limit), args.burst, name=args.name, algorithm=algorithm)
     except (TypeError, ValueError) as exc:
         sub.error(f"argument --limit: {exc}")
     try:
@@ -244,11 +249,14 @@ def _run_bucket_command(
 
 
 def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
-    """One limit's bucket, from a peek's result for it."""
+    """One limit's state, from a peek's result for it: a bucket's, or ``_window``'s."""
+    if limit.kind != "bucket":
+        return _window(limit, result)
     exact, wait = peek_view(limit, result)
     allowed = wait <= limit.slack
     return {
         "name": limit.name,
+        "algorithm": "token-bucket",
         "rate": limit.rate,
         "burst": limit.burst,
         "window": limit.window,
@@ -257,6 +265,36 @@ def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
         "full_in": result.reset_after,
         "allowed": allowed,
         "retry_after": 0.0 if allowed else wait,
+    }
+
+
+def _window(limit: Any, result: RateLimitResult) -> Dict[str, Any]:
+    """A window's (or a ``Quota``'s) state from a peek's result: the count used and left,
+    when the current window ends, and until nothing is counted (``full_in``).
+
+    A request of cost 1 passes when one unit is left. Refused, a fixed window
+    (a quota) lets it in at its end; a sliding window when the previous
+    window's weight has fallen enough, which a peek does not tell: its
+    ``retry_after`` is then the sure bound ``full_in``.
+    """
+    count, remaining, reset = limit.burst, result.remaining, result.reset_after
+    ends_in: Optional[float] = reset
+    if limit.kind == "sliding-window":
+        # reset_after is the next window's end while the current one counts
+        # anything, else the current one's (0.0: nothing counted at all).
+        ends_in = reset - limit.period if reset > limit.period else (reset or None)
+    allowed = remaining >= 1
+    return {
+        "name": limit.name,
+        "algorithm": limit.kind,
+        "count": count,
+        "period": limit.window,
+        "used": count - remaining,
+        "remaining": remaining,
+        "window_ends_in": ends_in,
+        "full_in": reset,
+        "allowed": allowed,
+        "retry_after": 0.0 if allowed else reset,
     }
 
 
@@ -293,9 +331,14 @@ def _reset_report(limiter: RateLimiter, key: str, shown: str) -> Dict[str, Any]:
         "store": shown,
         "reset": True,
         "limits": [
-            {"name": lim.name, "rate": lim.rate, "burst": lim.burst} for lim in limiter.limits
+            {"name": lim.name, "algorithm": _algorithm(lim), "rate": lim.rate, "burst": lim.burst}
+            for lim in limiter.limits
         ],
     }
+
+
+def _algorithm(limit: Policy) -> str:
+    return "token-bucket" if limit.kind == "bucket" else str(limit.kind)
 
 
 def _seconds(value: float) -> str:
@@ -310,29 +353,67 @@ def _origin(report: Dict[str, Any], source: str) -> str:
     return f"limiter {printable(report['limiter'])} on {report['store']}{where}"
 
 
+def _request_now(limit: Dict[str, Any]) -> str:
+    if limit["allowed"]:
+        return "allowed"
+    # A sliding window's wait is a bound (see _window).
+    bound = "at most " if limit["algorithm"] == "sliding-window" else ""
+    return f"denied, in {bound}{_seconds(limit['retry_after'])}"
+
+
+def _table(rows: List[Tuple[str, ...]], left: int = 1) -> List[str]:
+    """``rows`` (the header first) aligned: the first ``left`` columns and the last
+    to the left, the numbers between to the right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(width) if i < left or i == len(row) - 1 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    ]
+
+
+#: How the text names each algorithm of a window row.
+_SHORT = {"fixed-window": "fixed", "sliding-window": "sliding", "quota": "quota"}
+
+
 def _inspect_text(report: Dict[str, Any], source: str) -> str:
-    header = ("limit", "burst", "tokens", "exact", "full in", "request now")
-    rows = [header]
+    buckets: List[Tuple[str, ...]] = [
+        ("limit", "burst", "tokens", "exact", "full in", "request now")
+    ]
+    windows: List[Tuple[str, ...]] = [
+        ("limit", "window", "count", "used", "left", "ends in", "request now")
+    ]
     for b in report["limits"]:
-        now = "allowed" if b["allowed"] else f"denied, in {_seconds(b['retry_after'])}"
-        rows.append(
+        if b["algorithm"] == "token-bucket":
+            buckets.append(
+                (
+                    b["name"],
+                    str(b["burst"]),
+                    str(b["tokens"]),
+                    f"{b['tokens_exact']:.4f}",
+                    _seconds(b["full_in"]),
+                    _request_now(b),
+                )
+            )
+            continue
+        ends = b["window_ends_in"]
+        windows.append(
             (
                 b["name"],
-                str(b["burst"]),
-                str(b["tokens"]),
-                f"{b['tokens_exact']:.4f}",
-                _seconds(b["full_in"]),
-                now,
+                f"{_SHORT[b['algorithm']]} {b['period']:g} s",
+                str(b["count"]),
+                str(b["used"]),
+                str(b["remaining"]),
+                "-" if ends is None else _seconds(ends),
+                _request_now(b),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [f"key {printable(report['key'])} of {_origin(report, source)}"]
-    for row in rows:
-        cells = [
-            cell.ljust(width) if i in (0, len(row) - 1) else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths))
-        ]
-        lines.append("  ".join(cells).rstrip())
+    for rows, left in ((buckets, 1), (windows, 2)):
+        if len(rows) > 1:
+            lines.extend(_table(rows, left))
     if report.get("locked_out"):
         lines.append(f"locked out: for {_seconds(report['locked_out_for'])} more")
     if len(report["limits"]) > 1 or "locked_out" in report:
@@ -344,7 +425,11 @@ def _inspect_text(report: Dict[str, Any], source: str) -> str:
 
 
 def _reset_text(report: Dict[str, Any], source: str) -> str:
-    limits = ", ".join(f"{lim['name']} (burst {lim['burst']})" for lim in report["limits"])
+    limits = ", ".join(
+        f"{lim['name']} ({'burst' if lim['algorithm'] == 'token-bucket' else 'count'} "
+        f"{lim['burst']})"
+        for lim in report["limits"]
+    )
     key = printable(report["key"])
     return f"reset key {key} of {_origin(report, source)}: full buckets for {limits}"
 

@@ -9,6 +9,7 @@ from limiter import __version__
 from limiter.cli._demo import DEFAULT_RATE, HEADER_STYLES, demo_command
 from limiter.cli._inspect import bucket_command
 from limiter.cli._top import top_command
+from limiter.core.spec import ALGORITHMS
 from limiter.urls import STORAGE_URL_ENV
 
 
@@ -38,6 +39,16 @@ def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentPars
     return parser, subparsers
 
 
+def _algorithm_argument(sub: argparse.ArgumentParser, help: str) -> None:
+    """``--algorithm``: what ``RateLimiter(rate, algorithm=...)`` makes of the rate."""
+    sub.add_argument(
+        "--algorithm",
+        choices=list(ALGORITHMS),
+        default=None,  # token-bucket; None tells that it was not given
+        help=help,
+    )
+
+
 def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     """The arguments of ``demo``."""
     demo.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -51,7 +62,12 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
         "--burst",
         type=int,
         default=None,
-        help="bucket capacity (default: the rate's count, 5 for 5/minute)",
+        help="bucket capacity (default: the rate's count, 5 for 5/minute; a token bucket only)",
+    )
+    _algorithm_argument(
+        demo,
+        "token-bucket (the default): a burst, then a steady refill; fixed-window: the "
+        "rate's count per clock window; sliding-window: per any window, estimated",
     )
     demo.add_argument(
         "--store",
@@ -124,6 +140,9 @@ def _bucket_arguments(sub: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="the bucket capacity, if the application gives RateLimiter one",
+    )
+    _algorithm_argument(
+        sub, "the algorithm the application gives RateLimiter (default token-bucket)"
     )
     sub.add_argument(
         "--name",

@@ -62,6 +62,10 @@ def _quoted_name(name: object, param: str) -> str:
 
 def _policy(name: str, limit: int, window: float, param: str) -> Tuple[str, str]:
     """``('"<name>";q=<q>;w=<w>', '"<name>"')`` for one limit (cached: a policy is constant)."""
+    if limit.__class__ is not int:
+        # A hand-built result's True or 2.0: as an int, so "q=True" is neither
+        # sent nor cached under the key of 1 (True == 1 hashes alike).
+        limit = int(limit)
     key = (name, limit, window)
     try:
         return _POLICIES[key]

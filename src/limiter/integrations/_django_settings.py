@@ -14,10 +14,10 @@ from django.core.signals import setting_changed  # type: ignore[import-untyped]
 from limiter.http.guard import Guard
 from limiter.http.options import GuardOptions
 from limiter.http.rules import path_pattern
-from limiter.integrations.common import Integration, check_rate
+from limiter.integrations.common import Integration, check_algorithm, check_rate
 
 #: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
-OWN_KEYS = ("default", "store", "clock", "exempt_paths", "check_store")
+OWN_KEYS = ("default", "store", "clock", "exempt_paths", "check_store", "algorithm")
 KEYS = frozenset((*OWN_KEYS, *GuardOptions.__annotations__))
 
 
@@ -45,6 +45,10 @@ class Config:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ImproperlyConfigured(f"settings.RATE_LIMIT has an unknown key {key!r}{hint}")
         options = {k: v for k, v in source.items() if k not in OWN_KEYS}
+        try:
+            algorithm = check_algorithm(source.get("algorithm")) or "token-bucket"
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"settings.RATE_LIMIT['algorithm']: {exc}") from exc
         default = source.get("default")
         if default is not None:
             try:
@@ -69,7 +73,12 @@ class Config:
         self.check_store = check
         try:
             self.integration = Integration(
-                "RateLimitMiddleware", default=default, store=store, clock=clock, **options
+                "RateLimitMiddleware",
+                default=default,
+                store=store,
+                clock=clock,
+                algorithm=algorithm,
+                **options,
             )
         except (TypeError, ValueError) as exc:
             # Guard's messages name the option and the value; say where it came from.

@@ -22,6 +22,7 @@ from typing import (
 )
 
 from limiter.clock import Clock
+from limiter.core.spec import ALGORITHMS
 from limiter.http.guard import Deferred, Guard
 from limiter.http.options import GuardOptions, Options, check_options
 from limiter.http.request import Cost, KeyFunc, RequestInfo
@@ -48,6 +49,24 @@ MAX_RATES_PER_SCOPE = 256
 
 
 _DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
+
+#: What ``algorithm=`` names, as ``RateLimiter`` takes it.
+ALGORITHM_NAMES = tuple(ALGORITHMS)
+
+
+def check_algorithm(algorithm: object, param: str = "algorithm") -> Optional[str]:
+    """``algorithm`` if ``None`` or a key of ``limiter.core.spec.ALGORITHMS``.
+
+    ``TypeError`` for a non-``str``, ``ValueError`` naming a wrong name.
+    """
+    if algorithm is None:
+        return None
+    if not isinstance(algorithm, str):
+        raise TypeError(f"{param} must be a str, got {algorithm!r:.100}")
+    if algorithm not in ALGORITHMS:
+        names = ", ".join(repr(name) for name in ALGORITHMS)
+        raise ValueError(f"{param} must be one of {names}, got {algorithm!r:.100}")
+    return algorithm
 
 
 def _takes_one(func: object) -> Optional[bool]:
@@ -104,17 +123,25 @@ def check_deduct_when_signature(deduct_when: object) -> None:
             )
 
 
-def check_rate(rate: object) -> RateSpec:
+def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
     """``rate`` checked as a ``RateSpec``; a list of rate strings is joined with ``;``.
 
-    Raises ``ValueError`` for a bad rate string, ``TypeError`` for anything else.
+    ``algorithm`` (checked by ``check_algorithm``) is for rate strings: a
+    ``RateLimiter`` given with one is a ``ValueError`` (its policies are its
+    own). Raises ``ValueError`` for a bad rate string, ``TypeError`` for anything else.
     """
+    algorithm = check_algorithm(algorithm)
     if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
         rate = ";".join(rate)
     if isinstance(rate, str):
-        RateLimiter(rate)  # parses it: ValueError naming the text
+        RateLimiter(rate, algorithm=algorithm or "token-bucket")  # ValueError naming the text
         return rate
     if isinstance(rate, RateLimiter):
+        if algorithm is not None:
+            raise ValueError(
+                f"algorithm={algorithm!r} applies to rate strings, and {rate!r:.100} is a "
+                "RateLimiter: give it the algorithm, RateLimiter(rate, algorithm=...)"
+            )
         return rate
     if callable(rate) and not isinstance(rate, type):
         if _takes_one(rate) is False:
@@ -139,10 +166,11 @@ def check_rate(rate: object) -> RateSpec:
 class RouteLimit:
     """One limit on one view, its buckets living under ``scope``.
 
-    ``methods``: ``None`` for all. Raises ``TypeError``/``ValueError`` for a bad argument.
+    ``methods``: ``None`` for all; ``algorithm``: what its rate strings become
+    (``None``: the integration's). Raises ``TypeError``/``ValueError`` for a bad argument.
     """
 
-    __slots__ = ("cost", "deduct_when", "key_func", "methods", "rate", "scope")
+    __slots__ = ("algorithm", "cost", "deduct_when", "key_func", "methods", "rate", "scope")
 
     def __init__(
         self,
@@ -153,8 +181,10 @@ class RouteLimit:
         cost: Cost = 1,
         methods: Optional[Iterable[str]] = None,
         deduct_when: Optional[DeductWhen] = None,
+        algorithm: Optional[str] = None,
     ) -> None:
-        self.rate = check_rate(rate)
+        self.rate = check_rate(rate, algorithm)
+        self.algorithm = algorithm
         if not isinstance(scope, str) or not scope:
             raise TypeError(f"name must be a non-empty str, got {scope!r}")
         if key_func is not None and not callable(key_func):
@@ -163,7 +193,11 @@ class RouteLimit:
         check_deduct_when_signature(deduct_when)
         if isinstance(cost, Mapping):
             # A typo fails at start-up; a rate function's limiters are checked per request.
-            shape = RateLimiter(self.rate) if isinstance(self.rate, str) else self.rate
+            shape = (
+                RateLimiter(self.rate, algorithm=algorithm or "token-bucket")
+                if isinstance(self.rate, str)
+                else self.rate
+            )
             cost = checked_mapping(cost, [shape])
         elif not callable(cost):
             from limiter.core.costs import validate_cost
@@ -221,9 +255,11 @@ class Integration:
     """One framework integration's store, options, default guard and view guards.
 
     ``owner`` names it in errors; ``store`` goes through ``resolve_store``
-    (``asyncio=True``: a URL gives an async store). ``cost``, ``rules`` and
-    ``deduct_when`` apply to the default only. Raises ``TypeError``/``ValueError``
-    for a bad option. Options: docs/adapters.md#options.
+    (``asyncio=True``: a URL gives an async store). ``algorithm`` is what
+    rate strings become, the default's and those of limits without one of
+    their own. ``cost``, ``rules`` and ``deduct_when`` apply to the default
+    only. Raises ``TypeError``/``ValueError`` for a bad option.
+    Options: docs/adapters.md#options.
     """
 
     def __init__(
@@ -234,10 +270,12 @@ class Integration:
         store: Any = None,
         clock: Optional[Clock] = None,
         asyncio: bool = False,
+        algorithm: str = "token-bucket",
         **options: Unpack[GuardOptions],
     ) -> None:
         from limiter.urls import resolve_store
 
+        self.algorithm: str = check_algorithm(algorithm) or "token-bucket"
         check_options(owner, options)
         check_key_func(options.get("key_func"))
         check_deduct_when_signature(options.get("deduct_when"))
@@ -248,7 +286,7 @@ class Integration:
         self.options = options
         self.enabled: bool = options.get("enabled", True)
         self._lock = threading.Lock()
-        self._limiters: Dict[Tuple[str, str], RateLimiter] = {}
+        self._limiters: Dict[Tuple[str, str, str], RateLimiter] = {}
         self._counts: Dict[str, int] = {}
         self._guards: Dict[int, Tuple[RouteLimit, Guard]] = {}
         self.default: Optional[Guard] = None
@@ -267,11 +305,15 @@ class Integration:
         shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
         self._shared: GuardOptions = shared  # type: ignore[assignment]
 
-    def limiter_for(self, rate: Union[str, RateLimiter], scope: str) -> RateLimiter:
-        """``rate`` as is, or one limiter per ``(scope, rate string)`` named ``"<scope>|<rate>"``.
+    def limiter_for(
+        self, rate: Union[str, RateLimiter], scope: str, algorithm: Optional[str] = None
+    ) -> RateLimiter:
+        """``rate`` as is, or one limiter per ``(scope, rate string, algorithm)``.
 
-        Raises ``TypeError`` for another type, ``ValueError`` beyond
-        ``MAX_RATES_PER_SCOPE`` strings in one scope.
+        ``algorithm``: ``None`` for the integration's. The limiter is named
+        ``"<scope>|<rate>"``, and ``"<scope>|<rate>|<algorithm>"`` for a
+        window (its state never read as a bucket's). Raises ``TypeError`` for
+        another type, ``ValueError`` beyond ``MAX_RATES_PER_SCOPE`` strings in one scope.
         """
         if isinstance(rate, RateLimiter):
             return rate
@@ -280,7 +322,8 @@ class Integration:
                 f"a limit function must return a rate string or a limiter.RateLimiter, "
                 f"got {rate!r:.200}"
             )
-        slot = (scope, rate)
+        algorithm = algorithm or self.algorithm
+        slot = (scope, rate, algorithm)
         limiter = self._limiters.get(slot)
         if limiter is not None:
             return limiter
@@ -294,19 +337,22 @@ class Integration:
                         f"{MAX_RATES_PER_SCOPE} distinct rates (now {rate!r:.100}); "
                         "return one of a few plans, not a rate per client"
                     )
+                name = f"{scope}|{rate}"
+                if algorithm != "token-bucket":
+                    name += f"|{algorithm}"
                 limiter = RateLimiter(
-                    rate, store=self.store, clock=self.clock, name=f"{scope}|{rate}"
+                    rate, store=self.store, clock=self.clock, name=name, algorithm=algorithm
                 )
                 self._limiters[slot] = limiter
                 self._counts[scope] = count + 1
         return limiter
 
-    def spec(self, rate: RateSpec, scope: str) -> LimiterSpec:
+    def spec(self, rate: RateSpec, scope: str, algorithm: Optional[str] = None) -> LimiterSpec:
         """``rate`` as a ``Guard`` takes it: a limiter, or a function returning one."""
         if isinstance(rate, (str, RateLimiter)):
-            return self.limiter_for(rate, scope)
+            return self.limiter_for(rate, scope, algorithm)
         limiter_for = self.limiter_for
-        return then(rate, lambda chosen: limiter_for(chosen, scope))
+        return then(rate, lambda chosen: limiter_for(chosen, scope, algorithm))
 
     def guard(self, route: RouteLimit) -> Guard:
         """The ``Guard`` of ``route`` (built once per ``RouteLimit``)."""
@@ -318,7 +364,8 @@ class Integration:
             options["key_func"] = route.key_func
         options["cost"] = route.cost
         options["deduct_when"] = route.deduct_when
-        guard = Guard(self.spec(route.rate, route.scope), Options(options, owner=self.owner))
+        spec = self.spec(route.rate, route.scope, route.algorithm)
+        guard = Guard(spec, Options(options, owner=self.owner))
         with self._lock:
             self._guards[id(route)] = (route, guard)
         return guard

@@ -406,19 +406,27 @@ def ratelimit(
     methods: Optional[Sequence[str]] = None,
     name: Optional[str] = None,
     deduct_when: Optional[DeductWhen] = None,
+    algorithm: Optional[str] = None,
 ) -> Callable[[F], F]:
     """Limit one view: ``@ratelimit("5/minute")`` on a function (or ``async def``) view,
     ``method_decorator(ratelimit(...), name="dispatch")`` on a class-based view.
 
     Each view has buckets named after its ``module.qualname``; views with the
     same ``name`` share them. ``methods``: only those are limited (``"GET"``
-    covers ``HEAD``). The store and other options come from
+    covers ``HEAD``). ``algorithm``: ``None`` for ``settings.RATE_LIMIT``'s
+    (``"algorithm"``, default ``"token-bucket"``). The store and other options come from
     ``settings.RATE_LIMIT``; the middleware is optional. Raises
     ``TypeError``/``ValueError`` for a bad argument, here.
     Details: docs/django.md#views.
     """
     limit_for = functools.partial(
-        RouteLimit, rate, key_func=key_func, cost=cost, methods=methods, deduct_when=deduct_when
+        RouteLimit,
+        rate,
+        key_func=key_func,
+        cost=cost,
+        methods=methods,
+        deduct_when=deduct_when,
+        algorithm=algorithm,
     )
     limit_for(scope="ratelimit" if name is None else name)  # a typo fails at import
     views = _Views(limit_for, name)

@@ -120,6 +120,9 @@ class RateLimit:
     a ``limit`` that is not ``exempt``, with one set of buckets; ``None``:
     such routes are not limited. ``store``: a store, a URL (an asyncio store
     is built) or ``None`` (``LIMITER_STORAGE_URL``, else memory).
+    ``algorithm`` (``"token-bucket"``, ``"fixed-window"`` or
+    ``"sliding-window"``) is what rate strings become, the default's and
+    those of limits that give none.
     ``check_store``: lifespan startup fails with ``StoreError`` if a pingable
     store does not answer.
 
@@ -139,6 +142,7 @@ class RateLimit:
         on_error: str = "allow",
         clock: Optional[Clock] = None,
         check_store: bool = True,
+        algorithm: str = "token-bucket",
         **options: Unpack[IntegrationOptions],
     ) -> None:
         if not isinstance(check_store, bool):
@@ -152,7 +156,13 @@ class RateLimit:
             on_error=on_error,
         )
         self.integration = Integration(
-            "RateLimit", default=default, store=store, clock=clock, asyncio=True, **given
+            "RateLimit",
+            default=default,
+            store=store,
+            clock=clock,
+            asyncio=True,
+            algorithm=algorithm,
+            **given,
         )
         # Per RateLimit, so two on one app keep separate records.
         self._key = f"limiter.fastapi.{id(self):x}"
@@ -192,19 +202,27 @@ class RateLimit:
         name: Optional[str] = None,
         deduct_when: Optional[DeductWhen] = None,
         methods: Optional[Iterable[str]] = None,
+        algorithm: Optional[str] = None,
     ) -> Callable[..., Any]:
         """A dependency limiting the routes that use it: ``Depends(rl.limit("5/minute"))``.
 
         Each call has buckets of its own, shared by calls with the same
         ``name`` (unnamed: named by its routes, ``"GET /items/{id}"``).
-        ``methods``: ``None`` limits all. A refused WebSocket handshake is
+        ``methods``: ``None`` limits all; ``algorithm``: ``None`` for the
+        ``RateLimit``'s. A refused WebSocket handshake is
         closed with code 1013. Raises ``TypeError``/``ValueError`` for a bad
         argument. Details: docs/fastapi.md#ratelimit-and-limit.
         """
         # The call site until the routes name the limit (or if none uses it).
         bucket_scope = _caller_scope(1) if name is None else name
         limit_for = functools.partial(
-            RouteLimit, rate, key_func=key_func, cost=cost, methods=methods, deduct_when=deduct_when
+            RouteLimit,
+            rate,
+            key_func=key_func,
+            cost=cost,
+            methods=methods,
+            deduct_when=deduct_when,
+            algorithm=algorithm,
         )
         route = limit_for(scope=bucket_scope)
         # Built now so a bad option fails at start-up; bind() replaces guards[0] once.

@@ -33,6 +33,7 @@ from limiter.integrations.common import (
     Integration,
     RateSpec,
     RouteLimit,
+    check_algorithm,
     check_deduct_when_signature,
     check_key_func,
     check_rate,
@@ -58,7 +59,13 @@ CONFIG_KEYS = (
     "RATELIMIT_STORAGE_URL",
     "RATELIMIT_ENABLED",
     "RATELIMIT_HEADERS",
+    "RATELIMIT_ALGORITHM",
 )
+#: flask-limiter's config keys that have another name here.
+RENAMED_KEYS = {
+    "RATELIMIT_STRATEGY": "RATELIMIT_ALGORITHM",
+    "RATELIMIT_STORAGE_URI": "RATELIMIT_STORAGE_URL",
+}
 
 _LIMITS = "__limiter_limits__"
 _EXEMPT = "__limiter_exempt__"
@@ -93,7 +100,17 @@ class _ViewLimit:
     built once per scope so guards and buckets stay the same.
     """
 
-    __slots__ = ("cost", "deduct_when", "key_func", "methods", "name", "owner", "rate", "routes")
+    __slots__ = (
+        "algorithm",
+        "cost",
+        "deduct_when",
+        "key_func",
+        "methods",
+        "name",
+        "owner",
+        "rate",
+        "routes",
+    )
 
     def __init__(
         self,
@@ -104,6 +121,7 @@ class _ViewLimit:
         cost: Cost,
         methods: Optional[Iterable[str]],
         deduct_when: Optional[DeductWhen],
+        algorithm: Optional[str],
     ) -> None:
         # Built now so a bad argument fails at import; "?" stands in for an unknown scope.
         checked = RouteLimit(
@@ -113,7 +131,9 @@ class _ViewLimit:
             cost=cost,
             methods=methods,
             deduct_when=deduct_when,
+            algorithm=algorithm,
         )
+        self.algorithm = algorithm
         self.owner = owner
         self.name = name
         self.rate = checked.rate
@@ -136,6 +156,7 @@ class _ViewLimit:
                 cost=self.cost,
                 methods=self.methods,
                 deduct_when=self.deduct_when,
+                algorithm=self.algorithm,
             )
             route = self.routes.setdefault(scope, built)  # one per scope even if raced
         return route
@@ -219,7 +240,10 @@ class RateLimit:
     405); ``None`` limits only ``limit``-ed views. ``store``: a store or URL
     (``None``: ``LIMITER_STORAGE_URL``, else a ``MemoryStore`` per app).
     ``default``, ``store``, ``header_style`` and ``enabled`` may come from
-    ``app.config`` (``RATELIMIT_*``); an argument wins. ``check_store``:
+    ``app.config`` (``RATELIMIT_*``); an argument wins. ``algorithm``
+    (``"token-bucket"``, ``"fixed-window"`` or ``"sliding-window"``; config
+    ``RATELIMIT_ALGORITHM``) is what rate strings become, the default's and
+    those of limits that give none. ``check_store``:
     ``init_app`` raises ``StoreError`` if a pingable store does not answer.
     Leave ``app`` out for an application factory and call ``init_app``.
 
@@ -239,9 +263,11 @@ class RateLimit:
         on_error: str = "allow",
         clock: Optional[Clock] = None,
         check_store: bool = True,
+        algorithm: Optional[str] = None,
         **options: Unpack[IntegrationOptions],
     ) -> None:
         check_options("RateLimit", options)
+        self._algorithm = check_algorithm(algorithm)
         if not isinstance(check_store, bool):
             raise TypeError(f"check_store must be True or False, got {check_store!r}")
         self._check_store = check_store
@@ -256,7 +282,7 @@ class RateLimit:
         self._options = given
         self._default: Union[RateSpec, _Unset, None] = default
         if default is not _UNSET and default is not None:
-            self._default = check_rate(default)
+            self._default = check_rate(default)  # (a RateLimiter keeps its own algorithm)
             _refuse_async("RateLimit", default=default)
             if isinstance(default, RateLimiter):
                 _sync_store(default.store, "the default limiter's store")
@@ -291,10 +317,15 @@ class RateLimit:
         config = app.config
         unknown = sorted(k for k in config if k.startswith("RATELIMIT_") and k not in CONFIG_KEYS)
         if unknown:
+            renamed = RENAMED_KEYS.get(unknown[0])
+            hint = f"flask-limiter's {unknown[0]} is {renamed} here; " if renamed else ""
             # The value is not shown: it may be a URL with a password.
             raise ValueError(
-                f"unknown config key {unknown[0]} (RateLimit reads {', '.join(CONFIG_KEYS)})"
+                f"unknown config key {unknown[0]} ({hint}RateLimit reads {', '.join(CONFIG_KEYS)})"
             )
+        algorithm = self._algorithm
+        if algorithm is None:
+            algorithm = _config_algorithm(config)
         options: Dict[str, Any] = dict(self._options)
         default = self._default
         if default is _UNSET:
@@ -314,7 +345,12 @@ class RateLimit:
                 raise TypeError(f"RATELIMIT_ENABLED must be True or False, got {enabled!r}")
             options["enabled"] = enabled
         integration = Integration(
-            "RateLimit", default=default, store=store, clock=self._clock, **options
+            "RateLimit",
+            default=default,
+            store=store,
+            clock=self._clock,
+            algorithm=algorithm,
+            **options,
         )
         if integration.default is not None:
             integration.default.require_sync("Flask")
@@ -336,10 +372,12 @@ class RateLimit:
         methods: Optional[Iterable[str]] = None,
         name: Optional[str] = None,
         deduct_when: Optional[DeductWhen] = None,
+        algorithm: Optional[str] = None,
     ) -> Callable[[F], F]:
         """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
 
-        ``rate`` is parsed now, so a typo fails at import. Each view has
+        ``rate`` and ``algorithm`` (``None``: the ``RateLimit``'s) are checked
+        now, so a typo fails at import. Each view has
         buckets of its own unless limits share a ``name``. ``methods``: only
         those are limited (by this limit and not by the default). A view with
         its own limits gets no default; stacked limits all apply, outermost
@@ -347,7 +385,7 @@ class RateLimit:
         Raises ``TypeError``/``ValueError`` for a bad argument.
         Details: docs/flask.md#limit-exempt-and-default.
         """
-        limit = _ViewLimit(self, rate, name, key_func, cost, methods, deduct_when)
+        limit = _ViewLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm)
         if not self._watching:
             # So a limited view served by an app never set up fails loudly.
             flask.request_started.connect(self._check_set_up)
@@ -405,6 +443,14 @@ def _config_default(config: flask.Config) -> Optional[RateSpec]:
         return check_rate(value)
     except (TypeError, ValueError) as error:
         raise type(error)(f"RATELIMIT_DEFAULT={value!r:.100}: {error}") from error
+
+
+def _config_algorithm(config: flask.Config) -> str:
+    value = config.get("RATELIMIT_ALGORITHM")
+    try:
+        return check_algorithm(value, "RATELIMIT_ALGORITHM") or "token-bucket"
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{error} (app.config)") from error
 
 
 def _config_store(config: flask.Config) -> Any:
