@@ -190,7 +190,7 @@ class Quota(Frozen):
         cls = cost.__class__
         taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
         start, end = self.bounds(now + TIME_EPSILON)
-        state, used, end = open_window(state, now, end)
+        state, used, end = open_window(state, now, start, end)
         new_state, result = count_in_window(
             state, now, self, value, cls is Charge, taken, used, start, end
         )

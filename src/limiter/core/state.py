@@ -119,6 +119,8 @@ def keep_until(state: State) -> float:
 
     A bucket is full again, a quota's window or a lockout's run or lock is
     over: an absent key means the same (Redis's ``PX``, SQLite's ``full_at``
-    column, ``MemoryStore.sweep``).
+    column, ``MemoryStore.sweep``); a sliding window's ``until``.
     """
+    if state.__class__ is tuple:
+        return state[2]  # type: ignore[index,no-any-return]
     return state.real + state.imag  # type: ignore[union-attr]
