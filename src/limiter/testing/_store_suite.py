@@ -24,6 +24,7 @@ from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
 from limiter.testing._shared import T0
+from limiter.testing._window_suite import WindowConformance
 
 T = TypeVar("T")
 
@@ -90,8 +91,10 @@ def _property_test() -> Any:
     return test_matches_the_pure_step
 
 
-class StoreConformance:
+class StoreConformance(WindowConformance):
     """Behaviour every store must show.  Subclass and define ``make_store``.
+
+    The window policies' cases come from ``WindowConformance``.
 
     ``mode`` is ``"sync"`` (call ``apply``/``reset``) or ``"async"`` (await
     ``aapply``/``areset`` through ``run``).  ``threads`` is how many threads the
