@@ -352,6 +352,21 @@ def test_names_are_checked_and_any_real_period_in_range_is_taken(cls: Any) -> No
     assert cls(2**53, 1).count == 2**53
 
 
+@pytest.mark.parametrize(
+    "policy", [FixedWindow(3, 60), FixedWindow(3, 60, "first"), SlidingWindow(3, 60)]
+)
+@pytest.mark.parametrize("cost", [1, 0, Refund(1), Charge(1)])
+def test_a_now_that_is_no_finite_number_is_a_value_error_naming_it(policy: Any, cost: Any) -> None:
+    # A refund or a charge too: windows are found from now (one was an
+    # OverflowError, and anchor="first" stored a charge's window ending at inf).
+    state, _ = step(None, W0, policy)
+    for now in (math.inf, -math.inf, math.nan):
+        with pytest.raises(ValueError, match="now must be a finite number of seconds"):
+            step(state, now, policy, cost)
+    with pytest.raises(ValueError, match="cost must be a number of tokens >= 0, got -1"):
+        step(state, math.nan, policy, -1)  # the cost's error first, as for a bucket
+
+
 def test_an_anchor_is_epoch_or_first() -> None:
     with pytest.raises(ValueError, match="anchor must be 'epoch' or 'first', got 'last'"):
         FixedWindow(5, 60, anchor="last")

@@ -77,6 +77,23 @@ def _period(value: object) -> float:
     return seconds
 
 
+def _checked(cost: object, count: int, now: float) -> Tuple[float, bool, Optional[float]]:
+    """``(value, forced, taken_at)`` of ``cost`` for a window's step, or its error.
+
+    ``step``'s errors in ``step``'s order (``policy_cost``), and a ``now``
+    that is no finite number a ``ValueError`` for a ``Refund`` or ``Charge``
+    too: windows are found from ``now`` whatever the cost.
+    """
+    value = policy_cost(cost, count, now)
+    cls = cost.__class__
+    if cls is Refund or cls is Charge:
+        if not math.isfinite(now):
+            raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
+        return value, cls is Charge, taken
+    return value, False, None
+
+
 class _Window(Frozen):
     """What both window policies share: ``count`` units per ``period`` seconds, a name."""
 
@@ -182,16 +199,14 @@ class FixedWindow(_Window):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        value = policy_cost(cost, self.count, now)  # step's errors, in step's order
-        cls = cost.__class__
-        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
+        value, forced, taken = _checked(cost, self.count, now)
         if self.anchor == "epoch":
             start, end = self.bounds(now + TIME_EPSILON)
             state, used, end = open_window(state, now, start, end)
         else:
             state, used, start, end = self._first(state, now)
         new_state, result = count_in_window(
-            state, now, self, value, cls is Charge, taken, used, start, end
+            state, now, self, value, forced, taken, used, start, end
         )
         return new_state, (result if detail else result[0])
 
@@ -347,10 +362,8 @@ class SlidingWindow(_Window):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        value = policy_cost(cost, self.count, now)
-        cls = cost.__class__
-        taken = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined,unused-ignore]
-        new_state, result = slide(state, now, self, value, cls is Charge, taken)
+        value, forced, taken = _checked(cost, self.count, now)
+        new_state, result = slide(state, now, self, value, forced, taken)
         return new_state, (result if detail else result[0])
 
     def __repr__(self) -> str:
