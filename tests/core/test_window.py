@@ -247,6 +247,20 @@ def test_rule_6_a_state_several_windows_ahead_is_moved_however_close_the_boundar
     assert step(moved, now + 0.25, fixed)[1].allowed
 
 
+def test_rule_6_a_quota_counts_as_a_fixed_window_does() -> None:
+    # A Quota's count is open_window's too: a day back, read in the last half
+    # second of an hour, its units come to that hour (they waited a day).
+    hourly = Quota(3, "hour")
+    hour_end = W0 + 3600 - W0 % 3600
+    state, _ = run(hourly, [hour_end + 86400 + 10] * 3)
+    moved, denied = step(state, hour_end - 0.5, hourly)
+    assert not denied.allowed and denied.retry_after == 0.5
+    assert read_count(moved) == (3.0, hour_end)
+    # The next hour's state, read within the tolerance, counts in its own hour.
+    state, _ = run(hourly, [hour_end + 10] * 3)
+    assert step(state, hour_end - 0.5, hourly)[1].retry_after == 3600.5
+
+
 def test_rule_6_within_the_tolerance_a_late_reading_counts_in_the_state_window() -> None:
     fixed = FixedWindow(3, 60)
     state, _ = run(fixed, [W0 + 60.2] * 3)  # the next window's three units
