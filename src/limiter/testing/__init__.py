@@ -59,7 +59,7 @@ _SUITES = {
     "StoreConformance": "limiter.testing._store_suite",
 }
 #: Every module of the suites (``StoreConformance`` inherits the window cases).
-_REWRITTEN = (*_SUITES.values(), "limiter.testing._window_suite")
+_REWRITTEN = (*_SUITES.values(), "limiter.testing._window_suite", "limiter.testing._shared")
 
 #: A realistic Unix time, so float precision at today's epoch is exercised.
 T0 = 1_700_000_000.0

@@ -9,11 +9,8 @@ boundary, and the store computing what ``limiter.core.bucket.step`` computes.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import math
-import threading
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -21,56 +18,35 @@ from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import Limit
 from limiter.core.window import FixedWindow, SlidingWindow
-from limiter.testing._shared import T0
+from limiter.testing._shared import T0, assert_same_result, fresh_key, property_test
 
 if TYPE_CHECKING:
     from limiter.core.costs import Cost
     from limiter.core.result import RateLimitResult
 
-_keys = itertools.count()  # a fresh key per property-test example
-
 # T0 is 20 s into a minute (the 60 s windows start at T0 - 20) and on a
 # boundary of 10 s windows.
 
 
-def _windows_property_test() -> Any:
-    # hypothesis is a test dependency, not a runtime one: the suite must load without it.
-    try:
-        from hypothesis import HealthCheck, given, settings
-        from hypothesis import strategies as st
-    except ImportError:  # pragma: no cover
-
-        def needs_hypothesis(self: Any) -> None:
-            pytest.skip("install hypothesis to run the property test")
-
-        return needs_hypothesis
-
+def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]]:
     periods = st.sampled_from([0.5, 1.0, 7.5, 60.0])
     costs = st.sampled_from(
         [0, 1, 1, 1, 2, 0.5, 3, 13, Charge(2), Charge(40), Refund(1), "refund-taken"]
     )
-
-    @settings(
-        max_examples=60,
-        deadline=None,
-        suppress_health_check=[
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.differing_executors,
-        ],
-    )
-    @given(
-        policy=st.one_of(
+    strategies = {
+        "policy": st.one_of(
             st.builds(FixedWindow, st.integers(1, 8), periods, st.sampled_from(["epoch", "first"])),
             st.builds(SlidingWindow, st.integers(1, 8), periods),
         ),
         # Steps in periods: forwards, and back (within and beyond the clock tolerance).
-        ops=st.lists(st.tuples(st.floats(-3.0, 2.5), costs), min_size=1, max_size=30),
-    )
+        "ops": st.lists(st.tuples(st.floats(-3.0, 2.5), costs), min_size=1, max_size=30),
+    }
+
     def test_windows_match_the_pure_step(
         self: Any, policy: Any, ops: List[Any], store: Any
     ) -> None:
         """The store computes what ``step`` computes for a window, clock steps back included."""
-        key = f"window-prop-{next(_keys)}"
+        key = fresh_key("window-prop")
         state = None
         now = T0
         for periods_on, cost in ops:
@@ -78,26 +54,16 @@ def _windows_property_test() -> Any:
             if cost == "refund-taken":  # units taken a period ago: maybe the previous window's
                 cost = Refund(1, taken_at=now - policy.period)
             state, expected = step(state, now, policy, cost)
-            got = self.apply(store, key, policy, cost, now)
-            assert (got.allowed, got.limit, got.remaining, got.kind) == (
-                expected.allowed,
-                expected.limit,
-                expected.remaining,
-                expected.kind,
-            )
-            assert got.reset_after == pytest.approx(expected.reset_after, abs=1e-5)
-            assert got.retry_after == pytest.approx(expected.retry_after, abs=1e-5)
+            assert_same_result(self.apply(store, key, policy, cost, now), expected)
         self.reset(store, key)
 
-    return test_windows_match_the_pure_step
+    return strategies, test_windows_match_the_pure_step
 
 
 class WindowConformance:
     """The window cases of ``StoreConformance`` (which defines ``apply``, ``store``, ...)."""
 
     if TYPE_CHECKING:
-        mode: str
-        threads: int
 
         def apply(
             self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
@@ -114,9 +80,11 @@ class WindowConformance:
 
         def run(self, coro: Any) -> Any: ...
 
+        def flood(self, store: Any, checks: Sequence[Tuple[str, Any]]) -> int: ...
+
         def reset(self, store: Any, key: str) -> None: ...
 
-    test_windows_match_the_pure_step = _windows_property_test()
+    test_windows_match_the_pure_step = property_test(_windows_match_the_pure_step)
 
     def test_a_fixed_window_admits_its_count_in_each_window(self, store: Any) -> None:
         fixed = FixedWindow(3, 60)
@@ -217,27 +185,7 @@ class WindowConformance:
 
     def test_concurrent_checks_admit_exactly_a_window_count(self, store: Any) -> None:
         policies = [FixedWindow(30, 3600), SlidingWindow(20, 3600)]
-        if self.mode == "async":
-
-            async def flood(policy: Any, key: str) -> int:
-                calls = [store.aapply(key, policy, 1, T0) for _ in range(300)]
-                return sum(r.allowed for r in await asyncio.gather(*calls))
-
-            assert [self.run(flood(p, f"hot-{i}")) for i, p in enumerate(policies)] == [30, 20]
-            return
-        if self.threads == 0:
-            pytest.skip("this store is documented as not thread-safe")
-        admitted: List[int] = []
-        barrier = threading.Barrier(self.threads)
-
-        def worker() -> None:
-            barrier.wait()
-            checks = [(f"hot-{i}", p) for _ in range(20) for i, p in enumerate(policies)]
-            admitted.append(sum(self.apply(store, k, p).allowed for k, p in checks))
-
-        threads = [threading.Thread(target=worker) for _ in range(self.threads)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sum(admitted) == 50
+        checks = [(f"hot-{i}", p) for _ in range(20) for i, p in enumerate(policies)]
+        assert self.flood(store, checks) == 50
+        peeks = [self.apply(store, f"hot-{i}", p, 0) for i, p in enumerate(policies)]
+        assert [peek.remaining for peek in peeks] == [0, 0]
