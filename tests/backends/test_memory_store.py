@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from limiter import Limit, ManualClock, MemoryStore, RateLimiter
+from limiter import FixedWindow, Limit, ManualClock, MemoryStore, RateLimiter, SlidingWindow
 from limiter.backends import memory
 from limiter.core.bucket import step
 from limiter.core.many import step_all
@@ -457,3 +457,19 @@ def test_eviction_never_lifts_a_lockout_under_a_flood_of_made_up_usernames():
     for i in range(11):
         assert strict.check(f"u{i}").allowed and not strict.check(f"u{i}").allowed
     assert len(locked) == 10
+
+
+def test_a_store_at_its_cap_evicts_window_states_too() -> None:
+    # Eviction asks state.keep_until when a state is forgotten: a sliding
+    # window's (previous, current, until) once made a store at its cap fail.
+    store = MemoryStore(max_keys=2)
+    sliding, fixed = SlidingWindow(1, 60), FixedWindow(1, 60)
+    assert store.apply("s", sliding, 1, T0).allowed and store.apply("f", fixed, 1, T0).allowed
+    # Both are forgotten by T0 + 200 (the fixed one at T0 + 40, the sliding one
+    # at T0 + 100): evicting them changes no decision.
+    for i in range(4):
+        assert store.apply(f"new{i}", sliding, 1, T0 + 200).allowed
+        assert not store.apply(f"new{i}", sliding, 1, T0 + 200).allowed
+    assert len(store) == 2
+    assert store.apply("s", sliding, 1, T0 + 200).allowed
+    assert store.sweep(T0 + 400) == 2

@@ -11,11 +11,21 @@ import time
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Sequence
 
 import pytest
 
-from limiter import Charge, Limit, Lockout, ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter import (
+    Charge,
+    FixedWindow,
+    Limit,
+    Lockout,
+    ManualClock,
+    MemoryStore,
+    RateLimiter,
+    SlidingWindow,
+    StoreError,
+)
 from limiter.backends.sqlite import SQLiteStore
 from limiter.testing import T0
 from limiter.testing._store_suite import StoreConformance
@@ -191,26 +201,84 @@ def test_threads_and_a_limiter_share_one_store(tmp_path: Path) -> None:
     store.close()
 
 
-def hammer(path: str, checks: int, start: Any) -> int:
+def hammer(path: str, checks: int, start: Any, policies: Sequence[Any]) -> int:
     store = SQLiteStore(path, timeout=30)
-    limit = Limit(0.001, 100)  # a frozen clock: nothing refills
+    keys = [f"{{hot}}:{i}" for i in range(len(policies))]
     start.wait()
-    admitted = sum(store.apply("hot", limit, 1, T0).allowed for _ in range(checks))
+    admitted = sum(store.apply_many(keys, policies, 1, T0).allowed for _ in range(checks))
     store.close()
     return admitted
 
 
-def test_four_processes_admit_exactly_burst(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "policies",
+    [
+        [Limit(0.001, 100)],  # a frozen clock: nothing refills
+        [FixedWindow(100, 3600)],
+        [SlidingWindow(100, 3600)],
+        [FixedWindow(100, 3600, anchor="first"), SlidingWindow(60, 3600), Limit(0.001, 80)],
+    ],
+    ids=["bucket", "fixed-window", "sliding-window", "all-three"],
+)
+def test_four_processes_admit_exactly(tmp_path: Path, policies: List[Any]) -> None:
     path = str(tmp_path / "limits.db")
     SQLiteStore(path).close()  # create the file and schema once
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
         start = manager.Event()
         with ctx.Pool(4) as pool:
-            pending = [pool.apply_async(hammer, (path, 2000, start)) for _ in range(4)]
+            pending = [pool.apply_async(hammer, (path, 500, start, policies)) for _ in range(4)]
             start.set()
             admitted = [p.get(120) for p in pending]
-    assert sum(admitted) == 100
+    least = min(p.burst for p in policies)
+    assert sum(admitted) == least
+    store = SQLiteStore(path)
+    keys = [f"{{hot}}:{i}" for i in range(len(policies))]
+    peek = store.apply_many(keys, policies, 0, T0)
+    # Every refusal took nothing: each policy counts exactly the admitted ones.
+    assert [r.remaining for r in (peek.results or (peek,))] == [p.burst - least for p in policies]
+    store.close()
+
+
+def test_a_file_made_before_the_extra_column_opens_and_stores_sliding_windows(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE limiter_buckets (key BLOB PRIMARY KEY, debt REAL NOT NULL,"
+        " updated_at REAL NOT NULL, full_at REAL NOT NULL) WITHOUT ROWID"
+    )
+    conn.execute("CREATE INDEX limiter_buckets_full_at ON limiter_buckets (full_at)")
+    # A bucket of Limit(1, 5) that took 3 tokens at T0: 3 s of refill owed.
+    conn.execute("INSERT INTO limiter_buckets VALUES (?, ?, ?, ?)", (b"old", 3.0, T0, T0 + 3))
+    conn.commit()
+    conn.close()
+    store, again = SQLiteStore(path), SQLiteStore(path)  # two processes' handles
+    assert store.apply("old", Limit(1, 5), 0, T0 + 1).remaining == 3  # its row was kept
+    sliding = SlidingWindow(3, 60)  # T0 is 20 s into a minute: forgotten at T0 + 100
+    assert [store.apply("s", sliding, 1, T0).allowed for _ in range(4)] == [True] * 3 + [False]
+    assert again.apply("s", sliding, 1, T0 + 39).retry_after == pytest.approx(1.0, abs=1e-6)
+    assert again.apply("s", sliding, 1, T0 + 55).allowed  # 3 * 45/60 = 2.25, rounded down
+    conn = sqlite3.connect(path)
+    try:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(limiter_buckets)")]
+        assert columns == ["key", "debt", "updated_at", "full_at", "extra"]
+        rows = {
+            key: rest
+            for key, *rest in conn.execute(
+                "SELECT key, debt, updated_at, extra, full_at FROM limiter_buckets"
+            )
+        }
+        assert rows == {
+            b"old": [3.0, T0, None, T0 + 3],
+            b"s": [3.0, 1.0, T0 + 160, T0 + 160],  # (previous, current, until), full_at = until
+        }
+    finally:
+        conn.close()
+    assert len(store) == 2
+    store.close()
+    again.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -183,10 +183,20 @@ def policy_cost(cost: object, burst: int, now: float) -> float:
 
 
 def counted_cost(cost: object, count: int, now: float) -> Tuple[float, bool, Optional[float]]:
-    """``(policy_cost(cost, count, now), a Charge?, a Refund's taken_at)``: a counting step's."""
+    """``(value, forced, taken_at)`` of ``cost`` for a counting step (quota, windows).
+
+    ``value`` is ``policy_cost(cost, count, now)`` (``step``'s errors, in its
+    order); ``forced`` for a ``Charge``, ``taken_at`` a ``Refund``'s.  A
+    ``now`` that is no finite number is a ``ValueError`` for a ``Refund`` or
+    ``Charge`` too: windows are found from ``now`` whatever the cost.
+    """
+    value = policy_cost(cost, count, now)
     cls = cost.__class__
-    taken_at = cost.taken_at if cls is Refund else None  # type: ignore[attr-defined]
-    return policy_cost(cost, count, now), cls is Charge, taken_at
+    if cls is Refund or cls is Charge:
+        if not _isfinite(now):
+            raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+        return value, cls is Charge, cost.taken_at if cls is Refund else None  # type: ignore[attr-defined]
+    return value, False, None
 
 
 def checked_cost(cost: object) -> float:

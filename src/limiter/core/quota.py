@@ -186,7 +186,7 @@ class Quota(Frozen):
         """``step`` for this quota (``limiter.core.bucket.step`` hands it over)."""
         value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
         start, end = self.bounds(now + TIME_EPSILON)
-        state, used, end = open_window(state, now, end)
+        state, used, end = open_window(state, now, start, end)
         new_state, result = count_in_window(
             state, now, self, value, forced, taken, used, start, end
         )

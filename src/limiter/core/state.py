@@ -122,5 +122,5 @@ def keep_until(state: State) -> float:
     column, ``MemoryStore.sweep``); a sliding window's ``until``.
     """
     if state.__class__ is tuple:
-        return state[2]  # type: ignore[index,no-any-return]
+        return state[2]
     return state.real + state.imag  # type: ignore[union-attr]

@@ -22,7 +22,9 @@ the token bucket and the peers: docs/concepts.md, "Windows"):
 6. A state whose window starts more than ``CLOCK_TOLERANCE`` after ``now``
    (a clock stepped back) has its units moved to the window holding ``now``,
    stored even on denial; within the tolerance the request counts in the
-   state's own window.
+   state's own window.  A count's state keeps only its end: its window is
+   taken to start that end less the current window's length, and never
+   before the current window's end (exact for ``FixedWindow``).
 7. ``retry_after``: seconds until the request would be admitted if no other
    arrives (a fixed window's end); ``reset_after``: until nothing is counted.
 8. States (``limiter.core.state``): ``count_state(used, end)`` for a fixed
@@ -135,6 +137,8 @@ class FixedWindow(_Window):
     def __init__(
         self, count: int, period: float, anchor: str = "epoch", name: str = "default"
     ) -> None:
+        if not isinstance(anchor, str):
+            raise TypeError(f"anchor must be 'epoch' or 'first' (a str), got {show(anchor)}")
         if anchor not in _ANCHORS:
             raise ValueError(f"anchor must be 'epoch' or 'first', got {show(anchor)}")
         self._setup(count, period, name, anchor=anchor)
@@ -170,7 +174,7 @@ class FixedWindow(_Window):
         value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
         if self.anchor == "epoch":
             start, end = self.bounds(now + TIME_EPSILON)
-            state, used, end = open_window(state, now, end)
+            state, used, end = open_window(state, now, start, end)
         else:
             state, used, start, end = self._first(state, now)
         new_state, result = count_in_window(
@@ -203,21 +207,27 @@ class FixedWindow(_Window):
 
 
 def open_window(
-    state: Optional[State], now: float, end: float
+    state: Optional[State], now: float, start: float, end: float
 ) -> Tuple[Optional[State], float, float]:
-    """``(state, used, end)`` of a count whose current window ends at ``end`` (rules 1, 6).
+    """``(state, used, end)`` of a count whose current window is ``[start, end)`` (rules 1, 6).
 
     A live state counts in its own window (a reading just before a boundary
-    applied after it); one whose window lies beyond the current one while
-    ``now`` is more than ``CLOCK_TOLERANCE`` before its end keeps its units,
+    applied after it); one whose window lies beyond the current one and
+    starts more than ``CLOCK_TOLERANCE`` after ``now`` keeps its units,
     moved to the current window.  A ``Quota``'s windows too.
     """
     if state is None:
         return None, 0.0, end
     used, stored_end = read_count(state)
     if now + TIME_EPSILON < stored_end:
-        if stored_end > end and now < end - CLOCK_TOLERANCE:
-            return count_state(used, end), used, end  # a clock stepped back
+        if stored_end > end:
+            # Its start (rule 6): several windows ahead too, not only the next
+            # one (a clock stepped back further than a window's length).
+            begins = stored_end - (end - start)
+            if begins < end:
+                begins = end
+            if now < begins - CLOCK_TOLERANCE:
+                return count_state(used, end), used, end  # a clock stepped back
         return state, used, stored_end
     return state, 0.0, end
 

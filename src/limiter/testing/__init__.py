@@ -58,6 +58,8 @@ _SUITES = {
     "AdapterConformance": "limiter.testing._adapter_suite",
     "StoreConformance": "limiter.testing._store_suite",
 }
+#: Every module of the suites (``StoreConformance`` inherits the window cases).
+_REWRITTEN = (*_SUITES.values(), "limiter.testing._window_suite", "limiter.testing._shared")
 
 #: A realistic Unix time, so float precision at today's epoch is exercised.
 T0 = 1_700_000_000.0
@@ -86,7 +88,7 @@ def __getattr__(name: str) -> object:
         )
     # limiter_clock is defined above whenever pytest is there: only the suites are left.
     # Plain asserts in the suites explain their failures, as in the user's own tests.
-    unloaded = [module for module in _SUITES.values() if module not in sys.modules]
+    unloaded = [module for module in _REWRITTEN if module not in sys.modules]
     if unloaded:
         pytest.register_assert_rewrite(*unloaded)
     suite: object = getattr(importlib.import_module(_SUITES[name]), name)

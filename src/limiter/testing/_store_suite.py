@@ -8,10 +8,20 @@ pytest plugin stays tiny.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 import threading
-from typing import Any, Coroutine, Iterator, List, Optional, Sequence, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Coroutine,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 import pytest
 
@@ -23,40 +33,17 @@ from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
-from limiter.testing._shared import T0
+from limiter.testing._shared import T0, assert_same_result, fresh_key, property_test
+from limiter.testing._window_suite import WindowConformance
 
 T = TypeVar("T")
 
 
-_keys = itertools.count()  # a fresh key per property-test example
-
-
-def _property_test() -> Any:
-    # hypothesis is a test dependency, not a runtime one: the suite must load without it.
-    try:
-        from hypothesis import HealthCheck, given, settings
-        from hypothesis import strategies as st
-    except ImportError:  # pragma: no cover
-
-        def needs_hypothesis(self: Any) -> None:
-            pytest.skip("install hypothesis to run the property test")
-
-        return needs_hypothesis
-
-    @settings(
-        max_examples=60,
-        deadline=None,
-        # One test function serves every subclass (one executor per store);
-        # each example uses its own key, so the shared fixture is harmless.
-        suppress_health_check=[
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.differing_executors,
-        ],
-    )
-    @given(
-        rate=st.sampled_from([0.5, 1.0, 3.0, 10.0, 100 / 60]),
-        burst=st.integers(1, 20),
-        ops=st.lists(
+def _matches_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]]:
+    strategies = {
+        "rate": st.sampled_from([0.5, 1.0, 3.0, 10.0, 100 / 60]),
+        "burst": st.integers(1, 20),
+        "ops": st.lists(
             st.tuples(
                 st.integers(-2000, 5000).map(lambda ms: ms / 1000),
                 # Charges and refunds too: into debt (at most one burst owed) and back.
@@ -65,33 +52,29 @@ def _property_test() -> Any:
             min_size=1,
             max_size=40,
         ),
-    )
+    }
+
     def test_matches_the_pure_step(
         self: Any, rate: float, burst: int, ops: List[Any], store: Any
     ) -> None:
         """The store computes exactly what ``limiter.core.bucket.step`` computes."""
         limit = Limit(rate, burst)
-        key = f"prop-{next(_keys)}"
+        key = fresh_key("prop")
         state = None
         now = T0
         for dt, cost in ops:
             now += dt
             state, expected = step(state, now, limit, cost)
-            got = self.apply(store, key, limit, cost, now)
-            assert (got.allowed, got.limit, got.remaining) == (
-                expected.allowed,
-                expected.limit,
-                expected.remaining,
-            )
-            assert got.reset_after == pytest.approx(expected.reset_after, abs=1e-5)
-            assert got.retry_after == pytest.approx(expected.retry_after, abs=1e-5)
+            assert_same_result(self.apply(store, key, limit, cost, now), expected)
         self.reset(store, key)
 
-    return test_matches_the_pure_step
+    return strategies, test_matches_the_pure_step
 
 
-class StoreConformance:
+class StoreConformance(WindowConformance):
     """Behaviour every store must show.  Subclass and define ``make_store``.
+
+    The window policies' cases come from ``WindowConformance``.
 
     ``mode`` is ``"sync"`` (call ``apply``/``reset``) or ``"async"`` (await
     ``aapply``/``areset`` through ``run``).  ``threads`` is how many threads the
@@ -142,6 +125,36 @@ class StoreConformance:
     def reset(self, store: Any, key: str) -> None:
         self.call(store, "reset", key)
 
+    def flood(self, store: Any, checks: Sequence[Tuple[str, Any]]) -> int:
+        """How many pass of ``checks`` (``(key, policy)``, cost 1 at ``T0``) sent at once.
+
+        Each of ``threads`` threads sends them all (skipped when ``threads`` is
+        0); in async mode, as many copies are gathered on one loop.
+        """
+        copies = self.threads
+        if self.mode == "async":
+
+            async def gather() -> int:
+                calls = [store.aapply(k, p, 1, T0) for _ in range(copies) for k, p in checks]
+                return sum(r.allowed for r in await asyncio.gather(*calls))
+
+            return self.run(gather())
+        if copies == 0:
+            pytest.skip("this store is documented as not thread-safe")
+        admitted: List[int] = []
+        barrier = threading.Barrier(copies)
+
+        def worker() -> None:
+            barrier.wait()
+            admitted.append(sum(self.apply(store, k, p).allowed for k, p in checks))
+
+        threads = [threading.Thread(target=worker) for _ in range(copies)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sum(admitted)
+
     @pytest.fixture
     def store(self) -> Iterator[Any]:
         store = self.make_store()
@@ -152,7 +165,7 @@ class StoreConformance:
 
     # -- the contract ------------------------------------------------------
 
-    test_matches_the_pure_step = _property_test()
+    test_matches_the_pure_step = property_test(_matches_the_pure_step)
 
     def test_new_key_starts_full_and_admits_exactly_burst(self, store: Any) -> None:
         limit = Limit(1, 5)
@@ -443,27 +456,4 @@ class StoreConformance:
         assert (lifted.allowed, lifted.locked_out) == (True, False)
 
     def test_concurrent_checks_admit_exactly_burst(self, store: Any) -> None:
-        limit = Limit(1, 50)
-        if self.mode == "async":
-
-            async def flood() -> int:
-                calls = [store.aapply("hot", limit, 1, T0) for _ in range(1000)]
-                return sum(r.allowed for r in await asyncio.gather(*calls))
-
-            assert self.run(flood()) == 50
-            return
-        if self.threads == 0:
-            pytest.skip("this store is documented as not thread-safe")
-        admitted: List[int] = []
-        barrier = threading.Barrier(self.threads)
-
-        def worker() -> None:
-            barrier.wait()
-            admitted.append(sum(self.apply(store, "hot", limit).allowed for _ in range(200)))
-
-        threads = [threading.Thread(target=worker) for _ in range(self.threads)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sum(admitted) == 50
+        assert self.flood(store, [("hot", Limit(1, 50))] * 200) == 50
