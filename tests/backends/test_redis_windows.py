@@ -14,6 +14,7 @@ test_redis_store.py; pipelining and Cluster: their own modules.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
@@ -42,9 +43,8 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture(scope="module")
 def client(server: RedisServer) -> Iterator[redis.Redis]:
-    c = server.client()
-    yield c
-    c.close()
+    with contextlib.closing(server.client()) as opened:
+        yield opened
 
 
 # -- the script is limiter.core.window ----------------------------------------------
@@ -146,6 +146,9 @@ def resolve(cost: Any, now: float, policy: Any) -> Any:
 #: Sequences of any steps, or of steps that go a period on (a previous window
 #: counted) and back over the boundary just passed (a late reading, or a clock
 #: stepped back): a sliding window's weight above 1, its units moved.
+#: Where a sequence starts: today, or near the epoch (times of a few seconds,
+#: or below 0 after a few steps back), where every last bit of a result shows.
+STARTS = st.sampled_from([T0, T0, 12.0, 1e6])
 OPS = st.one_of(
     st.lists(st.tuples(WSTEPS, WCOSTS), min_size=1, max_size=30),
     st.lists(
@@ -159,16 +162,35 @@ OPS = st.one_of(
 )
 
 
+def same_shape(window: Any, count: int, period: float, anchor: str) -> Any:
+    """Another window whose state is of ``window``'s shape (a deploy changed the policy)."""
+    if window.kind == "sliding-window":
+        return SlidingWindow(count, period)
+    return FixedWindow(count, period, anchor)
+
+
 @settings(
     max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(window=WINDOWS, ops=OPS)
-def test_script_matches_step_for_a_window(client: redis.Redis, window: Any, ops: Any) -> None:
+@given(
+    window=WINDOWS,
+    other=st.tuples(COUNTS, PERIODS, st.sampled_from(["epoch", "first"])),
+    start=STARTS,
+    ops=OPS,
+    switches=st.lists(st.sampled_from([False, False, False, True]), min_size=30, max_size=30),
+)
+def test_script_matches_step_for_a_window(
+    client: redis.Redis, window: Any, other: Any, start: float, ops: Any, switches: List[bool]
+) -> None:
+    # Now and then a step goes under another window of the same state's shape:
+    # a state written under another count, period or anchor is read alike.
     store = RedisStore(client, prefix=unique_prefix())
     rkey = redis_key("k", store.prefix)
+    windows = (window, same_shape(window, *other))
     state: Optional[State] = None
-    now = T0
-    for how, cost in ops:
+    now = start
+    for (how, cost), switch in zip(ops, switches):
+        window = windows[switch]
         now = move(now, how, window, state)
         cost = resolve(cost, now, window)
         state, expected = step(state, now, window, cost)
@@ -214,6 +236,7 @@ def check_key(
     window=WINDOWS,
     companions=COMPANIONS,
     lockout=LOCKOUTS,
+    start=STARTS,
     ops=OPS,
     per_limit=st.lists(
         st.none() | st.lists(WCOSTS, min_size=4, max_size=4), min_size=30, max_size=30
@@ -224,6 +247,7 @@ def test_script_matches_step_all_with_windows(
     window: Any,
     companions: List[Any],
     lockout: Optional[Lockout],
+    start: float,
     ops: Any,
     per_limit: List[Any],
 ) -> None:
@@ -232,7 +256,7 @@ def test_script_matches_step_all_with_windows(
     keys = [f"{{user}}:{i}" for i in range(len(policies))]
     rkeys = [redis_key(k, store.prefix) for k in keys]
     states: List[Optional[State]] = [None] * len(policies)
-    now = T0
+    now = start
     for (how, cost), costs in zip(ops, per_limit):
         now = move(now, how, window, states[0])
         if costs is None:
@@ -271,6 +295,28 @@ def test_script_matches_step_over_many_boundaries(client: redis.Redis, window: A
         state = read_state(client, rkey)  # as step wrote it (checked below, once)
         client.persist(rkey)
     assert state == read_state(client, rkey)
+    client.delete(rkey)
+
+
+@pytest.mark.parametrize("period", [1 / 3, 7.3, 60.0])
+@pytest.mark.parametrize("count", [3, 5, 7])
+def test_script_matches_slide_on_its_denials(
+    client: redis.Redis, period: float, count: int
+) -> None:
+    # Checks every seventh of a period near the epoch, where every last bit of a
+    # retry_after shows: a sliding window's denials with a previous window
+    # counted, whose wait runs out within the window (previous's weight falls)
+    # or in the next one (current's does).
+    store = RedisStore(client, prefix=unique_prefix())
+    rkey = redis_key("k", store.prefix)
+    window = SlidingWindow(count, period)
+    state: Optional[State] = None
+    for i in range(120):
+        now = 12.0 + i * period / 7
+        cost = (1, 1, 2, 0.5, 1)[i % 5]
+        state, expected = step(state, now, window, cost)
+        assert store.apply("k", window, cost, now) == expected, (i, now)
+        assert read_state(client, rkey) == state
     client.delete(rkey)
 
 
