@@ -10,8 +10,9 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from helpers.redis_servers import RedisClusterNodes, unique_prefix
-from limiter import Limit, ManualClock, RateLimiter
+from limiter import Limit, Lockout, ManualClock, RateLimiter
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
+from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 from limiter.testing._store_suite import StoreConformance
 
@@ -111,6 +112,47 @@ def test_several_limits_need_a_shared_tag(cluster: redis.cluster.RedisCluster) -
     assert result.allowed and [r.remaining for r in result.results] == [1, 2]
     # A key without a tag is its own tag: "alice" goes with "{alice}:..." keys.
     assert store.apply_many(["alice", "{alice}:slow"], [Limit(1, 1), limits[1]], 1, T0).allowed
+
+
+def test_windows_on_the_cluster_admit_exactly_count(
+    nodes: RedisClusterNodes, cluster: redis.cluster.RedisCluster
+) -> None:
+    # Keys on every master, each window admitting exactly its count at a frozen
+    # clock (T0: no boundary of an hour), beside a bucket and a lockout sharing
+    # its tag, from the sync and the asyncio client.
+    store = RedisStore(cluster, prefix=unique_prefix())
+    windows = [FixedWindow(3, 3600), FixedWindow(3, 3600, "first"), SlidingWindow(3, 3600)]
+    for i in range(30):
+        allowed = [store.apply(f"user{i}", windows[i % 3], 1, T0).allowed for _ in range(4)]
+        assert allowed == [True] * 3 + [False], i
+    nodes_used = {
+        cluster.get_node_from_key(redis_key(f"user{i}", store.prefix)).name for i in range(30)
+    }
+    assert len(nodes_used) == 3
+    policies = [SlidingWindow(2, 60), Limit(0.001, 10), Lockout(2, 60, 600)]
+    keys = ["{bob}:window", "{bob}:tokens", "{bob}:lockout"]
+    results = [store.apply_many(keys, policies, 1, T0) for _ in range(5)]
+    assert [(r.allowed, r.locked_out) for r in results] == [
+        *([(True, False)] * 2),
+        (False, False),
+        *([(False, True)] * 2),
+    ]
+
+    async def flood() -> int:
+        client = redis.asyncio.cluster.RedisCluster(
+            host="127.0.0.1", port=nodes.ports[0], socket_timeout=10
+        )
+        await client.initialize()
+        astore = AsyncRedisStore(client, prefix=unique_prefix())
+        try:
+            got = await asyncio.gather(
+                *(astore.aapply(f"k{i % 10}", windows[i % 10 % 3], 1, T0) for i in range(100))
+            )
+            return sum(r.allowed for r in got)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(flood()) == 10 * 3
 
 
 def test_script_flush_on_every_master_is_invisible(

@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from helpers.redis_servers import RedisServer, unique_prefix
 from limiter import Limit, ManualClock, MemoryStore, RateLimitResult, StoreError
 from limiter.backends.redis import AsyncRedisStore, redis_key
+from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 
 pytestmark = pytest.mark.redis
@@ -230,6 +231,33 @@ def test_200_concurrent_tasks_on_5_keys_admit_exactly_burst(server: RedisServer)
                 *(store.aapply_many(["{m}:a", "{m}:b"], pair, 1, T0) for _ in range(10))
             )
             assert [r.allowed for r in many] == [True] * 4 + [False] * 6
+
+    run(scenario)
+
+
+def test_windows_in_a_burst_admit_exactly_count(server: RedisServer) -> None:
+    # 100 concurrent checks on each of 3 keys per window policy, and windows
+    # beside a bucket in aapply_many: the hour's window (T0 is no boundary of it)
+    # admits exactly its count, all or nothing.
+    windows = [FixedWindow(7, 3600), FixedWindow(7, 3600, "first"), SlidingWindow(7, 3600)]
+
+    async def scenario() -> None:
+        async with opened(async_client(server)) as store:
+            for window in windows:
+                keys = [f"{window.label}:{i % 3}" for i in range(100)]
+                results = await asyncio.gather(*(store.aapply(k, window, 1, T0) for k in keys))
+                for key in set(keys):
+                    got = [r for k, r in zip(keys, results) if k == key]
+                    admitted = sorted(r.remaining for r in got if r.allowed)
+                    assert admitted == list(range(7)), (window, key)
+                    assert all(r.retry_after > 0 for r in got if not r.allowed)
+            policies = [SlidingWindow(4, 60), Limit(0.001, 6)]
+            many = await asyncio.gather(
+                *(store.aapply_many(["{m}:w", "{m}:b"], policies, 1, T0) for _ in range(10))
+            )
+            assert [r.allowed for r in many] == [True] * 4 + [False] * 6
+            peek = await store.aapply_many(["{m}:w", "{m}:b"], policies, 0, T0)
+            assert [r.remaining for r in peek.results] == [0, 2]  # refusals took nothing
 
     run(scenario)
 

@@ -1,6 +1,6 @@
 """The Redis wire format (``limiter.backends.redis._wire``) without a server.
 
-Arguments for every policy and kind of cost, replies, keys and hash tags,
+Arguments for every policy (windows too) and kind of cost, replies, keys and hash tags,
 the PX rule, and the grammar that ``_wire.py`` and ``bucket.lua`` share.
 """
 
@@ -22,6 +22,7 @@ from limiter.core.costs import Charge, Refund
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.lockout import Lockout
 from limiter.core.result import RateLimitResult
+from limiter.core.window import MAX_PERIOD, MIN_PERIOD, FixedWindow, SlidingWindow
 from limiter.store import StoreError
 
 T = 1_700_006_400.0  # 2023-11-15 00:00:00 UTC, a day's start
@@ -70,6 +71,19 @@ def test_each_policy_has_its_text() -> None:
     late = T + 86400 - TIME_EPSILON / 2
     assert argv([day], 1, late) == f"{late!r} 1.0 q{T + 86400!r}/{T + 2 * 86400!r} 100"
     assert argv([Limit(1, 5), LOCKOUT], 1, T).endswith(" 1.0 5 l60.0/900.0 3")
+    # Windows: untimed (the script finds the window from now, the server's TIME too).
+    assert argv([FixedWindow(10, 60)], 1, None) == " 1.0 w60.0 10"
+    assert argv([FixedWindow(10, 60, "first")], 1, T) == f"{T!r} 1.0 f60.0 10"
+    assert argv([SlidingWindow(2**53, 0.001)], 1, T) == f"{T!r} 1.0 s0.001 {2**53}"
+    assert argv([SlidingWindow(3, 1 / 3)], 1, T).endswith(f" s{1 / 3!r} 3")
+
+
+def test_windows_beside_other_policies() -> None:
+    policies = [FixedWindow(5, 86400), Limit(2, 4), SlidingWindow(7, 7.5), LOCKOUT]
+    costs = (1, 2, Refund(1, T - 60), 0)
+    assert argv(policies, costs, T) == (
+        f"{T!r} 1.0,2.0,-1.0@{T - 60!r},0.0 w86400.0 5 2.0 4 s7.5 7 l60.0/900.0 3"
+    )
 
 
 def test_a_quota_fixes_now_from_the_client_clock() -> None:
@@ -82,11 +96,23 @@ def test_a_quota_fixes_now_from_the_client_clock() -> None:
 
 def test_the_codec_tells_policies_apart_in_one_place() -> None:
     assert _wire.decode_result(b"1 0 1 0", Limit(1, 1), "x").kind == "bucket"
-    assert [
-        (c.timed, c.last) for c in map(_wire.policy_codec, [Limit(1, 1), Quota(1, "day"), LOCKOUT])
-    ] == [(False, False), (True, False), (False, True)]
+    assert _wire.decode_result(b"1 0 1 0", FixedWindow(1, 1), "x").kind == "fixed-window"
+    assert _wire.decode_result(b"1 0 1 0", SlidingWindow(1, 1), "x").kind == "sliding-window"
+    policies = [Limit(1, 1), Quota(1, "day"), FixedWindow(1, 1), SlidingWindow(1, 1), LOCKOUT]
+    assert [(c.timed, c.last) for c in map(_wire.policy_codec, policies)] == [
+        (False, False),
+        (True, False),
+        (False, False),
+        (False, False),
+        (False, True),
+    ]
+    # One codec per kind: the two anchors of a fixed window differ in its text only.
+    first = FixedWindow(1, 1, "first")
+    assert _wire.policy_codec(first) is _wire.policy_codec(FixedWindow(1, 1))
     with pytest.raises(ValueError, match=r"limit must be a limiter\.Limit"):
         _wire.policy_codec("10/second")
+    with pytest.raises(ValueError, match=r"limit must be a limiter\.Limit"):
+        _wire.policy_codec(RateLimitResult(True, 1, 1, 0.0, 0.0, 1.0))  # a kind, per instance
     with pytest.raises(ValueError, match=r"limit must be a limiter\.Limit"):
         argv(["10/second"], 1, T)  # type: ignore[list-item]
 
@@ -95,7 +121,10 @@ def test_untimed_texts_are_cached_and_the_cache_is_bounded() -> None:
     builder = _wire.Argv(True)
     builder.args([Limit(1, 1)], 1, T)
     builder.args([Quota(1, "day")], 1, T)
-    assert list(builder._texts) == [Limit(1, 1)]  # a quota's text changes with now
+    builder.args([FixedWindow(1, 1), SlidingWindow(1, 1)], 1, T)
+    # A quota's text changes with now; windows' do not.
+    assert list(builder._texts) == [Limit(1, 1), FixedWindow(1, 1), SlidingWindow(1, 1)]
+    assert builder.args([FixedWindow(1, 1, "first")], 1, T) == [f"{T!r} 1.0 f1.0 1".encode()]
     for n in range(1, 1100):
         builder.args([Limit(n, 1)], 1, T)
     assert len(builder._texts) <= 1025
@@ -184,11 +213,13 @@ def test_a_reply_is_decoded_field_for_field() -> None:
 
 
 def test_several_replies_in_key_order() -> None:
-    policies = [Limit(1, 5), Quota(7, "day"), LOCKOUT]
-    got = _wire.decode_results(b"1 4 1 0 1 6 3600 0 1 3 0 0", policies, "RedisStore")
-    assert [r.kind for r in got] == ["bucket", "quota", "lockout"]
-    assert [r.remaining for r in got] == [4, 6, 3]
-    assert [r.limit for r in got] == [5, 7, 3]
+    policies = [Limit(1, 5), Quota(7, "day"), FixedWindow(9, 60), SlidingWindow(2, 5), LOCKOUT]
+    reply = b"1 4 1 0 1 6 3600 0 1 8 30 0 1 1 7.5 0 1 3 0 0"
+    got = _wire.decode_results(reply, policies, "RedisStore")
+    assert [r.kind for r in got] == ["bucket", "quota", "fixed-window", "sliding-window", "lockout"]
+    assert [r.remaining for r in got] == [4, 6, 8, 1, 3]
+    assert [r.limit for r in got] == [5, 7, 9, 2, 3]
+    assert [r.window for r in got] == [5.0, 86400.0, 60.0, 5.0, 60.0]
 
 
 @pytest.mark.parametrize(
@@ -295,11 +326,28 @@ def test_argv_round_trips(rate: float, burst: int, now: float, costs: List[Any])
 
 
 @given(
+    st.integers(1, 2**53),
+    st.floats(MIN_PERIOD, MAX_PERIOD),
+    st.sampled_from(["epoch", "first", "sliding"]),
+)
+def test_a_window_round_trips(count: int, period: float, anchor: str) -> None:
+    # The script reads the period with tonumber: a repr is the very double.
+    policy = (
+        SlidingWindow(count, period) if anchor == "sliding" else FixedWindow(count, period, anchor)
+    )
+    _, _, text, burst = argv([policy], 1, T).split(" ")
+    letter = {"epoch": "w", "first": "f", "sliding": "s"}[anchor]
+    assert (text[0], float(text[1:]), int(burst)) == (letter, period, count)
+
+
+@given(
     st.booleans(),
     st.integers(0, 2**53),
     st.floats(-1e9, 1e9),
     st.floats(0, 1e9),
-    st.sampled_from([Limit(3, 10), Quota(4, "hour"), LOCKOUT]),
+    st.sampled_from(
+        [Limit(3, 10), Quota(4, "hour"), FixedWindow(5, 0.001), SlidingWindow(2**53, 60), LOCKOUT]
+    ),
 )
 def test_reply_round_trips(
     allowed: bool, remaining: int, reset: float, retry: float, policy: Any

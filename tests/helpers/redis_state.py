@@ -7,9 +7,35 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from limiter.backends.redis._wire import ttl_ms
+from limiter.core.state import State, from_row, keep_until
 
 if TYPE_CHECKING:
     import redis
+
+
+def parse_state(raw: bytes) -> State:
+    """A stored value as ``limiter.core.state`` builds it (a sliding window: three numbers)."""
+    numbers = [float(text) for text in raw.split()]
+    assert len(numbers) in (2, 3), raw
+    return from_row(*numbers)
+
+
+def read_state(client: redis.Redis, rkey: str) -> Optional[State]:
+    """The state ``rkey`` holds (``None``: no key)."""
+    raw = client.get(rkey)
+    return None if raw is None else parse_state(raw)
+
+
+def forgotten_at(state: State) -> float:
+    """When ``state`` stops mattering: ``keep_until``, a sliding window's ``until``."""
+    if isinstance(state, tuple):
+        return state[2]
+    return keep_until(state)
+
+
+def _elapsed_ms(since: Optional[float]) -> int:
+    """The ms a TTL may have run since ``since`` (``time.monotonic()``; ``None``: a minute)."""
+    return 60_000 if since is None else math.ceil((time.monotonic() - since) * 1000) + 2
 
 
 def check_stored(
@@ -26,7 +52,7 @@ def check_stored(
     may take long; without ``since``, up to a minute is allowed).
     """
     raw, ttl = client.pipeline().get(rkey).pttl(rkey).persist(rkey).execute()[:2]
-    elapsed_ms = 60_000 if since is None else math.ceil((time.monotonic() - since) * 1000) + 2
+    elapsed_ms = _elapsed_ms(since)
     if raw is None:  # expired: the bucket was full again within the time elapsed
         assert state is None or ttl_ms(state.real) <= elapsed_ms
         return None
@@ -36,4 +62,26 @@ def check_stored(
     if ttl != -1:  # written by this step (-1: kept from before, made persistent)
         expected_ttl = ttl_ms(stored.real)  # PX's bounds
         assert expected_ttl - elapsed_ms <= ttl <= expected_ttl  # less what elapsed since
+    return stored
+
+
+def check_stored_until(
+    client: redis.Redis, rkey: str, state: Optional[State], now: float, since: Optional[float]
+) -> Optional[State]:
+    """``check_stored`` for any policy but a bucket: its PX is the time from ``now`` to its end.
+
+    A quota's, a window's or a lockout's key lives until ``forgotten_at``
+    (a sliding window's state is three numbers); it is made persistent too.
+    """
+    raw, ttl = client.pipeline().get(rkey).pttl(rkey).persist(rkey).execute()[:2]
+    elapsed_ms = _elapsed_ms(since)
+    if raw is None:
+        # Never written, or expired already: its end was within the time elapsed.
+        assert state is None or ttl_ms(forgotten_at(state) - now) <= elapsed_ms
+        return None
+    stored = parse_state(raw)
+    assert stored == state
+    if ttl != -1:  # written by this step
+        expected_ttl = ttl_ms(forgotten_at(stored) - now)
+        assert expected_ttl - elapsed_ms <= ttl <= expected_ttl
     return stored

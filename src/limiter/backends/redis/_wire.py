@@ -11,13 +11,16 @@ grammar below verbatim (``tests/backends/test_redis_wire.py`` holds the two equa
             | "-" number [ "@" number ] ;         (* a Refund of number; @ its taken_at *)
     policy  = " " number " " count                (* token bucket: rate burst *)
             | " q" number "/" number " " count    (* quota: window start/end, count *)
+            | " w" number " " count               (* fixed window, epoch: period count *)
+            | " f" number " " count               (* fixed window, first request's *)
+            | " s" number " " count               (* sliding window: period count *)
             | " l" number "/" number " " count ;  (* lockout, last: within/duration *)
     number  = Python float repr ;                 (* a cost at most 2^54: the stand-in *)
     count   = decimal integer ;                   (* burst, count, breaches *)
     reply   = result { " " result } ;             (* one per key, in KEYS order *)
     result  = allowed " " remaining " " reset_after " " retry_after ;
     allowed = "1" | "0" ;                         (* the other three: %d or %.17g *)
-    stored  = number " " number ;                 (* each key: PX = ttl_ms(seconds) *)
+    stored  = number " " number [ " " number ] ;  (* PX = ttl_ms(seconds); 3: sliding *)
 
 Keys: ``redis_key`` (one-to-one, always with a cluster hash tag).  Why one
 argument string: CONTRIBUTING.md "Hot paths".
@@ -32,8 +35,6 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from limiter.core.costs import Charge, Cost, Refund, validate_cost, validate_costs
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON, Limit
-from limiter.core.lockout import Lockout
-from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
 from limiter.store import StoreError
 
@@ -157,6 +158,18 @@ def _lockout_text(lockout: Any, now: float) -> bytes:
     return f" l{lockout.within!r}/{lockout.duration!r} {lockout.burst}".encode("ascii")
 
 
+#: A fixed window's letter by its anchor: the script finds the window itself.
+_ANCHOR_LETTERS = {"epoch": "w", "first": "f"}
+
+
+def _fixed_window_text(window: Any, now: float) -> bytes:
+    return f" {_ANCHOR_LETTERS[window.anchor]}{window.period!r} {window.count}".encode("ascii")
+
+
+def _sliding_window_text(window: Any, now: float) -> bytes:
+    return f" s{window.period!r} {window.count}".encode("ascii")
+
+
 class PolicyCodec(NamedTuple):
     """How one type of policy travels: its text, and where it may stand."""
 
@@ -165,23 +178,30 @@ class PolicyCodec(NamedTuple):
     last: bool  # only ever last, after another policy (a lockout)
 
 
-_BUCKET = PolicyCodec(_bucket_text, False, False)
-_QUOTA = PolicyCodec(_quota_text, True, False)
-_LOCKOUT = PolicyCodec(_lockout_text, False, True)
+#: Each kind of policy's codec, by its class's ``kind`` (``limiter.core.limits.Policy``).
+_CODECS = {
+    "bucket": PolicyCodec(_bucket_text, False, False),
+    "quota": PolicyCodec(_quota_text, True, False),
+    "fixed-window": PolicyCodec(_fixed_window_text, False, False),
+    "sliding-window": PolicyCodec(_sliding_window_text, False, False),
+    "lockout": PolicyCodec(_lockout_text, False, True),
+}
 
 
 def policy_codec(policy: object) -> PolicyCodec:
-    """The codec of ``policy``'s type: the one place that tells policies apart.
+    """The codec of ``policy``'s kind: the one place that tells policies apart.
 
-    Raises ``ValueError`` for anything that is no policy.
+    Raises ``ValueError`` for anything that is no policy (a class without a
+    ``kind`` of its own, or one of a kind this store does not know).
     """
-    if isinstance(policy, Lockout):
-        return _LOCKOUT
-    if isinstance(policy, Quota):
-        return _QUOTA
-    if isinstance(policy, Limit):
-        return _BUCKET
-    raise ValueError(f"limit must be a limiter.Limit, got {policy!r:.100}")
+    kind = getattr(type(policy), "kind", None)
+    codec = _CODECS.get(kind) if isinstance(kind, str) else None
+    if codec is None:
+        raise ValueError(
+            "limit must be a limiter.Limit, Quota, FixedWindow, SlidingWindow or Lockout, "
+            f"got {policy!r:.100}"
+        )
+    return codec
 
 
 # -- costs -----------------------------------------------------------------------

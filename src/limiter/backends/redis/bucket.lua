@@ -1,4 +1,4 @@
--- limiter's token bucket for Redis and Valkey: limiter.core.bucket in Lua, run by
+-- limiter's policies for Redis and Valkey: limiter.core's steps in Lua, run by
 -- EVALSHA for every check (limiter/backends/redis/_wire.py loads this file and
 -- speaks its language).  The grammar of its argument, reply and stored
 -- values (_wire.py's, verbatim; tests/backends/test_redis_wire.py holds the two equal):
@@ -11,18 +11,22 @@
 --           | "-" number [ "@" number ] ;         (* a Refund of number; @ its taken_at *)
 --   policy  = " " number " " count                (* token bucket: rate burst *)
 --           | " q" number "/" number " " count    (* quota: window start/end, count *)
+--           | " w" number " " count               (* fixed window, epoch: period count *)
+--           | " f" number " " count               (* fixed window, first request's *)
+--           | " s" number " " count               (* sliding window: period count *)
 --           | " l" number "/" number " " count ;  (* lockout, last: within/duration *)
 --   number  = Python float repr ;                 (* a cost at most 2^54: the stand-in *)
 --   count   = decimal integer ;                   (* burst, count, breaches *)
 --   reply   = result { " " result } ;             (* one per key, in KEYS order *)
 --   result  = allowed " " remaining " " reset_after " " retry_after ;
 --   allowed = "1" | "0" ;                         (* the other three: %d or %.17g *)
---   stored  = number " " number ;                 (* each key: PX = ttl_ms(seconds) *)
+--   stored  = number " " number [ " " number ] ;  (* PX = ttl_ms(seconds); 3: sliding *)
 --
 -- limiter/core/ is the specification; each part below mirrors
 -- one of its functions, computing the very same doubles, and
--- tests/backends/test_redis_store.py feeds both the same random sequences and compares
--- the results bit for bit.  Change the two together.
+-- tests/backends/test_redis_store.py (test_redis_windows.py for the windows) feeds
+-- both the same random sequences and compares the results bit for bit.
+-- Change the two together.
 --
 --   this file                          mirrors (limiter/core/)
 --   ARGV parsing, cost <= 2^54         validate_cost / validate_costs (done in
@@ -34,9 +38,13 @@
 --   the loop over several keys         step_all (the peeks on denial, the
 --                                      lockout last); combine is applied to
 --                                      the replies in Python
---   quota                              step_quota / _apply_quota (a Quota's
---                                      window comes from Python, see below)
---   lockstatus, breach                 _lock_status, _breach
+--   openwindow, countin                window.open_window, window.count_in_window
+--   quota                              Quota.step (a Quota's window comes from
+--                                      Python, see below)
+--   fixed                              FixedWindow.step (bounds, _first)
+--   slide, slid                        window.slide, _sliding_retry and
+--                                      _sliding_result
+--   lockstatus, breach                 lockout.lock_status, lockout.breach
 --
 -- Two placeholders in capitals, in the code below, stand for limiter.core.bucket's
 -- time epsilon and clock tolerance constants: _wire.py substitutes their
@@ -85,6 +93,15 @@
 --   Charge adds to used unconditionally, at most 2 * count.  A Refund with a
 --   taken_at (+ epsilon) before start gives nothing back: its units were
 --   forgiven at the boundary.
+-- * Windows (limiter.core.window's rules) come as "w<period> count" (a
+--   FixedWindow aligned to the epoch), "f<period> count" (anchored at the
+--   request that finds no window open) and "s<period> count" (a
+--   SlidingWindow): the script finds the window from now itself, so now may
+--   be the server's TIME.  A fixed window's state is a quota's; a sliding
+--   window's is "previous current until" (PX: the time to until), the one
+--   state of three numbers: a key of two read by a sliding window, or of
+--   three by any other policy, is an error reply (another kind of policy
+--   wrote it), as step would fail in Python.
 -- * A lockout (limiter.core.lockout.Lockout) comes as "l<within>/<duration>
 --   breaches", only ever as the last key (alone, it reports its status and
 --   takes nothing).  Its state is "breaches*2^-600 run_end" for an open run
@@ -148,24 +165,39 @@ local function readcost(text)
   return tonumber(text), nil
 end
 
--- Mirrors limiter.core.state (the bucket's state).  The stored debt, updated_at and updated_at's
--- text (nil for a new key); false and an error reply for a corrupt state.
+-- Mirrors limiter.core.state: a key's two numbers d and u (and u's text us, so
+-- that a write may keep it), or three (v: a sliding window's until); nil for
+-- a new key; false and an error reply for a corrupt state.
 local function load(key)
   local raw = redis.call('GET', key)
   if raw then
     local d, us = match(raw, '^(%S+) (%S+)$')
-    local u
-    d, u = tonumber(d), tonumber(us)
-    if d == nil or u == nil then
-      return false, redis.error_reply('limiter: corrupt bucket state in key ' .. key)
+    local u, vs, v
+    if d == nil then
+      d, us, vs = match(raw, '^(%S+) (%S+) (%S+)$')
+      v = tonumber(vs)
     end
-    return d, u, us
+    d, u = tonumber(d), tonumber(us)
+    if d == nil or u == nil or (vs and v == nil) then
+      return false, redis.error_reply('limiter: corrupt state in key ' .. key)
+    end
+    return d, u, us, v
+  end
+end
+
+-- An error reply when key's state (v: its third number) is not of the kind
+-- spec's policy reads: three numbers are a sliding window's ("s"), and only
+-- its (read_sliding and read_count would fail on the other in Python).
+local function misfit(key, v, spec)
+  if (v ~= nil) ~= (byte(spec) == 115) then
+    return redis.error_reply('limiter: key ' .. key .. ' holds the state of another kind of policy')
   end
 end
 
 -- Mirrors limiter.core.state.keep_until: the key expires when the bucket is full
 -- again.  Writes debt d anchored at the text at, or at now when at is nil
 -- (full again in d seconds, or in px when given); returns d formatted.
+-- A window's state is d and the text at (a sliding window's: two numbers).
 -- A denial's bookkeeping (soft: a lockout's breach, a re-anchoring) is
 -- written with pcall: a full Redis (maxmemory with noeviction refuses every
 -- SET with OOM) must not turn a denial into an error, which on_error="allow"
@@ -192,56 +224,193 @@ local function trunc(x)
   return math.ceil(x)
 end
 
--- Mirrors limiter.core.quota.step_quota (_apply_quota): d, u, us as for step;
--- spec: "q<start>/<end>", the current window; count: the quota; mode: '!'
--- for a Charge; taken: a Refund's taken_at (or nil).  Returns what step
--- returns, and the seconds until the written state's end (for PX).
+-- The steps of the policies that count units in a window (a quota, a fixed
+-- or a sliding window), by their letter: built by the first key that needs
+-- them, since the script's body runs on every call and a bucket's check
+-- need not pay for making their closures.  Each takes what step takes.
 local QSCALE, QUNSCALE = 2^-600, 2^600
-local function quota(d, u, us, spec, count, cost, mode, taken)
-  local starts, ends = match(spec, '^q([^/]+)/(%S+)$')
-  count = tonumber(count)
-  local qend, endtext = tonumber(ends), ends
-  local used = 0.0
-  local write, at = nil, nil
-  if d ~= nil and now + EPSILON < u then
-    used = d * QUNSCALE
-    if u > qend and now < qend - TOLERANCE then
-      write, at = d, ends  -- a clock stepped back: keep what was used
-    else
-      qend, endtext = u, us  -- counted in its own window
+local windowed
+local function windowsteps()
+  -- Mirrors limiter.core.window.open_window: a count's state d, u, us read with
+  -- the current window ending at qend (its text: endtext, nil to format it).
+  -- Returns the units used, the end of the window they count in and its text
+  -- (nil: to format), and the state to store (used scaled, and its end's text)
+  -- when a clock stepped back, else nil.
+  local function openwindow(d, u, us, qend, endtext)
+    if d ~= nil and now + EPSILON < u then
+      local used = d * QUNSCALE
+      if u > qend and now < qend - TOLERANCE then  -- a clock stepped back: keep the units
+        return used, qend, endtext, used * QSCALE, endtext or format('%.17g', qend)
+      end
+      return used, u, us  -- counted in its own window
     end
+    return 0.0, qend, endtext
   end
-  local reset = qend - now
-  local rem
-  if cost <= 0 then
-    if taken and taken + EPSILON < tonumber(starts) then
-      -- taken in an earlier window, forgiven at its end: nothing to give
-    elseif cost < 0 and used > 0 then  -- a refund: never below 0 used
-      used = used + cost
-      if used < 0.0 then used = 0.0 end
-      write, at = used * QSCALE, endtext
+
+  -- Mirrors limiter.core.window.count_in_window: cost (mode '!' for a Charge;
+  -- taken: a Refund's taken_at or nil) applied to used units of the window
+  -- [start, qend) of count units (qend's text: endtext, nil to format it);
+  -- write, at: a state to store whatever happens (or nil).  Returns what step
+  -- returns, and the seconds until the written state's end (for PX).
+  local function countin(write, at, used, start, qend, endtext, count, cost, mode, taken)
+    local reset = qend - now
+    local rem
+    if cost <= 0 then
+      if taken and taken + EPSILON < start then
+        -- rule 4: taken in an earlier window, forgiven at its end: nothing to give
+      elseif cost < 0 and used > 0 then  -- a refund: never below 0 used
+        used = used + cost
+        if used < 0.0 then used = 0.0 end
+        write, at = used * QSCALE, endtext or format('%.17g', qend)
+      end
+      rem = trunc(count - used)
+      if rem < 0 then rem = 0 end
+      return write, at, 1, rem, reset, 0, reset
+    end
+    if mode == '!' then  -- rule 5: a charge, always taken, up to twice the count
+      local most = 2.0 * count
+      local after = used + cost
+      if not (after <= most) then after = most end
+      rem = trunc(count - after)
+      if rem < 0 then rem = 0 end
+      return after * QSCALE, endtext or format('%.17g', qend), 1, rem, reset, 0, reset
+    end
+    if cost <= count and used + cost <= count then
+      local after = used + cost
+      local at = endtext or format('%.17g', qend)
+      return after * QSCALE, at, 1, trunc(count - after), reset, 0, reset
     end
     rem = trunc(count - used)
     if rem < 0 then rem = 0 end
-    return write, at, 1, rem, reset, 0, reset
+    local retry = math.huge
+    if cost <= count then retry = reset end
+    return write, at, 0, rem, reset, retry, reset
   end
-  if mode == '!' then  -- a charge: always taken, up to twice the count
-    local most = 2.0 * count
-    local after = used + cost
-    if not (after <= most) then after = most end
-    rem = trunc(count - after)
+
+  -- Mirrors limiter.core.quota.Quota.step: d, u, us as for step (v unused);
+  -- spec: "q<start>/<end>", the current window; the rest as countin takes them.
+  local function quota(d, u, us, v, spec, count, cost, mode, taken)
+    local starts, ends = match(spec, '^q([^/]+)/(%S+)$')
+    local used, qend, endtext, write, at = openwindow(d, u, us, tonumber(ends), ends)
+    count = tonumber(count)
+    return countin(write, at, used, tonumber(starts), qend, endtext, count, cost, mode, taken)
+  end
+
+  -- Mirrors limiter.core.window.FixedWindow.step: spec "w<period>", the window
+  -- of the epoch-aligned ones holding now + epsilon (bounds), or "f<period>",
+  -- the one the request that found none open started (_first); then countin.
+  local function fixed(d, u, us, v, spec, count, cost, mode, taken)
+    local period = tonumber(sub(spec, 2))
+    local used, start, qend, endtext, write, at
+    if byte(spec) == 119 then  -- "w"
+      start = math.floor((now + EPSILON) / period) * period
+      used, qend, endtext, write, at = openwindow(d, u, us, start + period, nil)
+    else
+      used, start, qend = 0.0, now, now + period
+      if d ~= nil and now + EPSILON < u then
+        used = d * QUNSCALE
+        start = u - period
+        if start <= now + TOLERANCE then
+          qend, endtext = u, us
+        else  -- rule 6: a clock stepped back, the units moved to a window from now
+          start, qend = now, now + period
+          write, at = used * QSCALE, format('%.17g', qend)
+        end
+      end
+    end
+    return countin(write, at, used, start, qend, endtext, tonumber(count), cost, mode, taken)
+  end
+
+  -- Mirrors limiter.core.window._sliding_result: the reply's fields after slide,
+  -- and the state to store when write (previous, then "current until" as at).
+  local function slid(write, ok, previous, current, untl, weight, wend, count, period, retry)
+    local rem = count - math.floor(previous * weight + current)
     if rem < 0 then rem = 0 end
-    return after * QSCALE, endtext, 1, rem, reset, 0, reset
+    local reset = 0.0
+    if current > 0.0 then
+      reset = wend + period - now
+    elseif previous > 0.0 then
+      reset = wend - now
+    end
+    local at = nil
+    if write then
+      write, at = previous, format('%.17g %.17g', current, untl)
+    end
+    return write, at, ok, rem, reset, retry, untl - now
   end
-  if cost <= count and used + cost <= count then
-    local after = used + cost
-    return after * QSCALE, endtext, 1, trunc(count - after), reset, 0, reset
+
+  -- Mirrors limiter.core.window.slide (and _sliding_retry), operation for
+  -- operation in its order: p, c, v, the stored previous, current and until
+  -- (nil for a new key; us unused); spec "s<period>"; the rest as countin
+  -- takes them.
+  local function slide(p, c, us, v, spec, count, cost, mode, taken)
+    local period = tonumber(sub(spec, 2))
+    count = tonumber(count)
+    if not mode and cost > count then cost = math.huge end  -- cost_or_inf
+    local moment = now + EPSILON
+    local start = math.floor(moment / period) * period  -- rule 1
+    local wend = start + period
+    local untl = wend + period
+    local previous, current, write = 0.0, 0.0, false
+    if p ~= nil then
+      local gap = start - (v - 2.0 * period)  -- whole periods, give or take rounding
+      if gap < -0.5 * period then  -- the state's window is ahead of now (rule 6)
+        previous, current = p, c
+        if v - 2.0 * period - now > TOLERANCE then
+          write = true  -- moved, stored even on denial
+        else
+          start, wend, untl = v - 2.0 * period, v - period, v
+        end
+      elseif gap < 0.5 * period then
+        previous, current = p, c
+      elseif gap < 1.5 * period then
+        previous = c
+      end
+    end
+    local weight = (wend - moment) / period
+    if weight > 1.0 then weight = 1.0 end
+    if cost < 0.0 then  -- rule 4: a Refund
+      if taken == nil or taken + EPSILON >= start then
+        if current > 0.0 then
+          current = current + cost
+          if current < 0.0 then current = 0.0 end
+          write = true
+        end
+      elseif taken + EPSILON >= start - period and previous > 0.0 then
+        previous = previous + cost
+        if previous < 0.0 then previous = 0.0 end
+        write = true
+      end
+      return slid(write, 1, previous, current, untl, weight, wend, count, period, 0)
+    end
+    local estimate = previous * weight + current
+    if cost == 0.0 then
+      return slid(write, 1, previous, current, untl, weight, wend, count, period, 0)
+    end
+    if mode == '!' then  -- rule 5
+      current = current + cost
+      local most = 2.0 * count
+      if not (current <= most) then current = most end
+    elseif math.floor(estimate) + cost <= count then  -- rule 2 (cost inf: never)
+      current = current + cost
+    else  -- _sliding_retry, then less now
+      local retry = math.huge
+      if cost <= count then  -- rule 3 (inf)
+        local target = math.floor(count - cost) + 1.0
+        if current < target then
+          retry = wend - (target - current) * period / previous
+        else
+          retry = wend + period - target * period / current
+        end
+      end
+      retry = retry - now
+      if not (retry > 0.0) then retry = 0.0 end
+      return slid(write, 0, previous, current, untl, weight, wend, count, period, retry)
+    end
+    return slid(true, 1, previous, current, untl, weight, wend, count, period, 0)
   end
-  rem = trunc(count - used)
-  if rem < 0 then rem = 0 end
-  local retry = math.huge
-  if cost <= count then retry = reset end
-  return write, at, 0, rem, reset, retry, reset
+
+  return {[113] = quota, [119] = fixed, [102] = fixed, [115] = slide}  -- q w f s
 end
 
 -- Mirrors limiter.core.lockout.lock_status.  spec: "l<within>/<duration>".
@@ -292,17 +461,20 @@ local function breach(count, runend, spec, breaches)
 end
 
 -- Mirrors limiter.core.bucket.step (and _settle for a Refund or a Charge, mode
--- '-' or '!').  d, u, us: the stored debt, updated_at and its text (nil for a
--- new key); taken: a Refund's taken_at (a quota's only).  Returns the debt
--- to store (nil: nothing to store), its anchor (nil: now, or us), and
--- allowed, remaining, reset_after, retry_after (and PX's seconds, for a
--- quota or a lockout).
-local function step(d, u, us, rate, burst, cost, mode, taken)
+-- '-' or '!'), which hands any other policy to its own step.  d, u, us: the
+-- stored debt, updated_at and its text (nil for a new key); v: a sliding
+-- window's third number; taken: a Refund's taken_at (a window's or a quota's
+-- only).  Returns the debt to store (nil: nothing to store), its anchor (nil:
+-- now, or us), and allowed, remaining, reset_after, retry_after (and PX's
+-- seconds, for any policy but a bucket).
+local function step(d, u, us, v, rate, burst, cost, mode, taken)
   local kind = byte(rate)
-  if kind == 113 then  -- "q": a quota
-    return quota(d, u, us, rate, burst, cost, mode, taken)
-  end
-  if kind == 108 then  -- "l": a lockout alone reports its status, taking nothing
+  if kind > 57 then  -- a letter, not a bucket rate's first digit
+    if kind ~= 108 then  -- "q", "w", "f" or "s": a count in a window
+      windowed = windowed or windowsteps()
+      return windowed[kind](d, u, us, v, rate, burst, cost, mode, taken)
+    end
+    -- "l": a lockout alone reports its status, taking nothing
     local write, at, ok, rem, left = lockstatus(d, u, rate, burst)
     return write, at, ok, rem, left, left, left
   end
@@ -376,24 +548,32 @@ end
 
 if n == 1 then
   local key = KEYS[1]
-  local d, u, us = load(key)
+  local d, u, us, v = load(key)
   if d == false then return u end
+  if d ~= nil then
+    local wrong = misfit(key, v, rate1)
+    if wrong then return wrong end
+  end
   local c, mode, taken = readcost(cost)
-  return finish(key, step(d, u, us, rate1, burst1, c, mode, taken))
+  return finish(key, step(d, u, us, v, rate1, burst1, c, mode, taken))
 end
 
 -- Mirrors limiter.core.many.step_all: all admit or none is charged, and a
 -- lockout last (combine is Python's, on the replies).
-local debts, stamps, texts, limits = {}, {}, {}, {}
-for i = 1, n do
-  local d, u, us = load(KEYS[i])
-  if d == false then return u end
-  debts[i], stamps[i], texts[i] = d, u, us
-end
+local debts, stamps, texts, thirds, limits = {}, {}, {}, {}, {}
 local i = 0
 for rate, burst in string.gmatch(rest, '(%S+) (%S+)') do
   i = i + 1
   limits[i] = {rate, burst}
+end
+for i = 1, n do
+  local d, u, us, v = load(KEYS[i])
+  if d == false then return u end
+  if d ~= nil then
+    local wrong = misfit(KEYS[i], v, limits[i][1])
+    if wrong then return wrong end
+  end
+  debts[i], stamps[i], texts[i], thirds[i] = d, u, us, v
 end
 local costs, modes, takens = {}, {}, {}
 if find(cost, ',', 1, true) then  -- one cost per key
@@ -422,14 +602,15 @@ end
 local out = {}
 local all = not locked
 for i = 1, m do
-  out[i] = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], costs[i], modes[i], takens[i])}
+  local limit = limits[i]
+  out[i] = {step(debts[i], stamps[i], texts[i], thirds[i], limit[1], limit[2], costs[i], modes[i], takens[i])}
   if out[i][3] == 0 then all = false end
 end
 denied = not all  -- locked out, or a limit refused: every write below is bookkeeping
 for i = 1, m do
   local o = out[i]
   if not all and o[3] == 1 then
-    o = {step(debts[i], stamps[i], texts[i], limits[i][1], limits[i][2], 0)}
+    o = {step(debts[i], stamps[i], texts[i], thirds[i], limits[i][1], limits[i][2], 0)}
   end
   parts[i] = finish(KEYS[i], o[1], o[2], o[3], o[4], o[5], o[6], o[7])
 end
