@@ -298,6 +298,21 @@ def test_script_matches_step_over_many_boundaries(client: redis.Redis, window: A
     client.delete(rkey)
 
 
+@pytest.mark.parametrize("window", [FixedWindow(1, 0.001), SlidingWindow(1, 0.001)])
+def test_a_window_rounded_to_end_at_the_moment_is_the_next_one(
+    client: redis.Redis, window: Any
+) -> None:
+    # The instant where floor's window would end at now + epsilon (test_window.py).
+    store = RedisStore(client, prefix=unique_prefix())
+    now = 1675119037.810999
+    results = [store.apply("k", window, 1, now) for _ in range(5)]
+    assert [r.allowed for r in results] == [True, False, False, False, False]
+    state: Optional[State] = None
+    for result in results:
+        state, expected = step(state, now, window, 1)
+        assert result == expected
+
+
 @pytest.mark.parametrize("period", [1 / 3, 7.3, 60.0])
 @pytest.mark.parametrize("count", [3, 5, 7])
 def test_script_matches_slide_on_its_denials(

@@ -81,6 +81,18 @@ def test_rule_1_the_window_holding_now_plus_the_epsilon_is_current() -> None:
     assert not step(state, W0 + 60 - 2 * TIME_EPSILON, fixed)[1].allowed
 
 
+@pytest.mark.parametrize("policy", [FixedWindow(1, 0.001), SlidingWindow(1, 0.001)])
+def test_rule_1_a_window_rounded_to_end_at_the_moment_is_the_next_one(policy: Any) -> None:
+    # floor(moment / period) * period + period rounds to moment itself here: that
+    # window would not hold the moment, and every request at it would pass.
+    now = 1675119037.810999
+    assert math.floor((now + TIME_EPSILON) / 0.001) * 0.001 + 0.001 == now + TIME_EPSILON
+    limiter = RateLimiter(policy, clock=ManualClock(start=now))
+    assert [limiter.allow("k") for _ in range(5)] == [True, False, False, False, False]
+    # The window [.811, .812) holds the moment: its end is 1.001 ms away.
+    assert limiter.check("k").retry_after == pytest.approx(0.001001, abs=5e-7)  # ulp: 2.4e-7
+
+
 def test_rule_1_anchor_first_starts_a_window_at_the_request_finding_none_open() -> None:
     first = FixedWindow(2, 60, anchor="first")
     state, results = run(first, [W0 + 25, W0 + 50, W0 + 84.5])

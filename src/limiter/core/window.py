@@ -163,9 +163,7 @@ class FixedWindow(_Window):
 
     def bounds(self, moment: float) -> Tuple[float, float]:
         """``(start, end)`` of the epoch-aligned window holding ``moment`` (rule 1)."""
-        period = self.period
-        start = _floor(moment / period) * period
-        return start, start + period
+        return epoch_window(moment, self.period)
 
     def step(
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
@@ -204,6 +202,24 @@ class FixedWindow(_Window):
 
     def __str__(self) -> str:
         return f"{self.count} per {self.period:g}s fixed window ({self.name})"
+
+
+def epoch_window(moment: float, period: float) -> Tuple[float, float]:
+    """``(k * period, k * period + period)`` holding ``moment`` (seconds; rule 1).
+
+    ``k = floor(moment / period)``, moved by one where the division's rounding
+    would give a window that does not hold ``moment`` (``start <= moment < end``).
+    """
+    k = _floor(moment / period)
+    start = k * period
+    if start > moment:
+        k -= 1
+        start = k * period
+    end = start + period
+    if end <= moment:
+        start = (k + 1) * period
+        end = start + period
+    return start, end
 
 
 def open_window(
@@ -356,8 +372,7 @@ def slide(
     """``SlidingWindow``'s step once ``cost`` is checked (as ``count_in_window``'s)."""
     period = policy.period
     moment = now + TIME_EPSILON
-    start = _floor(moment / period) * period  # rule 1
-    end = start + period
+    start, end = epoch_window(moment, period)  # rule 1
     until = end + period
     previous = current = 0.0
     if state is not None:
@@ -418,9 +433,11 @@ def _sliding_retry(
         return math.inf
     period = policy.period
     target = _floor(policy.count - cost) + 1.0
-    if current < target:
+    if current < target and previous > 0.0:
         return end - (target - current) * period / previous
-    return end + period - target * period / current
+    if current > 0.0:
+        return end + period - target * period / current
+    return end  # no units counted: only float rounding denies, and the window's end is a bound
 
 
 def _sliding_result(

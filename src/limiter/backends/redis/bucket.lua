@@ -38,6 +38,7 @@
 --   the loop over several keys         step_all (the peeks on denial, the
 --                                      lockout last); combine is applied to
 --                                      the replies in Python
+--   epochwindow                        window.epoch_window
 --   openwindow, countin                window.open_window, window.count_in_window
 --   quota                              Quota.step (a Quota's window comes from
 --                                      Python, see below)
@@ -231,16 +232,38 @@ end
 local QSCALE, QUNSCALE = 2^-600, 2^600
 local windowed
 local function windowsteps()
+  -- Mirrors limiter.core.window.epoch_window: the window [start, end) of
+  -- period seconds holding m, k moved by one where rounding would miss m.
+  local function epochwindow(m, period)
+    local k = math.floor(m / period)
+    local start = k * period
+    if start > m then
+      k = k - 1
+      start = k * period
+    end
+    local wend = start + period
+    if wend <= m then
+      start = (k + 1) * period
+      wend = start + period
+    end
+    return start, wend
+  end
+
   -- Mirrors limiter.core.window.open_window: a count's state d, u, us read with
-  -- the current window ending at qend (its text: endtext, nil to format it).
+  -- the current window [qstart, qend) (qend's text: endtext, nil to format it).
   -- Returns the units used, the end of the window they count in and its text
   -- (nil: to format), and the state to store (used scaled, and its end's text)
   -- when a clock stepped back, else nil.
-  local function openwindow(d, u, us, qend, endtext)
+  local function openwindow(d, u, us, qstart, qend, endtext)
     if d ~= nil and now + EPSILON < u then
       local used = d * QUNSCALE
-      if u > qend and now < qend - TOLERANCE then  -- a clock stepped back: keep the units
-        return used, qend, endtext, used * QSCALE, endtext or format('%.17g', qend)
+      if u > qend then
+        -- rule 6: the stored window's start, several windows ahead too
+        local begins = u - (qend - qstart)
+        if begins < qend then begins = qend end
+        if now < begins - TOLERANCE then  -- a clock stepped back: keep the units
+          return used, qend, endtext, used * QSCALE, endtext or format('%.17g', qend)
+        end
       end
       return used, u, us  -- counted in its own window
     end
@@ -291,9 +314,10 @@ local function windowsteps()
   -- spec: "q<start>/<end>", the current window; the rest as countin takes them.
   local function quota(d, u, us, v, spec, count, cost, mode, taken)
     local starts, ends = match(spec, '^q([^/]+)/(%S+)$')
-    local used, qend, endtext, write, at = openwindow(d, u, us, tonumber(ends), ends)
+    local qstart = tonumber(starts)
+    local used, qend, endtext, write, at = openwindow(d, u, us, qstart, tonumber(ends), ends)
     count = tonumber(count)
-    return countin(write, at, used, tonumber(starts), qend, endtext, count, cost, mode, taken)
+    return countin(write, at, used, qstart, qend, endtext, count, cost, mode, taken)
   end
 
   -- Mirrors limiter.core.window.FixedWindow.step: spec "w<period>", the window
@@ -303,8 +327,9 @@ local function windowsteps()
     local period = tonumber(sub(spec, 2))
     local used, start, qend, endtext, write, at
     if byte(spec) == 119 then  -- "w"
-      start = math.floor((now + EPSILON) / period) * period
-      used, qend, endtext, write, at = openwindow(d, u, us, start + period, nil)
+      local qend0
+      start, qend0 = epochwindow(now + EPSILON, period)
+      used, qend, endtext, write, at = openwindow(d, u, us, start, qend0, nil)
     else
       used, start, qend = 0.0, now, now + period
       if d ~= nil and now + EPSILON < u then
@@ -348,8 +373,7 @@ local function windowsteps()
     count = tonumber(count)
     if not mode and cost > count then cost = math.huge end  -- cost_or_inf
     local moment = now + EPSILON
-    local start = math.floor(moment / period) * period  -- rule 1
-    local wend = start + period
+    local start, wend = epochwindow(moment, period)  -- rule 1
     local untl = wend + period
     local previous, current, write = 0.0, 0.0, false
     if p ~= nil then
@@ -397,10 +421,12 @@ local function windowsteps()
       local retry = math.huge
       if cost <= count then  -- rule 3 (inf)
         local target = math.floor(count - cost) + 1.0
-        if current < target then
+        if current < target and previous > 0.0 then
           retry = wend - (target - current) * period / previous
-        else
+        elseif current > 0.0 then
           retry = wend + period - target * period / current
+        else
+          retry = wend
         end
       end
       retry = retry - now
