@@ -134,7 +134,7 @@ class RateLimiter(Observed):
         # call them first (CONTRIBUTING.md, "Hot paths").
         self._fast_check: Optional[Callable[[str, float], RateLimitResult]] = None
         self._fast_allow: Optional[Callable[[str, float], bool]] = None
-        if type(self.store) is MemoryStore and not self._many and self._limit.kind == "bucket":
+        if type(self.store) is MemoryStore and not self._many:
             self._fast_check, self._fast_allow = self.store.bind(
                 self._limit, self._prefix, self._clock_now, self.storage_key, MAX_KEY_LENGTH
             )

@@ -187,10 +187,7 @@ class Quota(Frozen):
         value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
         start, end = self.bounds(now + TIME_EPSILON)
         state, used, end = open_window(state, now, start, end)
-        new_state, result = count_in_window(
-            state, now, self, value, forced, taken, used, start, end
-        )
-        return new_state, (result if detail else result[0])
+        return count_in_window(state, now, self, value, forced, taken, used, start, end, detail)
 
     def keep_until(self, state: State) -> float:
         """The end of the window of ``state`` (seconds), when it is forgotten."""

@@ -55,6 +55,8 @@ from limiter.core.state import (
 _new_result = tuple.__new__
 _trunc = math.trunc
 _floor = math.floor
+_isfinite = math.isfinite
+_ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 #: The shortest and longest period accepted, in seconds (a millisecond; ~34,800 years).
 MIN_PERIOD = 1e-3
@@ -169,16 +171,16 @@ class FixedWindow(_Window):
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
+        if cost is _ONE and _isfinite(now):  # the usual cost: counted_cost's answer, without it
+            value, forced, taken = 1.0, False, None
+        else:
+            value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in order
         if self.anchor == "epoch":
-            start, end = self.bounds(now + TIME_EPSILON)
+            start, end = epoch_window(now + TIME_EPSILON, self.period)
             state, used, end = open_window(state, now, start, end)
         else:
             state, used, start, end = self._first(state, now)
-        new_state, result = count_in_window(
-            state, now, self, value, forced, taken, used, start, end
-        )
-        return new_state, (result if detail else result[0])
+        return count_in_window(state, now, self, value, forced, taken, used, start, end, detail)
 
     def _first(
         self, state: Optional[State], now: float
@@ -258,12 +260,15 @@ def count_in_window(
     used: float,
     start: float,
     end: float,
-) -> Tuple[Optional[State], RateLimitResult]:
+    detail: bool = True,
+) -> Tuple[Optional[State], Any]:
     """Apply ``cost`` to ``used`` units of the window ``[start, end)`` (rules 2 to 5, 7).
 
     ``cost`` is checked (a float, inf above the count, negative for a
     Refund); ``forced`` for a Charge; ``taken_at`` a Refund's.  ``state`` is
-    returned as it is when nothing changes.  A ``Quota``'s step too.
+    returned as it is when nothing changes.  Returns ``(state, result)``, or
+    ``(state, allowed)`` without ``detail`` (``step``'s convention).  A
+    ``Quota``'s step too.
     """
     reset = end - now
     window = policy.window
@@ -276,14 +281,19 @@ def count_in_window(
             if used < 0.0:
                 used = 0.0
             new_state = count_state(used, end)
-        return new_state, _count_result(policy, True, used, reset, 0.0, window)
+        result = _count_result(policy, True, used, reset, 0.0, window) if detail else True
+        return new_state, result
     after = used + cost
     if forced:  # rule 5
         most = 2.0 * policy.burst
         if not after <= most:  # also inf
             after = most
     if forced or after <= policy.burst:
+        if not detail:
+            return count_state(after, end), True
         return count_state(after, end), _count_result(policy, True, after, reset, 0.0, window)
+    if not detail:
+        return state, False
     retry = reset if cost <= policy.burst else math.inf
     return state, _count_result(policy, False, used, reset, retry, window)
 
