@@ -1,8 +1,9 @@
 """Stores from URLs: ``store_from_url("redis://cache:6379/0?prefix=app:")``.
 
 The scheme registry: each backend parses its part of a URL in its own module
-(``_memory_url``, ``_sqlite_url``, ``redis._url``).  Schemes, parameters and
-the fail-fast client defaults: docs/stores.md "Choosing a store by URL".
+(``_memory_url``, ``_sqlite_url``, ``redis._url``, ``postgres._url``).
+Schemes, parameters and the fail-fast client defaults: docs/stores.md
+"Choosing a store by URL".
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ SUPPORTED_SCHEMES: Tuple[str, ...] = (
     *(f"valkey{kind}" for kind in _REDIS_KINDS),
     "valkeys",
     "valkeys+cluster",
+    "postgresql",
+    "postgres",
 )
 _SCHEME_LIST = ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES)
 
@@ -71,6 +74,10 @@ def _open(url: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
         from limiter.backends._sqlite_url import sqlite_store
 
         return sqlite_store(url, options)
+    if url.scheme in ("postgresql", "postgres"):
+        from limiter.backends.postgres._url import postgres_store
+
+        return postgres_store(url, asyncio, options)
     from limiter.backends.redis._url import redis_store
 
     return redis_store(url, asyncio, options)
@@ -79,17 +86,18 @@ def _open(url: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
 def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
     """The store a URL describes, ready to use (no connection is opened yet).
 
-    Returns a ``MemoryStore``, ``SQLiteStore``, ``RedisStore`` or (with
-    ``asyncio=True`` and a Redis scheme) ``AsyncRedisStore``, or one of the
-    shared ones in a ``DenyCache`` (``deny_cache=N``): typed ``Any``, since
-    which one depends on the string.
+    Returns a ``MemoryStore``, ``SQLiteStore``, ``RedisStore``,
+    ``PostgresStore`` or (with ``asyncio=True``) ``AsyncRedisStore`` or
+    ``AsyncPostgresStore``, or one of the shared ones in a ``DenyCache``
+    (``deny_cache=N``): typed ``Any``, since which one depends on the string.
 
     ``url``: ``memory://``, ``sqlite:///relative/path.db``,
     ``redis://[user:password@]host[:port][/db]``, ``rediss://``,
     ``redis+unix://``, ``redis+sentinel://``, ``redis+cluster://``, or the
-    same with ``valkey``; query parameters and the fail-fast client defaults
+    same with ``valkey``, ``postgresql://user:password@host[:port]/dbname``
+    or ``postgres://``; query parameters and the fail-fast client defaults
     (0.25 s timeouts, no retries): docs/stores.md "Choosing a store by URL".
-    ``asyncio=True``: an ``AsyncRedisStore`` for the Redis schemes.
+    ``asyncio=True``: the asyncio store of a Redis or PostgreSQL scheme.
     ``options`` override the URL: the store's own arguments go to the store,
     ``connect_timeout`` is the client's ``socket_connect_timeout``, any other
     goes to the client constructor (``max_connections=...``).

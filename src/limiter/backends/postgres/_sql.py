@@ -1,0 +1,171 @@
+"""The SQL of the PostgreSQL stores: names, the table, the check function, the sweep.
+
+``apply.sql`` holds the PL/pgSQL (``bucket.lua`` translated); this module
+fills in its names and constants and writes the other statements.  Nothing
+here opens a connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import List, NamedTuple
+
+from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
+
+#: The version in every function's name: a change of ``apply.sql`` that changes
+#: results bumps it, so that an upgrade installs new functions beside the old.
+VERSION = 1
+
+#: The first key of the stores' advisory locks (``pg_advisory_xact_lock(LOCK_CLASS, hash)``):
+#: "LIMI" in ASCII, apart from an application's own single-key locks.
+LOCK_CLASS = 0x4C494D49
+
+#: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v1``.
+_FUNCTIONS = ("apply", "step", "quota", "lockstatus", "breach", "finish", "cost", "mul")
+_LONGEST = max(len(f"_{name}_v{VERSION}") for name in _FUNCTIONS)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _quoted(name: str) -> str:
+    return '"' + name + '"'
+
+
+class Names(NamedTuple):
+    """The quoted, qualified names of one table and of its functions."""
+
+    table: str  # "schema"."table" or "table"
+    apply: str
+    functions: List[str]  # every function, in apply.sql's placeholders' order (_FUNCTIONS)
+
+
+def names(table: str) -> Names:
+    """The names for ``table`` (``"name"`` or ``"schema.name"``): ``ValueError`` for another.
+
+    Each part is a plain identifier (letters, digits, ``_``; case kept) short
+    enough for its functions' names (at most 63 bytes).
+    """
+    if not isinstance(table, str):
+        raise TypeError(f"table must be a str, got {table!r:.100}")
+    parts = table.split(".")
+    limit = 63 - _LONGEST
+    if (
+        len(parts) > 2
+        or not all(_IDENTIFIER.match(part) for part in parts)
+        or len(parts[-1]) > limit
+        or len(parts[0]) > 63
+    ):
+        raise ValueError(
+            f"table must be a name or schema.name of letters, digits and _ (the name at most "
+            f"{limit} characters), got {table!r:.100}"
+        )
+    schema = _quoted(parts[0]) + "." if len(parts) == 2 else ""
+    functions = [schema + _quoted(f"{parts[-1]}_{name}_v{VERSION}") for name in _FUNCTIONS]
+    return Names(schema + _quoted(parts[-1]), functions[0], functions)
+
+
+def _load() -> str:
+    from importlib.resources import files  # Python >= 3.9
+
+    return files(__package__).joinpath("apply.sql").read_text(encoding="utf-8")
+
+
+_SOURCE = _load()
+_CONSTANTS = {
+    "EPSILON": f"{TIME_EPSILON!r}::float8",
+    "TOLERANCE": f"{CLOCK_TOLERANCE!r}::float8",
+    "LOCKCLASS": str(LOCK_CLASS),
+    # As float8 literals: a bare decimal would be numeric, whose arithmetic is not IEEE's.
+    "QSCALE": f"{2.0**-600!r}::float8",
+    "QUNSCALE": f"{2.0**600!r}::float8",
+    "LOCKED": f"{-(2.0**-600)!r}::float8",
+}
+
+
+def functions_sql(names: Names) -> str:
+    """``apply.sql`` for ``names``: the CREATE OR REPLACE FUNCTION statements."""
+    text = _SOURCE
+    replacements = dict(_CONSTANTS, TABLE=names.table)
+    for name, qualified in zip(_FUNCTIONS, names.functions):
+        replacements[name.upper()] = qualified
+    for placeholder, value in replacements.items():
+        marker = f"@{placeholder}@"
+        if marker not in text:
+            raise RuntimeError(f"limiter/backends/postgres/apply.sql lacks {marker}")
+        text = text.replace(marker, value)
+    return text
+
+
+def table_sql(names: Names, unlogged: bool) -> str:
+    """The CREATE TABLE IF NOT EXISTS of the state table (``to_row``'s three numbers)."""
+    # fillfactor 70: room on each page for HOT updates (no index is touched,
+    # as keep_until has none); COLLATE "C": keys compare as bytes.
+    return (
+        f"CREATE {'UNLOGGED ' if unlogged else ''}TABLE IF NOT EXISTS {names.table} (\n"
+        '    key text COLLATE "C" PRIMARY KEY,\n'
+        "    a double precision NOT NULL,\n"
+        "    b double precision NOT NULL,\n"
+        "    c double precision,\n"
+        "    keep_until double precision NOT NULL\n"
+        ") WITH (fillfactor = 70)"
+    )
+
+
+def install_sql(names: Names, unlogged: bool = False) -> str:
+    """Every statement ``install()`` runs, as one script for a DBA (psql -f)."""
+    lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0);\n"
+    return (
+        "BEGIN;\n"
+        + lock
+        + table_sql(names, unlogged)
+        + ";\n"
+        + functions_sql(names)
+        + "\n"
+        + comment_sql(names)
+        + ";\nCOMMIT;\n"
+    )
+
+
+def fingerprint(names: Names) -> str:
+    """What ``COMMENT ON FUNCTION apply`` holds once installed: the functions' digest."""
+    digest = hashlib.sha256(functions_sql(names).encode("utf-8")).hexdigest()[:32]
+    return f"limiter v{VERSION} {digest}"
+
+
+def comment_sql(names: Names) -> str:
+    return f"COMMENT ON FUNCTION {names.apply}(text[], text) IS '{fingerprint(names)}'"
+
+
+def installed_sql(names: Names) -> str:
+    """A query of ``(table exists, apply's comment or NULL)``; escaped names as SQL literals."""
+    table = names.table.replace("'", "''")
+    function = f"{names.apply}(text[], text)".replace("'", "''")
+    return (
+        f"SELECT to_regclass('{table}') IS NOT NULL, "
+        f"obj_description(to_regprocedure('{function}'), 'pg_proc')"
+    )
+
+
+def apply_sql(names: Names) -> str:
+    """The one statement of a check: ``SELECT apply(keys, argv)``."""
+    return f"SELECT {names.apply}(%s::text[], %s::text)"
+
+
+def sweep_sql(names: Names) -> str:
+    """Delete up to ``%(batch)s`` rows no longer needed, skipping rows a check holds.
+
+    Parameters ``now`` (NULL: the server's clock), ``horizon`` (idle before
+    it: forgotten too; ``-Infinity`` for none) and ``batch``.
+    """
+    t = names.table
+    return (
+        f"DELETE FROM {t} WHERE ctid = ANY(ARRAY("
+        f"SELECT ctid FROM {t} WHERE keep_until <= coalesce(%(now)s::float8, "
+        "extract(epoch FROM clock_timestamp())::float8) "
+        "OR coalesce(c, b) < %(horizon)s::float8 "
+        "LIMIT %(batch)s FOR UPDATE SKIP LOCKED))"
+    )
+
+
+def reset_sql(names: Names) -> str:
+    return f"DELETE FROM {names.table} WHERE key = %s"

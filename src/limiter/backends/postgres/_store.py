@@ -1,0 +1,552 @@
+"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v1(keys, argv)``, per check.
+
+Imports neither psycopg nor psycopg_pool at module level, so that
+``import limiter`` works without them; the argument and the reply are the
+Redis script's (``limiter.backends.redis._wire``), the SQL is ``_sql``'s.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
+
+from limiter.backends._failover import Failover
+from limiter.backends._url import redact_url
+from limiter.backends.postgres import _sql
+from limiter.backends.redis._wire import Argv, decode_result, decode_results
+from limiter.core.costs import Cost
+from limiter.core.limits import Limit
+from limiter.core.result import RateLimitResult, combine
+from limiter.store import StoreError
+
+#: The policies the installed function computes (``apply.sql``): others are a
+#: ``ValueError`` before any I/O.
+SUPPORTED_KINDS = frozenset({"bucket", "quota", "lockout"})
+
+# A key is stored as text, which cannot hold NUL or a lone surrogate: those,
+# and "%" (so that the mapping stays one-to-one), are written %XXXX.
+_SPECIAL = re.compile("[%\x00\ud800-\udfff]")
+_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+# ping(): a peek at a key no caller uses (a peek writes nothing).
+_PING_KEY = "\x00limiter.ping\x00"
+_PING_LIMIT = Limit(1, 1)
+
+
+def _escape(match: Any) -> str:
+    return f"%{ord(match.group()):04X}"
+
+
+def row_key(key: str, prefix: str = "") -> str:
+    """The ``key`` column of ``key``'s row, one-to-one for any str; ``ValueError`` for a non-str."""
+    if not isinstance(key, str):
+        raise ValueError(f"key must be a str, got {key!r:.100}")
+    if _SPECIAL.search(key) is not None:
+        key = _SPECIAL.sub(_escape, key)
+    return prefix + key
+
+
+def redact_conninfo(conninfo: str) -> str:
+    """``conninfo`` (a URL or ``key=value`` pairs) with its password shown as ``***``."""
+    if "://" in conninfo:
+        return redact_url(conninfo)
+    return _PASSWORD.sub(r"\1***", conninfo)
+
+
+def _supported(policies: Sequence[Any]) -> None:
+    for policy in policies:
+        kind = getattr(policy, "kind", None)
+        if kind is not None and kind not in SUPPORTED_KINDS:
+            raise ValueError(
+                f"PostgresStore does not compute {kind} policies yet (only token buckets, "
+                f"quotas and lockouts), got {policy!r:.100}"
+            )
+
+
+class _PostgresBase:
+    """What the sync and asyncio stores share: options, names, arguments, fallback."""
+
+    _kind = "PostgresStore"
+    _asyncio = False
+
+    def __init__(
+        self,
+        conninfo: Any,
+        *,
+        table: str = "limiter",
+        prefix: str = "",
+        server_time: bool = True,
+        create: bool = True,
+        unlogged: bool = False,
+        max_connections: int = 10,
+        pool_timeout: float = 1.0,
+        fallback: Optional[Any] = None,
+        probe_after: float = 0.5,
+        max_probe_after: float = 30.0,
+        probe_clock: Optional[Any] = None,
+    ) -> None:
+        if isinstance(conninfo, str):
+            self.pool: Any = None  # ours, made at first use (and again after close())
+            self.conninfo: Optional[str] = conninfo
+            self._secret = _password_of(conninfo)
+        elif callable(getattr(conninfo, "connection", None)):
+            self.pool, self.conninfo, self._secret = conninfo, None, None
+        else:
+            raise TypeError(
+                f"{self._kind} takes a connection string or a psycopg_pool pool, "
+                f"got {conninfo!r:.100}"
+            )
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {prefix!r:.100}")
+        if isinstance(max_connections, bool) or not isinstance(max_connections, int):
+            raise TypeError(f"max_connections must be an int, got {max_connections!r:.100}")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections!r}")
+        self.names = _sql.names(table)
+        self.table = table
+        self.prefix = row_key(prefix)
+        self.create = bool(create)
+        self.unlogged = bool(unlogged)
+        self.max_connections = max_connections
+        self.pool_timeout = float(pool_timeout)
+        self.fallback: Any = fallback
+        self._argv = Argv(bool(server_time))
+        self._apply = _sql.apply_sql(self.names)
+        self._ready = False  # installed (or found installed) since the pool was made
+        self._failover = Failover(
+            self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
+        )
+
+    def __repr__(self) -> str:
+        shown = redact_conninfo(self.conninfo) if self.conninfo is not None else self.pool
+        return (
+            f"{type(self).__name__}({shown!r}, table={self.table!r}, prefix={self.prefix!r}, "
+            f"server_time={self.server_time!r}, fallback={self.fallback!r})"
+        )
+
+    @property
+    def server_time(self) -> bool:
+        """With ``now=None``, read the server's clock (True) or ``time.time()`` (False)."""
+        return self._argv.server_time
+
+    @server_time.setter
+    def server_time(self, value: bool) -> None:
+        self._argv.server_time = bool(value)
+
+    @property
+    def using_fallback(self) -> bool:
+        """True while the server is considered down and the fallback answers."""
+        return self._failover.using_fallback
+
+    def install_sql(self) -> str:
+        """The SQL ``install()`` runs, for a DBA to run where the application may not."""
+        return _sql.install_sql(self.names, self.unlogged)
+
+    def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[List[str], str]:
+        """The parameters of an ``apply`` call, or its error before any I/O."""
+        _supported((limit,))
+        return [row_key(key, self.prefix)], self._argv.args((limit,), cost, now)[0].decode("ascii")
+
+    def _many(
+        self, keys: Sequence[str], limits: Sequence[Any], cost: Cost, now: Optional[float]
+    ) -> Tuple[List[str], str]:
+        """The parameters of an ``apply_many`` call, or its error before any I/O."""
+        if len(keys) != len(limits) or not keys:
+            raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
+        _supported(limits)
+        rows = [row_key(k, self.prefix) for k in keys]
+        return rows, self._argv.many(limits, cost, now)[0].decode("ascii")
+
+    def _error(self, exc: BaseException) -> StoreError:
+        text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        if type(exc).__name__ == "UndefinedFunction":
+            text += f" (run install(), or the SQL of install_sql(), to create {self.names.apply})"
+        return StoreError(text)
+
+    def _pool_options(self) -> dict:  # type: ignore[type-arg]
+        return dict(
+            min_size=1,
+            max_size=self.max_connections,
+            timeout=self.pool_timeout,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"limiter-{self.table}",
+        )
+
+    def _missing(self, table_exists: bool, comment: Optional[str]) -> Optional[str]:
+        """Why the store cannot run (table or function missing, or outdated), or ``None``."""
+        if not table_exists:
+            return f"the table {self.names.table} does not exist"
+        if comment is None:
+            return f"the function {self.names.apply} does not exist"
+        if comment != _sql.fingerprint(self.names):
+            return f"the function {self.names.apply} is not this version's ({comment!r})"
+        return None
+
+    def _not_installed(self, why: str, cause: Optional[BaseException]) -> StoreError:
+        return StoreError(
+            f"{self._kind}: {why}"
+            + (f" and it could not be installed ({type(cause).__name__}: {cause})" if cause else "")
+            + "; run install() as a role that may create it, or the SQL of install_sql()"
+        )
+
+
+def _password_of(conninfo: str) -> Optional[str]:
+    """The password in ``conninfo``, to scrub from messages (``None``: none, or unparsable)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return None
+    try:
+        password = conninfo_to_dict(conninfo).get("password")
+    except Exception:
+        return None
+    return str(password) if password else None
+
+
+def _install_statements(store: _PostgresBase) -> List[str]:
+    names = store.names
+    return [
+        f"SELECT pg_advisory_xact_lock({_sql.LOCK_CLASS}, 0)",  # one installer at a time
+        _sql.table_sql(names, store.unlogged),
+        _sql.functions_sql(names),
+        _sql.comment_sql(names),
+    ]
+
+
+class PostgresStore(_PostgresBase):
+    """Policy state in a PostgreSQL table, for many processes and hosts.  Implements ``Store``.
+
+    ``conninfo``: a connection string (``"postgresql://app:pw@db/app"`` or
+    ``"host=db dbname=app"``; the store makes its own pool of up to
+    ``max_connections``, waiting at most ``pool_timeout`` seconds for one) or
+    a ``psycopg_pool.ConnectionPool``.  ``table``: ``"name"`` or
+    ``"schema.name"``; ``prefix``: prepended to every key.  ``create``: at
+    first use, create the table and install the functions when missing
+    (``install()``); ``unlogged``: create it UNLOGGED.  ``server_time``,
+    ``fallback``, ``probe_after``, ``max_probe_after``, ``probe_clock``: as
+    for ``RedisStore``.
+
+    One statement, one transaction per check (a PL/pgSQL function mirroring
+    ``limiter.core``).  Every failure (connection, timeout, read-only server,
+    a missing table or function) is a ``StoreError`` wrapping the cause.
+    Token buckets, quotas and lockouts; window policies are a ``ValueError``.
+    See docs/stores.md "PostgreSQL".
+    """
+
+    def __init__(self, conninfo: Any, **options: Any) -> None:
+        super().__init__(conninfo, **options)
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        """Create the table if missing and (re)install the functions; ``StoreError`` on failure."""
+        try:
+            with self._connection() as conn, conn.transaction():
+                for statement in _install_statements(self):
+                    conn.execute(statement)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+
+    def ping(self) -> None:
+        """Check that the server answers and the table and function exist, or raise ``StoreError``.
+
+        A peek at a reserved key that writes nothing; never answered by the
+        fallback.  Call it at start-up.
+        """
+        rows, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
+        self._failover.run(lambda: decode_result(self._call(rows, argv), _PING_LIMIT, self._kind))
+
+    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
+        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
+        rows, argv = self._one(key, limit, cost, now)
+        result: RateLimitResult = self._failover.run(
+            lambda: decode_result(self._call(rows, argv), limit, self._kind),
+            lambda: self.fallback.apply(key, limit, cost, now),
+        )
+        return result
+
+    def apply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+    ) -> RateLimitResult:
+        """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none (one statement)."""
+        rows, argv = self._many(keys, limits, cost, now)
+        result: RateLimitResult = self._failover.run(
+            lambda: combine(decode_results(self._call(rows, argv), limits, self._kind)),
+            lambda: self.fallback.apply_many(keys, limits, cost, now),
+        )
+        return result
+
+    def reset(self, key: str) -> None:
+        """Forget ``key`` (one DELETE), in the fallback too; ``StoreError`` if PostgreSQL fails."""
+        row = row_key(key, self.prefix)
+        if self.fallback is not None:
+            self.fallback.reset(key)
+        statement = _sql.reset_sql(self.names)
+
+        def delete() -> None:
+            self._execute(statement, (row,))
+
+        self._failover.run(delete)
+
+    def sweep(
+        self, now: Optional[float] = None, max_age: Optional[float] = None, batch: int = 1000
+    ) -> int:
+        """Delete rows no longer needed, ``batch`` at a time, each batch its own transaction.
+
+        A row goes when its state stops mattering (``keep_until <= now``; a
+        bucket full again, a window or lockout over) or, with ``max_age``,
+        when idle longer.  ``now``: seconds on the clock the checks use, or
+        ``None`` for the server's.  Rows a check holds are skipped, never
+        waited for.  Returns the number deleted.
+        """
+        params = _sweep_params(now, max_age, batch)
+        statement = _sql.sweep_sql(self.names)
+        total = 0
+        while True:
+            deleted = self._execute(statement, params)
+            total += deleted
+            if deleted < batch:
+                return total
+
+    def close(self) -> None:
+        """Close the store's own pool (not one it was given); it makes a new one if used again."""
+        if self.conninfo is None:
+            return
+        with self._lock:
+            pool, self.pool, self._ready = self.pool, None, False
+        if pool is not None:
+            pool.close()
+
+    def _connection(self) -> Any:
+        """A connection from the pool (opened, and the schema checked, at first use)."""
+        pool = self.pool
+        if pool is None or not self._ready:
+            pool = self._prepare()
+        return pool.connection()
+
+    def _prepare(self) -> Any:
+        with self._lock:
+            if self.pool is None:
+                from psycopg_pool import ConnectionPool
+
+                self.pool = ConnectionPool(self.conninfo or "", **self._pool_options())
+                self.pool.open()
+            pool = self.pool
+            if not self._ready:
+                self._check_installed(pool)
+                self._ready = True
+        return pool
+
+    def _check_installed(self, pool: Any) -> None:
+        """Install what is missing (with ``create``), or ``StoreError`` saying what is."""
+        try:
+            with pool.connection() as conn:
+                exists, comment = conn.execute(_sql.installed_sql(self.names)).fetchone()
+        except Exception as exc:
+            raise self._error(exc) from exc
+        why = self._missing(exists, comment)
+        if why is None:
+            return
+        if not self.create:
+            raise self._not_installed(why, None)
+        try:
+            with pool.connection() as conn, conn.transaction():
+                for statement in _install_statements(self):
+                    conn.execute(statement)
+        except Exception as exc:
+            raise self._not_installed(why, exc) from exc
+
+    def _call(self, rows: List[str], argv: str) -> str:
+        """The function's reply; any failure is a ``StoreError``."""
+        try:
+            with self._connection() as conn:
+                row = conn.execute(self._apply, (rows, argv)).fetchone()
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+        return row[0]  # type: ignore[no-any-return]
+
+    def _execute(self, statement: str, params: Any) -> int:
+        """Run ``statement``; its row count.  Any failure is a ``StoreError``."""
+        try:
+            with self._connection() as conn:
+                return conn.execute(statement, params).rowcount  # type: ignore[no-any-return]
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+
+
+def _sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> dict:  # type: ignore[type-arg]
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise TypeError(f"batch must be an int, got {batch!r:.100}")
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch!r}")
+    if now is not None:
+        now = float(now)
+    if max_age is None:
+        horizon = float("-inf")
+    elif now is None:
+        raise ValueError("max_age needs now (the clock of the checks), got now=None")
+    else:
+        horizon = now - float(max_age)
+    return {"now": now, "horizon": horizon, "batch": batch}
+
+
+class AsyncPostgresStore(_PostgresBase):
+    """``PostgresStore`` for asyncio, on an ``AsyncConnectionPool``.  Implements ``AsyncStore``.
+
+    Same arguments and behaviour as ``PostgresStore`` (a pool given must be
+    an ``AsyncConnectionPool``); ``fallback`` may be sync or async.
+    """
+
+    _kind = "AsyncPostgresStore"
+    _asyncio = True
+
+    def __init__(self, conninfo: Any, **options: Any) -> None:
+        super().__init__(conninfo, **options)
+        self._lock: Any = None  # an asyncio.Lock, made in the loop that first uses the store
+
+    async def ainstall(self) -> None:
+        """``PostgresStore.install`` for asyncio."""
+        try:
+            async with await self._connection() as conn, conn.transaction():
+                for statement in _install_statements(self):
+                    await conn.execute(statement)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+
+    async def aping(self) -> None:
+        """``PostgresStore.ping`` for asyncio."""
+        rows, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
+        await self._failover.arun(lambda: self._aresult(rows, argv, _PING_LIMIT))
+
+    async def aapply(
+        self, key: str, limit: Limit, cost: float, now: Optional[float]
+    ) -> RateLimitResult:
+        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
+        rows, argv = self._one(key, limit, cost, now)
+        fallback = self._failover.afallback
+        return await self._failover.arun(
+            lambda: self._aresult(rows, argv, limit),
+            lambda: fallback.aapply(key, limit, cost, now),
+        )
+
+    async def aapply_many(
+        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
+    ) -> RateLimitResult:
+        """Charge every bucket or none (see ``PostgresStore.apply_many``)."""
+        rows, argv = self._many(keys, limits, cost, now)
+        fallback = self._failover.afallback
+        return await self._failover.arun(
+            lambda: self._aresults(rows, argv, limits),
+            lambda: fallback.aapply_many(keys, limits, cost, now),
+        )
+
+    async def areset(self, key: str) -> None:
+        """``reset`` for asyncio (the DELETE is always tried)."""
+        row = row_key(key, self.prefix)
+        fallback = self._failover.afallback
+        if fallback is not None:
+            await fallback.areset(key)
+        statement = _sql.reset_sql(self.names)
+        await self._failover.arun(lambda: self._aexecute(statement, (row,)))
+
+    async def asweep(
+        self, now: Optional[float] = None, max_age: Optional[float] = None, batch: int = 1000
+    ) -> int:
+        """``PostgresStore.sweep`` for asyncio."""
+        params = _sweep_params(now, max_age, batch)
+        statement = _sql.sweep_sql(self.names)
+        total = 0
+        while True:
+            deleted = await self._aexecute(statement, params)
+            total += deleted
+            if deleted < batch:
+                return total
+
+    async def aclose(self) -> None:
+        """``PostgresStore.close`` for asyncio."""
+        if self.conninfo is None:
+            return
+        pool, self.pool, self._ready = self.pool, None, False
+        if pool is not None:
+            await pool.close()
+
+    async def _connection(self) -> Any:
+        pool = self.pool
+        if pool is None or not self._ready:
+            pool = await self._prepare()
+        return pool.connection()
+
+    async def _prepare(self) -> Any:
+        import asyncio
+
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.pool is None:
+                from psycopg_pool import AsyncConnectionPool
+
+                pool = AsyncConnectionPool(self.conninfo or "", **self._pool_options())
+                await pool.open()
+                self.pool = pool
+            pool = self.pool
+            if not self._ready:
+                await self._check_installed(pool)
+                self._ready = True
+        return pool
+
+    async def _check_installed(self, pool: Any) -> None:
+        try:
+            async with pool.connection() as conn:
+                cursor = await conn.execute(_sql.installed_sql(self.names))
+                exists, comment = await cursor.fetchone()
+        except Exception as exc:
+            raise self._error(exc) from exc
+        why = self._missing(exists, comment)
+        if why is None:
+            return
+        if not self.create:
+            raise self._not_installed(why, None)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                for statement in _install_statements(self):
+                    await conn.execute(statement)
+        except Exception as exc:
+            raise self._not_installed(why, exc) from exc
+
+    async def _call(self, rows: List[str], argv: str) -> str:
+        try:
+            async with await self._connection() as conn:
+                cursor = await conn.execute(self._apply, (rows, argv))
+                row = await cursor.fetchone()
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+        return row[0]  # type: ignore[no-any-return]
+
+    async def _aresult(self, rows: List[str], argv: str, limit: Any) -> RateLimitResult:
+        return decode_result(await self._call(rows, argv), limit, self._kind)
+
+    async def _aresults(self, rows: List[str], argv: str, limits: Any) -> RateLimitResult:
+        return combine(decode_results(await self._call(rows, argv), limits, self._kind))
+
+    async def _aexecute(self, statement: str, params: Any) -> int:
+        try:
+            async with await self._connection() as conn:
+                cursor = await conn.execute(statement, params)
+                return cursor.rowcount  # type: ignore[no-any-return]
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc

@@ -1,0 +1,123 @@
+"""PostgreSQL store URLs: ``postgresql://user:password@host:port/dbname?table=...``.
+
+``postgres://`` is the same.  The store's parameters are taken out of the
+query; libpq's few that matter here go through to the connection string, with
+the fail-fast defaults added (``connect_timeout``, and ``statement_timeout``
+in ``options``).  Every URL error is raised before psycopg is imported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List
+from urllib.parse import quote
+
+from limiter.backends._url import (
+    DEFAULT_SOCKET_TIMEOUT,
+    DENY_CACHE_PARAMS,
+    FALLBACK_PARAMS,
+    StoreURL,
+    fallback_store,
+)
+
+#: Seconds to wait for a new connection: libpq's shortest useful connect_timeout.
+DEFAULT_CONNECT_TIMEOUT = 2
+#: Seconds a check may run on the server (its statement_timeout), and may wait for
+#: a pooled connection: the Redis URLs' socket timeout.
+DEFAULT_STATEMENT_TIMEOUT = DEFAULT_SOCKET_TIMEOUT
+
+_STORE_PARAMS = (
+    "table",
+    "prefix",
+    "server_time",
+    "create",
+    "unlogged",
+    "max_connections",
+    "pool_timeout",
+    *FALLBACK_PARAMS,
+)
+_TIMEOUTS = ("connect_timeout", "statement_timeout")
+#: libpq's parameters a URL may carry on (TLS, routing, naming).
+_LIBPQ_PARAMS = (
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "channel_binding",
+    "target_session_attrs",
+    "application_name",
+    "options",
+    "host",
+    "port",
+    "keepalives",
+    "keepalives_idle",
+)
+_KNOWN = (*_STORE_PARAMS, *_TIMEOUTS, *_LIBPQ_PARAMS, *DENY_CACHE_PARAMS)
+# Keyword options that go to the store (the others: a TypeError).
+_STORE_OPTIONS = (*_STORE_PARAMS, "probe_clock")
+
+
+def postgres_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
+    """A ``PostgresStore`` (or ``AsyncPostgresStore``) for a postgresql:// or postgres:// URL."""
+    parsed.check_query(_KNOWN)
+    if not parsed.netloc and "host" not in parsed.query:
+        parsed.fail("a host is missing (postgresql://user:password@host:5432/dbname)")
+    kwargs = _store_kwargs(parsed)
+    timeouts = {name: options.pop(name) for name in _TIMEOUTS if name in options}
+    for name, value in options.items():
+        if name not in _STORE_OPTIONS:
+            raise TypeError(
+                f"store_from_url() got an unexpected keyword argument {name!r} for a "
+                f"{parsed.scheme}:// store; it takes: {', '.join(_STORE_OPTIONS + _TIMEOUTS)}"
+            )
+        kwargs[name] = fallback_store(value) if name == "fallback" else value
+    conninfo = connection_string(parsed, timeouts)
+    from limiter.backends.postgres._store import AsyncPostgresStore, PostgresStore
+
+    store_class = AsyncPostgresStore if asyncio else PostgresStore
+    return store_class(conninfo, **kwargs)
+
+
+def _store_kwargs(parsed: StoreURL) -> Dict[str, Any]:
+    kwargs: Dict[str, Any] = {"pool_timeout": DEFAULT_STATEMENT_TIMEOUT}
+    for name in ("table", "prefix"):
+        if name in parsed.query:
+            kwargs[name] = parsed.query[name]
+    for name in ("server_time", "create", "unlogged"):
+        flag = parsed.flag(name)
+        if flag is not None:
+            kwargs[name] = flag
+    size = parsed.integer("max_connections", 1)
+    if size is not None:
+        kwargs["max_connections"] = size
+    wait = parsed.seconds("pool_timeout")
+    if wait is not None:
+        kwargs["pool_timeout"] = wait
+    parsed.fallback_options(kwargs)
+    return kwargs
+
+
+def connection_string(parsed: StoreURL, timeouts: Dict[str, Any]) -> str:
+    """The URL libpq gets: the store's parameters out, the fail-fast timeouts in.
+
+    ``connect_timeout`` (seconds, whole, at least 2) and ``statement_timeout``
+    (seconds; 0: none) come from ``timeouts`` (keyword options), else the
+    query, else the defaults.
+    """
+    connect = timeouts.get("connect_timeout", parsed.seconds("connect_timeout"))
+    statement = timeouts.get("statement_timeout", parsed.seconds("statement_timeout", zero=True))
+    connect = DEFAULT_CONNECT_TIMEOUT if connect is None else max(2, math.ceil(connect))
+    statement = DEFAULT_STATEMENT_TIMEOUT if statement is None else statement
+    pairs: List[str] = [
+        f"{name}={quote(value, safe='')}"
+        for name, value in parsed.query.items()
+        if name in _LIBPQ_PARAMS and name != "options"
+    ]
+    pairs.append(f"connect_timeout={connect}")
+    options = parsed.query.get("options", "")
+    if statement:
+        options = f"{options} -c statement_timeout={math.ceil(statement * 1000)}".strip()
+    if options:
+        pairs.append("options=" + quote(options, safe=""))
+    head = parsed.url.partition("?")[0]
+    return head + "?" + "&".join(pairs)
