@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from limiter.backends.denycache import DenyCache
     from limiter.backends.memory import MemoryStore
+    from limiter.backends.postgres import AsyncPostgresStore, PostgresStore
     from limiter.backends.redis import AsyncRedisStore, PoolFullError, RedisStore
     from limiter.backends.sqlite import SQLiteStore
     from limiter.clock import Clock, ManualClock, SystemClock
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DENIED_BODY",
     "AllowList",
+    "AsyncPostgresStore",
     "AsyncRedisStore",
     "AsyncStore",
     "Charge",
@@ -50,6 +52,7 @@ __all__ = [
     "MemoryStore",
     "Outcome",
     "PoolFullError",
+    "PostgresStore",
     "Quota",
     "RateLimitExceeded",
     "RateLimitResult",
@@ -83,6 +86,7 @@ __version__ = "0.1.0"
 # pytest run wherever tokenlimiter is installed, so it must cost ~nothing.
 _LAZY = {
     "AllowList": "limiter.http.keys",
+    "AsyncPostgresStore": "limiter.backends.postgres",
     "AsyncRedisStore": "limiter.backends.redis",
     "AsyncStore": "limiter.store",
     "Charge": "limiter.core.costs",
@@ -98,6 +102,7 @@ _LAZY = {
     "MemoryStore": "limiter.backends.memory",
     "Outcome": "limiter.events",
     "PoolFullError": "limiter.backends.redis",
+    "PostgresStore": "limiter.backends.postgres",
     "Quota": "limiter.core.quota",
     "RateLimitExceeded": "limiter.waiting",
     "RateLimitResult": "limiter.core.result",

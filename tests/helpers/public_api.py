@@ -12,6 +12,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "limiter": (
         "DENIED_BODY",
         "AllowList",
+        "AsyncPostgresStore",
         "AsyncRedisStore",
         "AsyncStore",
         "Charge",
@@ -26,6 +27,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
         "MemoryStore",
         "Outcome",
         "PoolFullError",
+        "PostgresStore",
         "Quota",
         "RateLimitExceeded",
         "RateLimitResult",
