@@ -116,6 +116,22 @@ class _Window(Frozen):
         return keep_until(state)
 
 
+def fixed_step(
+    state: Optional[State], now: float, policy: FixedWindow, cost: float = 1, detail: bool = True
+) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+    """``limiter.step`` for a ``FixedWindow`` (``FixedWindow.step``, ``step_function``)."""
+    if cost is _ONE and _isfinite(now):  # the usual cost: counted_cost's answer, without it
+        value, forced, taken = 1.0, False, None
+    else:
+        value, forced, taken = counted_cost(cost, policy.count, now)  # step's errors, in order
+    if policy.anchor == "epoch":
+        start, end = epoch_window(now + TIME_EPSILON, policy.period)
+        state, used, end = open_window(state, now, start, end)
+    else:
+        state, used, start, end = policy._first(state, now)
+    return count_in_window(state, now, policy, value, forced, taken, used, start, end, detail)
+
+
 class FixedWindow(_Window):
     """At most ``count`` units per window of ``period`` seconds, counted afresh in each window.
 
@@ -167,20 +183,15 @@ class FixedWindow(_Window):
         """``(start, end)`` of the epoch-aligned window holding ``moment`` (rule 1)."""
         return epoch_window(moment, self.period)
 
+    #: ``limiter.step``'s signature for this policy, called directly by a
+    #: store's bound hot path (``MemoryStore.bind``; CONTRIBUTING.md, "Hot paths").
+    step_function = staticmethod(fixed_step)
+
     def step(
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        if cost is _ONE and _isfinite(now):  # the usual cost: counted_cost's answer, without it
-            value, forced, taken = 1.0, False, None
-        else:
-            value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in order
-        if self.anchor == "epoch":
-            start, end = epoch_window(now + TIME_EPSILON, self.period)
-            state, used, end = open_window(state, now, start, end)
-        else:
-            state, used, start, end = self._first(state, now)
-        return count_in_window(state, now, self, value, forced, taken, used, start, end, detail)
+        return fixed_step(state, now, self, cost, detail)
 
     def _first(
         self, state: Optional[State], now: float
@@ -319,6 +330,15 @@ def _count_result(
     )
 
 
+def sliding_step(
+    state: Optional[State], now: float, policy: SlidingWindow, cost: float = 1, detail: bool = True
+) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+    """``limiter.step`` for a ``SlidingWindow`` (``SlidingWindow.step``, ``step_function``)."""
+    value, forced, taken = counted_cost(cost, policy.count, now)
+    new_state, result = slide(state, now, policy, value, forced, taken)
+    return new_state, (result if detail else result[0])
+
+
 class SlidingWindow(_Window):
     """At most ``count`` units in any ``period`` seconds, by the sliding-window counter.
 
@@ -356,13 +376,14 @@ class SlidingWindow(_Window):
         """What makes two sliding windows equal: ``(count, period)``."""
         return (self.count, self.period)
 
+    #: As ``FixedWindow.step_function``.
+    step_function = staticmethod(sliding_step)
+
     def step(
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
         """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        value, forced, taken = counted_cost(cost, self.count, now)
-        new_state, result = slide(state, now, self, value, forced, taken)
-        return new_state, (result if detail else result[0])
+        return sliding_step(state, now, self, cost, detail)
 
     def __repr__(self) -> str:
         return f"SlidingWindow({self.count!r}, {self.period!r}, name={self.name!r})"
