@@ -260,7 +260,7 @@ def test_rule_6_a_state_several_windows_ahead_is_moved_however_close_the_boundar
 
 
 def test_rule_6_a_quota_counts_as_a_fixed_window_does() -> None:
-    # A Quota's count is open_window's too: a day back, read in the last half
+    # A Quota's count is count_step's too: a day back, read in the last half
     # second of an hour, its units come to that hour (they waited a day).
     hourly = Quota(3, "hour")
     hour_end = W0 + 3600 - W0 % 3600

@@ -15,7 +15,7 @@ from limiter.core.costs import counted_cost
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, keep_until
-from limiter.core.window import count_in_window, open_window
+from limiter.core.window import count_step
 
 #: Seconds in each quota period's nominal window, for ``Quota.rate`` and
 #: ``Quota.interval`` only: a real window is its calendar span.  A month is a
@@ -186,8 +186,7 @@ class Quota(Frozen):
         """``step`` for this quota (``limiter.core.bucket.step`` hands it over)."""
         value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
         start, end = self.bounds(now + TIME_EPSILON)
-        state, used, end = open_window(state, now, start, end)
-        return count_in_window(state, now, self, value, forced, taken, used, start, end, detail)
+        return count_step(state, now, self, value, forced, taken, start, end, detail)
 
     def keep_until(self, state: State) -> float:
         """The end of the window of ``state`` (seconds), when it is forgotten."""

@@ -126,10 +126,9 @@ def fixed_step(
         value, forced, taken = counted_cost(cost, policy.count, now)  # step's errors, in order
     if policy.anchor == "epoch":
         start, end = epoch_window(now + TIME_EPSILON, policy.period)
-        state, used, end = open_window(state, now, start, end)
-    else:
-        state, used, start, end = policy._first(state, now)
-    return count_in_window(state, now, policy, value, forced, taken, used, start, end, detail)
+        return count_step(state, now, policy, value, forced, taken, start, end, detail)
+    state, used, start, end = policy._first(state, now)
+    return count_step(state, now, policy, value, forced, taken, start, end, detail, used)
 
 
 class FixedWindow(_Window):
@@ -235,52 +234,51 @@ def epoch_window(moment: float, period: float) -> Tuple[float, float]:
     return start, end
 
 
-def open_window(
-    state: Optional[State], now: float, start: float, end: float
-) -> Tuple[Optional[State], float, float]:
-    """``(state, used, end)`` of a count whose current window is ``[start, end)`` (rules 1, 6).
-
-    A live state counts in its own window (a reading just before a boundary
-    applied after it); one whose window lies beyond the current one and
-    starts more than ``CLOCK_TOLERANCE`` after ``now`` keeps its units,
-    moved to the current window.  A ``Quota``'s windows too.
-    """
-    if state is None:
-        return None, 0.0, end
-    used, stored_end = read_count(state)
-    if now + TIME_EPSILON < stored_end:
-        if stored_end > end:
-            # Its start (rule 6): several windows ahead too, not only the next
-            # one (a clock stepped back further than a window's length).
-            begins = stored_end - (end - start)
-            if begins < end:
-                begins = end
-            if now < begins - CLOCK_TOLERANCE:
-                return count_state(used, end), used, end  # a clock stepped back
-        return state, used, stored_end
-    return state, 0.0, end
-
-
-def count_in_window(
+def count_step(
     state: Optional[State],
     now: float,
     policy: Any,
     cost: float,
     forced: bool,
     taken_at: Optional[float],
-    used: float,
     start: float,
     end: float,
     detail: bool = True,
+    used: Optional[float] = None,
 ) -> Tuple[Optional[State], Any]:
-    """Apply ``cost`` to ``used`` units of the window ``[start, end)`` (rules 2 to 5, 7).
+    """Apply ``cost`` to the units ``state`` counts, the current window being ``[start, end)``.
 
+    Rules 2 to 7.  A live state counts in its own window (a reading just
+    before a boundary applied after it); one whose window lies beyond the
+    current one and starts more than ``CLOCK_TOLERANCE`` after ``now`` keeps
+    its units, moved to the current window (stored even on denial).
     ``cost`` is checked (a float, inf above the count, negative for a
     Refund); ``forced`` for a Charge; ``taken_at`` a Refund's.  ``state`` is
     returned as it is when nothing changes.  Returns ``(state, result)``, or
     ``(state, allowed)`` without ``detail`` (``step``'s convention).  A
-    ``Quota``'s step too.
+    ``Quota``'s step too, with its calendar window.  ``used`` given: the
+    units counted in ``[start, end)`` already (``FixedWindow._first`` read them).
     """
+    if used is not None:
+        pass
+    elif state is None:
+        used = 0.0
+    else:
+        used, stored_end = read_count(state)
+        if now + TIME_EPSILON >= stored_end:
+            used = 0.0  # its window is over
+        elif stored_end <= end:
+            end = stored_end
+        else:
+            # Its start (rule 6): several windows ahead too, not only the next
+            # one (a clock stepped back further than a window's length).
+            begins = stored_end - (end - start)
+            if begins < end:
+                begins = end
+            if now < begins - CLOCK_TOLERANCE:
+                state = count_state(used, end)  # a clock stepped back
+            else:
+                end = stored_end
     reset = end - now
     window = policy.window
     if cost <= 0.0:
@@ -400,7 +398,7 @@ def slide(
     forced: bool = False,
     taken_at: Optional[float] = None,
 ) -> Tuple[Optional[State], RateLimitResult]:
-    """``SlidingWindow``'s step once ``cost`` is checked (as ``count_in_window``'s)."""
+    """``SlidingWindow``'s step once ``cost`` is checked (as ``count_step``'s)."""
     period = policy.period
     moment = now + TIME_EPSILON
     start, end = epoch_window(moment, period)  # rule 1

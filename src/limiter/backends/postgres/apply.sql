@@ -11,7 +11,7 @@
 --   this file        mirrors (bucket.lua / limiter/core/)
 --   COST             readcost / validate_cost (done in Python first)
 --   STEP             step / limiter.core.bucket.step and _settle
---   QUOTA            quota / limiter.core.window.count_in_window
+--   QUOTA            quota / limiter.core.window.count_step
 --   LOCKSTATUS       lockstatus / limiter.core.lockout.lock_status
 --   BREACH           breach / limiter.core.lockout.breach
 --   FINISH           finish and store / limiter.core.state.to_row, keep_until

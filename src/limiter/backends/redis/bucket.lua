@@ -39,7 +39,8 @@
 --                                      lockout last); combine is applied to
 --                                      the replies in Python
 --   epochwindow                        window.epoch_window
---   openwindow, countin                window.open_window, window.count_in_window
+--   openwindow, countin                window.count_step (its reading of the
+--                                      state, then its counting)
 --   quota                              Quota.step (a Quota's window comes from
 --                                      Python, see below)
 --   fixed                              FixedWindow.step (bounds, _first)
@@ -249,7 +250,7 @@ local function windowsteps()
     return start, wend
   end
 
-  -- Mirrors limiter.core.window.open_window: a count's state d, u, us read with
+  -- Mirrors limiter.core.window.count_step's first half: a count's state d, u, us read with
   -- the current window [qstart, qend) (qend's text: endtext, nil to format it).
   -- Returns the units used, the end of the window they count in and its text
   -- (nil: to format), and the state to store (used scaled, and its end's text)
@@ -270,7 +271,7 @@ local function windowsteps()
     return 0.0, qend, endtext
   end
 
-  -- Mirrors limiter.core.window.count_in_window: cost (mode '!' for a Charge;
+  -- Mirrors limiter.core.window.count_step's second half: cost (mode '!' for a Charge;
   -- taken: a Refund's taken_at or nil) applied to used units of the window
   -- [start, qend) of count units (qend's text: endtext, nil to format it);
   -- write, at: a state to store whatever happens (or nil).  Returns what step
