@@ -170,7 +170,7 @@ def same_shape(window: Any, count: int, period: float, anchor: str) -> Any:
 
 
 @settings(
-    max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     window=WINDOWS,
@@ -230,7 +230,7 @@ def check_key(
 
 
 @settings(
-    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     window=WINDOWS,
