@@ -30,7 +30,8 @@ the token bucket and the peers: docs/concepts.md, "Windows"):
 8. States (``limiter.core.state``): ``count_state(used, end)`` for a fixed
    window (as a ``Quota``'s), ``sliding_state(previous, current, until)``.
 
-No I/O, no clock; ``backends/redis/bucket.lua`` mirrors the steps.
+No I/O, no clock; ``backends/redis/bucket.lua`` and ``backends/postgres/apply.sql``
+mirror the steps.
 """
 
 from __future__ import annotations
