@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import http_sfv
 import httpx
 import jsonschema
 import pytest
-import waitress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.servers import uvicorn_running, wait_until_up
+from helpers.servers import uvicorn_running, waitress_running
 from limiter import (
     DENIED_BODY,
     FixedWindow,
@@ -363,15 +361,8 @@ def server(request: Any) -> Iterator[Tuple[str, ManualClock]]:
             yield url, clock
         return
     wsgi = WSGIMiddleware(hello, limiter_for_servers(clock), **OPTIONS)
-    served = waitress.create_server(wsgi, host="127.0.0.1", port=0, threads=2)
-    thread = threading.Thread(target=served.run)
-    thread.start()
-    try:
-        wait_until_up(served.effective_port)
-        yield f"http://127.0.0.1:{served.effective_port}", clock
-    finally:
-        served.close()
-        thread.join(10)
+    with waitress_running(wsgi) as url:
+        yield url, clock
 
 
 @pytest.mark.servers
