@@ -26,7 +26,7 @@ import httpx
 import pytest
 import requests
 
-from limiter import ManualClock, MemoryStore, RateLimiter
+from limiter import Lockout, ManualClock, MemoryStore, RateLimiter
 from limiter.adapters.httpserver import rate_limited
 from limiter.clients._pacing import host_key, server_delay
 from limiter.clients.httpx import AsyncRateLimitTransport, RateLimitTransport
@@ -479,6 +479,37 @@ def test_our_own_draft_style_429_is_understood():
     assert [(a.at, a.status) for a in log] == [(0.0, 200), (0.0, 200), (0.0, 429), (1.0, 200)]
 
 
+@pytest.mark.parametrize("style", ["draft", "both", "x", None])
+def test_our_problem_details_429_and_a_lockout_are_waited_out_in_every_style(style):
+    # Every form the server side sends: each header style, the RFC 9457 body,
+    # a quota unit, and a lockout's long Retry-After.
+    clock = ManualClock(NOW)
+    log: List[Arrival] = []
+    limiter = RateLimiter(
+        {"requests": "2/second", "upload": "1000/minute"},
+        clock=clock,
+        lockout=Lockout(breaches=2, within=60, duration=30),
+    )
+    handler = rate_limited(
+        limiter,
+        header_style=style,
+        on_limited="problem",
+        quota_units={"upload": "content-bytes"},
+    )(app(clock, log))
+    with serve(handler) as url, client(RateLimiter(1000, clock=clock)) as c:
+        responses = [c.get(url) for _ in range(5)]
+    assert [r.status_code for r in responses] == [200] * 5
+    assert [(a.at, a.status, a.retry_after) for a in log] == [
+        (0.0, 200, None),
+        (0.0, 200, None),
+        (0.0, 429, "1"),  # the first breach
+        (1.0, 200, None),
+        (1.0, 200, None),
+        (1.0, 429, "30"),  # the second: locked out for 30 s
+        (31.0, 200, None),
+    ]
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
@@ -506,6 +537,14 @@ def test_our_own_draft_style_429_is_understood():
         ({"RateLimit": '"a";r=1;t=9'}, None),  # nothing exhausted
         ({"RateLimit": '"a";r=0'}, None),
         ({"RateLimit": '"a";r=0;t=2, "b";r=0;t=5'}, 5.0),
+        # qu and pk (a Byte Sequence, with = and / in it) are read past
+        ({"RateLimit": '"up";r=0;t=4;pk=:cHsd/sRa894==:'}, 4.0),
+        ({"RateLimit": '"a";r=9;t=1, "up";r=0;t=7;qu="content-bytes"'}, 7.0),
+        # the editors' proposed rename (r -> a, t -> w), read when r is absent
+        ({"RateLimit": '"a";a=0;w=6'}, 6.0),
+        ({"RateLimit": '"a";a=3;w=6'}, None),
+        ({"RateLimit": '"a";r=1;t=2;a=0;w=9'}, None),  # r wins
+        ({"RateLimit": '"a";r=0;w=9'}, None),  # w is not t beside r
         ({"X-RateLimit-Reset": "1000000060"}, 60.0),
         ({"X-RateLimit-Reset": "999999999"}, 999999999.0),
         ({"X-RateLimit-Reset": "1"}, 1.0),

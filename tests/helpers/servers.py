@@ -48,3 +48,22 @@ def uvicorn_running(app: Any, **options: Any) -> Iterator[str]:
         thread.join(10)
         sock.close()
     assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@contextlib.contextmanager
+def waitress_running(app: Any, **options: Any) -> Iterator[str]:
+    """``app`` (WSGI) served by waitress in a thread on a free 127.0.0.1 port; yields its URL.
+
+    ``options`` go to ``waitress.create_server`` (2 threads unless given).
+    """
+    import waitress
+
+    server = waitress.create_server(app, host="127.0.0.1", port=0, **{"threads": 2, **options})
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        wait_until_up(server.effective_port)
+        yield f"http://127.0.0.1:{server.effective_port}"
+    finally:
+        server.close()
+        thread.join(10)

@@ -16,7 +16,9 @@ import limiter.http.headers as headers_module
 from limiter import (
     FixedWindow,
     Limit,
+    Lockout,
     ManualClock,
+    Quota,
     RateLimiter,
     RateLimitResult,
     SlidingWindow,
@@ -38,13 +40,14 @@ def result(**kw: object) -> RateLimitResult:
 
 
 def sf_items(value: str) -> List[Tuple[str, Dict[str, int]]]:
-    """Parse a draft field as an RFC 9651 List: each item a String with Integer parameters."""
+    """Parse a draft field as an RFC 9651 List: each item a String with Integer parameters
+    (but ``qu``, a String: its units are checked where they are given)."""
     parsed = http_sfv.List()
     parsed.parse(value.encode("ascii"))  # raises on anything a parser must reject
     items = []
     for item in parsed:
         assert type(item.value) is str, value  # a String, not a Token
-        params = dict(item.params)
+        params = {k: v for k, v in item.params.items() if k != "qu"}
         assert all(type(v) is int and 0 <= v <= SF_INT_MAX for v in params.values()), value
         items.append((item.value, params))
     return items
@@ -836,3 +839,192 @@ def test_a_policy_of_limit_true_is_no_cached_q_true() -> None:
     )
     (headers,) = window_headers(FixedWindow(1, 1.5), 0, style="draft")
     assert dict(headers)["RateLimit-Policy"] == '"default";q=1;w=2'
+
+
+# -- the latest draft's grammar, over every kind of policy ---------------------------
+# draft-ietf-httpapi-ratelimit-headers-11 (the wire format of -10 unchanged):
+# RateLimit-Policy items are Strings with q (Integer, required), qu (a registered
+# unit's String), w (Integer > 0); RateLimit items are the same Strings with r
+# (Integer, required) and t (Integer); pk (a Byte Sequence) is never sent.
+
+UNITS = st.sampled_from([None, "requests", "content-bytes", "concurrent-requests"])
+PERIODS = st.sampled_from([0.25, 0.5, 1, 1.5, 2, 60, 3600])
+
+
+@st.composite
+def any_policy(draw: st.DrawFn, name: str) -> Any:
+    """One policy of any kind the library has, named ``name``."""
+    count = draw(st.integers(1, 1000))
+    kind = draw(st.sampled_from(["bucket", "fixed", "first", "sliding", "quota"]))
+    if kind == "bucket":
+        return Limit(draw(st.floats(1e-3, 1e4)), count, name)
+    if kind in ("fixed", "first"):
+        anchor = "epoch" if kind == "fixed" else "first"
+        return FixedWindow(count, draw(PERIODS), anchor=anchor, name=name)
+    if kind == "sliding":
+        return SlidingWindow(count, draw(PERIODS), name=name)
+    return Quota(count, draw(st.sampled_from(["hour", "day", "week", "month"])), name=name)
+
+
+@st.composite
+def any_limiter(draw: st.DrawFn) -> Tuple[RateLimiter, Dict[str, str], ManualClock]:
+    """A limiter of one to three policies and maybe a lockout, with some limits' units."""
+    names = draw(
+        st.lists(NAMES.filter(lambda n: n != "lockout"), min_size=1, max_size=3, unique=True)
+    )
+    policies = [draw(any_policy(name)) for name in names]
+    lockout = draw(
+        st.none()
+        | st.builds(
+            Lockout,
+            breaches=st.integers(1, 3),
+            within=st.floats(1, 100),
+            duration=st.floats(1, 1000),
+        )
+    )
+    clock = ManualClock(draw(st.floats(1_600_000_000, 1_800_000_000)))
+    limiter = RateLimiter(policies, clock=clock, lockout=lockout)
+    units = {name: draw(UNITS) for name in names}
+    return limiter, {name: unit for name, unit in units.items() if unit is not None}, clock
+
+
+def check_draft_grammar(result: RateLimitResult, headers: Headers, units: Dict[str, str]) -> None:
+    """Every field parses with a real Structured Field parser (http-sfv) and follows
+    the draft's grammar; the other fields are non-negative SF Integers."""
+    fields = dict(headers)
+    assert len(fields) == len(headers)
+    for name, value in headers:
+        if name not in ("RateLimit", "RateLimit-Policy"):
+            item = http_sfv.Item()
+            item.parse(value.encode("ascii"))
+            assert type(item.value) is int and item.value >= 0 and not item.params, (name, value)
+    retry = int(fields["Retry-After"]) if "Retry-After" in fields else None
+    assert (retry is not None) == (not result.allowed and math.isfinite(result.retry_after))
+    if "RateLimit" not in fields:
+        return
+    policies, limits = http_sfv.List(), http_sfv.List()
+    policies.parse(fields["RateLimit-Policy"].encode("ascii"))
+    limits.parse(fields["RateLimit"].encode("ascii"))
+    parts = result.results or (result,)
+    assert len(policies) == len(limits) == len(parts)
+    for policy, limit, part in zip(policies, limits, parts):
+        assert type(policy.value) is str and policy.value == limit.value == part.policy
+        q, w = policy.params["q"], policy.params["w"]
+        assert type(q) is int and type(w) is int and 0 <= q <= SF_INT_MAX and w >= 1
+        unit = None if part.kind == "lockout" else units.get(part.policy)
+        if unit in (None, "requests"):  # the default unit is left out
+            assert set(policy.params) == {"q", "w"}
+        else:
+            assert set(policy.params) == {"q", "qu", "w"}
+            assert type(policy.params["qu"]) is str and policy.params["qu"] == unit
+        assert set(limit.params) in ({"r"}, {"r", "t"})
+        r, t = limit.params["r"], limit.params.get("t", 0)
+        assert type(r) is int and type(t) is int and 0 <= r <= q and 0 <= t <= SF_INT_MAX
+        if retry is not None:  # Retry-After never points before an effective window's end
+            assert t <= retry
+        else:
+            assert "t" in limit.params
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    made=any_limiter(),
+    ops=st.lists(
+        st.tuples(st.floats(0, 100), st.integers(0, 5) | st.sampled_from([0.5, 10**7])),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_every_field_of_every_policy_kind_parses_in_every_style(
+    made: Tuple[RateLimiter, Dict[str, str], ManualClock],
+    ops: Sequence[Tuple[float, float]],
+) -> None:
+    limiter, units, clock = made
+    for wait, cost in ops:
+        clock.advance(wait)
+        res = limiter.check("k", cost)
+        for style in (*STYLES, None):
+            headers = rate_limit_headers(
+                res,
+                now=clock.now(),
+                style=style,
+                quota_units=units,  # type: ignore[arg-type]
+            )
+            check_draft_grammar(res, headers, units)
+            assert headers == build_headers(res, clock.now(), style, None, units)
+            raw = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+            assert build_raw_headers(res, clock.now(), style, units) == raw
+
+
+def test_a_limit_s_unit_is_its_qu_and_requests_is_left_out() -> None:
+    clock = ManualClock(start=1_700_000_000)
+    limiter = RateLimiter(
+        {"requests": "60/minute", "upload": "1000000/minute", "slots": "4/second"}, clock=clock
+    )
+    res = limiter.check("k", cost={"requests": 1, "upload": 250_000, "slots": 1})
+    units = {"requests": "requests", "upload": "content-bytes", "slots": "concurrent-requests"}
+    assert rate_limit_headers(res, now=clock.now(), style="draft", quota_units=units) == [
+        (
+            "RateLimit-Policy",
+            '"requests";q=60;w=60, "upload";q=1000000;qu="content-bytes";w=60, '
+            '"slots";q=4;qu="concurrent-requests";w=1',
+        ),
+        ("RateLimit", '"requests";r=59;t=1, "upload";r=750000;t=1, "slots";r=3;t=1'),
+    ]
+    # The "x" style has no place for a unit; nothing changes there.
+    assert rate_limit_headers(res, now=clock.now(), quota_units=units) == rate_limit_headers(
+        res, now=clock.now()
+    )
+
+
+def test_a_renamed_limit_keeps_its_unit_and_a_lockout_never_has_one() -> None:
+    clock = ManualClock(start=1_700_000_000)
+    one = RateLimiter(Limit(10, 20, "upload"), clock=clock).check("k")
+    fields = dict(
+        rate_limit_headers(
+            one,
+            now=clock.now(),
+            style="draft",
+            policy="api",
+            quota_units={"upload": "content-bytes"},
+        )
+    )
+    assert fields["RateLimit-Policy"] == '"api";q=20;qu="content-bytes";w=2'
+    locking = RateLimiter(Limit(1, 1, "upload"), clock=clock, lockout=Lockout(1, 60, 300))
+    locking.check("k")
+    locked = locking.check("k")
+    assert locked.locked_out
+    units = {"upload": "content-bytes", "lockout": "content-bytes"}
+    assert (
+        dict(rate_limit_headers(locked, now=clock.now(), style="draft", quota_units=units))[
+            "RateLimit-Policy"
+        ]
+        == '"upload";q=1;qu="content-bytes";w=1, "lockout";q=1;w=60'
+    )
+
+
+@pytest.mark.parametrize(
+    ("units", "error", "message"),
+    [
+        ({"upload": "bytes"}, ValueError, "quota_units['upload'] must be one of 'requests'"),
+        ({"upload": "request"}, ValueError, "got 'request'"),  # the registry's typo: refused
+        ({"upload": 1}, TypeError, "got 1"),
+        ({'up"load': "content-bytes"}, ValueError, "quota_units name must be non-empty"),
+        ({1: "content-bytes"}, TypeError, "quota_units name must be a str"),
+        ([("upload", "content-bytes")], TypeError, "must be a mapping of limit names"),
+    ],
+)
+def test_a_bad_unit_is_refused(units: object, error: type, message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        rate_limit_headers(result(), now=NOW, style="draft", quota_units=units)  # type: ignore[arg-type]
+
+
+def test_the_policy_cache_tells_units_apart() -> None:
+    res = result(policy="upload")
+    plain = dict(rate_limit_headers(res, now=NOW, style="draft"))["RateLimit-Policy"]
+    bytes_ = rate_limit_headers(
+        res, now=NOW, style="draft", quota_units={"upload": "content-bytes"}
+    )
+    assert plain == '"upload";q=20;w=2'
+    assert dict(bytes_)["RateLimit-Policy"] == '"upload";q=20;qu="content-bytes";w=2'
+    assert dict(rate_limit_headers(res, now=NOW, style="draft"))["RateLimit-Policy"] == plain

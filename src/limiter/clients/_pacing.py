@@ -132,7 +132,9 @@ def _draft_wait(text: Optional[str]) -> Optional[float]:
 
     ``RateLimit: "default";r=0;t=3, "daily";r=40;t=7200`` gives 3: only an
     exhausted policy (``r=0``) explains a refusal.  No exhausted item with a
-    valid ``t``: ``None``.
+    valid ``t``: ``None``.  Other parameters (``qu``, ``pk``) are ignored, as
+    the draft says; an item without ``r`` but with ``a`` is read as ``a`` and
+    ``w`` (the editors' proposed rename of ``r`` and ``t``, docs/headers.md).
     """
     if text is None:
         return None
@@ -142,8 +144,10 @@ def _draft_wait(text: Optional[str]) -> Optional[float]:
         for param in _split(member, ";")[1:]:
             name, _, value = param.partition("=")
             params[name.strip().lower()] = value.strip()
-        remaining = _seconds(params.get("r"))
-        wait = _seconds(params.get("t"))
+        if "r" not in params and "a" in params:
+            remaining, wait = _seconds(params["a"]), _seconds(params.get("w"))
+        else:
+            remaining, wait = _seconds(params.get("r")), _seconds(params.get("t"))
         if remaining == 0 and wait is not None:
             waits.append(wait)
     return max(waits) if waits else None

@@ -24,7 +24,6 @@ from typing import (
 from limiter.clock import SystemClock
 from limiter.core.result import RateLimitResult
 from limiter.core.spec import CostSpec
-from limiter.http.headers import build_headers
 from limiter.http.keys import AllowList, ClientIP
 from limiter.http.options import (
     COPIED,
@@ -174,6 +173,7 @@ class Guard:
 
     allow_list: Optional[AllowList]
     build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
+    build_text: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
     client_ip: ClientIP
     cost: CostSpec
     cost_func: Optional[Callable[[RequestInfo], Any]]
@@ -298,7 +298,7 @@ class Guard:
             return self.build(result, self._now(), self.header_style)
         if limiter.shadow:
             return self.shadow_denied(result, limiter)
-        headers = build_headers(result, self._now(), self.header_style)
+        headers = self.build_text(result, self._now(), self.header_style)
         return self.on_limited(to_request(native), result, headers)
 
     def _route(self, request: RequestInfo) -> Optional[Route]:
@@ -419,7 +419,7 @@ class Guard:
             return self.build(result, limiter.clock.now(), self.header_style)
         if limiter.shadow:
             return self.shadow_denied(result, limiter)
-        headers = build_headers(result, limiter.clock.now(), self.header_style)
+        headers = self.build_text(result, limiter.clock.now(), self.header_style)
         return self.on_limited(request, result, headers)
 
     def shadow_denied(self, result: RateLimitResult, limiter: RateLimiter) -> HeaderList:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, List, Literal, Optional, Tuple
+from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
 from limiter.clock import finite_seconds
 from limiter.core.bucket import next_token_in
@@ -13,14 +13,17 @@ from limiter.core.result import RateLimitResult
 
 HeaderStyle = Literal["x", "draft", "both"]
 _STYLES = ("x", "draft", "both")
+#: The draft's registered quota units (its ``qu`` parameter); "requests" is the
+#: default, never sent.
+QUOTA_UNITS = ("requests", "content-bytes", "concurrent-requests")
 
 #: The largest Structured Field Integer (RFC 9651, section 3.3.1: at most 15 digits).
 SF_INT_MAX = 999_999_999_999_999
 _INF = math.inf
 # The rule of ``Limit.name``: quoted, a valid sf-string with nothing to escape.
 _NAME_RE = re.compile(r"[ !#-\[\]-~]+")
-# (name, burst, window) -> (policy item, quoted name); bounded against ever-new names.
-_POLICIES: Dict[Tuple[str, int, float], Tuple[str, str]] = {}
+# (name, burst, window, unit) -> (policy item, quoted name); bounded against ever-new names.
+_POLICIES: Dict[Tuple[str, int, float, Optional[str]], Tuple[str, str]] = {}
 _POLICIES_MAX = 256
 # int -> (str, latin-1 bytes); exact ints only (True == 1, 2.0 == 2).
 _LIMITS: Dict[int, Tuple[str, bytes]] = {}
@@ -45,6 +48,37 @@ def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
     return style  # type: ignore[return-value]
 
 
+def validate_units(units: object, param: str = "quota_units") -> Dict[str, str]:
+    """``units`` (limit names to quota units) as a plain ``dict``; ``None`` is ``{}``.
+
+    Each name follows ``Limit.name``'s rule, each unit is one of
+    ``QUOTA_UNITS``. Raises ``TypeError`` for a wrong type, ``ValueError`` for
+    an unknown unit or a bad name, each naming ``param`` and the value.
+    """
+    if units is None:
+        return {}
+    if not isinstance(units, Mapping):
+        raise TypeError(f"{param} must be a mapping of limit names to units, got {units!r:.100}")
+    checked = {}
+    for name, unit in units.items():
+        _quoted_name(name, f"{param} name")
+        if unit not in QUOTA_UNITS:
+            error = ValueError if isinstance(unit, str) else TypeError
+            raise error(
+                f"{param}[{name!r}] must be one of 'requests', 'content-bytes', "
+                f"'concurrent-requests', got {unit!r:.100}"
+            )
+        checked[name] = unit
+    return checked
+
+
+def retry_seconds(result: RateLimitResult) -> Optional[int]:
+    """``Retry-After`` of ``result``: whole seconds, at least 1; ``None`` when allowed or never."""
+    if not result.allowed and result.retry_after < _INF:  # neither inf nor NaN
+        return max(1, _up(result.retry_after))
+    return None
+
+
 def _up(seconds: float) -> int:
     # Float noise below the bucket's slack (2.0000000000000004) is not a second more.
     return max(0, math.ceil(seconds - TIME_EPSILON))
@@ -60,13 +94,16 @@ def _quoted_name(name: object, param: str) -> str:
     return f'"{name}"'
 
 
-def _policy(name: str, limit: int, window: float, param: str) -> Tuple[str, str]:
-    """``('"<name>";q=<q>;w=<w>', '"<name>"')`` for one limit (cached: a policy is constant)."""
+def _policy(
+    name: str, limit: int, window: float, param: str, unit: Optional[str] = None
+) -> Tuple[str, str]:
+    """``('"<name>";q=<q>[;qu="<unit>"];w=<w>', '"<name>"')`` for one limit (cached:
+    a policy is constant). ``unit`` ``None`` or ``"requests"``: no ``qu``, the default."""
     if limit.__class__ is not int:
         # A hand-built result's True or 2.0: as an int, so "q=True" is neither
         # sent nor cached under the key of 1 (True == 1 hashes alike).
         limit = int(limit)
-    key = (name, limit, window)
+    key = (name, limit, window, unit)
     try:
         return _POLICIES[key]
     except (KeyError, TypeError):  # TypeError: an unhashable name, refused just below
@@ -82,7 +119,9 @@ def _policy(name: str, limit: int, window: float, param: str) -> Tuple[str, str]
         seconds = 1
     else:  # no result from a Limit has such a window (or NaN); never divide by it
         quota, seconds = limit, 1
-    item = f"{quoted};q={min(max(quota, 0), SF_INT_MAX)};w={min(seconds, SF_INT_MAX)}"
+    # The draft's own order: q, qu, w.
+    qu = "" if unit is None or unit == "requests" else f';qu="{unit}"'
+    item = f"{quoted};q={min(max(quota, 0), SF_INT_MAX)}{qu};w={min(seconds, SF_INT_MAX)}"
     if len(_POLICIES) >= _POLICIES_MAX:
         _POLICIES.clear()
     _POLICIES[key] = (item, quoted)
@@ -101,6 +140,7 @@ def rate_limit_headers(
     now: float,
     style: str = "x",
     policy: Optional[str] = None,
+    quota_units: Optional[Mapping[str, str]] = None,
 ) -> List[Tuple[str, str]]:
     """The headers that tell a client where it stands, as ``(name, value)`` pairs.
 
@@ -110,14 +150,17 @@ def rate_limit_headers(
       tokens), ``X-RateLimit-Reset`` (Unix seconds, rounded up, when full);
       with several limits, the most restrictive one.
     * ``"draft"``: ``RateLimit-Policy: "<name>";q=<burst>;w=<seconds>`` and
-      ``RateLimit: "<name>";r=<remaining>;t=<seconds>``, one item per limit;
-      ``policy`` renames a single limit.
+      ``RateLimit: "<name>";r=<remaining>;t=<seconds>``, one item per limit
+      (draft-ietf-httpapi-ratelimit-headers-10 and -11); ``policy`` renames a
+      single limit; ``quota_units`` maps limit names to the draft's units
+      (``"content-bytes"`` adds ``qu="content-bytes"``).
     * ``"both"``: all of the above.
 
     A denied result that can pass later adds ``Retry-After`` (whole seconds, at
     least 1). Raises ``ValueError`` for a bad style, a ``policy`` that is not
-    non-empty printable ASCII without ``"`` or ``\\``, or a non-finite ``now``;
-    ``TypeError`` for a wrong type. Field by field: docs/headers.md.
+    non-empty printable ASCII without ``"`` or ``\\``, an unknown unit, or a
+    non-finite ``now``; ``TypeError`` for a wrong type. Field by field:
+    docs/headers.md.
     """
     if result.__class__ is not RateLimitResult and not isinstance(result, RateLimitResult):
         raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
@@ -129,13 +172,19 @@ def rate_limit_headers(
         _quoted_name(policy, "policy")
     if style not in _STYLES:  # inline: see CONTRIBUTING.md
         validate_style(style)
-    return build_headers(result, now, style, policy)
+    units = validate_units(quota_units) if quota_units is not None else None
+    return build_headers(result, now, style, policy, units)
 
 
 def build_headers(
-    result: RateLimitResult, now: float, style: Optional[str], policy: Optional[str] = None
+    result: RateLimitResult,
+    now: float,
+    style: Optional[str],
+    policy: Optional[str] = None,
+    units: Optional[Mapping[str, str]] = None,
 ) -> List[Tuple[str, str]]:
-    """``rate_limit_headers`` for callers that validated ``style`` once (the adapters).
+    """``rate_limit_headers`` for callers that validated ``style`` and ``units`` once
+    (the adapters).
 
     ``style=None`` keeps only ``Retry-After`` on a denied result.
     """
@@ -153,27 +202,27 @@ def build_headers(
         if not result.allowed and result.retry_after < _INF:  # neither inf nor NaN
             headers.append((_RETRY, str(max(1, _up(result.retry_after)))))
         return headers
-    retry = (
-        max(1, _up(result.retry_after))
-        if not result.allowed and result.retry_after < _INF
-        else None
-    )
+    retry = retry_seconds(result)
     headers = []
     if style == "both":
         headers.append((_LIMIT, str(result.limit)))
         headers.append((_REMAINING, str(result.remaining)))
         headers.append((_RESET_AT, str(_up(now + result.reset_after))))
     if style is not None:
-        headers += _draft(result, retry, policy)
+        headers += _draft(result, retry, policy, units)
     if retry is not None:
         headers.append((_RETRY, str(retry)))
     return headers
 
 
 def _draft(
-    result: RateLimitResult, retry: Optional[int], policy: Optional[str]
+    result: RateLimitResult,
+    retry: Optional[int],
+    policy: Optional[str],
+    units: Optional[Mapping[str, str]],
 ) -> List[Tuple[str, str]]:
-    """The draft's ``RateLimit-Policy`` and ``RateLimit`` (``retry``: the ``Retry-After``)."""
+    """The draft's ``RateLimit-Policy`` and ``RateLimit`` (``retry``: the ``Retry-After``;
+    ``units``: limit names to quota units)."""
     parts = result.results or (result,)
     one = len(parts) == 1 or (len(parts) == 2 and parts[1].kind == "lockout")
     policies = []
@@ -181,10 +230,12 @@ def _draft(
     # Locked out: no limit's ``t`` applies until the lockout ends.
     locked = result.kind == "lockout" and not result.allowed
     for part in parts:
+        # A lockout counts breaches: it has no unit of the draft's.
+        unit = units.get(part.policy) if units and part.kind != "lockout" else None
         if one and policy is not None and part.kind != "lockout":
-            item, name = _policy(policy, part.limit, part.window, "policy")
+            item, name = _policy(policy, part.limit, part.window, "policy", unit)
         else:
-            item, name = _policy(part.policy, part.limit, part.window, "result.policy")
+            item, name = _policy(part.policy, part.limit, part.window, "result.policy", unit)
         policies.append(item)
         remaining = min(max(part.remaining, 0), SF_INT_MAX)
         until = _until_more(part)
@@ -215,9 +266,13 @@ def _reset_text(reset: int) -> Tuple[int, str, bytes]:
 
 
 def build_raw_headers(
-    result: RateLimitResult, now: float, style: Optional[str]
+    result: RateLimitResult,
+    now: float,
+    style: Optional[str],
+    units: Optional[Mapping[str, str]] = None,
 ) -> List[Tuple[bytes, bytes]]:
-    """``build_headers(result, now, style)`` with names and values encoded as latin-1 (ASGI)."""
+    """``build_headers(result, now, style, None, units)`` with names and values encoded
+    as latin-1 (ASGI)."""
     if style == "x":  # build_headers' first branch in bytes (CONTRIBUTING.md, "Hot paths")
         limit = result.limit
         cached = _LIMITS.get(limit) if limit.__class__ is int else None
@@ -233,5 +288,5 @@ def build_raw_headers(
         return headers
     return [
         (name.encode("latin-1"), value.encode("latin-1"))
-        for name, value in build_headers(result, now, style)
+        for name, value in build_headers(result, now, style, None, units)
     ]

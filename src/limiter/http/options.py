@@ -6,12 +6,15 @@ Options: docs/adapters.md#options.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from typing import (
     Any,
     Callable,
+    Dict,
     Iterable,
     List,
+    Literal,
     Mapping,
     NoReturn,
     Optional,
@@ -24,10 +27,10 @@ from typing import (
 from limiter.core.costs import validate_cost
 from limiter.core.result import RateLimitResult
 from limiter.core.spec import CostSpec
-from limiter.http.headers import build_headers, build_raw_headers, validate_style
+from limiter.http.headers import build_headers, build_raw_headers, validate_style, validate_units
 from limiter.http.keys import AllowList, ClientIP
 from limiter.http.request import Cost, KeyFunc, RequestInfo
-from limiter.http.responses import HeaderList, OnLimited, default_on_limited
+from limiter.http.responses import HeaderList, OnLimited, default_on_limited, problem_on_limited
 from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
@@ -54,7 +57,8 @@ class IntegrationOptions(TypedDict, total=False):
     ipv6_prefix: int
     exempt: Optional[Callable[[RequestInfo], bool]]
     cost: CostOption
-    on_limited: Optional[OnLimited]
+    on_limited: Union[OnLimited, Literal["problem"], None]
+    quota_units: Optional[Mapping[str, str]]
     rules: Sequence[Rule]
     deduct_when: Optional[DeductWhen]
     allow_list: Union[str, Iterable[str]]
@@ -117,15 +121,38 @@ def _enabled(enabled: object) -> bool:
 
 
 def _on_limited(on_limited: object) -> OnLimited:
+    if on_limited == "problem":  # RFC 9457 problem details (docs/headers.md)
+        return problem_on_limited
+    if isinstance(on_limited, str):
+        raise ValueError(
+            f"on_limited must be a function, None or 'problem' (an RFC 9457 body), "
+            f"got {on_limited!r:.100}"
+        )
     if is_async_callable(_callable("on_limited", on_limited)):
         raise TypeError(f"on_limited must be a plain function, got {on_limited!r}")
     return default_on_limited if on_limited is None else on_limited  # type: ignore[return-value]
+
+
+def _check_unit_names(units: Mapping[str, str], limiters: Sequence[object]) -> None:
+    """Refuse a ``quota_units`` name that is no limit of ``limiters`` (a typo would
+    silently advertise the default unit). Limiter functions' limits are unknown: skipped."""
+    known_limiters = [lim for lim in limiters if isinstance(lim, RateLimiter)]
+    if not units or len(known_limiters) < len(limiters):
+        return
+    known = {limit.name for lim in known_limiters for limit in lim.limits}
+    for name in units:
+        if name not in known:
+            raise ValueError(
+                f"quota_units names no limit of this limiter: {name!r} "
+                f"(its limits: {', '.join(map(repr, sorted(known)))})"
+            )
 
 
 #: Attributes a ``Guard`` copies from ``Options``: one lookup per request, not two.
 COPIED = (
     "allow_list",
     "build",
+    "build_text",
     "client_ip",
     "cost",
     "cost_func",
@@ -188,9 +215,10 @@ class Options:
         self.allow_list: Optional[AllowList] = allow_list if allow_list else None
         self.deduct_when = check_deduct_when(get("deduct_when"))
         self.encoded = encoded
-        self.build: Callable[[RateLimitResult, float, Optional[str]], HeaderList] = (
-            build_raw_headers if encoded else build_headers  # type: ignore[assignment]
-        )
+        units = validate_units(get("quota_units"))
+        if limiter is not None:
+            _check_unit_names(units, [limiter, *(rule.limiter for rule in self.rules)])
+        self._builders(units, encoded)
         self._cost(get("cost", 1), limiters)
         #: True when any request callable is ``async def``.
         self.is_async: bool = any(is_async_callable(func) for func in self.callables())
@@ -198,6 +226,19 @@ class Options:
         if sync is not None:
             rule_limiters = [r.limiter for r in self.rules if isinstance(r.limiter, RateLimiter)]
             refuse_async(sync, rule_limiters, self.is_async)
+
+    def _builders(self, units: Dict[str, str], encoded: bool) -> None:
+        #: The headers of an admitted request (``bytes`` pairs when ``encoded``).
+        self.build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
+        #: The headers handed to ``on_limited`` (``str`` pairs).
+        self.build_text: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
+        raw: Any = build_raw_headers
+        text: Any = build_headers
+        if units:  # bound once; without units the builders are called bare (hot path)
+            raw = functools.partial(build_raw_headers, units=units)
+            text = functools.partial(build_headers, units=units)
+        self.build = raw if encoded else text
+        self.build_text = text
 
     def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
         #: The ``cost`` function, or ``None`` and ``cost`` is the fixed cost.

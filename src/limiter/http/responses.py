@@ -1,16 +1,19 @@
 """The responses a guard sends instead of the app's: the 429 and the 503.
 
 ``on_limited(request, result, headers) -> Response`` builds the first
-(``default_on_limited`` unless an adapter is given one); ``UNAVAILABLE`` is
-the second (``on_error="deny"``).  See docs/adapters.md.
+(``default_on_limited`` unless an adapter is given one; ``problem_on_limited``
+for ``on_limited="problem"``); ``UNAVAILABLE`` is the second
+(``on_error="deny"``).  See docs/adapters.md and docs/headers.md.
 """
 
 from __future__ import annotations
 
 import http
+import json
 from typing import Callable, Dict, List, NamedTuple, Tuple
 
 from limiter.core.result import RateLimitResult
+from limiter.http.headers import retry_seconds
 from limiter.http.request import RequestInfo
 
 HeaderList = List[Tuple[str, str]]
@@ -50,6 +53,69 @@ def default_on_limited(
 ) -> Response:
     """``429 Too Many Requests``, ``headers``, JSON content type and ``DENIED_BODY``."""
     return Response(429, headers + _DENIED_TAIL, DENIED_BODY)
+
+
+#: The problem types of draft-ietf-httpapi-ratelimit-headers (section 5), registered
+#: with IANA: the ``type`` of an ``on_limited="problem"`` body, and its ``title``
+#: (the registry's, the same for every occurrence, as RFC 9457 section 3.1.3 asks).
+PROBLEM_TYPES: Dict[str, Tuple[str, str]] = {
+    "quota-exceeded": (
+        "https://iana.org/assignments/http-problem-types#quota-exceeded",
+        "Quota Exceeded",
+    ),
+    "abnormal-usage-detected": (
+        "https://iana.org/assignments/http-problem-types#abnormal-usage-detected",
+        "Abnormal Usage Detected",
+    ),
+}
+PROBLEM_JSON = "application/problem+json"
+
+
+def violated_policies(result: RateLimitResult) -> List[str]:
+    """The names of the policies that refused ``result``, in the headers' order."""
+    parts = result.results or (result,)
+    names = [part.policy for part in parts if not part.allowed]
+    return names or [result.policy]
+
+
+def problem_body(result: RateLimitResult) -> bytes:
+    """The RFC 9457 problem details of a refused ``result``, as compact JSON.
+
+    ``type`` and ``title``: ``abnormal-usage-detected`` for a lockout,
+    ``quota-exceeded`` otherwise (``PROBLEM_TYPES``); ``status`` 429;
+    ``detail`` names the refusing policies and the wait (``Retry-After``'s
+    value); ``violated-policies`` lists them. docs/headers.md shows one.
+    """
+    names = violated_policies(result)
+    retry = retry_seconds(result)
+    locked = result.kind == "lockout"
+    if locked:  # a lockout is always the last policy (and the one that refused)
+        detail = f'Locked out by "{names[-1]}" after repeated refusals'
+    else:
+        detail = "Quota exceeded: " + ", ".join(f'"{name}"' for name in names)
+    if retry is not None:
+        detail += f"; retry in {retry} s."
+    else:  # a cost above the burst: no wait lets it through
+        detail += "; this request costs more than the quota holds and can never pass."
+    kind, title = PROBLEM_TYPES["abnormal-usage-detected" if locked else "quota-exceeded"]
+    problem = {
+        "type": kind,
+        "title": title,
+        "status": 429,
+        "detail": detail,
+        "violated-policies": names,
+    }
+    return json.dumps(problem, separators=(",", ":")).encode("ascii")
+
+
+def problem_on_limited(
+    request: RequestInfo, result: RateLimitResult, headers: HeaderList
+) -> Response:
+    """``429 Too Many Requests``, ``headers``, and ``problem_body(result)`` as
+    ``application/problem+json``: the ``on_limited="problem"`` of the adapters."""
+    body = problem_body(result)
+    tail = [("Content-Type", PROBLEM_JSON), ("Content-Length", str(len(body)))]
+    return Response(429, headers + tail, body)
 
 
 _REASONS: Dict[int, str] = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
