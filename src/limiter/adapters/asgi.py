@@ -293,8 +293,9 @@ def _retry_after(result: RateLimitResult) -> Optional[float]:
     """Seconds until the message could pass, up to the millisecond; ``None``: never."""
     if math.isinf(result.retry_after):
         return None
-    # round() first: 0.4 computed as 0.40000000000000036 is 0.4, not 0.401.
-    return math.ceil(round(result.retry_after * 1000, 6)) / 1000
+    # round() first: float noise (0.40000000000000036; a clock at 1.7e9 s is
+    # exact to 2.4e-7 s) must not make 0.4 a 0.401.
+    return math.ceil(round(result.retry_after * 1000, 3)) / 1000
 
 
 class _Socket:
