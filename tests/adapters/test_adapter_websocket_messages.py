@@ -439,7 +439,7 @@ def test_no_notice_after_the_app_closed() -> None:
             ValueError,
             "applies to ws_on_limit='close'",
         ),
-        ({"ws_cost": "bytes"}, ValueError, "ws_cost need a limit"),
+        ({"ws_cost": "bytes"}, ValueError, "ws_cost given without a limit"),
         ({"ws_mesages_per_key": "1/s"}, TypeError, "did you mean 'ws_messages_per_key'"),
     ],
 )

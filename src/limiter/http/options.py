@@ -186,8 +186,8 @@ class MessageLimits:
         unused = sorted(set(options) - {"ws_messages_per_connection", "ws_messages_per_key"})
         if unused and not self.limiters:
             raise ValueError(
-                f"{', '.join(unused)} need a limit: ws_messages_per_connection or "
-                "ws_messages_per_key"
+                f"{', '.join(unused)} given without a limit: add ws_messages_per_connection "
+                "or ws_messages_per_key"
             )
         #: True: a message costs its payload's length in bytes (UTF-8 for text), else 1.
         self.by_bytes = (
