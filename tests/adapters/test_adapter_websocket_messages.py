@@ -159,7 +159,8 @@ def test_drop_sends_a_notice_per_dropped_message(server: Server) -> None:
     assert echo.disconnects == [(1000, "")]  # the client's own close, passed through
 
 
-def test_cost_per_byte(server: Server) -> None:
+def send_bytes(server: Server, path: str, sent: List[Any]) -> Tuple[Echo, List[Any]]:
+    """``sent`` at one instant on a connection allowed 10 bytes (10 a second); the replies."""
     connect = websockets_client().connect
     clock = ManualClock(START)
     echo, app = limited(
@@ -168,15 +169,18 @@ def test_cost_per_byte(server: Server) -> None:
         ws_cost="bytes",
         ws_on_limit="drop",
     )
-    url = server.mount("/bytes", app)
-    sent: List[Any] = ["abcd", "é€", b"\x00\x01\x02", "", b"\x00", "12"]
-    with connect(url) as ws:
+    with connect(server.mount(path, app)) as ws:
         seen = exchange(ws, len(sent), clock, START, STILL, message=sent.__getitem__)
     server.wait_ended()
+    return echo, seen.replies
+
+
+def test_cost_per_byte(server: Server) -> None:
+    echo, replies = send_bytes(server, "/bytes", ["abcd", "é€", b"\x00\x01\x02", "", b"\x00", "12"])
     # 4 bytes, then 5 ("é" is 2 in UTF-8, "€" 3): 1 left, too few for 3; an empty
     # text costs nothing; 1 byte takes the last, and 2 more wait.
     assert echo.got == ["abcd", "é€", "", b"\x00"]
-    assert seen.replies == [
+    assert replies == [
         "echo:abcd",
         "echo:é€",
         notice(0.2),  # 2 bytes short, at 10 bytes a second
@@ -187,19 +191,8 @@ def test_cost_per_byte(server: Server) -> None:
 
 
 def test_a_message_larger_than_the_burst_can_never_pass(server: Server) -> None:
-    connect = websockets_client().connect
-    clock = ManualClock(START)
-    echo, app = limited(
-        clock,
-        ws_messages_per_connection=RateLimiter("10/second", burst=10, clock=clock),
-        ws_cost="bytes",
-        ws_on_limit="drop",
-    )
-    url = server.mount("/huge", app)
-    with connect(url) as ws:
-        seen = exchange(ws, 2, clock, START, message=["x" * 11, "ok"].__getitem__)
-    server.wait_ended()
-    assert seen.replies == [notice(None), "echo:ok"]
+    echo, replies = send_bytes(server, "/huge", ["x" * 11, "ok"])
+    assert replies == [notice(None), "echo:ok"]
     assert echo.got == ["ok"]
 
 
