@@ -47,7 +47,7 @@ from limiter.store import StoreError
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["ASGIOptions", "RateLimitMiddleware", "limit_connection", "limit_messages"]
+__all__ = ["RateLimitMiddleware"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -120,10 +120,12 @@ class RateLimitMiddleware:
     ``async def`` allowed, of the ``RequestInfo`` returning one. Allowed
     responses get the rate-limit headers; limited requests get the 429
     without calling the app, and a limited WebSocket handshake is refused
-    (code 1013 if the server cannot send a response). Other scopes pass
+    (code 1013 if the server cannot send a response); the ``ws_*`` options
+    limit an admitted WebSocket's inbound messages. Other scopes pass
     through. Raises ``TypeError``/``ValueError`` for a bad option, here; only
     a ``StoreError`` goes to ``on_error``, any other exception propagates.
-    Options: docs/adapters.md#options; ASGI details: docs/adapters.md#asgi.
+    Options: docs/adapters.md#options and #websocket-messages; ASGI details:
+    docs/adapters.md#asgi.
     """
 
     def __init__(

@@ -55,7 +55,7 @@ from limiter.integrations.common import Integration, RateSpec, RouteLimit, achec
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
-__all__ = ["RateLimit", "RateLimitOptions"]
+__all__ = ["RateLimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,6 +134,9 @@ class RateLimit:
     those of limits that give none.
     ``check_store``: lifespan startup fails with ``StoreError`` if a pingable
     store does not answer.
+
+    The ``ws_*`` options limit every WebSocket's inbound messages
+    (docs/fastapi.md#websocket-messages).
 
     Raises ``TypeError``/``ValueError`` for a bad argument, here.
     Options: docs/adapters.md#options; guide: docs/fastapi.md.
