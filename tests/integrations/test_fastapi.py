@@ -11,6 +11,7 @@ uvicorn server on 127.0.0.1 checks the same over real sockets.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import warnings
@@ -25,7 +26,8 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from helpers.servers import uvicorn_running
-from limiter import DENIED_BODY, ManualClock, RateLimiter, RequestInfo
+from helpers.websocket_client import exchange, websockets_client, ws_url
+from limiter import DENIED_BODY, ManualClock, RateLimiter, RequestInfo, header_key
 from limiter.http.rules import Rule
 from limiter.integrations.fastapi import RateLimit
 from limiter.testing._adapter_suite import AdapterConformance
@@ -885,3 +887,97 @@ def test_uvicorn_exact_statuses_bodies_and_headers(uvicorn_app: Tuple[str, Manua
 
     clock.advance(60)  # the default bucket is full again: exactly 3 pass
     assert sorted(asyncio.run(burst())) == [200, 200, 200, 429, 429, 429]
+
+
+# -- WebSocket messages under a real uvicorn ------------------------------------------
+
+
+def echo_app(rl_options: Dict[str, Any]) -> Tuple[FastAPI, RateLimit, List[Any], Any]:
+    """A FastAPI app with a ``/ws`` echo route limited to 2 handshakes a minute; what
+    the route received (a ``WebSocketDisconnect`` as its ``(code, reason)``), and a
+    semaphore released as each connection's route returns."""
+    import threading
+
+    app = FastAPI()
+    rl = RateLimit(app, **rl_options)
+    got: List[Any] = []
+    ended = threading.Semaphore(0)
+
+    @app.websocket("/ws", dependencies=[Depends(rl.limit("2/minute"))])
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            while True:
+                text = await websocket.receive_text()
+                got.append(text)
+                await websocket.send_text("echo:" + text)
+        except WebSocketDisconnect as gone:
+            got.append((gone.code, gone.reason))
+        finally:
+            ended.release()
+
+    return app, rl, got, ended
+
+
+def test_websocket_messages_closed_after_the_burst_and_the_refill_under_uvicorn() -> None:
+    client = websockets_client()
+    from websockets.exceptions import InvalidStatus
+
+    clock = ManualClock(T0)
+    limit = RateLimiter("2/second", burst=5, clock=clock)
+    app, _, got, ended = echo_app({"clock": clock, "ws_messages_per_connection": limit})
+    with uvicorn_running(app) as url:
+        with client.connect(ws_url(url, "/ws")) as ws:
+            seen = exchange(ws, 100, clock, T0)  # 10 a second
+        assert ended.acquire(timeout=30)
+        # 5 from the burst and the 6th on the token refilled by 0.5 s; the 7th closes.
+        assert seen.replies == [f"echo:m{i}" for i in range(6)]
+        assert seen.closed == (6, 1008, "too many messages")
+        assert got == [*(f"m{i}" for i in range(6)), (1008, "too many messages")]
+        # The route's own limit() still refuses the third handshake (1013 before
+        # accept, which uvicorn answers with a 403).
+        with client.connect(ws_url(url, "/ws")):
+            pass
+        with pytest.raises(InvalidStatus) as refused:
+            client.connect(ws_url(url, "/ws"))
+        assert refused.value.response.status_code == 403
+
+
+def test_websocket_messages_per_key_follow_ratelimits_key_func_under_uvicorn() -> None:
+    client = websockets_client()
+    clock = ManualClock(T0)
+    app, _, got, ended = echo_app(
+        {
+            "clock": clock,
+            "key_func": header_key("X-API-Key"),
+            "ws_messages_per_key": "2/minute",  # on RateLimit's store and clock
+            "ws_on_limit": "drop",
+        }
+    )
+    still = float("inf")  # every message at T0
+    with uvicorn_running(app) as url:
+        for api_key in ("a", "b"):
+            headers = {"X-API-Key": api_key}
+            with client.connect(ws_url(url, "/ws"), additional_headers=headers) as ws:
+                replies = exchange(ws, 3, clock, T0, still).replies
+            assert ended.acquire(timeout=30)
+            assert replies[:2] == ["echo:m0", "echo:m1"], api_key
+            assert json.loads(replies[2]) == {
+                "status": 429,
+                "code": "rate_limited",
+                "message": "too many messages",
+                "retry_after": 30.0,
+            }
+    assert got == ["m0", "m1", (1000, ""), "m0", "m1", (1000, "")]
+
+
+def test_websocket_message_options_are_checked_by_ratelimit() -> None:
+    with pytest.raises(TypeError, match=r"RateLimit\(\).*did you mean 'ws_on_limit'"):
+        RateLimit(ws_on_limt="drop")  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="ws_on_limit given without a limit"):
+        RateLimit(ws_on_limit="drop")
+    with pytest.raises(ValueError, match="ws_close_code must be 1008, 1013 or 4000-4999"):
+        RateLimit(ws_messages_per_connection="1/second", ws_close_code=1011)
+    assert RateLimit().messages is None
+    limits, _ = RateLimit(ws_messages_per_key="1/second").messages  # type: ignore[misc]
+    assert limits.per_key is not None and limits.per_connection is None

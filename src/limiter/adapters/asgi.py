@@ -7,10 +7,16 @@
 >>> app = RateLimitMiddleware(app, RateLimiter("10/second"))
 
 With Starlette or FastAPI: ``app.add_middleware(RateLimitMiddleware, limiter=limiter)``.
+Inbound WebSocket messages: ``ws_messages_per_connection=`` and the other
+``WebSocketOptions`` (docs/adapters.md#websocket-messages).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
+import uuid
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -24,10 +30,19 @@ from typing import (
     Tuple,
 )
 
-from limiter.http.guard import Deferred, Guard
-from limiter.http.options import GuardOptions, Options
+from limiter.core.result import RateLimitResult
+from limiter.http.guard import Deferred, Guard, Verdict
+from limiter.http.options import (
+    GuardOptions,
+    MessageLimits,
+    Options,
+    WebSocketOptions,
+    websocket_options,
+)
 from limiter.http.request import HeaderView, RequestInfo
 from limiter.http.rules import LimiterSpec
+from limiter.ratelimiter import RateLimiter
+from limiter.store import StoreError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -43,6 +58,10 @@ RawHeaders = List[Tuple[bytes, bytes]]
 
 #: Closes a limited WebSocket handshake without ``websocket.http.response``: "try again later".
 WEBSOCKET_CLOSE_CODE = 1013
+
+
+class ASGIOptions(GuardOptions, WebSocketOptions, total=False):
+    """The ASGI adapter's keyword options: every adapter's, and those on WebSocket messages."""
 
 
 class _ScopeHeaders(HeaderView):
@@ -101,25 +120,39 @@ class RateLimitMiddleware:
     ``async def`` allowed, of the ``RequestInfo`` returning one. Allowed
     responses get the rate-limit headers; limited requests get the 429
     without calling the app, and a limited WebSocket handshake is refused
-    (code 1013 if the server cannot send a response). Other scopes pass
+    (code 1013 if the server cannot send a response); the ``ws_*`` options
+    limit an admitted WebSocket's inbound messages. Other scopes pass
     through. Raises ``TypeError``/``ValueError`` for a bad option, here; only
     a ``StoreError`` goes to ``on_error``, any other exception propagates.
-    Options: docs/adapters.md#options; ASGI details: docs/adapters.md#asgi.
+    Options: docs/adapters.md#options and #websocket-messages; ASGI details:
+    docs/adapters.md#asgi.
     """
 
     def __init__(
         self,
         app: ASGIApp,
         limiter: LimiterSpec,
-        **options: Unpack[GuardOptions],
+        **options: Unpack[ASGIOptions],
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI callable, got {app!r}")
         self.app = app
+        given, ws = websocket_options("RateLimitMiddleware", options)
         # Encoded: admitted requests' headers come as bytes, as ASGI sends them.
         self.guard = Guard(
-            limiter, Options(options, owner="RateLimitMiddleware", encoded=True, limiter=limiter)
+            limiter, Options(given, owner="RateLimitMiddleware", encoded=True, limiter=limiter)
         )
+        #: The limits on inbound WebSocket messages (``None``: none).
+        self.messages: Optional[MessageLimits] = None
+        handshake = limiter if isinstance(limiter, RateLimiter) else None
+        messages = MessageLimits(
+            ws,
+            store=None if handshake is None else handshake.store,
+            clock=None if handshake is None else handshake.clock,
+            shadow=self.guard.mode == "shadow",
+        )
+        if messages.limiters:
+            self.messages = messages
         self._decide = self.guard.decider()
         self._adecide = self.guard.adecider()
         self._nonblocking = self.guard.nonblocking or not self.guard.enabled
@@ -169,12 +202,21 @@ class RateLimitMiddleware:
         await send({"type": "http.response.body", "body": b"" if head else body})
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        outcome = await self._adecide(request_info(scope))  # once per connection: no shortcut
+        request = request_info(scope)
+        messages = self.messages
+        key: Optional[str] = None
+        if messages is None:
+            outcome = await self._adecide(request)  # once per connection: no shortcut
+        else:
+            outcome, key = await self._handshake(request)
         if isinstance(outcome, Deferred):
             # A handshake has no status: accept is success, a close before it (403) failure.
             send = _settling(send, outcome)
         if isinstance(outcome, (list, Deferred)):  # admitted
-            await self.app(scope, receive, send)
+            if messages is None or key is None:
+                await self.app(scope, receive, send)
+            else:
+                await limit_messages(self.app, scope, receive, send, messages, self.guard, key)
             return
         status, headers, body = outcome
         # Answer websocket.connect, not before.
@@ -194,6 +236,21 @@ class RateLimitMiddleware:
         else:
             await send({"type": "websocket.close", "code": WEBSOCKET_CLOSE_CODE})
 
+    async def _handshake(self, request: RequestInfo) -> Tuple[Verdict, Optional[str]]:
+        """``adecide``'s outcome for a handshake, and its key for the message limits
+        (``None``: exempt, allow-listed or limiting off: its messages are not limited)."""
+        guard = self.guard
+        chosen = await guard.aselect(request) if guard.enabled else None
+        if chosen is None:
+            return [], None
+        limiter, key, cost, deduct_when = chosen
+        at = None if deduct_when is None else limiter.clock.now()
+        try:
+            result = await limiter.acheck(key, cost)
+        except StoreError:  # only a store failure goes to on_error, as in adecide
+            return guard.failed(limiter), key
+        return guard.judge(request, chosen, result, at), key
+
 
 def _settling(send: Send, deferred: Deferred) -> Send:
     """``send`` that settles ``deferred`` when the response starts and adds its headers."""
@@ -211,3 +268,189 @@ def _settling(send: Send, deferred: Deferred) -> Send:
         await send(message)
 
     return send_settled
+
+
+# -- WebSocket messages (docs/adapters.md#websocket-messages) ---------------------
+
+#: A refused message: the close code and reason, and the notice (a JSON text frame).
+_Refusal = Tuple[int, str, str]
+_UNAVAILABLE: _Refusal = (
+    1013,
+    "rate limiter unavailable",
+    '{"status":503,"code":"rate_limiter_unavailable","message":"rate limiter unavailable",'
+    '"retry_after":null}',
+)
+
+
+def _size(message: Message) -> int:
+    """A ``websocket.receive`` payload's length in bytes (text as UTF-8)."""
+    text = message.get("text")
+    if text is not None:
+        return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    data = message.get("bytes")
+    return 0 if data is None else len(data)
+
+
+def _retry_after(result: RateLimitResult) -> Optional[float]:
+    """Seconds until the message could pass, up to the millisecond; ``None``: never."""
+    if math.isinf(result.retry_after):
+        return None
+    # round() first: float noise (0.40000000000000036; a clock at 1.7e9 s is
+    # exact to 2.4e-7 s) must not make 0.4 a 0.401.
+    return math.ceil(round(result.retry_after * 1000, 3)) / 1000
+
+
+class _Socket:
+    """One admitted WebSocket connection whose inbound messages are charged.
+
+    ``receive``/``send`` wrap the server's for the app. No lock: between
+    testing the flags below and calling the server's ``send`` there is no
+    ``await``, so a task of the app sending meanwhile cannot slip a message
+    in after a close.
+    """
+
+    __slots__ = ("_gone", "_receive", "_send", "closed", "connection_key", "guard", "key", "limits")
+
+    def __init__(
+        self, limits: MessageLimits, guard: Guard, key: str, receive: Receive, send: Send
+    ) -> None:
+        self.limits = limits
+        self.guard = guard
+        # Prefixed: never the handshake's own bucket, even in the same limiter.
+        self.key = "ws:" + key
+        # Random: unique across workers sharing a store, and never an HTTP key.
+        self.connection_key = "ws-connection:" + uuid.uuid4().hex
+        self._receive = receive
+        self._send = send
+        #: A ``websocket.close`` went out (the app's or the limit's): nothing more is sent.
+        self.closed = False
+        #: What ``receive`` answers once the limit closed the connection.
+        self._gone: Optional[Message] = None
+
+    async def receive(self) -> Message:
+        """The server's next event; a refused message is dropped or closes the connection."""
+        while self._gone is None:
+            message = await self._receive()
+            if message["type"] != "websocket.receive":
+                return message
+            refusal = await self._charge(message)
+            if refusal is None:
+                return message
+            await self._refuse(refusal)
+        return self._gone
+
+    async def send(self, message: Message) -> None:
+        """The app's ``send``; after the limit closed the connection, ``OSError``."""
+        if self._gone is not None:
+            if message["type"] == "websocket.close":
+                return  # the app's answer to the disconnect: closed already
+            raise OSError(f"the rate limiter closed this WebSocket ({self._gone['code']})")
+        if message["type"] == "websocket.close":
+            self.closed = True
+        await self._send(message)
+
+    async def _charge(self, message: Message) -> Optional[_Refusal]:
+        limits = self.limits
+        cost = _size(message) if limits.by_bytes else 1
+        connection = limits.per_connection
+        at = 0.0
+        if connection is not None:
+            at = connection.clock.now()
+            refusal = await self._check(connection, self.connection_key, cost)
+            if refusal is not None:
+                return refusal
+        per_key = limits.per_key
+        if per_key is None:
+            return None
+        refusal = await self._check(per_key, self.key, cost)
+        if refusal is not None and connection is not None:
+            # The message is not delivered: the connection's share goes back.
+            try:
+                await connection.arefund(self.connection_key, cost, taken_at=at)
+            except StoreError:
+                self.guard.failed(connection)
+        return refusal
+
+    async def _check(self, limiter: RateLimiter, key: str, cost: int) -> Optional[_Refusal]:
+        try:
+            # Called, not awaited, when the store never waits (CONTRIBUTING.md, "Hot paths").
+            result = (
+                limiter.check(key, cost) if limiter.nonblocking else await limiter.acheck(key, cost)
+            )
+        except StoreError:
+            self.guard.failed(limiter)  # logged, at most once a minute
+            return _UNAVAILABLE if self.guard.on_error == "deny" else None
+        if result.allowed:
+            return None
+        if limiter.shadow:
+            self.guard.shadow_denied(result, limiter)
+            return None
+        notice = {
+            "status": 429,
+            "code": "rate_limited",
+            "message": "too many messages",
+            "retry_after": _retry_after(result),
+        }
+        return (
+            self.limits.close_code,
+            "too many messages",
+            json.dumps(notice, separators=(",", ":")),
+        )
+
+    async def _refuse(self, refusal: _Refusal) -> None:
+        code, reason, notice = refusal
+        if not self.limits.drop:
+            self._gone = {"type": "websocket.disconnect", "code": code, "reason": reason}
+        if self.closed:
+            return
+        if self._gone is not None:
+            self.closed = True
+            message: Message = {"type": "websocket.close", "code": code, "reason": reason}
+        else:
+            message = {"type": "websocket.send", "text": notice}
+        with contextlib.suppress(OSError):  # the client is gone: the server's next event says so
+            await self._send(message)
+
+    async def forget(self) -> None:
+        """Drop the connection's bucket: its key never comes back."""
+        connection = self.limits.per_connection
+        if connection is None:
+            return
+        try:
+            await connection.areset(self.connection_key)
+        except StoreError:
+            self.guard.failed(connection)
+
+
+async def limit_messages(
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    limits: MessageLimits,
+    guard: Guard,
+    key: str,
+) -> None:
+    """Run ``app`` on an admitted WebSocket connection, charging its inbound messages.
+
+    ``key``: the handshake's (``limits.per_key`` charges ``"ws:" + key``);
+    ``guard``: its ``on_error`` and shadow logging apply. The connection's own
+    bucket is forgotten when the app returns. docs/adapters.md#websocket-messages.
+    """
+    socket = _Socket(limits, guard, key, receive, send)
+    try:
+        await app(scope, socket.receive, socket.send)
+    finally:
+        await socket.forget()
+
+
+async def limit_connection(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, limits: MessageLimits, guard: Guard
+) -> None:
+    """``limit_messages`` keyed as ``guard`` keys the handshake; exempt or
+    allow-listed connections (and a disabled ``guard``) are not limited."""
+    chosen = await guard.aselect(request_info(scope)) if guard.enabled else None
+    if chosen is None:
+        await app(scope, receive, send)
+        return
+    await limit_messages(app, scope, receive, send, limits, guard, chosen[1])

@@ -9,6 +9,7 @@ import difflib
 import functools
 import inspect
 from typing import (
+    AbstractSet,
     Any,
     Callable,
     Dict,
@@ -78,13 +79,133 @@ class GuardOptions(IntegrationOptions, total=False):
 _OPTION_NAMES = frozenset(GuardOptions.__annotations__)
 
 
-def check_options(owner: str, options: Mapping[str, object]) -> None:
-    """Raise ``TypeError`` naming ``owner`` and a close match for an unknown option."""
+def check_options(
+    owner: str, options: Mapping[str, object], known: AbstractSet[str] = _OPTION_NAMES
+) -> None:
+    """Raise ``TypeError`` naming ``owner`` and a close match for an option not in ``known``."""
     for name in options:
-        if name not in _OPTION_NAMES:
-            close = difflib.get_close_matches(name, sorted(_OPTION_NAMES), n=1)
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}{hint}")
+
+
+class WebSocketOptions(TypedDict, total=False):
+    """The options on inbound WebSocket messages (the ASGI adapter, FastAPI's ``RateLimit``).
+
+    See docs/adapters.md#websocket-messages; ``MessageLimits`` checks them.
+    """
+
+    ws_messages_per_connection: Union[str, RateLimiter, None]
+    ws_messages_per_key: Union[str, RateLimiter, None]
+    ws_cost: str
+    ws_on_limit: str
+    ws_close_code: int
+
+
+#: The names of ``WebSocketOptions``.
+WEBSOCKET_OPTION_NAMES = frozenset(WebSocketOptions.__annotations__)
+#: The names the ASGI adapter takes: ``GuardOptions`` and ``WebSocketOptions``.
+ASGI_OPTION_NAMES = _OPTION_NAMES | WEBSOCKET_OPTION_NAMES
+#: ``ws_close_code``'s values besides the application's own, 4000-4999:
+#: 1008 "policy violation" (the default) and 1013 "try again later".
+CLOSE_CODES = (1008, 1013)
+
+
+def websocket_options(
+    owner: str, options: Mapping[str, Any]
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``options`` split into the ``GuardOptions`` and the ``WebSocketOptions``.
+
+    Raises ``TypeError`` naming ``owner`` and a close match for an unknown name.
+    """
+    check_options(owner, options, ASGI_OPTION_NAMES)
+    guard = {k: v for k, v in options.items() if k not in WEBSOCKET_OPTION_NAMES}
+    return guard, {k: v for k, v in options.items() if k in WEBSOCKET_OPTION_NAMES}
+
+
+def _one_of(name: str, value: object, choices: Tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        error = ValueError if isinstance(value, str) else TypeError
+        raise error(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r:.100}")
+    return value
+
+
+def _close_code(code: object) -> int:
+    if code.__class__ is not int:  # a bool is no code
+        raise TypeError(f"ws_close_code must be an int, got {code!r:.100}")
+    assert isinstance(code, int)
+    if code not in CLOSE_CODES and not 4000 <= code <= 4999:
+        raise ValueError(f"ws_close_code must be 1008, 1013 or 4000-4999, got {code!r}")
+    return code
+
+
+def _message_limiter(
+    name: str, rate: object, store: Any, clock: Any, shadow: bool
+) -> Optional[RateLimiter]:
+    if rate is None:
+        return None
+    if isinstance(rate, str):
+        rate = RateLimiter(rate, store=store, clock=clock, name=f"{name}|{rate}")
+    elif not isinstance(rate, RateLimiter):
+        raise TypeError(
+            f"{name} must be a rate string like '10/second', a limiter.RateLimiter or None, "
+            f"got {rate!r:.100}"
+        )
+    return rate.shadowed() if shadow else rate
+
+
+class MessageLimits:
+    """``WebSocketOptions`` checked and built once; read-only (docs/adapters.md#websocket-messages).
+
+    ``per_connection``/``per_key``: the limiters (``None``: no such limit).
+    A ``ws_messages_per_key`` rate string gets ``store`` and ``clock`` (the
+    handshake's: workers sharing a store share these buckets too); a
+    ``ws_messages_per_connection`` one gets ``clock`` and a ``MemoryStore``
+    of its own (a connection lives in one process). ``shadow``: their shadow
+    views (``mode="shadow"``). Raises ``TypeError``/``ValueError``.
+    """
+
+    __slots__ = ("by_bytes", "close_code", "drop", "limiters", "per_connection", "per_key")
+
+    def __init__(
+        self,
+        options: Mapping[str, Any],
+        *,
+        store: Any = None,
+        clock: Any = None,
+        shadow: bool = False,
+    ) -> None:
+        get = options.get
+        check_options("MessageLimits", options, WEBSOCKET_OPTION_NAMES)
+        self.per_connection = _message_limiter(
+            "ws_messages_per_connection", get("ws_messages_per_connection"), None, clock, shadow
+        )
+        self.per_key = _message_limiter(
+            "ws_messages_per_key", get("ws_messages_per_key"), store, clock, shadow
+        )
+        #: The limiters given (none: the adapter limits no message).
+        self.limiters = tuple(lim for lim in (self.per_connection, self.per_key) if lim is not None)
+        unused = sorted(set(options) - {"ws_messages_per_connection", "ws_messages_per_key"})
+        if unused and not self.limiters:
+            raise ValueError(
+                f"{', '.join(unused)} given without a limit: add ws_messages_per_connection "
+                "or ws_messages_per_key"
+            )
+        #: True: a message costs its payload's length in bytes (UTF-8 for text), else 1.
+        self.by_bytes = (
+            _one_of("ws_cost", get("ws_cost", "message"), ("message", "bytes")) == "bytes"
+        )
+        #: True: a refused message is dropped with a notice; False: the connection is closed.
+        self.drop = _one_of("ws_on_limit", get("ws_on_limit", "close"), ("close", "drop")) == "drop"
+        self.close_code = _close_code(get("ws_close_code", CLOSE_CODES[0]))
+        if self.drop and "ws_close_code" in options:
+            raise ValueError("ws_close_code applies to ws_on_limit='close', not 'drop'")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, name):
+            raise AttributeError(f"MessageLimits are read-only: {name} is set when they are built")
+        object.__setattr__(self, name, value)
 
 
 def _rules(rules: object) -> Tuple[Rule, ...]:

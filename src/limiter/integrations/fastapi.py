@@ -38,10 +38,15 @@ from starlette.responses import Response as StarletteResponse
 from starlette.routing import Host, Match, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, RawHeaders, request_info
+from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, RawHeaders, limit_connection, request_info
 from limiter.clock import Clock
 from limiter.http.guard import Deferred, Guard
-from limiter.http.options import IntegrationOptions
+from limiter.http.options import (
+    IntegrationOptions,
+    MessageLimits,
+    WebSocketOptions,
+    websocket_options,
+)
 from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import DeductWhen
@@ -53,6 +58,10 @@ if TYPE_CHECKING:
 __all__ = ["RateLimit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RateLimitOptions(IntegrationOptions, WebSocketOptions, total=False):
+    """``RateLimit``'s ``**options``: the adapter options and those on WebSocket messages."""
 
 
 _MARK = "__limiter_rate_limit__"  # value: the RateLimit owning the dependency
@@ -126,6 +135,9 @@ class RateLimit:
     ``check_store``: lifespan startup fails with ``StoreError`` if a pingable
     store does not answer.
 
+    The ``ws_*`` options limit every WebSocket's inbound messages
+    (docs/fastapi.md#websocket-messages).
+
     Raises ``TypeError``/``ValueError`` for a bad argument, here.
     Options: docs/adapters.md#options; guide: docs/fastapi.md.
     """
@@ -143,18 +155,14 @@ class RateLimit:
         clock: Optional[Clock] = None,
         check_store: bool = True,
         algorithm: str = "token-bucket",
-        **options: Unpack[IntegrationOptions],
+        **options: Unpack[RateLimitOptions],
     ) -> None:
         if not isinstance(check_store, bool):
             raise TypeError(f"check_store must be True or False, got {check_store!r}")
         self.check_store = check_store
-        given: Dict[str, Any] = dict(
-            options,
-            key_func=key_func,
-            trusted_proxies=trusted_proxies,
-            header_style=header_style,
-            on_error=on_error,
-        )
+        given, ws = websocket_options("RateLimit", options)
+        given.update(key_func=key_func, trusted_proxies=trusted_proxies, on_error=on_error)
+        given["header_style"] = header_style
         self.integration = Integration(
             "RateLimit",
             default=default,
@@ -164,6 +172,8 @@ class RateLimit:
             algorithm=algorithm,
             **given,
         )
+        #: The limits on inbound WebSocket messages and the guard keying them (``None``: none).
+        self.messages = _message_limits(self.integration, ws, clock)
         # Per RateLimit, so two on one app keep separate records.
         self._key = f"limiter.fastapi.{id(self):x}"
         self._exempt: Set[Any] = set()
@@ -265,6 +275,17 @@ class RateLimit:
             pass
         calls = _limit_calls(getattr(route, "dependant", None))
         return any(getattr(call, _MARK, None) is self for call in calls)
+
+
+def _message_limits(
+    integration: Integration, ws: Dict[str, Any], clock: Optional[Clock]
+) -> Optional[Tuple[MessageLimits, Guard]]:
+    """``ws`` on ``integration``'s store and clock; the guard of its key, proxies, exemptions."""
+    shadow = integration.options.get("mode") == "shadow"
+    limits = MessageLimits(ws, store=integration.store, clock=clock, shadow=shadow)
+    if not limits.limiters:
+        return None
+    return limits, integration.guard(RouteLimit(limits.limiters[0], scope="websocket messages"))
 
 
 def _dependency(
@@ -510,6 +531,10 @@ class _RateLimitMiddleware:
         if scope["type"] != "http":
             if scope["type"] == "lifespan" and self.rate_limit.check_store:
                 await self.app(scope, receive, self._checked_startup(send))
+                return
+            if scope["type"] == "websocket" and self.rate_limit.messages is not None:
+                limits, guard = self.rate_limit.messages
+                await limit_connection(self.app, scope, receive, send, limits, guard)
                 return
             await self.app(scope, receive, send)
             return
