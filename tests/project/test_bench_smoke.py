@@ -197,7 +197,7 @@ def test_redis_is_only_redis_url_or_a_throwaway(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_redis_window_rows_are_measured_in_one_round_trip() -> None:
-    """Each window row on Redis is measured beside limits' matching strategy, one round trip each."""
+    """Each window row on Redis is measured beside limits' strategy, one round trip each."""
     pytest.importorskip("redis")
     pytest.importorskip("limits")
     import os
