@@ -305,7 +305,7 @@ class RedisClusterNodes:
     ) -> int:
         """Move ``slot`` from ``source`` to ``target`` as ``redis-cli --cluster reshard`` does.
 
-        SETSLOT IMPORTING and MIGRATING, MIGRATE its keys a few at a time, then
+        SETSLOT IMPORTING and MIGRATING, MIGRATE its keys one at a time, then
         SETSLOT NODE on every master; ``await between()`` after each step (the
         caller lets its load run on).  Returns the number of keys moved.
         """
@@ -328,7 +328,7 @@ class RedisClusterNodes:
             )
             await between()
             while True:
-                keys = await admin[source.port].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 2)
+                keys = await admin[source.port].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1)
                 if not keys:
                     break
                 await admin[source.port].execute_command(

@@ -80,7 +80,6 @@ class _Batches:
         lane: _Loop,
         commands: List[bytes],
         args: List[List[Any]],
-        futures: Optional[List[asyncio.Future[Any]]],
     ) -> List[_Outcome]:
         raise NotImplementedError
 
@@ -96,7 +95,7 @@ class _Batches:
             # Nothing in flight: send at once, in the caller's task.
             state.busy = True
             try:
-                ok, value = (await self._send(state, [command], [args], None))[0]
+                ok, value = (await self._send(state, [command], [args]))[0]
             finally:
                 if state.queue:  # queued behind this call: they go next, together
                     task = loop.create_task(self._batches(state))
@@ -124,10 +123,7 @@ class _Batches:
                 outcomes: Optional[List[_Outcome]] = None
                 try:
                     outcomes = await self._send(
-                        state,
-                        [c for c, _, _ in queue],
-                        [a for _, a, _ in queue],
-                        [f for _, _, f in queue],
+                        state, [c for c, _, _ in queue], [a for _, a, _ in queue]
                     )
                 except Exception as exc:  # a bug: _send returns failures as outcomes
                     outcomes = _failed(exc, len(queue))
@@ -198,7 +194,6 @@ class ScriptPipeline(_Batches):
         lane: _Loop,
         commands: List[bytes],
         args: List[List[Any]],
-        futures: Optional[List[asyncio.Future[Any]]],
     ) -> List[_Outcome]:
         """Every command's outcome, on one connection of the pool (any error included)."""
         try:
@@ -283,11 +278,12 @@ async def _round_trip(connection: Any, commands: List[bytes]) -> List[_Outcome]:
     return outcomes
 
 
-# Replies that say the command did not run on that node, so it may be sent again
-# elsewhere; any other reply (an error included) or a failure is final.
-_MOVED, _ASK, _WAIT = "MovedError", "AskError", ("TryAgainError", "ClusterDownError")
-# Rounds of redirects one batch follows, and the first pause after TRYAGAIN or
-# CLUSTERDOWN (doubling each round: 10 ms to 160 ms, 0.31 s in all).
+# Replies that say the command did not run on that node, so that it may be sent
+# again elsewhere; any other reply (an error included) or a failure is final.
+_NOSCRIPT, _MOVED, _ASK = "NoScriptError", "MovedError", "AskError"
+_WAIT = ("TryAgainError", "ClusterDownError")
+# Redirects one call follows, and the first pause after TRYAGAIN or CLUSTERDOWN
+# (doubling each time: 10 ms to 160 ms, 0.31 s in all).
 _ROUNDS = 5
 _PAUSE = 0.01
 _ASKING = b"*1\r\n$6\r\nASKING\r\n"
@@ -295,12 +291,18 @@ _ASKING = b"*1\r\n$6\r\nASKING\r\n"
 
 def _redirect(exc: Any) -> Optional[str]:
     """The kind of reply ``exc`` is, when the command did not run (``None``: it is final)."""
-    if _noscript(exc):
-        return "NoScriptError"
-    for name in (_MOVED, _ASK, *_WAIT):  # MovedError before AskError: it subclasses it
+    for name in (_NOSCRIPT, _MOVED, _ASK, *_WAIT):  # MovedError before AskError: it subclasses it
         if _named(exc, name):
             return name
     return None
+
+
+class _Redirected(Exception):
+    """A batch's outcome for a command that did not run on ``node``: its caller sends it again."""
+
+    def __init__(self, kind: str, reply: Any, node: Any, asking: bool = False) -> None:
+        super().__init__(kind)
+        self.kind, self.reply, self.node, self.asking = kind, reply, node, asking
 
 
 class ClusterPipeline(_Batches):
@@ -309,12 +311,13 @@ class ClusterPipeline(_Batches):
     A call goes to the lane of the node that owns its first key's slot in the
     client's slot table (every key of one call shares a hash tag); each lane
     batches as ``ScriptPipeline`` does, on a connection of that node.  A
-    command whose reply is ``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN`` or
-    ``NOSCRIPT`` did not run: it alone is sent again (the slot table updated
-    by the client's own code, ``ASKING`` before it on the same connection),
-    for up to ``_ROUNDS`` rounds.  A failure of a connection is the outcome of
-    every command not yet answered on it (never sent again) and asks the
-    client for a topology refresh, run before the next call.
+    command whose reply is ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN``
+    did not run: its caller, in its own task (the lane goes on), sends it
+    again where it belongs, up to ``_ROUNDS`` times (the slot table updated by
+    the client's own code; ``ASKING`` before it on the same connection).  A
+    failure of a connection is the outcome of every command not yet answered
+    on it (never sent again) and asks the client for a topology refresh, run
+    before the next call.
     """
 
     def __init__(self, client: Any, script: str, sha: bytes) -> None:
@@ -348,7 +351,10 @@ class ClusterPipeline(_Batches):
 
     async def run(self, args: List[Any]) -> Any:
         await self._refresh()
-        return await super().run(args)
+        try:
+            return await super().run(args)
+        except _Redirected as redirected:
+            return await self._follow(redirected, args)
 
     async def _refresh(self) -> None:
         """Run the topology refresh the client asked for (a cold client: its first)."""
@@ -383,76 +389,66 @@ class ClusterPipeline(_Batches):
         lane: _Loop,
         commands: List[bytes],
         args: List[List[Any]],
-        futures: Optional[List[asyncio.Future[Any]]],
     ) -> List[_Outcome]:
-        """Every command's outcome: the batch on ``lane.node``, then the redirected ones."""
+        """Every command's outcome on ``lane.node``; ``_Redirected`` for those that did not run."""
         node = lane.node
         outcomes = await self._trip(node, commands)
-        if not all(ok for ok, _ in outcomes):
-            await self._follow(node, list(commands), args, outcomes, futures)
+        again = [i for i, (ok, value) in enumerate(outcomes) if not ok and _noscript(value)]
+        if again:
+            # Flushed, restarted or failed over: EVAL runs and caches it again.
+            retried = await self._trip(node, [self._pack(self._eval, args[i]) for i in again])
+            for i, outcome in zip(again, retried):
+                outcomes[i] = outcome
+        for i, (ok, value) in enumerate(outcomes):
+            kind = None if ok else _redirect(value)
+            if kind is not None:
+                outcomes[i] = (False, _Redirected(kind, value, node))
         return outcomes
 
-    async def _follow(
-        self,
-        node: Any,
-        commands: List[bytes],
-        args: List[List[Any]],
-        outcomes: List[_Outcome],
-        futures: Optional[List[asyncio.Future[Any]]],
-    ) -> None:
-        """Send again, where they belong, the commands whose reply says they did not run."""
-        sent: List[Tuple[Any, bool]] = [(node, False)] * len(commands)  # (node, with ASKING)
+    async def _follow(self, redirected: _Redirected, args: List[Any]) -> Any:
+        """The reply to a command that did not run, sent again where it belongs (caller's task)."""
         for attempt in range(_ROUNDS):
-            again: List[Tuple[int, str]] = []
-            for i, (ok, value) in enumerate(outcomes):
-                kind = None if ok else _redirect(value)
-                # A caller cancelled meanwhile: its command, which did not run, is not sent.
-                if kind is not None and not (futures is not None and futures[i].done()):
-                    again.append((i, kind))
-                    if kind == _MOVED:
-                        await self._moved(value, sent[i][0])
-                    elif kind == "ClusterDownError":
-                        self._refresh_later(sent[i][0])
-            if not again:
-                return
-            if any(kind in _WAIT for _, kind in again):
+            kind, node = redirected.kind, redirected.node
+            if kind == _MOVED:
+                await self._moved(redirected.reply, node)
+            elif kind in _WAIT:
+                if kind == "ClusterDownError":
+                    self._refresh_later(node)
                 await asyncio.sleep(_PAUSE * 2**attempt)
             await self._refresh()
-            plan: Dict[str, Tuple[Any, List[int], List[bytes]]] = {}
-            for i, kind in again:
-                try:
-                    target, asking = self._target(kind, outcomes[i][1], sent[i], args[i])
-                except Exception as exc:  # no node for the slot: that is its outcome
-                    outcomes[i] = (False, exc)
-                    continue
-                if kind == "NoScriptError":
-                    commands[i] = self._pack(self._eval, args[i])
-                sent[i] = (target, asking)
-                entry = plan.setdefault(target.name, (target, [], []))
-                entry[1].append(i)
-                entry[2].extend((_ASKING, commands[i]) if asking else (commands[i],))
-            for target, indices, packed in plan.values():
-                got = iter(await self._trip(target, packed))
-                for i in indices:
-                    if sent[i][1]:
-                        next(got)  # ASKING's +OK: the command's own reply follows
-                    outcomes[i] = next(got)
+            try:
+                if kind == _MOVED or kind in _WAIT:
+                    # Through the lane of the slot's owner: batched with the rest.
+                    return await super().run(args)
+                return await self._direct(redirected, args)
+            except _Redirected as again:
+                redirected = again
+        raise redirected.reply
 
-    def _target(
-        self, kind: str, exc: Any, sent: Tuple[Any, bool], args: List[Any]
-    ) -> Tuple[Any, bool]:
-        """Where a command that did not run goes next, and whether ``ASKING`` precedes it."""
-        if kind == "NoScriptError":  # the same node (and ASKING again), with EVAL
-            return sent
-        if kind == _ASK:
-            host, port = exc.host or sent[0].host, int(exc.port)
-            if self._remap is not None:
-                host, port = self._remap(host, port)
-            target = self._client.get_node(host=host, port=port)
-            if target is None:
-                raise exc  # a node the client does not know: not sent
-            return target, True
-        return self._owner(args), False  # MOVED (table updated), TRYAGAIN, CLUSTERDOWN
+    async def _direct(self, redirected: _Redirected, args: List[Any]) -> Any:
+        """After ``ASK`` (or ``NOSCRIPT`` after one): ``ASKING`` and the command, one trip."""
+        if redirected.kind == _NOSCRIPT:
+            target, head = redirected.node, self._eval
+        else:
+            target, head = self._target(redirected.reply, redirected.node), self._evalsha
+        packed = self._pack(head, args)
+        ok, value = (await self._trip(target, [_ASKING, packed]))[1]
+        if ok:
+            return value
+        kind = _redirect(value)
+        if kind is None:
+            raise value
+        raise _Redirected(kind, value, target, asking=True)
+
+    def _target(self, exc: Any, node: Any) -> Any:
+        """The node an ``ASK`` reply from ``node`` points to."""
+        host, port = exc.host or node.host, int(exc.port)
+        if self._remap is not None:
+            host, port = self._remap(host, port)
+        target = self._client.get_node(host=host, port=port)
+        if target is None:
+            raise exc  # a node the client does not know: not sent
+        return target
 
     async def _moved(self, exc: Any, node: Any) -> None:
         """Let the client update its slot table from a ``MOVED`` reply."""
