@@ -261,8 +261,9 @@ class AsyncRedisStore(_RedisBase):
 
     Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
     or async.  ``pipelining`` (default True): checks issued while one is in
-    flight go out together as one pipeline, each with its own result or
-    ``StoreError``; a check may then wait up to twice ``socket_timeout``.
+    flight go out together as one pipeline (on a Cluster client, one per
+    master), each with its own result or ``StoreError``; a check may then
+    wait up to twice ``socket_timeout``.
     ``TypeError`` for a non-bool ``pipelining``.  See docs/stores.md
     "Auto-pipelining (asyncio)".
     """
