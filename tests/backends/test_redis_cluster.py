@@ -376,6 +376,46 @@ def test_pipelined_checks_batch_per_node_and_admit_exactly(nodes: RedisClusterNo
 LIMIT = Limit(0.001, 5)
 
 
+def test_a_caller_cancelled_before_its_batch_is_sent_is_not_charged(
+    nodes: RedisClusterNodes,
+) -> None:
+    """As on one server: a check cancelled before it was written charges nothing."""
+
+    async def scenario() -> None:
+        client = async_cluster(nodes.ports[0])
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        keys = [f"{{cancel}}:{name}" for name in ("lone", "q0", "q1", "q2")]  # one master
+        try:
+            await store.aapply(keys[0], ROOMY, 0, T0)
+            owner = client.get_node_from_key(redis_key(keys[0], store.prefix))
+            master = next(node for node in nodes.nodes if node.port == owner.port)
+            probe = master.client()
+            probe.execute_command("CLIENT", "PAUSE", 3000, "WRITE")  # holds the lone check
+            try:
+                lone = asyncio.ensure_future(store.aapply(keys[0], ROOMY, 1, T0))
+                deadline = time.monotonic() + 30
+                while int(probe.info("clients")["blocked_clients"]) != 1:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0)
+                queued = [asyncio.ensure_future(store.aapply(k, ROOMY, 10, T0)) for k in keys[1:]]
+                lane = store._pipeline._state.lanes[owner.name]
+                while len(lane.queue) != 3:  # behind the lone check
+                    await asyncio.sleep(0)
+                queued[1].cancel()
+            finally:
+                probe.execute_command("CLIENT", "UNPAUSE")
+                probe.close()
+            await asyncio.gather(lone, *queued, return_exceptions=True)
+            assert queued[1].cancelled()
+            assert [queued[i].result().remaining for i in (0, 2)] == [ROOMY.burst - 10] * 2
+            # A peek: q1's check never reached the server.
+            assert (await store.aapply(keys[2], ROOMY, 0, T0)).remaining == ROOMY.burst
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("library", ["redis", "valkey"])
 def test_exact_counts_through_a_slot_migration(nodes: RedisClusterNodes, library: str) -> None:
     # Room for every check, so each key's charge must equal its admitted checks:
