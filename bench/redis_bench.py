@@ -23,6 +23,13 @@ version, pool size).
   limits; round trips stay at one.
 * Deny flood: one client hammering a denied key, checks/s with and without
   ``DenyCache``, and the EVALSHA calls Redis saw (``INFO commandstats``).
+* Redis Cluster (issue 27): 64 tasks on one asyncio Cluster client, each
+  checking its own key (the 64 keys spread over the masters): ``acheck()``
+  auto-pipelined per node, with ``pipelining=False``, and limits.aio's fixed
+  window on the same cluster; ops/s.  The cluster is ``REDIS_CLUSTER_URL``
+  (``redis://host:port`` of one node), else a throwaway one of 3 masters on
+  loopback (``redis-server`` and ``redis-cli`` on PATH).  Alone:
+  ``python -m bench.redis_bench``.
 """
 
 from __future__ import annotations
@@ -30,8 +37,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import math
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -379,6 +391,10 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
     except Exception as exc:  # internals moved: the breakdown is a diagnostic only
         section["notes"].append(f"breakdown not measured: {exc!r}")
     try:
+        section["data"]["cluster"] = cluster_rows(settings, rounds, progress, section)
+    except Unavailable as exc:
+        section["data"]["cluster"] = {"error": str(exc)}
+    try:
         flood_rounds = 1 if settings.quick else min(rounds, 3)
         section["data"]["deny_flood"] = deny_flood(settings, flood_rounds, progress)
     except Unavailable as exc:
@@ -557,3 +573,168 @@ def _cleanup() -> None:
     keys += list(client.scan_iter(match="*" + PREFIX + "*", count=1000))
     if keys:
         client.delete(*set(keys))
+
+
+# Redis Cluster rows (issue 27).
+CLUSTER_ROWS = (OURS_ASYNC, OURS_ASYNC_UNPIPELINED, LIMITS_ASYNC)
+
+
+class _ThrowawayCluster:
+    """Three redis-server masters on loopback, joined by ``redis-cli --cluster create``."""
+
+    def __init__(self) -> None:
+        server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+        if server is None or cli is None:
+            raise Unavailable("REDIS_CLUSTER_URL is not set and redis-server/redis-cli not on PATH")
+        self.tmp = tempfile.mkdtemp(prefix="bench-cluster-")
+        self.procs: List[Any] = []
+        ports = []
+        while len(ports) < 3:  # the bus port (+10000) must be free too
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port < 55535 and port not in ports:
+                ports.append(port)
+        try:
+            for port in ports:
+                folder = os.path.join(self.tmp, str(port))
+                os.mkdir(folder)
+                self.procs.append(subprocess.Popen(
+                    [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--dir", folder, "--cluster-enabled", "yes",
+                     "--logfile", os.path.join(folder, "redis.log")],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                ))  # fmt: skip
+            self._wait(ports)
+            subprocess.run(
+                [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+                 "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+            )  # fmt: skip
+            self._wait(ports, state=True)
+        except BaseException:
+            self.close()
+            raise
+        self.url = f"redis://127.0.0.1:{ports[0]}"
+
+    def _wait(self, ports: List[int], state: bool = False) -> None:
+        import redis
+
+        deadline = time.monotonic() + 30
+        for port in ports:
+            client = redis.Redis(port=port, socket_timeout=1)
+            while True:
+                try:
+                    if not state or client.cluster("info").get("cluster_state") == "ok":
+                        break
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise Unavailable("the throwaway Redis cluster did not come up")
+                time.sleep(0.05)
+            client.close()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+async def _cluster_case(url: str, name: str, n: int, tasks: int) -> float:
+    """ops/s of ``tasks`` tasks on one Cluster client, each checking its own key."""
+    from redis.asyncio.cluster import RedisCluster
+
+    options = {k: v for k, v in redisenv.CLIENT_OPTIONS.items() if k != "max_connections"}
+    per_task = max(1, n // tasks)
+    closer: Any
+    if name == LIMITS_ASYNC:
+        from limits import RateLimitItemPerSecond
+        from limits.aio import storage, strategies
+
+        lstorage = storage.RedisClusterStorage(
+            "async+redis+cluster://" + url.split("://", 1)[1], implementation="redispy", **options
+        )
+        hit = strategies.FixedWindowRateLimiter(lstorage).hit
+        item = RateLimitItemPerSecond(HIGH)
+        closer = lstorage.bridge.storage
+
+        def op(t: int) -> Any:
+            return hit(item, f"{PREFIX}limits-{t}")
+
+    else:
+        from limiter import RateLimiter
+        from limiter.backends.redis import AsyncRedisStore
+
+        closer = RedisCluster.from_url(url, **options)
+        await closer.initialize()
+        pipelining = {"pipelining": False} if name == OURS_ASYNC_UNPIPELINED else {}
+        store = AsyncRedisStore(closer, prefix=PREFIX, **pipelining)
+        acheck = RateLimiter(HIGH, HIGH, store=store).acheck
+
+        def op(t: int) -> Any:
+            return acheck(f"hot{t}")
+
+    async def worker(t: int) -> None:
+        for _ in range(per_task):
+            await op(t)
+
+    await asyncio.gather(*(op(t) for t in range(tasks)))  # warm-up: scripts, connections
+    with _Timer() as timer:
+        await asyncio.gather(*(worker(t) for t in range(tasks)))
+    await closer.aclose()
+    return per_task * tasks / timer.seconds
+
+
+def cluster_rows(
+    settings: Settings, rounds: int, progress: Progress, section: Dict[str, Any]
+) -> Dict[str, Any]:
+    """The cluster rows into ``section``'s measures; their ratios and the cluster's size."""
+    try:
+        import redis.asyncio.cluster  # noqa: F401
+    except ImportError:
+        raise Unavailable("redis-py has no asyncio cluster client") from None
+    given = os.environ.get("REDIS_CLUSTER_URL")
+    throwaway = None if given else _ThrowawayCluster()
+    url = given or throwaway.url  # type: ignore[union-attr]
+    try:
+        names = [name for name in CLUSTER_ROWS if settings.with_peers or name != LIMITS_ASYNC]
+        if pipelining_keyword() is not None:
+            names.remove(OURS_ASYNC_UNPIPELINED)
+        n = settings.scale(20_000, 1_500, 128)
+        errors: Dict[str, str] = {}
+        samples = interleave(
+            {name: (lambda name=name: asyncio.run(_cluster_case(url, name, n, TASKS)))
+             for name in names},
+            rounds,
+            progress,
+            f"redis cluster x{TASKS}",
+            lambda name, exc: errors.update({name: repr(exc)}),
+        )  # fmt: skip
+        group = f"Redis Cluster (3 masters), asyncio, {TASKS} tasks"
+        _add_measures(section, samples, f"redis/cluster{TASKS}", "ops/s", group, errors)
+        return {
+            "url": url if given else "throwaway, 3 masters on loopback",
+            "tasks": TASKS,
+            "ops_per_s": {k: _summary(v) for k, v in samples.items() if v},
+            "vs": {
+                other: {
+                    name: _summary(ratios(values, samples[other]))
+                    for name, values in samples.items()
+                    if name != other and values and samples.get(other)
+                }
+                for other in (OURS_ASYNC_UNPIPELINED, LIMITS_ASYNC)
+                if samples.get(other)
+            },
+            "errors": errors,
+        }
+    finally:
+        if throwaway is not None:
+            throwaway.close()
+
+
+if __name__ == "__main__":
+    from .common import new_section as _new
+
+    figures = cluster_rows(Settings(), 5, Progress(enabled=False), _new("redis"))
+    print(json.dumps(figures, indent=1))

@@ -1155,7 +1155,13 @@ def render(results: Dict[str, Any], docs: Path, page: str = "benchmarks.md") -> 
     if scaling.get("status") == "ok":
         from .scaling_doc import page as scaling_page
 
-        text = scaling_page(scaling["data"], results["generated"], results["command"].strip())
+        redis_data = (results["sections"].get("redis") or {}).get("data") or {}
+        text = scaling_page(
+            scaling["data"],
+            results["generated"],
+            results["command"].strip(),
+            redis_data.get("cluster"),
+        )
         (docs / "scaling.md").write_text(text.rstrip() + "\n")
         written.append(docs / "scaling.md")
     return written

@@ -8,7 +8,7 @@ here, beside the code that measures them.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 
 def _f(x: Any, digits: int = 1) -> str:
@@ -26,8 +26,34 @@ def _fr(figures: Dict[str, Any], field: str) -> str:
     return text
 
 
-def page(data: Dict[str, Any], generated: str, command: str) -> str:
-    """The Markdown of docs/scaling.md from ``sections.scaling.data`` of a results JSON."""
+def _cluster_figures(cluster: Optional[Dict[str, Any]]) -> str:
+    """The sentence on the measured Cluster rows (``sections.redis.data.cluster``), or ""."""
+    ops, tasks = (cluster or {}).get("ops_per_s", {}), (cluster or {}).get("tasks", 64)
+    piped = ops.get("limiter acheck()", {}).get("median")
+    unpiped = ops.get("limiter acheck(), pipelining=False", {}).get("median")
+    if not piped or not unpiped:
+        return ""
+    text = (
+        f" Measured on a cluster of 3 masters on loopback, {tasks} tasks on "
+        f"one client, each checking its own key: {_f(piped, 0)} checks/s pipelined per node "
+        f"against {_f(unpiped, 0)} with `pipelining=False` ({_f(piped / unpiped)}x)"
+    )
+    peer = ops.get("limits fixed window hit() (limits.aio)", {}).get("median")
+    if peer:
+        text += (
+            f" and {_f(peer, 0)} for limits.aio's fixed window on the same cluster "
+            f"({_f(piped / peer)}x)"
+        )
+    return text + " (the `redis` section's cluster rows; alone: `python -m bench.redis_bench`)."
+
+
+def page(
+    data: Dict[str, Any], generated: str, command: str, cluster: Optional[Dict[str, Any]] = None
+) -> str:
+    """The Markdown of docs/scaling.md from ``sections.scaling.data`` of a results JSON.
+
+    ``cluster``: ``sections.redis.data.cluster`` of the same run, when it has one.
+    """
     lua, cpu, net = data.get("lua", {}), data.get("server_cpu", {}), data.get("network", {})
     mem, model, server = data.get("memory", {}), data.get("model", {}), data.get("server", {})
     a = model.get("assumptions", {})
@@ -160,10 +186,11 @@ def page(data: Dict[str, Any], generated: str, command: str) -> str:
         f"| network at {target:,} checks/s | {_f(model.get('network_mbit_per_s'), 0)} Mbit/s "
         "+ TCP/IP headers | the same + fewer headers |",
         "",
-        "Several masters mean a Redis Cluster client, and `AsyncRedisStore` does not "
-        "pipeline on a Cluster today (its routing lives in the client's command path): "
-        "there the un-pipelined column applies. The pipelined column is what one node "
-        "serves, and what a Cluster would need if pipelining per node is added.",
+        "Several masters mean a Redis Cluster client, and `AsyncRedisStore` pipelines on "
+        "an asyncio Cluster client per master: the checks in flight to one master go out as "
+        "one pipeline on that master's connection, so the pipelined column applies to a "
+        "Cluster (sync clients and `pipelining=False` keep the un-pipelined one)."
+        + _cluster_figures(cluster),
         "",
         f"Memory is not the constraint: {clients:,} clients with 3 limits each take "
         f"{_f(mem3 * clients / 2**20, 0)} MiB, which one node holds; the masters are there "
@@ -177,10 +204,11 @@ def page(data: Dict[str, Any], generated: str, command: str) -> str:
         "## What auto-pipelining changes",
         "",
         "`AsyncRedisStore` sends the checks issued while one is in flight as one pipeline "
-        "when it returns (a Redis Cluster client keeps one round trip per check: its routing "
-        "lives in the client's command path). Each check still runs its own script, so the "
-        "Lua time "
-        "is the same; what the server saves is the per-command socket work: one read and "
+        "when it returns (on a Redis Cluster client, one pipeline per master; a check "
+        "redirected by `MOVED` or `ASK` during a slot migration or a failover is sent again "
+        "alone, where it belongs, and one whose outcome a lost connection left unknown is a "
+        "`StoreError`, never sent twice). Each check still runs its own script, so the "
+        "Lua time is the same; what the server saves is the per-command socket work: one read and "
         "one write system call, and one event-loop wakeup, for a whole batch instead of per "
         "check. Measured above, server CPU per check went from "
         f"{_f(unpiped.get('server_cpu_us_per_check'))} µs (64 tasks, `pipelining=False`) to "

@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, Awaitable, Callable, Iterator, List, Optional
 
 import pytest
 
@@ -124,7 +124,9 @@ class RedisServer:
             *self.extra,
         ]
         if self.cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"]
+            args += ["--cluster-enabled", "yes"]
+            if "--cluster-node-timeout" not in self.extra:
+                args += ["--cluster-node-timeout", "5000"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         probe = redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5)
@@ -183,19 +185,28 @@ def redis_server(*extra: str) -> Iterator[RedisServer]:
 
 
 class RedisClusterNodes:
-    """Three masters on loopback, joined with ``redis-cli --cluster create``."""
+    """Three masters on loopback, joined with ``redis-cli --cluster create``.
 
-    def __init__(self) -> None:
+    ``replicas``: replicas per master (``replicas_of`` finds them); ``node_timeout``:
+    ``cluster-node-timeout`` in ms (how long before a silent node is failed).
+    """
+
+    def __init__(self, replicas: int = 0, node_timeout: int = 5000) -> None:
         self.nodes: List[RedisServer] = []
+        self.replicas = replicas
+        self.node_timeout = node_timeout
 
     def start(self, timeout: float = 30.0) -> RedisClusterNodes:
         try:
             ports: List[int] = []
-            while len(ports) < 3:
+            while len(ports) < 3 * (1 + self.replicas):
                 port = free_port(cluster=True)
                 if port not in ports:
                     ports.append(port)
-            self.nodes = [RedisServer(port, cluster=True) for port in ports]
+            # No delay before a replica's first sync (5 s by default in Redis 7).
+            options = ("--cluster-node-timeout", str(self.node_timeout))
+            options += ("--repl-diskless-sync-delay", "0")
+            self.nodes = [RedisServer(port, *options, cluster=True) for port in ports]
             for node in self.nodes:
                 node.start()
             assert REDIS_CLI is not None
@@ -206,7 +217,7 @@ class RedisClusterNodes:
                     "create",
                     *(f"127.0.0.1:{p}" for p in ports),
                     "--cluster-replicas",
-                    "0",
+                    str(self.replicas),
                     "--cluster-yes",
                 ],
                 check=True,
@@ -214,20 +225,161 @@ class RedisClusterNodes:
                 stderr=subprocess.PIPE,
                 timeout=timeout,
             )
-            deadline = time.monotonic() + timeout
-            for node in self.nodes:
-                client = node.client()
-                try:
-                    while client.cluster("info").get("cluster_state") != "ok":
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("the Redis cluster did not reach cluster_state:ok")
-                        time.sleep(0.05)
-                finally:
-                    client.close()
+            self.wait_ok(timeout)
         except BaseException:
             self.remove()
             raise
         return self
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Wait until every running node says ``cluster_state:ok`` and knows every replica."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            if node.proc is None:
+                continue
+            client = node.client()
+            try:
+                while not self._settled(client):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the Redis cluster did not reach cluster_state:ok")
+                    time.sleep(0.05)
+            finally:
+                client.close()
+
+    def _settled(self, client: redis.Redis) -> bool:
+        if client.cluster("info").get("cluster_state") != "ok":
+            return False
+        if not self.replicas:
+            return True
+        # Replicas attach after "create" returns: wait until every one is
+        # known as a replica with its link up (a failover needs one).
+        info = client.info("replication")
+        if info.get("role") == "slave" and info.get("master_link_status") != "up":
+            return False  # still syncing: a failover now would lose what it has not got
+        nodes = client.cluster("nodes").values()
+        alive = [node for node in nodes if "fail" not in node["flags"]]
+        replicas = [node for node in alive if "slave" in node["flags"]]
+        return len(replicas) >= 3 * self.replicas and all(node["connected"] for node in alive)
+
+    def masters(self) -> List[RedisServer]:
+        """The running nodes that are masters now."""
+        return [
+            node for node in self.nodes if node.proc is not None and self._role(node) == "master"
+        ]
+
+    def replicas_of(self, master: RedisServer) -> List[RedisServer]:
+        """The running nodes replicating ``master`` now."""
+        found = []
+        for node in self.nodes:
+            if node.proc is None or node is master:
+                continue
+            info = self._info(node)
+            if info.get("role") == "slave" and int(info.get("master_port", 0)) == master.port:
+                found.append(node)
+        return found
+
+    @staticmethod
+    def _info(node: RedisServer) -> Any:
+        client = node.client()
+        try:
+            return client.info("replication")
+        finally:
+            client.close()
+
+    def _role(self, node: RedisServer) -> str:
+        return str(self._info(node).get("role"))
+
+    def node_id(self, node: RedisServer) -> str:
+        client = node.client()
+        try:
+            return str(client.execute_command("CLUSTER", "MYID").decode())
+        finally:
+            client.close()
+
+    async def migrate_slot(
+        self,
+        slot: int,
+        source: RedisServer,
+        target: RedisServer,
+        between: Callable[[], Awaitable[None]],
+    ) -> int:
+        """Move ``slot`` from ``source`` to ``target`` as ``redis-cli --cluster reshard`` does.
+
+        SETSLOT IMPORTING and MIGRATING, MIGRATE its keys one at a time, then
+        SETSLOT NODE on every master; ``await between()`` after each step (the
+        caller lets its load run on).  Returns the number of keys moved.
+        """
+        import redis.asyncio
+
+        source_id, target_id = self.node_id(source), self.node_id(target)
+        admin = {
+            node.port: redis.asyncio.Redis(host="127.0.0.1", port=node.port, socket_timeout=10)
+            for node in self.nodes
+            if node.proc is not None
+        }
+        moved = 0
+        try:
+            await admin[target.port].execute_command(
+                "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id
+            )
+            await between()
+            await admin[source.port].execute_command(
+                "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id
+            )
+            await between()
+            while True:
+                keys = await admin[source.port].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1)
+                if not keys:
+                    break
+                await admin[source.port].execute_command(
+                    "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys
+                )
+                moved += len(keys)
+                await between()
+            for node in (target, source):  # the target first, as redis-cli does
+                await admin[node.port].execute_command(
+                    "CLUSTER", "SETSLOT", slot, "NODE", target_id
+                )
+            for port, client in admin.items():
+                if port not in (target.port, source.port) and self._is_master(port):
+                    await client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        finally:
+            for client in admin.values():
+                await client.aclose()
+        return moved
+
+    def _is_master(self, port: int) -> bool:
+        node = next(node for node in self.nodes if node.port == port)
+        return self._role(node) == "master"
+
+    async def kill_and_promote(self, master: RedisServer, timeout: float = 30.0) -> RedisServer:
+        """SIGKILL ``master``, then promote its replica (CLUSTER FAILOVER TAKEOVER); the replica.
+
+        Returns once the replica is a master and every live node says
+        ``cluster_state:ok``, polling (a real condition) up to ``timeout`` s.
+        """
+        import asyncio
+
+        import redis.asyncio
+
+        replica = self.replicas_of(master)[0]
+        master.stop()
+        client = redis.asyncio.Redis(host="127.0.0.1", port=replica.port, socket_timeout=10)
+        try:
+            # As an automatic failover would, promote the replica once it has seen
+            # its master go (so it applied all the master sent); a replica promoted
+            # before that drops the tail of the stream: writes the master acknowledged.
+            deadline = time.monotonic() + timeout
+            while (await client.info("replication")).get("master_link_status") != "down":
+                assert time.monotonic() < deadline, "the replica never saw its master go"
+                await asyncio.sleep(0.001)
+            await client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            while (await client.info("replication")).get("role") != "master":
+                assert time.monotonic() < deadline, "the replica was not promoted"
+                await asyncio.sleep(0.01)
+        finally:
+            await client.aclose()
+        return replica
 
     @property
     def ports(self) -> List[int]:

@@ -126,7 +126,12 @@ async def await_pool(call: Callable[[], Awaitable[_T]], wait: Optional[float]) -
 
 
 _CLIENT_CLASSES = {("redis.client", "Redis"), ("valkey.client", "Valkey")}
-_ASYNC_CLIENT_CLASSES = {("redis.asyncio.client", "Redis"), ("valkey.asyncio.client", "Valkey")}
+_ASYNC_CLIENT_CLASSES = {
+    ("redis.asyncio.client", "Redis"),
+    ("valkey.asyncio.client", "Valkey"),
+    ("redis.asyncio.cluster", "RedisCluster"),
+    ("valkey.asyncio.cluster", "ValkeyCluster"),
+}
 # The methods a check goes through on the client's own path.
 _CHECK_METHODS = ("evalsha", "eval", "execute_command")
 _POOL_CLASSES = {("redis.connection", "ConnectionPool"), ("valkey.connection", "ConnectionPool")}
@@ -152,7 +157,7 @@ def plain_client(client: Any, *, asyncio: bool = False) -> bool:
     """Whether ``client``'s checks may skip its ``execute_command`` (nobody watches it).
 
     True for a ``redis.Redis`` or ``valkey.Valkey`` (``asyncio``: their asyncio
-    twins), or a subclass, whose ``evalsha``, ``eval`` and ``execute_command``
+    twins and Cluster clients), or a subclass, whose ``evalsha``, ``eval`` and ``execute_command``
     are the library's own: not overridden, set on the instance, replaced
     (sentry-sdk) or wrapped (OpenTelemetry, ddtrace), so a tracer sees every check.
     """

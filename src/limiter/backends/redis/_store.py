@@ -261,8 +261,9 @@ class AsyncRedisStore(_RedisBase):
 
     Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
     or async.  ``pipelining`` (default True): checks issued while one is in
-    flight go out together as one pipeline, each with its own result or
-    ``StoreError``; a check may then wait up to twice ``socket_timeout``.
+    flight go out together as one pipeline (on a Cluster client, one per
+    master), each with its own result or ``StoreError``; a check may then
+    wait up to twice ``socket_timeout``.
     ``TypeError`` for a non-bool ``pipelining``.  See docs/stores.md
     "Auto-pipelining (asyncio)".
     """
@@ -275,12 +276,13 @@ class AsyncRedisStore(_RedisBase):
         if not isinstance(pipelining, bool):
             raise TypeError(f"pipelining must be True or False, got {pipelining!r:.100}")
         self.pipelining = pipelining
-        # A cluster routes each key to its node (MOVED/ASK): only the client can.
-        self._pipeline: Any = None  # a _pipeline.ScriptPipeline
-        if pipelining and not self._cluster:
-            from limiter.backends.redis._pipeline import ScriptPipeline
+        self._pipeline: Any = None  # a _pipeline.ScriptPipeline or ClusterPipeline
+        if pipelining:
+            from limiter.backends.redis._pipeline import ClusterPipeline, ScriptPipeline
 
-            self._pipeline = ScriptPipeline.for_client(client, SCRIPT, _SHA)
+            # A Cluster client: a pipeline per node, routed by the client's slot table.
+            kind = ClusterPipeline if self._cluster else ScriptPipeline
+            self._pipeline = kind.for_client(client, SCRIPT, _SHA)
 
     async def aping(self) -> None:
         """``RedisStore.ping`` for asyncio."""
