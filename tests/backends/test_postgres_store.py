@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import multiprocessing
 import threading
 from decimal import Decimal
-from fractions import Fraction
 from typing import Any, Iterator, List, Optional
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.postgres_servers import PostgresServer, postgres_server
+from helpers.postgres_servers import PostgresServer, check_row, postgres_server
+from helpers.step_strategies import LOCKOUTS, OPS, PER_LIMIT, RATES, move, op_cost
 from limiter import Limit, ManualClock, Quota, RateLimiter
 from limiter.backends.postgres import AsyncPostgresStore, PostgresStore, row_key
 from limiter.core.bucket import step
-from limiter.core.costs import Charge, Refund
-from limiter.core.limits import CLOCK_TOLERANCE
+from limiter.core.costs import Refund
 from limiter.core.lockout import Lockout
 from limiter.core.many import step_all
-from limiter.core.state import State, keep_until, to_row
-from limiter.core.window import FixedWindow, SlidingWindow
+from limiter.core.state import State
 from limiter.testing import T0
 from limiter.testing._store_suite import StoreConformance
 
@@ -114,89 +111,6 @@ class TestAsyncPostgresStore(StoreConformance):
 
 
 # -- the function is limiter.core, bit for bit ---------------------------------------
-# The strategies of tests/backends/test_redis_store.py: the function answers the
-# script's argument, so it meets the same inputs.
-
-RATES = st.sampled_from([0.001, 0.5, 1.0, 3.0, 100 / 60, 7.3, 1000.0, 2500.0, 1e6])
-COSTS = st.one_of(
-    st.sampled_from([0, 1, 1, 1, 2, 3, 0.5, 25, 1e9]),
-    st.floats(0, 50, allow_nan=False),
-    st.sampled_from(
-        [
-            *(10**400, 10**5000, math.inf, 1e308, 2**53, 2**53 + 1, 2**60, 5e-324),
-            *(Fraction(1, 3), Fraction(10**400, 3), Fraction(1, 10**400), Fraction(61, 2)),
-            *(Decimal("2.5"), Decimal("1e999"), Decimal("Infinity"), Decimal("1e-400")),
-        ]
-    ),
-    st.integers(1, 30).map(lambda n: n + 1e-7),
-    st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9, math.inf]), st.floats(0, 50)).map(Refund),
-    st.sampled_from([0, 1, 2.5, 1e9, math.inf]).map(lambda t: Refund(t, T0 - 1e9)),
-    st.one_of(
-        st.sampled_from([0, 1, 2.5, 30, 59.5, 60, 1e9, math.inf, 2**53 + 2, 2**54, 2**60]),
-        st.floats(0, 50),
-    ).map(Charge),
-)
-BEHIND = st.one_of(
-    st.sampled_from(
-        [
-            *(1e-9, 0.001, 0.25, 0.999, CLOCK_TOLERANCE, math.nextafter(CLOCK_TOLERANCE, 2)),
-            *(CLOCK_TOLERANCE + 1e-6, CLOCK_TOLERANCE + 0.001, 2.0, 3600.0),
-        ]
-    ),
-    st.floats(0, 2 * CLOCK_TOLERANCE, exclude_min=True),
-).map(lambda seconds: ("behind", seconds))
-OPS = st.lists(
-    st.tuples(
-        st.one_of(
-            st.integers(-3000, 8000).map(lambda ms: ms / 1000),
-            st.floats(-1e4, 1e4, allow_nan=False),
-            st.just(0.0),
-            BEHIND,
-        ),
-        COSTS,
-    ),
-    min_size=1,
-    max_size=40,
-)
-PER_LIMIT = st.one_of(st.none(), st.lists(COSTS, min_size=4, max_size=4))
-LOCKOUTS = st.builds(
-    Lockout,
-    breaches=st.integers(1, 4),
-    within=st.sampled_from([0.5, 1.0, 3.0, 30.0]),
-    duration=st.sampled_from([0.4, 2.0, 5.0, 100.0]),
-)
-
-
-def move(now: float, dt: Any, states: List[Optional[State]]) -> float:
-    """``now + dt``, or for ``("behind", s)`` s seconds before the latest stored update."""
-    if not isinstance(dt, tuple):
-        return now + dt
-    anchors = [state.imag for state in states if state is not None]  # type: ignore[union-attr]
-    return max(anchors) - dt[1] if anchors else now
-
-
-def op_cost(cost: Any, per_limit: Optional[List[Any]], n: int, tuple_form: bool) -> Any:
-    if per_limit is None:
-        return cost
-    costs = per_limit[:n]
-    return tuple(costs) if tuple_form else costs
-
-
-def check_row(store: PostgresStore, key: str, state: Optional[State]) -> None:
-    """The row of ``key`` is ``to_row(state)`` and ``keep_until(state)`` bit for bit, or absent."""
-    with store.pool.connection() as conn:
-        row = conn.execute(
-            f"SELECT a, b, c, keep_until FROM {store.names.table} WHERE key = %s",
-            (row_key(key, store.prefix),),
-        ).fetchone()
-    if state is None:
-        assert row is None
-        return
-    assert row is not None
-    assert tuple(row[:3]) == to_row(state)
-    assert row[3] == keep_until(state)
-
-
 SETTINGS = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -286,21 +200,6 @@ def test_function_matches_step_up_to_2_53_tokens(store: PostgresStore) -> None:
             state, expected = step(state, T0, limit, cost)
             assert store.apply(key, limit, cost, T0) == expected
         store.reset(key)
-
-
-# -- window policies wait for the Lua mirror (issue 24) -------------------------------
-
-
-@pytest.mark.parametrize("policy", [FixedWindow(5, 60), SlidingWindow(5, 60)], ids=repr)
-def test_window_policies_are_refused_before_any_io(policy: Any) -> None:
-    # Not computed by apply.sql until issue 24's Lua mirror lands and is
-    # translated: a ValueError, never a wrong answer; nothing is sent.
-    store = PostgresStore("postgresql://nowhere.invalid/db")
-    with pytest.raises(ValueError, match="does not compute"):
-        store.apply("k", policy, 1, T0)
-    with pytest.raises(ValueError, match="does not compute"):
-        store.apply_many(["a", "b"], [Limit(1, 1), policy], 1, T0)
-    assert store.pool is None  # never connected
 
 
 def test_bad_arguments_never_reach_the_server() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import threading
 import time
 from typing import Any, Iterator, List, Optional, Tuple
@@ -28,11 +27,23 @@ from hypothesis import strategies as st
 
 from helpers.redis_servers import RedisServer, unique_prefix
 from helpers.redis_state import check_stored, check_stored_until, read_state
+from helpers.step_strategies import (
+    COMPANIONS,
+    COUNTS,
+    PERIODS,
+    STARTS,
+    WINDOWS,
+    resolve,
+    same_shape,
+)
+from helpers.step_strategies import MAYBE_LOCKOUTS as LOCKOUTS
+from helpers.step_strategies import WINDOW_COSTS as WCOSTS
+from helpers.step_strategies import WINDOW_OPS as OPS
+from helpers.step_strategies import move_in_window as move
 from limiter import Limit, Lockout, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
 from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
-from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.many import step_all
 from limiter.core.state import State
 from limiter.core.window import FixedWindow, SlidingWindow
@@ -48,125 +59,6 @@ def client(server: RedisServer) -> Iterator[redis.Redis]:
 
 
 # -- the script is limiter.core.window ----------------------------------------------
-
-PERIODS = st.sampled_from([0.001, 0.25, 1.0, 1 / 3, 7.3, 60.0, 86400.0])
-COUNTS = st.one_of(st.integers(1, 6), st.sampled_from([10, 2**53 - 1, 2**53]))
-WINDOWS = st.one_of(
-    st.builds(FixedWindow, COUNTS, PERIODS, st.sampled_from(["epoch", "first"])),
-    st.builds(SlidingWindow, COUNTS, PERIODS),
-)
-#: Costs: requests (fractional, above the count, any size), Charges, and
-#: Refunds without a taken_at or with one resolved against now (``resolve``).
-WCOSTS = st.one_of(
-    st.sampled_from([0, 1, 1, 1, 2, 3, 0.5, 7, 1e9, 2**53, 2**53 + 1, 10**400, math.inf]),
-    st.sampled_from([5e-324, 2**53 - 1, 2.0**52 + 0.5]),
-    st.floats(0, 8, allow_nan=False),
-    st.one_of(st.sampled_from([0, 0.95, 1, 2.5, 100, math.inf, 2**54 + 4]), st.floats(0, 3)).map(
-        Refund
-    ),
-    # (tokens, "now" | "start", offset): taken offset seconds (or, for a tuple,
-    # periods plus seconds) after now or the current epoch window's start.
-    st.tuples(
-        st.one_of(st.sampled_from([0.95, 1, 2.5, 100]), st.floats(0, 3)),
-        st.sampled_from(["now", "start"]),
-        st.one_of(
-            st.sampled_from([0.0, 1e-7, -1e-7, -1e-6, -2e-6, -0.5, -1.0, 1.0, -60.0]),
-            st.sampled_from([-1.0, -0.5, -1.5, -2.0, 0.5]).map(lambda p: (p, 0.0)),
-            # taken_at + TIME_EPSILON at a window's start: counted there (rule 4)
-            st.sampled_from([-1.0, 0.0]).map(lambda p: (p, -TIME_EPSILON)),
-        ),
-    ),
-    st.one_of(
-        st.sampled_from([0, 1, 2.5, 6, 13.5, 100, math.inf, 2**53 + 2, 2**54, 2**60]),
-        st.floats(0, 20),
-    ).map(Charge),
-)
-#: Time steps: seconds, periods, a boundary of the window (k periods on,
-#: shifted by about the epsilon), or seconds before the stored window's start
-#: (a late reading within CLOCK_TOLERANCE, a clock stepped back beyond it).
-WSTEPS = st.one_of(
-    st.sampled_from([0.0, 1e-7, 0.5, 1.0, -0.5]).map(lambda s: ("s", s)),
-    st.floats(-1e4, 1e4, allow_nan=False).map(lambda s: ("s", s)),
-    st.integers(-3000, 8000).map(lambda ms: ("s", ms / 1000)),
-    st.one_of(
-        st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0, -0.5, -1.0, 0.999, 1.001]),
-        st.floats(-3, 3, allow_nan=False),
-    ).map(lambda p: ("p", p)),
-    st.tuples(
-        st.integers(-1, 2),
-        st.sampled_from([-2e-6, -TIME_EPSILON, -5e-7, -1e-9, 0.0, 1e-9, 5e-7, TIME_EPSILON]),
-    ).map(lambda edge: ("edge", *edge)),
-    st.one_of(
-        st.sampled_from(
-            [1e-9, 0.25, 0.999, CLOCK_TOLERANCE, math.nextafter(CLOCK_TOLERANCE, 2), 1.5, 3600.0]
-        ),
-        st.floats(0, 2 * CLOCK_TOLERANCE, exclude_min=True),
-    ).map(lambda s: ("behind", s)),
-)
-
-
-def window_start(state: Optional[State], window: Any) -> Optional[float]:
-    """The start of the window ``state`` counts in (``None``: no state)."""
-    if state is None:
-        return None
-    if isinstance(state, tuple):
-        return state[2] - 2.0 * window.period
-    return state.imag - window.period
-
-
-def move(now: float, how: Any, window: Any, state: Optional[State]) -> float:
-    """``now`` moved as a ``WSTEPS`` element says, ``window`` and its ``state`` giving the scale."""
-    kind, *args = how
-    period = window.period
-    if kind == "s":
-        return now + args[0]
-    if kind == "p":
-        return now + args[0] * period
-    if kind == "edge":
-        return (math.floor(now / period) + 1 + args[0]) * period + args[1]
-    start = window_start(state, window)
-    return now if start is None else start - args[0]
-
-
-def resolve(cost: Any, now: float, policy: Any) -> Any:
-    """A ``WCOSTS`` element as a cost: a tied Refund's taken_at from ``now``.
-
-    Periods are ``policy``'s (a bucket's or a lockout's: seconds).
-    """
-    if not isinstance(cost, tuple):
-        return cost
-    tokens, base, offset = cost
-    period = getattr(policy, "period", 1.0)
-    moment = now if base == "now" else math.floor((now + TIME_EPSILON) / period) * period
-    if isinstance(offset, tuple):
-        return Refund(tokens, moment + offset[0] * period + offset[1])
-    return Refund(tokens, moment + offset)
-
-
-#: Sequences of any steps, or of steps that go a period on (a previous window
-#: counted) and back over the boundary just passed (a late reading, or a clock
-#: stepped back): a sliding window's weight above 1, its units moved.
-#: Where a sequence starts: today, or near the epoch (times of a few seconds,
-#: or below 0 after a few steps back), where every last bit of a result shows.
-STARTS = st.sampled_from([T0, T0, 12.0, 1e6])
-OPS = st.one_of(
-    st.lists(st.tuples(WSTEPS, WCOSTS), min_size=1, max_size=30),
-    st.lists(
-        st.tuples(
-            st.sampled_from([("s", 0.0), ("p", 0.5), ("p", 1.0), ("behind", 0.3), ("behind", 1.5)]),
-            WCOSTS,
-        ),
-        min_size=1,
-        max_size=30,
-    ),
-)
-
-
-def same_shape(window: Any, count: int, period: float, anchor: str) -> Any:
-    """Another window whose state is of ``window``'s shape (a deploy changed the policy)."""
-    if window.kind == "sliding-window":
-        return SlidingWindow(count, period)
-    return FixedWindow(count, period, anchor)
 
 
 @settings(
@@ -201,23 +93,6 @@ def test_script_matches_step_for_a_window(
         event(f"{window.kind} allowed: {got.allowed}")
         state = check_stored_until(client, rkey, state, now, since)
     client.delete(rkey)
-
-
-#: What stands beside the window in one apply_many call: nothing, a bucket,
-#: another window, a lockout last (small: denials and lockouts are frequent).
-COMPANIONS = st.lists(
-    st.one_of(
-        st.builds(Limit, st.sampled_from([0.5, 3.0, 1000.0]), st.integers(1, 5)),
-        WINDOWS,
-    ),
-    max_size=2,
-)
-LOCKOUTS = st.none() | st.builds(
-    Lockout,
-    breaches=st.integers(1, 4),
-    within=st.sampled_from([0.5, 3.0, 30.0]),
-    duration=st.sampled_from([0.4, 5.0, 100.0]),
-)
 
 
 def check_key(

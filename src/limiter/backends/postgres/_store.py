@@ -1,4 +1,4 @@
-"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v1(keys, argv)``, per check.
+"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v2(keys, argv)``, per check.
 
 Imports neither psycopg nor psycopg_pool at module level, so that
 ``import limiter`` works without them; the argument and the reply are the
@@ -19,10 +19,6 @@ from limiter.core.costs import Cost
 from limiter.core.limits import Limit
 from limiter.core.result import RateLimitResult, combine
 from limiter.store import StoreError
-
-#: The policies the installed function computes (``apply.sql``): others are a
-#: ``ValueError`` before any I/O.
-SUPPORTED_KINDS = frozenset({"bucket", "quota", "lockout"})
 
 # A key is stored as text, which cannot hold NUL or a lone surrogate: those,
 # and "%" (so that the mapping stays one-to-one), are written %XXXX.
@@ -52,16 +48,6 @@ def redact_conninfo(conninfo: str) -> str:
     if "://" in conninfo:
         return redact_url(conninfo)
     return _PASSWORD.sub(r"\1***", conninfo)
-
-
-def _supported(policies: Sequence[Any]) -> None:
-    for policy in policies:
-        kind = getattr(policy, "kind", None)
-        if kind is not None and kind not in SUPPORTED_KINDS:
-            raise ValueError(
-                f"PostgresStore does not compute {kind} policies yet (only token buckets, "
-                f"quotas and lockouts), got {policy!r:.100}"
-            )
 
 
 class _PostgresBase:
@@ -145,7 +131,6 @@ class _PostgresBase:
 
     def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[List[str], str]:
         """The parameters of an ``apply`` call, or its error before any I/O."""
-        _supported((limit,))
         return [row_key(key, self.prefix)], self._argv.args((limit,), cost, now)[0].decode("ascii")
 
     def _many(
@@ -154,7 +139,6 @@ class _PostgresBase:
         """The parameters of an ``apply_many`` call, or its error before any I/O."""
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
-        _supported(limits)
         rows = [row_key(k, self.prefix) for k in keys]
         return rows, self._argv.many(limits, cost, now)[0].decode("ascii")
 
@@ -233,7 +217,6 @@ class PostgresStore(_PostgresBase):
     One statement, one transaction per check (a PL/pgSQL function mirroring
     ``limiter.core``).  Every failure (connection, timeout, read-only server,
     a missing table or function) is a ``StoreError`` wrapping the cause.
-    Token buckets, quotas and lockouts; window policies are a ``ValueError``.
     See docs/stores.md "PostgreSQL".
     """
 

@@ -1,0 +1,323 @@
+"""The window policies on PostgreSQL: ``apply.sql`` against ``limiter.core.window``, bit for bit.
+
+Hypothesis feeds the function and ``step``/``step_all`` the sequences the
+Redis script meets (tests/helpers/step_strategies.py: time steps of seconds
+or of periods, to and about window boundaries, late readings and clocks
+stepped back; requests, Charges and Refunds with and without ``taken_at``)
+for ``FixedWindow`` (both anchors) and ``SlidingWindow``, alone and beside a
+bucket, a second window and a lockout, and compares every result field and
+every stored row.  Then the rows as stored, the server's clock, the error
+for a key another kind of policy wrote, and exact admitted counts from
+threads and asyncio.  (Processes: test_postgres_store.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from typing import Any, Iterator, List, Optional
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from helpers.postgres_servers import PostgresServer, check_row, postgres_server
+from helpers.step_strategies import (
+    COMPANIONS,
+    COUNTS,
+    MAYBE_LOCKOUTS,
+    PERIODS,
+    STARTS,
+    WINDOW_COSTS,
+    WINDOW_OPS,
+    WINDOWS,
+    move_in_window,
+    resolve,
+    same_shape,
+)
+from limiter import Limit, Lockout, StoreError
+from limiter.backends.postgres import AsyncPostgresStore, PostgresStore, row_key
+from limiter.core.bucket import step
+from limiter.core.costs import Charge, Refund
+from limiter.core.many import step_all
+from limiter.core.state import State
+from limiter.core.window import FixedWindow, SlidingWindow
+from limiter.testing import T0
+
+pytestmark = pytest.mark.postgres
+
+_prefixes = itertools.count()
+
+
+def unique_prefix() -> str:
+    return f"w{next(_prefixes)}:"
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    yield from postgres_server()
+
+
+@pytest.fixture(scope="module")
+def store(pg: PostgresServer) -> Iterator[PostgresStore]:
+    """One store (one pool) for the module; keys apart by prefix (``shared``)."""
+    s = PostgresStore(pg.url(), pool_timeout=30, max_connections=16)
+    s.install()
+    yield s
+    s.close()
+
+
+def shared(store: PostgresStore) -> PostgresStore:
+    """A store on ``store``'s pool with a prefix of its own."""
+    return PostgresStore(store.pool, prefix=unique_prefix())
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    window=WINDOWS,
+    other=st.tuples(COUNTS, PERIODS, st.sampled_from(["epoch", "first"])),
+    start=STARTS,
+    ops=WINDOW_OPS,
+    switches=st.lists(st.sampled_from([False, False, False, True]), min_size=30, max_size=30),
+)
+def test_function_matches_step_for_a_window(
+    store: PostgresStore, window: Any, other: Any, start: float, ops: Any, switches: List[bool]
+) -> None:
+    # Now and then a step goes under another window of the same state's shape:
+    # a state written under another count, period or anchor is read alike.
+    s = shared(store)
+    windows = (window, same_shape(window, *other))
+    state: Optional[State] = None
+    now = start
+    for (how, cost), switch in zip(ops, switches):
+        window = windows[switch]
+        now = move_in_window(now, how, window, state)
+        cost = resolve(cost, now, window)
+        state, expected = step(state, now, window, cost)
+        got = s.apply("k", window, cost, now)
+        assert got == expected  # every field, bit for bit
+        assert got.results == () and got.__class__ is expected.__class__
+        event(f"{window.kind} allowed: {got.allowed}")
+        check_row(s, "k", state)
+
+
+@settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    window=WINDOWS,
+    companions=COMPANIONS,
+    lockout=MAYBE_LOCKOUTS,
+    start=STARTS,
+    ops=WINDOW_OPS,
+    per_limit=st.lists(
+        st.none() | st.lists(WINDOW_COSTS, min_size=4, max_size=4), min_size=30, max_size=30
+    ),
+)
+def test_function_matches_step_all_with_windows(
+    store: PostgresStore,
+    window: Any,
+    companions: List[Any],
+    lockout: Optional[Lockout],
+    start: float,
+    ops: Any,
+    per_limit: List[Any],
+) -> None:
+    s = shared(store)
+    policies = [window, *companions, *([lockout] if lockout else [])]
+    keys = [str(i) for i in range(len(policies))]
+    states: List[Optional[State]] = [None] * len(policies)
+    now = start
+    for (how, cost), costs in zip(ops, per_limit):
+        now = move_in_window(now, how, window, states[0])
+        if costs is None:
+            cost = resolve(cost, now, window)
+        else:  # one cost per policy, each resolved against its own window
+            cost = tuple(resolve(c, now, p) for c, p in zip(costs, policies))
+        states, expected = step_all(states, now, policies, cost)
+        got = s.apply_many(keys, policies, cost, now)
+        assert got == expected  # every field, bit for bit (results, policy too)
+        assert [r.__class__ for r in got.results] == [r.__class__ for r in expected.results]
+        event(f"allowed: {got.allowed}, locked out: {got.locked_out}")
+        for key, state in zip(keys, states):
+            check_row(s, key, state)
+
+
+@pytest.mark.parametrize(
+    "window",
+    [FixedWindow(3, 0.001), FixedWindow(2**53, 1.0, "first"), SlidingWindow(3, 0.001)],
+    ids=repr,
+)
+def test_function_matches_step_over_many_boundaries(store: PostgresStore, window: Any) -> None:
+    # Every 0.4 ms over 800 windows of 1 ms (and 0.8 s of one second): each
+    # boundary's rounding (a moment floor puts on the end of its window) alike.
+    s = shared(store)
+    state: Optional[State] = None
+    for i in range(2000):
+        now = T0 + i * 0.0004
+        cost = (1, 2, Refund(1, now - 0.001), Charge(1), 0)[i % 5]
+        state, expected = step(state, now, window, cost)
+        assert s.apply("k", window, cost, now) == expected, (i, now)
+    check_row(s, "k", state)
+
+
+@pytest.mark.parametrize("window", [FixedWindow(1, 0.001), SlidingWindow(1, 0.001)])
+def test_a_window_rounded_to_end_at_the_moment_is_the_next_one(
+    store: PostgresStore, window: Any
+) -> None:
+    # The instant where floor's window would end at now + epsilon (test_window.py).
+    s = shared(store)
+    now = 1675119037.810999
+    results = [s.apply("k", window, 1, now) for _ in range(5)]
+    assert [r.allowed for r in results] == [True, False, False, False, False]
+    state: Optional[State] = None
+    for result in results:
+        state, expected = step(state, now, window, 1)
+        assert result == expected
+
+
+@pytest.mark.parametrize("period", [1 / 3, 7.3, 60.0])
+@pytest.mark.parametrize("count", [3, 5, 7])
+def test_function_matches_slide_on_its_denials(
+    store: PostgresStore, period: float, count: int
+) -> None:
+    # Checks every seventh of a period near the epoch, where every last bit of a
+    # retry_after shows: a sliding window's denials with a previous window
+    # counted, whose wait runs out within the window or in the next one.
+    s = shared(store)
+    window = SlidingWindow(count, period)
+    state: Optional[State] = None
+    for i in range(120):
+        now = 12.0 + i * period / 7
+        cost = (1, 1, 2, 0.5, 1)[i % 5]
+        state, expected = step(state, now, window, cost)
+        assert s.apply("k", window, cost, now) == expected, (i, now)
+        check_row(s, "k", state)
+
+
+# -- what the other tests rely on ---------------------------------------------------------
+
+
+def read_row(store: PostgresStore, key: str) -> Any:
+    with store.pool.connection() as conn:
+        return conn.execute(
+            f"SELECT a, b, c, keep_until FROM {store.names.table} WHERE key = %s",
+            (row_key(key, store.prefix),),
+        ).fetchone()
+
+
+def test_window_states_as_stored(store: PostgresStore) -> None:
+    # A fixed window keeps a quota's two numbers (used * 2**-600, end), a sliding
+    # window three (previous, current, until); keep_until is the end, and until.
+    s = shared(store)
+    hour = 1_699_999_200.0  # an hour's start (T0 is 800 s into the hour)
+    s.apply("f", FixedWindow(5, 60), 2, hour + 30)
+    assert read_row(s, "f") == (2 * 2**-600, hour + 60, None, hour + 60)
+    s.apply("a", FixedWindow(5, 60, "first"), 2, hour + 30)
+    assert read_row(s, "a") == (2 * 2**-600, hour + 90, None, hour + 90)
+    s.apply("s", SlidingWindow(5, 60), 2, hour + 30)
+    s.apply("s", SlidingWindow(5, 60), 1, hour + 90)
+    assert read_row(s, "s") == (2.0, 1.0, hour + 180, hour + 180)
+
+
+def test_a_key_of_another_kind_of_policy_is_a_store_error(store: PostgresStore) -> None:
+    s = shared(store)
+    s.apply("k", SlidingWindow(5, 60), 1, T0)
+    s.apply("b", Limit(1, 5), 1, T0)
+    for key, policy in (("k", FixedWindow(5, 60)), ("k", Limit(1, 5)), ("b", SlidingWindow(5, 60))):
+        with pytest.raises(StoreError, match="another kind of policy"):
+            s.apply(key, policy, 1, T0)
+    with pytest.raises(StoreError, match="another kind of policy"):
+        s.apply_many(["a", "k"], [FixedWindow(5, 60), Limit(1, 5)], 1, T0)
+    # Nothing was written by the refused calls.
+    assert read_row(s, "a") is None
+    assert s.apply("k", SlidingWindow(5, 60), 0, T0).remaining == 4
+
+
+def test_windows_on_the_server_clock(store: PostgresStore, pg: PostgresServer) -> None:
+    # Not timed: the function finds the window from clock_timestamp() itself.
+    s = shared(store)
+    for window in (FixedWindow(3, 3600), FixedWindow(3, 3600, "first"), SlidingWindow(3, 3600)):
+        results = [s.apply(window.label, window, 1, None) for _ in range(4)]
+        assert [r.allowed for r in results] == [True, True, True, False]
+        assert 0 < results[-1].retry_after <= 7200
+    with pg.admin("limiter") as admin:
+        (seconds,) = admin.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+    _, end, _, _ = read_row(s, "3/3600s:fixed")
+    assert end == (float(seconds) // 3600 + 1) * 3600
+
+
+# -- exact under concurrency ----------------------------------------------------------------
+
+#: A frozen clock (T0, no boundary of an hour's windows): each admits exactly 100.
+HOURLY = (FixedWindow(100, 3600), FixedWindow(100, 3600, "first"), SlidingWindow(100, 3600))
+
+
+def test_eight_threads_admit_exactly_count(store: PostgresStore) -> None:
+    s = shared(store)
+    admitted = [0] * len(HOURLY)
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(40):
+            for i, window in enumerate(HOURLY):
+                allowed = s.apply(f"hot{i}", window, 1, T0).allowed
+                with lock:
+                    admitted[i] += allowed
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert admitted == [100] * len(HOURLY)
+    peeks = [s.apply(f"hot{i}", window, 0, T0) for i, window in enumerate(HOURLY)]
+    assert [p.remaining for p in peeks] == [0] * len(HOURLY)
+
+
+def test_threads_beside_a_bucket_and_a_lockout_admit_exactly(store: PostgresStore) -> None:
+    # Each check takes 1 from a sliding window of 30 and 10 tokens from a bucket
+    # of 1,000 that refills nothing meanwhile: the window refuses first, all or
+    # nothing, 4 ordinary denials and then the lockout holds.
+    s = shared(store)
+    policies = (SlidingWindow(30, 3600), Limit(0.001, 1000), Lockout(5, 60, 600))
+    keys = ["window", "tokens", "lockout"]
+    totals: List[Any] = []
+    barrier = threading.Barrier(8)
+
+    def worker() -> None:
+        barrier.wait()
+        results = [s.apply_many(keys, policies, (1, 10, 0), T0) for _ in range(25)]
+        totals.append((sum(r.allowed for r in results), sum(r.locked_out for r in results)))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    admitted, locked = (sum(column) for column in zip(*totals))
+    assert (admitted, 200 - admitted - locked, locked) == (30, 4, 166)
+    peek = s.apply_many(keys[:2], policies[:2], 0, T0)
+    assert [r.remaining for r in peek.results] == [0, 700]  # refusals took nothing
+
+
+def test_asyncio_checks_in_flight_admit_exactly_count(pg: PostgresServer) -> None:
+    async def flood() -> List[int]:
+        s = AsyncPostgresStore(pg.url(), prefix=unique_prefix(), max_connections=8, pool_timeout=60)
+        try:
+            counts = []
+            for i, window in enumerate(HOURLY):
+                results = await asyncio.gather(
+                    *(s.aapply(f"hot{i}", window, 1, T0) for _ in range(250))
+                )
+                counts.append(sum(r.allowed for r in results))
+            return counts
+        finally:
+            await s.aclose()
+
+    assert asyncio.run(flood()) == [100] * len(HOURLY)
