@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+from types import SimpleNamespace
 from typing import Any, Iterator, List, Optional
 
 import pytest
@@ -36,7 +37,7 @@ from helpers.step_strategies import (
     resolve,
     same_shape,
 )
-from limiter import Limit, Lockout, StoreError
+from limiter import Limit, Lockout, Quota, StoreError
 from limiter.backends.postgres import AsyncPostgresStore, PostgresStore, row_key
 from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
@@ -144,6 +145,37 @@ def test_function_matches_step_all_with_windows(
         event(f"allowed: {got.allowed}, locked out: {got.locked_out}")
         for key, state in zip(keys, states):
             check_row(s, key, state)
+
+
+#: Calendar quotas: an hour's or a day's window, in UTC or in a zone whose
+#: days are not the epoch's (the client computes the window, rule 6 the server).
+QUOTAS = st.builds(
+    Quota,
+    st.sampled_from([1, 3, 10, 2**53]),
+    st.sampled_from(["hour", "day"]),
+    st.sampled_from(["UTC", "Asia/Kolkata"]),
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(quota=QUOTAS, start=STARTS, ops=WINDOW_OPS)
+def test_function_matches_step_for_a_quota(
+    store: PostgresStore, quota: Quota, start: float, ops: Any
+) -> None:
+    # Steps are scaled to an hour (a day's quota sees hours go by); "behind"
+    # goes back before the stored window's start: a clock stepped back (rule 6).
+    s = shared(store)
+    hour = SimpleNamespace(period=3600.0)
+    state: Optional[State] = None
+    now = start
+    for how, cost in ops:
+        now = move_in_window(now, how, hour, state)
+        cost = resolve(cost, now, hour)
+        state, expected = step(state, now, quota, cost)
+        assert s.apply("k", quota, cost, now) == expected  # every field, bit for bit
+        check_row(s, "k", state)
 
 
 @pytest.mark.parametrize(
