@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Sequence
 
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 
@@ -22,7 +22,7 @@ VERSION = 2
 LOCK_CLASS = 0x4C494D49
 
 #: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v2``.
-_FUNCTIONS = ("apply", "step", "lockstatus", "breach", "mul", "div")
+_FUNCTIONS = ("apply", "lockstatus", "breach", "mul", "div")
 _LONGEST = max(len(f"_{name}_v{VERSION}") for name in _FUNCTIONS)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -147,8 +147,35 @@ def installed_sql(names: Names) -> str:
 
 
 def apply_sql(names: Names) -> str:
-    """The one statement of a check: ``SELECT apply(keys, argv)``."""
-    return f"SELECT {names.apply}(%s::text[], %s::text)"
+    """The one statement of a check, ``SELECT apply(keys, argv)``, with psycopg's placeholders.
+
+    The keys come as the UTF-8 bytes of a ``text[]`` literal (``array_literal``),
+    whatever the connection's client_encoding.
+    """
+    return f"SELECT {names.apply}(convert_from(%s::bytea, 'UTF8')::text[], %s::text)"
+
+
+class Statement(NamedTuple):
+    """The prepared statement of a check on libpq's level: its name and text."""
+
+    name: bytes
+    text: bytes
+
+
+def apply_statement(names: Names) -> Statement:
+    """``apply_sql`` with ``$1``, ``$2``, named after its own digest (one per table and version)."""
+    text = apply_sql(names).replace("%s", "$1", 1).replace("%s", "$2", 1).encode("utf-8")
+    return Statement(b"limiter_" + hashlib.sha1(text).hexdigest()[:20].encode("ascii"), text)
+
+
+def array_literal(keys: Sequence[str]) -> bytes:
+    """``keys`` as a ``text[]`` literal in UTF-8 (row keys hold no NUL and no lone surrogate)."""
+    quoted = []
+    for key in keys:
+        if '"' in key or "\\" in key:
+            key = key.replace("\\", "\\\\").replace('"', '\\"')
+        quoted.append('"' + key + '"')
+    return ("{" + ",".join(quoted) + "}").encode("utf-8")
 
 
 def sweep_sql(names: Names) -> str:

@@ -99,6 +99,7 @@ class _PostgresBase:
         self.fallback: Any = fallback
         self._argv = Argv(bool(server_time))
         self._apply = _sql.apply_sql(self.names)
+        self._statement = _sql.apply_statement(self.names)
         self._ready = False  # installed (or found installed) since the pool was made
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
@@ -129,18 +130,19 @@ class _PostgresBase:
         """The SQL ``install()`` runs, for a DBA to run where the application may not."""
         return _sql.install_sql(self.names, self.unlogged)
 
-    def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[List[str], str]:
-        """The parameters of an ``apply`` call, or its error before any I/O."""
-        return [row_key(key, self.prefix)], self._argv.args((limit,), cost, now)[0].decode("ascii")
+    def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[bytes, bytes]:
+        """The parameters of an ``apply`` call (``_sql.apply_sql``'s), or its error before any I/O."""
+        row = row_key(key, self.prefix)
+        return _sql.array_literal((row,)), self._argv.args((limit,), cost, now)[0]
 
     def _many(
         self, keys: Sequence[str], limits: Sequence[Any], cost: Cost, now: Optional[float]
-    ) -> Tuple[List[str], str]:
+    ) -> Tuple[bytes, bytes]:
         """The parameters of an ``apply_many`` call, or its error before any I/O."""
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
         rows = [row_key(k, self.prefix) for k in keys]
-        return rows, self._argv.many(limits, cost, now)[0].decode("ascii")
+        return _sql.array_literal(rows), self._argv.many(limits, cost, now)[0]
 
     def _error(self, exc: BaseException) -> StoreError:
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
@@ -344,16 +346,27 @@ class PostgresStore(_PostgresBase):
         except Exception as exc:
             raise self._not_installed(why, exc) from exc
 
-    def _call(self, rows: List[str], argv: str) -> str:
-        """The function's reply; any failure is a ``StoreError``."""
+    def _call(self, keys: bytes, argv: bytes) -> bytes:
+        """The function's reply; any failure is a ``StoreError``.
+
+        The hot path: a connection from the pool (no context manager), one
+        prepared statement sent through libpq (``_execute_prepared``).
+        """
         try:
-            with self._connection() as conn:
-                row = conn.execute(self._apply, (rows, argv)).fetchone()
+            pool = self.pool
+            if pool is None or not self._ready:
+                pool = self._prepare()
+            conn = pool.getconn()
         except StoreError:
             raise
         except Exception as exc:
             raise self._error(exc) from exc
-        return row[0]  # type: ignore[no-any-return]
+        try:
+            return _execute_prepared(conn, self._statement, (keys, argv))
+        except Exception as exc:
+            raise self._error(exc) from exc
+        finally:
+            pool.putconn(conn)
 
     def _execute(self, statement: str, params: Any) -> int:
         """Run ``statement``; its row count.  Any failure is a ``StoreError``."""
@@ -364,6 +377,40 @@ class PostgresStore(_PostgresBase):
             raise
         except Exception as exc:
             raise self._error(exc) from exc
+
+
+#: libpq's codes: a result with rows, a command done, and the SQLSTATE field.
+_TUPLES_OK = 2
+_COMMAND_OK = 1
+_SQLSTATE = 67
+#: The parameters' formats: the keys' bytes as binary (bytea), argv as text.
+_FORMATS = (1, 0)
+
+
+def _execute_prepared(conn: Any, statement: _sql.Statement, params: Tuple[bytes, bytes]) -> bytes:
+    """``statement``'s one value, run on ``conn``'s libpq connection (psycopg's own API
+    costs more than the server's whole check); a failure raises psycopg's error.
+
+    The statement is prepared on the connection the first time it is missing
+    there (SQLSTATE 26000), and never with ``prepare_threshold=None`` (a
+    pooler that cannot keep prepared statements).
+    """
+    pgconn = conn.pgconn
+    if conn.prepare_threshold is None:
+        result = pgconn.exec_params(statement.text, params, None, _FORMATS)
+    else:
+        result = pgconn.exec_prepared(statement.name, params, _FORMATS)
+        if result.status != _TUPLES_OK and result.error_field(_SQLSTATE) == b"26000":
+            prepared = pgconn.prepare(statement.name, statement.text)
+            if prepared.status != _COMMAND_OK:
+                result = prepared
+            else:
+                result = pgconn.exec_prepared(statement.name, params, _FORMATS)
+    if result.status != _TUPLES_OK:
+        from psycopg.errors import error_from_result
+
+        raise error_from_result(result, encoding=conn.info.encoding)
+    return result.get_value(0, 0)  # type: ignore[no-any-return]
 
 
 def _sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> dict:  # type: ignore[type-arg]
@@ -507,10 +554,16 @@ class AsyncPostgresStore(_PostgresBase):
         except Exception as exc:
             raise self._not_installed(why, exc) from exc
 
-    async def _call(self, rows: List[str], argv: str) -> str:
+    async def _call(self, keys: bytes, argv: bytes) -> str:
+        # psycopg's own path: prepared at first use on each connection, unless
+        # the connection never prepares (prepare_threshold None: a pooler).
         try:
             async with await self._connection() as conn:
-                cursor = await conn.execute(self._apply, (rows, argv))
+                cursor = await conn.execute(
+                    self._apply,
+                    (keys, argv.decode("ascii")),
+                    prepare=conn.prepare_threshold is not None,
+                )
                 row = await cursor.fetchone()
         except StoreError:
             raise
@@ -518,11 +571,11 @@ class AsyncPostgresStore(_PostgresBase):
             raise self._error(exc) from exc
         return row[0]  # type: ignore[no-any-return]
 
-    async def _aresult(self, rows: List[str], argv: str, limit: Any) -> RateLimitResult:
-        return decode_result(await self._call(rows, argv), limit, self._kind)
+    async def _aresult(self, keys: bytes, argv: bytes, limit: Any) -> RateLimitResult:
+        return decode_result(await self._call(keys, argv), limit, self._kind)
 
-    async def _aresults(self, rows: List[str], argv: str, limits: Any) -> RateLimitResult:
-        return combine(decode_results(await self._call(rows, argv), limits, self._kind))
+    async def _aresults(self, keys: bytes, argv: bytes, limits: Any) -> RateLimitResult:
+        return combine(decode_results(await self._call(keys, argv), limits, self._kind))
 
     async def _aexecute(self, statement: str, params: Any) -> int:
         try:
