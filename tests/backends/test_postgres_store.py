@@ -252,6 +252,82 @@ def test_one_statement_and_one_transaction_per_check(pg: PostgresServer, admin: 
         store.close()
 
 
+# -- what a connection may bring: settings, poolers, encodings ----------------------
+
+#: Checks whose every number needs all 17 digits (a third of a token, rates of 7.3/s).
+AWKWARD = [(Limit(7.3, 3), 1 / 3), (Limit(100 / 60, 5), 0.1), (Limit(1e6, 30), 2.5)]
+
+
+def same_as_step(store: PostgresStore) -> None:
+    """A few checks whose results and rows must be ``step``'s, bit for bit."""
+    for i, (limit, cost) in enumerate(AWKWARD):
+        state = None
+        for k in range(6):
+            now = T0 + k / 7
+            state, expected = step(state, now, limit, cost)
+            assert store.apply(f"awkward{i}", limit, cost, now) == expected
+            check_row(store, f"awkward{i}", state)
+
+
+@pytest.mark.parametrize("digits", [0, -15, 3])
+def test_a_session_with_fewer_float_digits_gets_exact_numbers(
+    pg: PostgresServer, digits: int
+) -> None:
+    # float8out writes %.15g with extra_float_digits 0 (or fewer digits below):
+    # the function raises it for its own transaction, the session keeps its own.
+    from psycopg_pool import ConnectionPool
+
+    def configure(conn: Any) -> None:
+        conn.execute(f"SET extra_float_digits = {digits}")
+
+    with ConnectionPool(
+        pg.url(), min_size=1, max_size=1, kwargs={"autocommit": True}, configure=configure
+    ) as pool:
+        same_as_step(PostgresStore(pool, prefix=unique_prefix()))
+        with pool.connection() as conn:
+            assert conn.execute("SHOW extra_float_digits").fetchone() == (str(digits),)
+
+
+def test_without_prepared_statements_as_behind_an_old_pgbouncer(pg: PostgresServer) -> None:
+    # prepare_threshold=None (docs/stores.md, pgbouncer before 1.21): nothing is
+    # ever prepared on the connection, each check is one unnamed statement.
+    from psycopg_pool import ConnectionPool
+
+    kwargs = {"autocommit": True, "prepare_threshold": None}
+    with ConnectionPool(pg.url(), min_size=1, max_size=1, kwargs=kwargs) as pool:
+        same_as_step(PostgresStore(pool, prefix=unique_prefix()))
+        with pool.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+
+
+def test_a_statement_deallocated_under_the_store_is_prepared_again(store: PostgresStore) -> None:
+    # DISCARD ALL (a pooler's reset) or DEALLOCATE drops the prepared statement:
+    # the next check prepares it again, answering as ever.
+    s = PostgresStore(store.pool, prefix=unique_prefix())
+    for _ in range(3):
+        assert s.apply("k", Limit(1, 5), 1, T0).allowed
+        with store.pool.connection() as conn:
+            conn.execute("DEALLOCATE ALL")
+    assert s.apply("k", Limit(1, 5), 0, T0).remaining == 2
+
+
+def test_keys_are_the_same_rows_whatever_the_client_encoding(pg: PostgresServer) -> None:
+    # Keys travel as UTF-8 bytes: a LATIN1 session finds the rows a UTF8 one wrote.
+    from psycopg_pool import ConnectionPool
+
+    prefix = unique_prefix()
+    kwargs = {"autocommit": True, "client_encoding": "LATIN1"}
+    utf8 = PostgresStore(pg.url(), prefix=prefix)
+    try:
+        with ConnectionPool(pg.url(), min_size=1, max_size=1, kwargs=kwargs) as latin:
+            for key in ("café", "ÿ", 'a\\b"c{},'):
+                assert utf8.apply(key, Limit(0.001, 1), 1, T0).allowed
+                refused = PostgresStore(latin, prefix=prefix).apply(key, Limit(0.001, 1), 1, T0)
+                assert not refused.allowed
+    finally:
+        utf8.close()
+
+
 # -- the server's clock ---------------------------------------------------------------
 
 

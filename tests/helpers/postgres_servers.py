@@ -241,9 +241,10 @@ def check_row(store: Any, key: str, state: Optional[State]) -> None:
     ``store`` is a ``PostgresStore`` (its pool, table and prefix are used).
     """
     with store.pool.connection() as conn:
-        row = conn.execute(
+        row = conn.execute(  # binary: exact whatever the session's extra_float_digits
             f"SELECT a, b, c, keep_until FROM {store.names.table} WHERE key = %s",
             (row_key(key, store.prefix),),
+            binary=True,
         ).fetchone()
     if state is None:
         assert row is None

@@ -14,6 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from limiter.backends._failover import Failover
 from limiter.backends._url import redact_url
 from limiter.backends.postgres import _sql
+from limiter.backends.postgres._libpq import execute_prepared
 from limiter.backends.redis._wire import Argv, decode_result, decode_results
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
@@ -131,7 +132,7 @@ class _PostgresBase:
         return _sql.install_sql(self.names, self.unlogged)
 
     def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[bytes, bytes]:
-        """The parameters of an ``apply`` call (``_sql.apply_sql``'s), or its error before any I/O."""
+        """The parameters of an ``apply`` call (``apply_sql``'s), or its error before any I/O."""
         row = row_key(key, self.prefix)
         return _sql.array_literal((row,)), self._argv.args((limit,), cost, now)[0]
 
@@ -350,7 +351,7 @@ class PostgresStore(_PostgresBase):
         """The function's reply; any failure is a ``StoreError``.
 
         The hot path: a connection from the pool (no context manager), one
-        prepared statement sent through libpq (``_execute_prepared``).
+        prepared statement sent through libpq (``_libpq.execute_prepared``).
         """
         try:
             pool = self.pool
@@ -362,7 +363,7 @@ class PostgresStore(_PostgresBase):
         except Exception as exc:
             raise self._error(exc) from exc
         try:
-            return _execute_prepared(conn, self._statement, (keys, argv))
+            return execute_prepared(conn, self._statement, (keys, argv))
         except Exception as exc:
             raise self._error(exc) from exc
         finally:
@@ -377,40 +378,6 @@ class PostgresStore(_PostgresBase):
             raise
         except Exception as exc:
             raise self._error(exc) from exc
-
-
-#: libpq's codes: a result with rows, a command done, and the SQLSTATE field.
-_TUPLES_OK = 2
-_COMMAND_OK = 1
-_SQLSTATE = 67
-#: The parameters' formats: the keys' bytes as binary (bytea), argv as text.
-_FORMATS = (1, 0)
-
-
-def _execute_prepared(conn: Any, statement: _sql.Statement, params: Tuple[bytes, bytes]) -> bytes:
-    """``statement``'s one value, run on ``conn``'s libpq connection (psycopg's own API
-    costs more than the server's whole check); a failure raises psycopg's error.
-
-    The statement is prepared on the connection the first time it is missing
-    there (SQLSTATE 26000), and never with ``prepare_threshold=None`` (a
-    pooler that cannot keep prepared statements).
-    """
-    pgconn = conn.pgconn
-    if conn.prepare_threshold is None:
-        result = pgconn.exec_params(statement.text, params, None, _FORMATS)
-    else:
-        result = pgconn.exec_prepared(statement.name, params, _FORMATS)
-        if result.status != _TUPLES_OK and result.error_field(_SQLSTATE) == b"26000":
-            prepared = pgconn.prepare(statement.name, statement.text)
-            if prepared.status != _COMMAND_OK:
-                result = prepared
-            else:
-                result = pgconn.exec_prepared(statement.name, params, _FORMATS)
-    if result.status != _TUPLES_OK:
-        from psycopg.errors import error_from_result
-
-        raise error_from_result(result, encoding=conn.info.encoding)
-    return result.get_value(0, 0)  # type: ignore[no-any-return]
 
 
 def _sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> dict:  # type: ignore[type-arg]
