@@ -25,8 +25,8 @@ from helpers.redis_servers import RedisServer, unique_prefix
 from helpers.redis_state import check_stored, check_stored_until, read_state
 from helpers.step_strategies import LOCKOUTS, OPS, PER_LIMIT, RATES, move, op_cost
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter.backends._wire import SCRIPT_SHA
 from limiter.backends.redis import AsyncRedisStore, RedisStore, hash_tag, redis_key
-from limiter.backends.redis._wire import SCRIPT_SHA
 from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import CLOCK_TOLERANCE

@@ -2,7 +2,7 @@
 
 Imports neither psycopg nor psycopg_pool at module level, so that
 ``import limiter`` works without them; the argument and the reply are the
-Redis script's (``limiter.backends.redis._wire``), the SQL is ``_sql``'s.
+Redis script's (``limiter.backends._wire``), the SQL is ``_sql``'s.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
 from limiter.backends._url import redact_url
+from limiter.backends._wire import Argv, decode_result, decode_results
 from limiter.backends.postgres import _sql
 from limiter.backends.postgres._libpq import execute_prepared
-from limiter.backends.redis._wire import Argv, decode_result, decode_results
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
 from limiter.core.result import RateLimitResult, combine
