@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 
@@ -196,3 +196,53 @@ def sweep_sql(names: Names) -> str:
 
 def reset_sql(names: Names) -> str:
     return f"DELETE FROM {names.table} WHERE key = %s"
+
+
+def sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> dict:  # type: ignore[type-arg]
+    """``sweep_sql``'s parameters, or the error for a bad ``batch`` or ``max_age``."""
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise TypeError(f"batch must be an int, got {batch!r:.100}")
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch!r}")
+    if now is not None:
+        now = float(now)
+    if max_age is None:
+        horizon = float("-inf")
+    elif now is None:
+        raise ValueError("max_age needs now (the clock of the checks), got now=None")
+    else:
+        horizon = now - float(max_age)
+    return {"now": now, "horizon": horizon, "batch": batch}
+
+
+#: The privileges a store needs on its table: checks read and write, reset and sweep delete.
+PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def ping_sql(names: Names) -> str:
+    """``ping``'s one statement: a peek (``apply_sql``'s parameters), the role, the
+    privileges it lacks on the table, and whether the session is read-only."""
+    table = names.table.replace("'", "''")
+    lacks = ", ".join(
+        f"CASE WHEN NOT has_table_privilege('{table}', '{p}') THEN '{p}' END" for p in PRIVILEGES
+    )
+    return (
+        f"SELECT ({apply_sql(names)[len('SELECT ') :]}), current_user, "
+        f"array_to_string(ARRAY[{lacks}], ', '), current_setting('transaction_read_only')"
+    )
+
+
+def ping_problem(row: Sequence[object], names: Names) -> Optional[str]:
+    """Why ``ping_sql``'s ``row`` says checks cannot run, or ``None``."""
+    _, role, lacks, read_only = row
+    if lacks:
+        return (
+            f"the role {role} may not {lacks} the table {names.table}: grant it "
+            f"({', '.join(PRIVILEGES)}; docs/stores.md, PostgreSQL)"
+        )
+    if read_only == "on":
+        return (
+            "the server is read-only (a replica, or default_transaction_read_only) and "
+            "checks write: point the store at the primary (target_session_attrs=read-write)"
+        )
+    return None

@@ -145,6 +145,17 @@ class _PostgresBase:
         rows = [row_key(k, self.prefix) for k in keys]
         return _sql.array_literal(rows), self._argv.many(limits, cost, now)[0]
 
+    def _ping_params(self) -> Tuple[bytes, str]:
+        keys, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
+        return keys, argv.decode("ascii")
+
+    def _verdict(self, row: Any) -> None:
+        """``ping``'s verdict on ``ping_sql``'s row: ``StoreError`` if checks cannot run."""
+        decode_result(row[0], _PING_LIMIT, self._kind)
+        why = _sql.ping_problem(row, self.names)
+        if why is not None:
+            raise StoreError(f"{self._kind}: {why}")
+
     def _error(self, exc: BaseException) -> StoreError:
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
         if self._secret:
@@ -239,13 +250,20 @@ class PostgresStore(_PostgresBase):
             raise self._error(exc) from exc
 
     def ping(self) -> None:
-        """Check that the server answers and the table and function exist, or raise ``StoreError``.
+        """Check that checks can run, or raise ``StoreError`` saying why not.
 
-        A peek at a reserved key that writes nothing; never answered by the
-        fallback.  Call it at start-up.
+        The server answers, the table and the function exist, the role may
+        read and write the table, and the server is not read-only: a peek at
+        a reserved key, which writes nothing, with those questions in the
+        same statement.  Never answered by the fallback.  Call it at start-up
+        (the integrations' start-up check does).
         """
-        rows, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
-        self._failover.run(lambda: decode_result(self._call(rows, argv), _PING_LIMIT, self._kind))
+        params = self._ping_params()
+
+        def ping() -> None:
+            self._verdict(self._execute(_sql.ping_sql(self.names), params))
+
+        self._failover.run(ping)
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
@@ -290,11 +308,11 @@ class PostgresStore(_PostgresBase):
         ``None`` for the server's.  Rows a check holds are skipped, never
         waited for.  Returns the number deleted.
         """
-        params = _sweep_params(now, max_age, batch)
+        params = _sql.sweep_params(now, max_age, batch)
         statement = _sql.sweep_sql(self.names)
         total = 0
         while True:
-            deleted = self._execute(statement, params)
+            deleted: int = self._execute(statement, params)
             total += deleted
             if deleted < batch:
                 return total
@@ -369,31 +387,19 @@ class PostgresStore(_PostgresBase):
         finally:
             pool.putconn(conn)
 
-    def _execute(self, statement: str, params: Any) -> int:
-        """Run ``statement``; its row count.  Any failure is a ``StoreError``."""
+    def _execute(self, statement: str, params: Any) -> Any:
+        """Run ``statement``: its first row, or its row count if it has none.
+
+        Any failure is a ``StoreError``.
+        """
         try:
             with self._connection() as conn:
-                return conn.execute(statement, params).rowcount  # type: ignore[no-any-return]
+                cursor = conn.execute(statement, params)
+                return cursor.fetchone() if cursor.description else cursor.rowcount
         except StoreError:
             raise
         except Exception as exc:
             raise self._error(exc) from exc
-
-
-def _sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> dict:  # type: ignore[type-arg]
-    if isinstance(batch, bool) or not isinstance(batch, int):
-        raise TypeError(f"batch must be an int, got {batch!r:.100}")
-    if batch < 1:
-        raise ValueError(f"batch must be at least 1, got {batch!r}")
-    if now is not None:
-        now = float(now)
-    if max_age is None:
-        horizon = float("-inf")
-    elif now is None:
-        raise ValueError("max_age needs now (the clock of the checks), got now=None")
-    else:
-        horizon = now - float(max_age)
-    return {"now": now, "horizon": horizon, "batch": batch}
 
 
 class AsyncPostgresStore(_PostgresBase):
@@ -423,8 +429,12 @@ class AsyncPostgresStore(_PostgresBase):
 
     async def aping(self) -> None:
         """``PostgresStore.ping`` for asyncio."""
-        rows, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
-        await self._failover.arun(lambda: self._aresult(rows, argv, _PING_LIMIT))
+        params = self._ping_params()
+
+        async def ping() -> None:
+            self._verdict(await self._aexecute(_sql.ping_sql(self.names), params))
+
+        await self._failover.arun(ping)
 
     async def aapply(
         self, key: str, limit: Limit, cost: float, now: Optional[float]
@@ -461,11 +471,11 @@ class AsyncPostgresStore(_PostgresBase):
         self, now: Optional[float] = None, max_age: Optional[float] = None, batch: int = 1000
     ) -> int:
         """``PostgresStore.sweep`` for asyncio."""
-        params = _sweep_params(now, max_age, batch)
+        params = _sql.sweep_params(now, max_age, batch)
         statement = _sql.sweep_sql(self.names)
         total = 0
         while True:
-            deleted = await self._aexecute(statement, params)
+            deleted: int = await self._aexecute(statement, params)
             total += deleted
             if deleted < batch:
                 return total
@@ -544,11 +554,11 @@ class AsyncPostgresStore(_PostgresBase):
     async def _aresults(self, keys: bytes, argv: bytes, limits: Any) -> RateLimitResult:
         return combine(decode_results(await self._call(keys, argv), limits, self._kind))
 
-    async def _aexecute(self, statement: str, params: Any) -> int:
+    async def _aexecute(self, statement: str, params: Any) -> Any:
         try:
             async with await self._connection() as conn:
                 cursor = await conn.execute(statement, params)
-                return cursor.rowcount  # type: ignore[no-any-return]
+                return (await cursor.fetchone()) if cursor.description else cursor.rowcount
         except StoreError:
             raise
         except Exception as exc:
