@@ -2,7 +2,7 @@
 
 The conformance suite on both stores, the PL/pgSQL function checked against
 ``limiter.core`` by hypothesis (results and stored rows, bit for bit), one
-statement per check, the server's clock, 4 processes x 8 threads on one key.
+statement per check, the server's clock, 4 processes x 8 threads on one key per policy.
 Failures (a stopped server, a read-only one, a dropped function, a missing
 table) are in test_postgres_failures.py.
 """
@@ -29,6 +29,7 @@ from limiter.core.costs import Refund
 from limiter.core.lockout import Lockout
 from limiter.core.many import step_all
 from limiter.core.state import State
+from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 from limiter.testing._store_suite import StoreConformance
 
@@ -368,16 +369,31 @@ def test_injected_clock_is_passed_to_the_function(store: PostgresStore) -> None:
 # -- many processes -------------------------------------------------------------------
 
 
-def hammer(url: str, prefix: str, threads: int, checks: int, start: Any) -> int:
+#: One key each, on a frozen clock (T0: no boundary of an hour's or a day's
+#: windows, nothing refills): each admits exactly 100, however many ask.
+HAMMERED = (
+    Limit(0.001, 100),
+    Quota(100, "day"),
+    FixedWindow(100, 3600),
+    FixedWindow(100, 3600, "first"),
+    SlidingWindow(100, 3600),
+)
+
+
+def hammer(url: str, prefix: str, threads: int, checks: int, start: Any) -> List[int]:
+    """What ``threads`` threads, each checking every ``HAMMERED`` policy ``checks`` times, got."""
     store = PostgresStore(url, prefix=prefix, max_connections=threads, pool_timeout=60)
-    limit = Limit(0.001, 100)  # a frozen clock: nothing refills
-    admitted: List[int] = []
+    admitted = [0] * len(HAMMERED)
     lock = threading.Lock()
 
     def run() -> None:
-        n = sum(store.apply("hot", limit, 1, T0).allowed for _ in range(checks))
+        mine = [0] * len(HAMMERED)
+        for _ in range(checks):
+            for i, policy in enumerate(HAMMERED):
+                mine[i] += store.apply(f"hot{i}", policy, 1, T0).allowed
         with lock:
-            admitted.append(n)
+            for i, n in enumerate(mine):
+                admitted[i] += n
 
     store.ping()
     workers = [threading.Thread(target=run) for _ in range(threads)]
@@ -387,10 +403,10 @@ def hammer(url: str, prefix: str, threads: int, checks: int, start: Any) -> int:
     for worker in workers:
         worker.join()
     store.close()
-    return sum(admitted)
+    return admitted
 
 
-def test_four_processes_of_eight_threads_admit_exactly_burst(pg: PostgresServer) -> None:
+def test_four_processes_of_eight_threads_admit_exactly_burst_and_count(pg: PostgresServer) -> None:
     ctx = multiprocessing.get_context("spawn")
     prefix = unique_prefix()
     with ctx.Manager() as manager:
@@ -398,8 +414,9 @@ def test_four_processes_of_eight_threads_admit_exactly_burst(pg: PostgresServer)
         with ctx.Pool(4) as pool:
             pending = [pool.apply_async(hammer, (pg.url(), prefix, 8, 40, start)) for _ in range(4)]
             start.set()
-            admitted = [p.get(120) for p in pending]
-    assert sum(admitted) == 100  # of 1,280 checks
+            admitted = [p.get(300) for p in pending]
+    # Of 1,280 checks per policy: the bucket's burst, the quota's and the windows' count.
+    assert [sum(column) for column in zip(*admitted)] == [100] * len(HAMMERED)
 
 
 # -- sweeping ---------------------------------------------------------------------------
