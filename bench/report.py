@@ -1081,6 +1081,17 @@ WINDOW_WHY = (
 )
 
 
+POSTGRES_WHY = (
+    "A check writes its row and commits; on a logged table with `synchronous_commit` on "
+    "(PostgreSQL's default), the commit waits for the WAL to reach the disk (an fdatasync, "
+    "whose time is the disk's), which `SELECT 1` never does: the `synchronous_commit=off` and "
+    "`UNLOGGED` rows skip that wait. The rest is the server's own work per check (about 35 us "
+    'on a small machine, the `UPDATE` of the row a third of it: docs/stores.md, "What a check '
+    "costs\") and the client's; on a virtual machine whose idle CPUs are slow to wake, a round "
+    "trip itself varies severalfold, and the ratios with it."
+)
+
+
 def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
     """Why each missed target was missed, with the profile measured for it."""
     if not missed:
@@ -1117,6 +1128,9 @@ def md_profiles(results: Dict[str, Any], missed: List[str]) -> List[str]:
         for kind, text in core["window_profiles"].items():
             lines += _para(f"cProfile of `check()` under the {kind} window over 10,000 keys:")
             lines += _code(text)
+    if "postgres" in missed:
+        lines += ["### PostgreSQL", ""]
+        lines += _para(POSTGRES_WHY)
     mw = _data(results, "middleware")
     if "middleware" in missed and mw.get("profile"):
         lines += ["### Middleware", ""]
