@@ -9,7 +9,8 @@ of this process's own, dropped at the end, as is pyrate-limiter's table.
 
 * Sequential latency, one connection: ``SELECT 1`` sent by psycopg on the
   store's own pooled connection (taken and given back per call, as a check
-  does) against ``RateLimiter.check`` on a ``PostgresStore`` whose table is
+  does), and sent as a check is (prepared, through libpq: the round trip
+  alone), against ``RateLimiter.check`` on a ``PostgresStore`` whose table is
   logged (each commit waits for the WAL to reach the disk), logged with
   ``synchronous_commit=off`` (set on the store's connections), and
   ``UNLOGGED``; ``RedisStore``; pyrate-limiter's ``PostgresBucket`` (a log of
@@ -48,6 +49,7 @@ THREADS = 8
 TASKS = 64
 
 SELECT_1 = "SELECT 1 (psycopg, the store's pooled connection)"
+SELECT_1_LIBPQ = "SELECT 1 (libpq, prepared: as a check is sent)"
 OURS = "PostgresStore check()"
 OURS_ASYNC_COMMIT = "PostgresStore check(), synchronous_commit=off"
 OURS_UNLOGGED = "PostgresStore check(), UNLOGGED"
@@ -119,6 +121,7 @@ def _check_ops(
         ops[row] = _hot(RateLimiter(HIGH, HIGH, store=store).check)
         if row == OURS and size == 1:
             ops[SELECT_1] = _select_1(pool)
+            ops[SELECT_1_LIBPQ] = _select_1_libpq(pool)
     try:
         from limiter.backends.redis import RedisStore
 
@@ -137,6 +140,21 @@ def _check_ops(
         except ImportError as exc:
             notes.append(f"{PYRATE}: not measured (pip install pyrate-limiter: {exc})")
     return ops, closers
+
+
+def _select_1_libpq(pool: Any) -> Callable[[], Any]:
+    """``SELECT 1`` sent as the store sends a check: prepared, straight through libpq."""
+    with pool.connection() as conn:
+        conn.pgconn.prepare(b"bench_select_1", b"SELECT 1")
+
+    def select_1() -> Any:
+        conn = pool.getconn()
+        try:
+            return conn.pgconn.exec_prepared(b"bench_select_1", None).get_value(0, 0)
+        finally:
+            pool.putconn(conn)
+
+    return select_1
 
 
 def _hot(check: Callable[[str], Any]) -> Callable[[], Any]:
@@ -333,6 +351,7 @@ def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
         section["data"] = {
             "server": pgenv.describe(),
             "vs_select1": _versus(seq, SELECT_1),
+            "vs_select1_libpq": _versus(seq, SELECT_1_LIBPQ),
             "ceilings": CEILINGS,
             "vs_pyrate": {
                 "sequential": _versus({k: [1 / v for v in vs] for k, vs in seq.items()}, PYRATE),

@@ -895,7 +895,7 @@ def md_sqlite(sec: Section) -> List[str]:
 
 @_section("postgres", "8. PostgreSQL")
 def md_postgres(sec: Section) -> List[str]:
-    from .postgres_bench import CEILINGS, PYRATE, REDIS, SELECT_1
+    from .postgres_bench import CEILINGS, PYRATE, REDIS, SELECT_1, SELECT_1_LIBPQ
 
     data = sec["data"]
     lines = _para(
@@ -908,6 +908,8 @@ def md_postgres(sec: Section) -> List[str]:
     rows = []
     for name, r in data.get("vs_select1", {}).items():
         rows.append([f"**{name}**", f"time / {SELECT_1}", _fmt_ratio(r), f"<= {CEILINGS[name]}x"])
+    for name, r in data.get("vs_select1_libpq", {}).items():
+        rows.append([f"**{name}**", f"time / {SELECT_1_LIBPQ}", _fmt_ratio(r), ""])
     for other, table, goal in ((PYRATE, "vs_pyrate", ">= 2x"), (REDIS, "vs_redis", "")):
         for kind, by in data.get(table, {}).items():
             for name, r in by.items():
