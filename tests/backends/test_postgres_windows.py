@@ -15,33 +15,36 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 from types import SimpleNamespace
 from typing import Any, Iterator, List, Optional
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.postgres_servers import PostgresServer, check_row, postgres_server
 from helpers.step_strategies import (
-    COMPANIONS,
-    COUNTS,
-    MAYBE_LOCKOUTS,
-    PERIODS,
     STARTS,
-    WINDOW_COSTS,
     WINDOW_OPS,
-    WINDOWS,
+    given_a_window,
+    given_windows_and_others,
     move_in_window,
     resolve,
-    same_shape,
+)
+from helpers.window_runs import (
+    boundary_pairs,
+    fixed_sequence,
+    rounded_to_the_moment,
+    slide_pairs,
+    tasks_admit_exactly_count,
+    threads_admit_exactly_count,
+    threads_beside_a_bucket_and_a_lockout,
+    window_sequence,
+    window_sequence_all,
 )
 from limiter import Limit, Lockout, Quota, StoreError
 from limiter.backends.postgres import AsyncPostgresStore, PostgresStore, row_key
 from limiter.core.bucket import step
-from limiter.core.costs import Charge, Refund
-from limiter.core.many import step_all
 from limiter.core.state import State
 from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
@@ -77,47 +80,28 @@ def shared(store: PostgresStore) -> PostgresStore:
 @settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    window=WINDOWS,
-    other=st.tuples(COUNTS, PERIODS, st.sampled_from(["epoch", "first"])),
-    start=STARTS,
-    ops=WINDOW_OPS,
-    switches=st.lists(st.sampled_from([False, False, False, True]), min_size=30, max_size=30),
-)
+@given_a_window
 def test_function_matches_step_for_a_window(
     store: PostgresStore, window: Any, other: Any, start: float, ops: Any, switches: List[bool]
 ) -> None:
-    # Now and then a step goes under another window of the same state's shape:
-    # a state written under another count, period or anchor is read alike.
     s = shared(store)
-    windows = (window, same_shape(window, *other))
-    state: Optional[State] = None
-    now = start
-    for (how, cost), switch in zip(ops, switches):
-        window = windows[switch]
-        now = move_in_window(now, how, window, state)
-        cost = resolve(cost, now, window)
-        state, expected = step(state, now, window, cost)
-        got = s.apply("k", window, cost, now)
-        assert got == expected  # every field, bit for bit
-        assert got.results == () and got.__class__ is expected.__class__
-        event(f"{window.kind} allowed: {got.allowed}")
-        check_row(s, "k", state)
+    window_sequence(s, stored_in(s), window, other, start, ops, switches)
+
+
+def stored_in(store: PostgresStore) -> Any:
+    """``window_runs.Stored`` for ``store``'s rows."""
+
+    def stored(key: str, policy: Any, state: Any, now: float, since: float) -> Any:
+        check_row(store, key, state)
+        return state
+
+    return stored
 
 
 @settings(
     max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    window=WINDOWS,
-    companions=COMPANIONS,
-    lockout=MAYBE_LOCKOUTS,
-    start=STARTS,
-    ops=WINDOW_OPS,
-    per_limit=st.lists(
-        st.none() | st.lists(WINDOW_COSTS, min_size=4, max_size=4), min_size=30, max_size=30
-    ),
-)
+@given_windows_and_others
 def test_function_matches_step_all_with_windows(
     store: PostgresStore,
     window: Any,
@@ -130,21 +114,7 @@ def test_function_matches_step_all_with_windows(
     s = shared(store)
     policies = [window, *companions, *([lockout] if lockout else [])]
     keys = [str(i) for i in range(len(policies))]
-    states: List[Optional[State]] = [None] * len(policies)
-    now = start
-    for (how, cost), costs in zip(ops, per_limit):
-        now = move_in_window(now, how, window, states[0])
-        if costs is None:
-            cost = resolve(cost, now, window)
-        else:  # one cost per policy, each resolved against its own window
-            cost = tuple(resolve(c, now, p) for c, p in zip(costs, policies))
-        states, expected = step_all(states, now, policies, cost)
-        got = s.apply_many(keys, policies, cost, now)
-        assert got == expected  # every field, bit for bit (results, policy too)
-        assert [r.__class__ for r in got.results] == [r.__class__ for r in expected.results]
-        event(f"allowed: {got.allowed}, locked out: {got.locked_out}")
-        for key, state in zip(keys, states):
-            check_row(s, key, state)
+    window_sequence_all(s, stored_in(s), keys, policies, start, ops, per_limit)
 
 
 #: Calendar quotas: an hour's or a day's window, in UTC or in a zone whose
@@ -184,31 +154,16 @@ def test_function_matches_step_for_a_quota(
     ids=repr,
 )
 def test_function_matches_step_over_many_boundaries(store: PostgresStore, window: Any) -> None:
-    # Every 0.4 ms over 800 windows of 1 ms (and 0.8 s of one second): each
-    # boundary's rounding (a moment floor puts on the end of its window) alike.
+    # Over 800 windows of 1 ms (and 0.8 s of one second).
     s = shared(store)
-    state: Optional[State] = None
-    for i in range(2000):
-        now = T0 + i * 0.0004
-        cost = (1, 2, Refund(1, now - 0.001), Charge(1), 0)[i % 5]
-        state, expected = step(state, now, window, cost)
-        assert s.apply("k", window, cost, now) == expected, (i, now)
-    check_row(s, "k", state)
+    fixed_sequence(s, stored_in(s), window, boundary_pairs(2000))
 
 
 @pytest.mark.parametrize("window", [FixedWindow(1, 0.001), SlidingWindow(1, 0.001)])
 def test_a_window_rounded_to_end_at_the_moment_is_the_next_one(
     store: PostgresStore, window: Any
 ) -> None:
-    # The instant where floor's window would end at now + epsilon (test_window.py).
-    s = shared(store)
-    now = 1675119037.810999
-    results = [s.apply("k", window, 1, now) for _ in range(5)]
-    assert [r.allowed for r in results] == [True, False, False, False, False]
-    state: Optional[State] = None
-    for result in results:
-        state, expected = step(state, now, window, 1)
-        assert result == expected
+    rounded_to_the_moment(shared(store), window)
 
 
 @pytest.mark.parametrize("period", [1 / 3, 7.3, 60.0])
@@ -216,18 +171,8 @@ def test_a_window_rounded_to_end_at_the_moment_is_the_next_one(
 def test_function_matches_slide_on_its_denials(
     store: PostgresStore, period: float, count: int
 ) -> None:
-    # Checks every seventh of a period near the epoch, where every last bit of a
-    # retry_after shows: a sliding window's denials with a previous window
-    # counted, whose wait runs out within the window or in the next one.
     s = shared(store)
-    window = SlidingWindow(count, period)
-    state: Optional[State] = None
-    for i in range(120):
-        now = 12.0 + i * period / 7
-        cost = (1, 1, 2, 0.5, 1)[i % 5]
-        state, expected = step(state, now, window, cost)
-        assert s.apply("k", window, cost, now) == expected, (i, now)
-        check_row(s, "k", state)
+    fixed_sequence(s, stored_in(s), SlidingWindow(count, period), slide_pairs(period))
 
 
 # -- what the other tests rely on ---------------------------------------------------------
@@ -283,73 +228,23 @@ def test_windows_on_the_server_clock(store: PostgresStore, pg: PostgresServer) -
 
 
 # -- exact under concurrency ----------------------------------------------------------------
-
-#: A frozen clock (T0, no boundary of an hour's windows): each admits exactly 100.
-HOURLY = (FixedWindow(100, 3600), FixedWindow(100, 3600, "first"), SlidingWindow(100, 3600))
+# (Processes, and every policy at once: test_postgres_store.py.)
 
 
 def test_eight_threads_admit_exactly_count(store: PostgresStore) -> None:
-    s = shared(store)
-    admitted = [0] * len(HOURLY)
-    lock = threading.Lock()
-    barrier = threading.Barrier(8)
-
-    def worker() -> None:
-        barrier.wait()
-        for _ in range(40):
-            for i, window in enumerate(HOURLY):
-                allowed = s.apply(f"hot{i}", window, 1, T0).allowed
-                with lock:
-                    admitted[i] += allowed
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert admitted == [100] * len(HOURLY)
-    peeks = [s.apply(f"hot{i}", window, 0, T0) for i, window in enumerate(HOURLY)]
-    assert [p.remaining for p in peeks] == [0] * len(HOURLY)
+    threads_admit_exactly_count(shared(store))
 
 
 def test_threads_beside_a_bucket_and_a_lockout_admit_exactly(store: PostgresStore) -> None:
-    # Each check takes 1 from a sliding window of 30 and 10 tokens from a bucket
-    # of 1,000 that refills nothing meanwhile: the window refuses first, all or
-    # nothing, 4 ordinary denials and then the lockout holds.
-    s = shared(store)
-    policies = (SlidingWindow(30, 3600), Limit(0.001, 1000), Lockout(5, 60, 600))
-    keys = ["window", "tokens", "lockout"]
-    totals: List[Any] = []
-    barrier = threading.Barrier(8)
-
-    def worker() -> None:
-        barrier.wait()
-        results = [s.apply_many(keys, policies, (1, 10, 0), T0) for _ in range(25)]
-        totals.append((sum(r.allowed for r in results), sum(r.locked_out for r in results)))
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    admitted, locked = (sum(column) for column in zip(*totals))
-    assert (admitted, 200 - admitted - locked, locked) == (30, 4, 166)
-    peek = s.apply_many(keys[:2], policies[:2], 0, T0)
-    assert [r.remaining for r in peek.results] == [0, 700]  # refusals took nothing
+    threads_beside_a_bucket_and_a_lockout(shared(store), ["window", "tokens", "lockout"])
 
 
 def test_asyncio_checks_in_flight_admit_exactly_count(pg: PostgresServer) -> None:
-    async def flood() -> List[int]:
+    async def flood() -> None:
         s = AsyncPostgresStore(pg.url(), prefix=unique_prefix(), max_connections=8, pool_timeout=60)
         try:
-            counts = []
-            for i, window in enumerate(HOURLY):
-                results = await asyncio.gather(
-                    *(s.aapply(f"hot{i}", window, 1, T0) for _ in range(250))
-                )
-                counts.append(sum(r.allowed for r in results))
-            return counts
+            await tasks_admit_exactly_count(s)
         finally:
             await s.aclose()
 
-    assert asyncio.run(flood()) == [100] * len(HOURLY)
+    asyncio.run(flood())

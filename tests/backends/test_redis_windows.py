@@ -15,37 +15,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-import time
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional
 
 import pytest
 import redis
 import redis.asyncio
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings
 
 from helpers.redis_servers import RedisServer, unique_prefix
 from helpers.redis_state import check_stored, check_stored_until, read_state
-from helpers.step_strategies import (
-    COMPANIONS,
-    COUNTS,
-    PERIODS,
-    STARTS,
-    WINDOWS,
-    resolve,
-    same_shape,
+from helpers.step_strategies import given_a_window, given_windows_and_others
+from helpers.window_runs import (
+    boundary_pairs,
+    fixed_sequence,
+    rounded_to_the_moment,
+    slide_pairs,
+    tasks_admit_exactly_count,
+    threads_admit_exactly_count,
+    threads_beside_a_bucket_and_a_lockout,
+    window_sequence,
+    window_sequence_all,
 )
-from helpers.step_strategies import MAYBE_LOCKOUTS as LOCKOUTS
-from helpers.step_strategies import WINDOW_COSTS as WCOSTS
-from helpers.step_strategies import WINDOW_OPS as OPS
-from helpers.step_strategies import move_in_window as move
 from limiter import Limit, Lockout, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
-from limiter.core.bucket import step
-from limiter.core.costs import Charge, Refund
-from limiter.core.many import step_all
-from limiter.core.state import State
 from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 
@@ -64,35 +56,22 @@ def client(server: RedisServer) -> Iterator[redis.Redis]:
 @settings(
     max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    window=WINDOWS,
-    other=st.tuples(COUNTS, PERIODS, st.sampled_from(["epoch", "first"])),
-    start=STARTS,
-    ops=OPS,
-    switches=st.lists(st.sampled_from([False, False, False, True]), min_size=30, max_size=30),
-)
+@given_a_window
 def test_script_matches_step_for_a_window(
     client: redis.Redis, window: Any, other: Any, start: float, ops: Any, switches: List[bool]
 ) -> None:
-    # Now and then a step goes under another window of the same state's shape:
-    # a state written under another count, period or anchor is read alike.
     store = RedisStore(client, prefix=unique_prefix())
-    rkey = redis_key("k", store.prefix)
-    windows = (window, same_shape(window, *other))
-    state: Optional[State] = None
-    now = start
-    for (how, cost), switch in zip(ops, switches):
-        window = windows[switch]
-        now = move(now, how, window, state)
-        cost = resolve(cost, now, window)
-        state, expected = step(state, now, window, cost)
-        since = time.monotonic()
-        got = store.apply("k", window, cost, now)
-        assert got == expected  # every field, bit for bit
-        assert got.results == () and got.__class__ is expected.__class__
-        event(f"{window.kind} allowed: {got.allowed}")
-        state = check_stored_until(client, rkey, state, now, since)
-    client.delete(rkey)
+    window_sequence(store, stored_in(client, store), window, other, start, ops, switches)
+    client.delete(redis_key("k", store.prefix))
+
+
+def stored_in(client: redis.Redis, store: RedisStore) -> Any:
+    """``window_runs.Stored`` for ``store``'s keys: each checked, PX too, and made persistent."""
+
+    def stored(key: str, policy: Any, state: Any, now: float, since: float) -> Any:
+        return check_key(client, redis_key(key, store.prefix), policy, state, now, since)
+
+    return stored
 
 
 def check_key(
@@ -107,16 +86,7 @@ def check_key(
 @settings(
     max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    window=WINDOWS,
-    companions=COMPANIONS,
-    lockout=LOCKOUTS,
-    start=STARTS,
-    ops=OPS,
-    per_limit=st.lists(
-        st.none() | st.lists(WCOSTS, min_size=4, max_size=4), min_size=30, max_size=30
-    ),
-)
+@given_windows_and_others
 def test_script_matches_step_all_with_windows(
     client: redis.Redis,
     window: Any,
@@ -129,26 +99,8 @@ def test_script_matches_step_all_with_windows(
     store = RedisStore(client, prefix=unique_prefix())
     policies = [window, *companions, *([lockout] if lockout else [])]
     keys = [f"{{user}}:{i}" for i in range(len(policies))]
-    rkeys = [redis_key(k, store.prefix) for k in keys]
-    states: List[Optional[State]] = [None] * len(policies)
-    now = start
-    for (how, cost), costs in zip(ops, per_limit):
-        now = move(now, how, window, states[0])
-        if costs is None:
-            cost = resolve(cost, now, window)
-        else:  # one cost per policy, each resolved against its own window
-            cost = tuple(resolve(c, now, p) for c, p in zip(costs, policies))
-        states, expected = step_all(states, now, policies, cost)
-        since = time.monotonic()
-        got = store.apply_many(keys, policies, cost, now)
-        assert got == expected  # every field, bit for bit (results, policy too)
-        assert [r.__class__ for r in got.results] == [r.__class__ for r in expected.results]
-        event(f"allowed: {got.allowed}, locked out: {got.locked_out}")
-        states = [
-            check_key(client, rkey, policy, state, now, since)
-            for rkey, policy, state in zip(rkeys, policies, states)
-        ]
-    client.delete(*rkeys)
+    window_sequence_all(store, stored_in(client, store), keys, policies, start, ops, per_limit)
+    client.delete(*(redis_key(k, store.prefix) for k in keys))
 
 
 @pytest.mark.parametrize(
@@ -157,35 +109,17 @@ def test_script_matches_step_all_with_windows(
     ids=repr,
 )
 def test_script_matches_step_over_many_boundaries(client: redis.Redis, window: Any) -> None:
-    # Every 0.4 ms over 2,000 windows of 1 ms (and 2 s of one second): each
-    # boundary's rounding (a moment floor puts on the end of its window) alike.
+    # Over 2,000 windows of 1 ms (and 2 s of one second).
     store = RedisStore(client, prefix=unique_prefix())
-    rkey = redis_key("k", store.prefix)
-    state: Optional[State] = None
-    for i in range(5000):
-        now = T0 + i * 0.0004
-        cost = (1, 2, Refund(1, now - 0.001), Charge(1), 0)[i % 5]
-        state, expected = step(state, now, window, cost)
-        assert store.apply("k", window, cost, now) == expected, (i, now)
-        state = read_state(client, rkey)  # as step wrote it (checked below, once)
-        client.persist(rkey)
-    assert state == read_state(client, rkey)
-    client.delete(rkey)
+    fixed_sequence(store, stored_in(client, store), window, boundary_pairs(5000))
+    client.delete(redis_key("k", store.prefix))
 
 
 @pytest.mark.parametrize("window", [FixedWindow(1, 0.001), SlidingWindow(1, 0.001)])
 def test_a_window_rounded_to_end_at_the_moment_is_the_next_one(
     client: redis.Redis, window: Any
 ) -> None:
-    # The instant where floor's window would end at now + epsilon (test_window.py).
-    store = RedisStore(client, prefix=unique_prefix())
-    now = 1675119037.810999
-    results = [store.apply("k", window, 1, now) for _ in range(5)]
-    assert [r.allowed for r in results] == [True, False, False, False, False]
-    state: Optional[State] = None
-    for result in results:
-        state, expected = step(state, now, window, 1)
-        assert result == expected
+    rounded_to_the_moment(RedisStore(client, prefix=unique_prefix()), window)
 
 
 @pytest.mark.parametrize("period", [1 / 3, 7.3, 60.0])
@@ -193,21 +127,10 @@ def test_a_window_rounded_to_end_at_the_moment_is_the_next_one(
 def test_script_matches_slide_on_its_denials(
     client: redis.Redis, period: float, count: int
 ) -> None:
-    # Checks every seventh of a period near the epoch, where every last bit of a
-    # retry_after shows: a sliding window's denials with a previous window
-    # counted, whose wait runs out within the window (previous's weight falls)
-    # or in the next one (current's does).
     store = RedisStore(client, prefix=unique_prefix())
-    rkey = redis_key("k", store.prefix)
     window = SlidingWindow(count, period)
-    state: Optional[State] = None
-    for i in range(120):
-        now = 12.0 + i * period / 7
-        cost = (1, 1, 2, 0.5, 1)[i % 5]
-        state, expected = step(state, now, window, cost)
-        assert store.apply("k", window, cost, now) == expected, (i, now)
-        assert read_state(client, rkey) == state
-    client.delete(rkey)
+    fixed_sequence(store, stored_in(client, store), window, slide_pairs(period))
+    client.delete(redis_key("k", store.prefix))
 
 
 # -- what the other tests rely on ---------------------------------------------------------
@@ -256,78 +179,29 @@ def test_windows_on_the_server_clock(client: redis.Redis) -> None:
 
 # -- exact under concurrency ----------------------------------------------------------------
 
-#: A frozen clock (T0, no boundary of an hour's windows): each admits exactly 100.
-HOURLY = (FixedWindow(100, 3600), FixedWindow(100, 3600, "first"), SlidingWindow(100, 3600))
-
 
 def test_eight_threads_admit_exactly_count(server: RedisServer) -> None:
     client = redis.Redis(port=server.port, socket_timeout=30)
-    store = RedisStore(client, prefix=unique_prefix())
-    admitted = [0] * len(HOURLY)
-    lock = threading.Lock()
-    barrier = threading.Barrier(8)
-
-    def worker() -> None:
-        barrier.wait()
-        for _ in range(40):
-            for i, window in enumerate(HOURLY):
-                allowed = store.apply(f"hot{i}", window, 1, T0).allowed
-                with lock:
-                    admitted[i] += allowed
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert admitted == [100] * len(HOURLY)
-    peeks = [store.apply(f"hot{i}", window, 0, T0) for i, window in enumerate(HOURLY)]
-    assert [p.remaining for p in peeks] == [0] * len(HOURLY)
+    threads_admit_exactly_count(RedisStore(client, prefix=unique_prefix()))
     client.close()
 
 
 def test_threads_beside_a_bucket_and_a_lockout_admit_exactly(server: RedisServer) -> None:
-    # Each check takes 1 from a sliding window of 30 and 10 tokens from a bucket
-    # of 1,000 that refills nothing meanwhile: the window refuses first, all or
-    # nothing, 4 ordinary denials and then the lockout holds.
     client = redis.Redis(port=server.port, socket_timeout=30)
     store = RedisStore(client, prefix=unique_prefix())
-    policies = (SlidingWindow(30, 3600), Limit(0.001, 1000), Lockout(5, 60, 600))
-    keys = ["{u}:window", "{u}:tokens", "{u}:lockout"]
-    totals: List[Tuple[int, int]] = []
-    barrier = threading.Barrier(8)
-
-    def worker() -> None:
-        barrier.wait()
-        results = [store.apply_many(keys, policies, (1, 10, 0), T0) for _ in range(25)]
-        totals.append((sum(r.allowed for r in results), sum(r.locked_out for r in results)))
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    admitted, locked = (sum(column) for column in zip(*totals))
-    assert (admitted, 200 - admitted - locked, locked) == (30, 4, 166)
-    peek = store.apply_many(keys[:2], policies[:2], 0, T0)
-    assert [r.remaining for r in peek.results] == [0, 700]  # refusals took nothing
+    threads_beside_a_bucket_and_a_lockout(store, ["{u}:window", "{u}:tokens", "{u}:lockout"])
     client.close()
 
 
 def test_asyncio_checks_in_flight_admit_exactly_count(server: RedisServer) -> None:
     # One call per check (pipelining off; the pipelined path: test_redis_pipelining.py).
-    async def flood() -> List[int]:
+    async def flood() -> None:
         client = redis.asyncio.Redis(port=server.port, socket_timeout=30)
-        store = AsyncRedisStore(client, prefix=unique_prefix(), pipelining=False)
         try:
-            counts = []
-            for i, window in enumerate(HOURLY):
-                results = await asyncio.gather(
-                    *(store.aapply(f"hot{i}", window, 1, T0) for _ in range(250))
-                )
-                counts.append(sum(r.allowed for r in results))
-            return counts
+            await tasks_admit_exactly_count(
+                AsyncRedisStore(client, prefix=unique_prefix(), pipelining=False)
+            )
         finally:
             await client.aclose()
 
-    assert asyncio.run(flood()) == [100] * len(HOURLY)
+    asyncio.run(flood())

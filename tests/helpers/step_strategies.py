@@ -8,7 +8,8 @@ same argument: both meet the same inputs, drawn here.
   steps and costs), ``PER_LIMIT``, ``LOCKOUTS``, with ``move`` and ``op_cost``.
 * Window policies: ``WINDOWS``, ``WINDOW_COSTS``, ``WINDOW_OPS``, ``STARTS``,
   ``COMPANIONS``, ``MAYBE_LOCKOUTS``, with ``move_in_window``, ``resolve``
-  and ``same_shape``.
+  and ``same_shape``; ``given_a_window`` and ``given_windows_and_others``
+  draw the arguments of ``window_runs``' sequences.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, List, Optional
 
+from hypothesis import given
 from hypothesis import strategies as st
 
 from limiter import Limit
@@ -240,3 +242,24 @@ def same_shape(window: Any, count: int, period: float, anchor: str) -> Any:
     if window.kind == "sliding-window":
         return SlidingWindow(count, period)
     return FixedWindow(count, period, anchor)
+
+
+#: The arguments of a test of one window over a sequence (``window_runs.window_sequence``).
+given_a_window = given(
+    window=WINDOWS,
+    other=st.tuples(COUNTS, PERIODS, st.sampled_from(["epoch", "first"])),
+    start=STARTS,
+    ops=WINDOW_OPS,
+    switches=st.lists(st.sampled_from([False, False, False, True]), min_size=30, max_size=30),
+)
+#: The arguments of a test of a window beside others (``window_runs.window_sequence_all``).
+given_windows_and_others = given(
+    window=WINDOWS,
+    companions=COMPANIONS,
+    lockout=MAYBE_LOCKOUTS,
+    start=STARTS,
+    ops=WINDOW_OPS,
+    per_limit=st.lists(
+        st.none() | st.lists(WINDOW_COSTS, min_size=4, max_size=4), min_size=30, max_size=30
+    ),
+)
