@@ -10,5 +10,8 @@ Run it from the repository root::
 ``--quick``, ``--publish``).  Results go to ``bench/results/latest.json`` and
 ``latest.md`` (git-ignored); only ``--publish`` rewrites ``docs/benchmarks.md``
 and ``docs/bench-*.png``.  Redis: ``REDIS_URL`` if set, else a throwaway
-``redis-server`` on a free loopback port (``bench/redisenv.py``).
+``redis-server`` on a free loopback port (``bench/redisenv.py``).  PostgreSQL
+(``--only postgres``): ``POSTGRES_URL`` if set, else a throwaway cluster
+(``bench/pgenv.py``); pyrate-limiter's PostgreSQL bucket is compared when
+``pyrate-limiter`` is installed.
 """

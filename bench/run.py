@@ -3,7 +3,8 @@
 Runs the sections, writes ``bench/results/latest.json`` and renders it beside
 itself as ``latest.md`` (charts ``bench-*.png`` in the same directory).  Only
 ``--publish`` renders into ``docs/benchmarks.md`` and ``docs/bench-*.png``.
-Redis: see ``bench/redisenv.py`` (``REDIS_URL``, else a throwaway server).
+Redis: see ``bench/redisenv.py`` (``REDIS_URL``, else a throwaway server);
+PostgreSQL: ``bench/pgenv.py`` (``POSTGRES_URL``, else a throwaway cluster).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from . import redisenv
+from . import pgenv, redisenv
 from .common import Progress, Settings, Unavailable, new_section
 from .peers import version
 
@@ -36,6 +37,7 @@ SECTIONS: Dict[str, str] = {
     "servers": "bench.servers",
     "redis": "bench.redis_bench",
     "sqlite": "bench.sqlite_bench",
+    "postgres": "bench.postgres_bench",
     "scaling": "bench.scaling",
 }
 
@@ -52,6 +54,8 @@ DISTS = [
     "gunicorn",
     "redis",
     "httpx",
+    "psycopg",
+    "psycopg-pool",
 ]
 
 
@@ -84,6 +88,7 @@ def machine(import_cost_runs: int = 0) -> Dict[str, Any]:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "packages": {dist: version(dist) for dist in DISTS},
         "redis_server": redisenv.describe(),
+        "postgres_server": pgenv.describe(),
         "wrk": _which("wrk"),
         # Other jobs on the machine: the 1, 5 and 15 minute load averages at the end.
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
@@ -224,6 +229,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         progress.close()
         redisenv.close()
+        pgenv.close()
     results: Dict[str, Any] = {
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),

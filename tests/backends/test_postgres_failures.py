@@ -1,8 +1,9 @@
 """PostgreSQL stores when things go wrong: every failure is a StoreError, start-up is loud.
 
 A stopped server, a read-only one, a dropped function, a missing table
-without the right to create it, a wrong password: each against a real
-PostgreSQL of this module's own (it is stopped and started again).
+without the right to create it, a role that may not write the table, a
+wrong password: each against a real PostgreSQL of this module's own (it is
+stopped and started again); and the integrations' start-up check on them.
 """
 
 from __future__ import annotations
@@ -153,5 +154,123 @@ def test_validation() -> None:
     with pytest.raises(ValueError, match="probe_after"):
         PostgresStore("dbname=x", fallback=MemoryStore(), probe_after=0)
     store: Any = PostgresStore("dbname=x", table="app.rates", fallback=MemoryStore())
-    assert store.names.apply == '"app"."rates_apply_v1"'
+    assert store.names.apply == '"app"."rates_apply_v2"'
     assert "table='app.rates'" in repr(store) and "MemoryStore" in repr(store)
+
+
+# -- start-up: ping() and the integrations' check -------------------------------------------
+
+
+def role(pg: PostgresServer, name: str) -> str:
+    """A fresh login role ``name`` (password ``name + "-pw"``): its URL."""
+    with pg.admin("limiter") as conn:
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+            conn.execute(f"DROP OWNED BY {name}")
+            conn.execute(f"DROP ROLE {name}")
+        conn.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{name}-pw'")
+    return pg.url(name, f"{name}-pw")
+
+
+def test_ping_names_the_privileges_a_role_lacks(pg: PostgresServer) -> None:
+    # Checks read and write the table (reset and sweep delete): a role that may
+    # only read it passes a peek, so ping asks; each missing privilege is named.
+    url = role(pg, "peeker")
+    installer = PostgresStore(pg.url(), table="readonly_grant")
+    installer.install()
+    installer.close()
+    with pg.admin("limiter") as conn:
+        conn.execute('GRANT SELECT, UPDATE ON "readonly_grant" TO peeker')
+    store = PostgresStore(url, table="readonly_grant", create=False)
+    try:
+        with pytest.raises(StoreError) as info:
+            store.ping()
+        assert "the role peeker may not INSERT, DELETE the table" in str(info.value)
+        with pg.admin("limiter") as conn:
+            conn.execute('GRANT INSERT, DELETE ON "readonly_grant" TO peeker')
+        store.ping()
+    finally:
+        store.close()
+
+
+def test_ping_on_a_read_only_server_says_so(pg: PostgresServer) -> None:
+    installer = PostgresStore(pg.url(), table="ro2")
+    installer.install()
+    installer.close()
+    url = pg.url() + "?options=-c%20default_transaction_read_only%3Don"
+    said = r"read-only .*\(target_session_attrs=read-write\)"
+    store = PostgresStore(url, table="ro2")
+    try:
+        with pytest.raises(StoreError, match=said):
+            store.ping()
+    finally:
+        store.close()
+
+    async def aping() -> None:
+        astore = AsyncPostgresStore(url, table="ro2")
+        try:
+            await astore.aping()
+        finally:
+            await astore.aclose()
+
+    with pytest.raises(StoreError, match=said):
+        asyncio.run(aping())
+
+
+def test_the_integrations_refuse_to_start_on_a_store_that_cannot_work(pg: PostgresServer) -> None:
+    # The start-up check of limiter.integrations pings a PostgresStore (an
+    # AsyncPostgresStore under FastAPI) as it pings Redis: a missing table the
+    # role may not create stops the app, naming install() and never the password.
+    from flask import Flask
+
+    from limiter.integrations.flask import RateLimit as FlaskRateLimit
+
+    url = role(pg, "starter") + "?table=never_made&create=false"
+    with pytest.raises(StoreError) as info:
+        FlaskRateLimit(Flask("pg"), store=url)
+    message = str(info.value)
+    assert message.startswith("RateLimit.init_app: the store postgresql://starter:***@")
+    assert '"never_made" does not exist' in message and "install()" in message
+    assert "starter-pw" not in message
+    with pytest.raises(StoreError, match='"never_made" does not exist') as info:
+        serve_fastapi(AsyncPostgresStore(url.split("?")[0], table="never_made", create=False))
+    assert "starter-pw" not in str(info.value)
+
+    # Installed by a DBA and granted: both start.
+    with pg.admin("limiter") as conn:
+        conn.execute(PostgresStore(pg.url(), table="never_made").install_sql())
+        conn.execute('GRANT SELECT, INSERT, UPDATE, DELETE ON "never_made" TO starter')
+    granted = PostgresStore(url.split("?")[0], table="never_made", create=False)
+    try:
+        FlaskRateLimit(Flask("pg-ok"), store=granted)
+    finally:
+        granted.close()
+    store = AsyncPostgresStore(url.split("?")[0], table="never_made", create=False)
+    assert serve_fastapi(store) == 200
+
+
+def serve_fastapi(store: AsyncPostgresStore) -> int:
+    """Start a FastAPI app limited on ``store`` and GET / (its status); ``store`` closed at
+    shutdown, started or not (its pool belongs to the app's event loop)."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import Depends, FastAPI
+    from fastapi.testclient import TestClient
+
+    from limiter.integrations.fastapi import RateLimit
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        try:
+            yield
+        finally:
+            await store.aclose()
+
+    app = FastAPI(lifespan=lifespan)
+    limit = RateLimit(app, store=store)
+
+    @app.get("/", dependencies=[Depends(limit.limit("5/minute"))])
+    async def index() -> dict:  # type: ignore[type-arg]
+        return {}
+
+    with TestClient(app) as client:
+        return client.get("/").status_code

@@ -2,7 +2,7 @@
 
 The conformance suite on both stores, the PL/pgSQL function checked against
 ``limiter.core`` by hypothesis (results and stored rows, bit for bit), one
-statement per check, the server's clock, 4 processes x 8 threads on one key.
+statement per check, the server's clock, 4 processes x 8 threads on one key per policy.
 Failures (a stopped server, a read-only one, a dropped function, a missing
 table) are in test_postgres_failures.py.
 """
@@ -11,26 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import multiprocessing
 import threading
 from decimal import Decimal
-from fractions import Fraction
 from typing import Any, Iterator, List, Optional
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.postgres_servers import PostgresServer, postgres_server
+from helpers.postgres_servers import PostgresServer, check_row, postgres_server
+from helpers.step_strategies import LOCKOUTS, OPS, PER_LIMIT, RATES, move, op_cost
 from limiter import Limit, ManualClock, Quota, RateLimiter
 from limiter.backends.postgres import AsyncPostgresStore, PostgresStore, row_key
 from limiter.core.bucket import step
-from limiter.core.costs import Charge, Refund
-from limiter.core.limits import CLOCK_TOLERANCE
+from limiter.core.costs import Refund
 from limiter.core.lockout import Lockout
 from limiter.core.many import step_all
-from limiter.core.state import State, keep_until, to_row
+from limiter.core.state import State
 from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 from limiter.testing._store_suite import StoreConformance
@@ -114,89 +112,6 @@ class TestAsyncPostgresStore(StoreConformance):
 
 
 # -- the function is limiter.core, bit for bit ---------------------------------------
-# The strategies of tests/backends/test_redis_store.py: the function answers the
-# script's argument, so it meets the same inputs.
-
-RATES = st.sampled_from([0.001, 0.5, 1.0, 3.0, 100 / 60, 7.3, 1000.0, 2500.0, 1e6])
-COSTS = st.one_of(
-    st.sampled_from([0, 1, 1, 1, 2, 3, 0.5, 25, 1e9]),
-    st.floats(0, 50, allow_nan=False),
-    st.sampled_from(
-        [
-            *(10**400, 10**5000, math.inf, 1e308, 2**53, 2**53 + 1, 2**60, 5e-324),
-            *(Fraction(1, 3), Fraction(10**400, 3), Fraction(1, 10**400), Fraction(61, 2)),
-            *(Decimal("2.5"), Decimal("1e999"), Decimal("Infinity"), Decimal("1e-400")),
-        ]
-    ),
-    st.integers(1, 30).map(lambda n: n + 1e-7),
-    st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9, math.inf]), st.floats(0, 50)).map(Refund),
-    st.sampled_from([0, 1, 2.5, 1e9, math.inf]).map(lambda t: Refund(t, T0 - 1e9)),
-    st.one_of(
-        st.sampled_from([0, 1, 2.5, 30, 59.5, 60, 1e9, math.inf, 2**53 + 2, 2**54, 2**60]),
-        st.floats(0, 50),
-    ).map(Charge),
-)
-BEHIND = st.one_of(
-    st.sampled_from(
-        [
-            *(1e-9, 0.001, 0.25, 0.999, CLOCK_TOLERANCE, math.nextafter(CLOCK_TOLERANCE, 2)),
-            *(CLOCK_TOLERANCE + 1e-6, CLOCK_TOLERANCE + 0.001, 2.0, 3600.0),
-        ]
-    ),
-    st.floats(0, 2 * CLOCK_TOLERANCE, exclude_min=True),
-).map(lambda seconds: ("behind", seconds))
-OPS = st.lists(
-    st.tuples(
-        st.one_of(
-            st.integers(-3000, 8000).map(lambda ms: ms / 1000),
-            st.floats(-1e4, 1e4, allow_nan=False),
-            st.just(0.0),
-            BEHIND,
-        ),
-        COSTS,
-    ),
-    min_size=1,
-    max_size=40,
-)
-PER_LIMIT = st.one_of(st.none(), st.lists(COSTS, min_size=4, max_size=4))
-LOCKOUTS = st.builds(
-    Lockout,
-    breaches=st.integers(1, 4),
-    within=st.sampled_from([0.5, 1.0, 3.0, 30.0]),
-    duration=st.sampled_from([0.4, 2.0, 5.0, 100.0]),
-)
-
-
-def move(now: float, dt: Any, states: List[Optional[State]]) -> float:
-    """``now + dt``, or for ``("behind", s)`` s seconds before the latest stored update."""
-    if not isinstance(dt, tuple):
-        return now + dt
-    anchors = [state.imag for state in states if state is not None]  # type: ignore[union-attr]
-    return max(anchors) - dt[1] if anchors else now
-
-
-def op_cost(cost: Any, per_limit: Optional[List[Any]], n: int, tuple_form: bool) -> Any:
-    if per_limit is None:
-        return cost
-    costs = per_limit[:n]
-    return tuple(costs) if tuple_form else costs
-
-
-def check_row(store: PostgresStore, key: str, state: Optional[State]) -> None:
-    """The row of ``key`` is ``to_row(state)`` and ``keep_until(state)`` bit for bit, or absent."""
-    with store.pool.connection() as conn:
-        row = conn.execute(
-            f"SELECT a, b, c, keep_until FROM {store.names.table} WHERE key = %s",
-            (row_key(key, store.prefix),),
-        ).fetchone()
-    if state is None:
-        assert row is None
-        return
-    assert row is not None
-    assert tuple(row[:3]) == to_row(state)
-    assert row[3] == keep_until(state)
-
-
 SETTINGS = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -288,21 +203,6 @@ def test_function_matches_step_up_to_2_53_tokens(store: PostgresStore) -> None:
         store.reset(key)
 
 
-# -- window policies wait for the Lua mirror (issue 24) -------------------------------
-
-
-@pytest.mark.parametrize("policy", [FixedWindow(5, 60), SlidingWindow(5, 60)], ids=repr)
-def test_window_policies_are_refused_before_any_io(policy: Any) -> None:
-    # Not computed by apply.sql until issue 24's Lua mirror lands and is
-    # translated: a ValueError, never a wrong answer; nothing is sent.
-    store = PostgresStore("postgresql://nowhere.invalid/db")
-    with pytest.raises(ValueError, match="does not compute"):
-        store.apply("k", policy, 1, T0)
-    with pytest.raises(ValueError, match="does not compute"):
-        store.apply_many(["a", "b"], [Limit(1, 1), policy], 1, T0)
-    assert store.pool is None  # never connected
-
-
 def test_bad_arguments_never_reach_the_server() -> None:
     store = PostgresStore("postgresql://nowhere.invalid/db")
     for bad in (-1, float("nan"), Decimal("NaN"), -(10**400)):
@@ -347,9 +247,86 @@ def test_one_statement_and_one_transaction_per_check(pg: PostgresServer, admin: 
         ).fetchall()
         # Every check is this one statement: no BEGIN, no COMMIT (autocommit:
         # the statement is the transaction), nothing else.
-        assert rows == [(f"SELECT {store.names.apply}($1::text[], $2::text)", 101)]
+        statement = f"SELECT {store.names.apply}(convert_from($1::bytea, 'UTF8')::text[], $2::text)"
+        assert rows == [(statement, 101)]
     finally:
         store.close()
+
+
+# -- what a connection may bring: settings, poolers, encodings ----------------------
+
+#: Checks whose every number needs all 17 digits (a third of a token, rates of 7.3/s).
+AWKWARD = [(Limit(7.3, 3), 1 / 3), (Limit(100 / 60, 5), 0.1), (Limit(1e6, 30), 2.5)]
+
+
+def same_as_step(store: PostgresStore) -> None:
+    """A few checks whose results and rows must be ``step``'s, bit for bit."""
+    for i, (limit, cost) in enumerate(AWKWARD):
+        state = None
+        for k in range(6):
+            now = T0 + k / 7
+            state, expected = step(state, now, limit, cost)
+            assert store.apply(f"awkward{i}", limit, cost, now) == expected
+            check_row(store, f"awkward{i}", state)
+
+
+@pytest.mark.parametrize("digits", [0, -15, 3])
+def test_a_session_with_fewer_float_digits_gets_exact_numbers(
+    pg: PostgresServer, digits: int
+) -> None:
+    # float8out writes %.15g with extra_float_digits 0 (or fewer digits below):
+    # the function raises it for its own transaction, the session keeps its own.
+    from psycopg_pool import ConnectionPool
+
+    def configure(conn: Any) -> None:
+        conn.execute(f"SET extra_float_digits = {digits}")
+
+    with ConnectionPool(
+        pg.url(), min_size=1, max_size=1, kwargs={"autocommit": True}, configure=configure
+    ) as pool:
+        same_as_step(PostgresStore(pool, prefix=unique_prefix()))
+        with pool.connection() as conn:
+            assert conn.execute("SHOW extra_float_digits").fetchone() == (str(digits),)
+
+
+def test_without_prepared_statements_as_behind_an_old_pgbouncer(pg: PostgresServer) -> None:
+    # prepare_threshold=None (docs/stores.md, pgbouncer before 1.21): nothing is
+    # ever prepared on the connection, each check is one unnamed statement.
+    from psycopg_pool import ConnectionPool
+
+    kwargs = {"autocommit": True, "prepare_threshold": None}
+    with ConnectionPool(pg.url(), min_size=1, max_size=1, kwargs=kwargs) as pool:
+        same_as_step(PostgresStore(pool, prefix=unique_prefix()))
+        with pool.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+
+
+def test_a_statement_deallocated_under_the_store_is_prepared_again(store: PostgresStore) -> None:
+    # DISCARD ALL (a pooler's reset) or DEALLOCATE drops the prepared statement:
+    # the next check prepares it again, answering as ever.
+    s = PostgresStore(store.pool, prefix=unique_prefix())
+    for _ in range(3):
+        assert s.apply("k", Limit(1, 5), 1, T0).allowed
+        with store.pool.connection() as conn:
+            conn.execute("DEALLOCATE ALL")
+    assert s.apply("k", Limit(1, 5), 0, T0).remaining == 2
+
+
+def test_keys_are_the_same_rows_whatever_the_client_encoding(pg: PostgresServer) -> None:
+    # Keys travel as UTF-8 bytes: a LATIN1 session finds the rows a UTF8 one wrote.
+    from psycopg_pool import ConnectionPool
+
+    prefix = unique_prefix()
+    kwargs = {"autocommit": True, "client_encoding": "LATIN1"}
+    utf8 = PostgresStore(pg.url(), prefix=prefix)
+    try:
+        with ConnectionPool(pg.url(), min_size=1, max_size=1, kwargs=kwargs) as latin:
+            for key in ("café", "ÿ", 'a\\b"c{},'):
+                assert utf8.apply(key, Limit(0.001, 1), 1, T0).allowed
+                refused = PostgresStore(latin, prefix=prefix).apply(key, Limit(0.001, 1), 1, T0)
+                assert not refused.allowed
+    finally:
+        utf8.close()
 
 
 # -- the server's clock ---------------------------------------------------------------
@@ -392,16 +369,31 @@ def test_injected_clock_is_passed_to_the_function(store: PostgresStore) -> None:
 # -- many processes -------------------------------------------------------------------
 
 
-def hammer(url: str, prefix: str, threads: int, checks: int, start: Any) -> int:
+#: One key each, on a frozen clock (T0: no boundary of an hour's or a day's
+#: windows, nothing refills): each admits exactly 100, however many ask.
+HAMMERED = (
+    Limit(0.001, 100),
+    Quota(100, "day"),
+    FixedWindow(100, 3600),
+    FixedWindow(100, 3600, "first"),
+    SlidingWindow(100, 3600),
+)
+
+
+def hammer(url: str, prefix: str, threads: int, checks: int, start: Any) -> List[int]:
+    """What ``threads`` threads, each checking every ``HAMMERED`` policy ``checks`` times, got."""
     store = PostgresStore(url, prefix=prefix, max_connections=threads, pool_timeout=60)
-    limit = Limit(0.001, 100)  # a frozen clock: nothing refills
-    admitted: List[int] = []
+    admitted = [0] * len(HAMMERED)
     lock = threading.Lock()
 
     def run() -> None:
-        n = sum(store.apply("hot", limit, 1, T0).allowed for _ in range(checks))
+        mine = [0] * len(HAMMERED)
+        for _ in range(checks):
+            for i, policy in enumerate(HAMMERED):
+                mine[i] += store.apply(f"hot{i}", policy, 1, T0).allowed
         with lock:
-            admitted.append(n)
+            for i, n in enumerate(mine):
+                admitted[i] += n
 
     store.ping()
     workers = [threading.Thread(target=run) for _ in range(threads)]
@@ -411,10 +403,10 @@ def hammer(url: str, prefix: str, threads: int, checks: int, start: Any) -> int:
     for worker in workers:
         worker.join()
     store.close()
-    return sum(admitted)
+    return admitted
 
 
-def test_four_processes_of_eight_threads_admit_exactly_burst(pg: PostgresServer) -> None:
+def test_four_processes_of_eight_threads_admit_exactly_burst_and_count(pg: PostgresServer) -> None:
     ctx = multiprocessing.get_context("spawn")
     prefix = unique_prefix()
     with ctx.Manager() as manager:
@@ -422,8 +414,9 @@ def test_four_processes_of_eight_threads_admit_exactly_burst(pg: PostgresServer)
         with ctx.Pool(4) as pool:
             pending = [pool.apply_async(hammer, (pg.url(), prefix, 8, 40, start)) for _ in range(4)]
             start.set()
-            admitted = [p.get(120) for p in pending]
-    assert sum(admitted) == 100  # of 1,280 checks
+            admitted = [p.get(300) for p in pending]
+    # Of 1,280 checks per policy: the bucket's burst, the quota's and the windows' count.
+    assert [sum(column) for column in zip(*admitted)] == [100] * len(HAMMERED)
 
 
 # -- sweeping ---------------------------------------------------------------------------

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from helpers.redis_servers import RedisServer, unique_prefix
 from helpers.redis_state import check_stored, check_stored_until, read_state
+from helpers.step_strategies import LOCKOUTS, OPS, PER_LIMIT, RATES, move, op_cost
 from limiter import Limit, ManualClock, MemoryStore, RateLimiter, StoreError
+from limiter.backends._wire import SCRIPT_SHA
 from limiter.backends.redis import AsyncRedisStore, RedisStore, hash_tag, redis_key
-from limiter.backends.redis._wire import SCRIPT_SHA
 from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import CLOCK_TOLERANCE
@@ -101,66 +102,6 @@ class TestAsyncRedisStore(StoreConformance):
 
 # -- the Lua script is limiter.core.bucket.step ---------------------------------------
 
-RATES = st.sampled_from([0.001, 0.5, 1.0, 3.0, 100 / 60, 7.3, 1000.0, 2500.0, 1e6])
-COSTS = st.one_of(
-    st.sampled_from([0, 1, 1, 1, 2, 3, 0.5, 25, 1e9]),
-    st.floats(0, 50, allow_nan=False),
-    # Any real number, of any size and type (issue 9): the store sends the
-    # script what step uses, and anything above 2**53 as 2**54 (never "inf").
-    st.sampled_from(
-        [
-            *(10**400, 10**5000, math.inf, 1e308, 2**53, 2**53 + 1, 2**60, 5e-324),
-            *(Fraction(1, 3), Fraction(10**400, 3), Fraction(1, 10**400), Fraction(61, 2)),
-            *(Decimal("2.5"), Decimal("1e999"), Decimal("Infinity"), Decimal("1e-400")),
-        ]
-    ),
-    # Above burst by less than the slack: denied however close (bursts are 1..30).
-    st.integers(1, 30).map(lambda n: n + 1e-7),
-    # Refunds, the one negative cost: the script stops the debt at 0 as step does;
-    # a bucket ignores a refund's taken_at (a quota's: tests/core/test_quota.py).
-    st.one_of(st.sampled_from([0, 1, 2.5, 30, 1e9, math.inf]), st.floats(0, 50)).map(Refund),
-    st.sampled_from([0, 1, 2.5, 1e9, math.inf]).map(lambda t: Refund(t, T0 - 1e9)),
-    # Charges, taken unconditionally: into debt, up to one burst owed (max_debt);
-    # above 2**54 sent as 2**54, which takes max_debt as any charge >= 2 * burst.
-    st.one_of(
-        st.sampled_from([0, 1, 2.5, 30, 59.5, 60, 1e9, math.inf, 2**53 + 2, 2**54, 2**60]),
-        st.floats(0, 50),
-    ).map(Charge),
-)
-#: How far behind the latest stored updated_at a late reading goes: within
-#: ``CLOCK_TOLERANCE`` (applied at updated_at), exactly at it, and just beyond
-#: it or well beyond (a clock stepped back: re-anchored).
-BEHIND = st.one_of(
-    st.sampled_from(
-        [
-            *(1e-9, 0.001, 0.25, 0.999, CLOCK_TOLERANCE, math.nextafter(CLOCK_TOLERANCE, 2)),
-            *(CLOCK_TOLERANCE + 1e-6, CLOCK_TOLERANCE + 0.001, 2.0, 3600.0),
-        ]
-    ),
-    st.floats(0, 2 * CLOCK_TOLERANCE, exclude_min=True),
-).map(lambda seconds: ("behind", seconds))
-OPS = st.lists(
-    st.tuples(
-        st.one_of(
-            st.integers(-3000, 8000).map(lambda ms: ms / 1000),
-            st.floats(-1e4, 1e4, allow_nan=False),
-            st.just(0.0),
-            BEHIND,
-        ),
-        COSTS,
-    ),
-    min_size=1,
-    max_size=40,
-)
-
-
-def move(now: float, dt: Any, states: List[Optional[complex]]) -> float:
-    """``now + dt``, or for ``("behind", s)`` s seconds before the latest stored update."""
-    if not isinstance(dt, tuple):
-        return now + dt
-    anchors = [state.imag for state in states if state is not None]
-    return max(anchors) - dt[1] if anchors else now
-
 
 def assert_same(got: Any, expected: Any) -> None:
     assert (got.allowed, got.limit, got.remaining) == (
@@ -206,18 +147,6 @@ def test_script_matches_step(
     client.delete(rkey)
 
 
-#: One cost per limit (the first n of four), or None: the op's one cost for all.
-PER_LIMIT = st.one_of(st.none(), st.lists(COSTS, min_size=4, max_size=4))
-
-
-def op_cost(cost: Any, per_limit: Optional[List[Any]], n: int, tuple_form: bool) -> Any:
-    """The op's cost for ``n`` limits: the one cost, or a tuple (or list) of ``n``."""
-    if per_limit is None:
-        return cost
-    costs = per_limit[:n]
-    return tuple(costs) if tuple_form else costs
-
-
 @settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -244,14 +173,6 @@ def test_script_matches_step_all(
         assert got == expected  # every field, bit for bit (results, policy too)
         states = [check_stored(client, k, s, since) for k, s in zip(rkeys, states)]
     client.delete(*rkeys)
-
-
-LOCKOUTS = st.builds(
-    Lockout,
-    breaches=st.integers(1, 4),
-    within=st.sampled_from([0.5, 1.0, 3.0, 30.0]),
-    duration=st.sampled_from([0.4, 2.0, 5.0, 100.0]),
-)
 
 
 @settings(

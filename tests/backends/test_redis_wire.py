@@ -1,12 +1,14 @@
-"""The Redis wire format (``limiter.backends.redis._wire``) without a server.
+"""The wire format of the Redis script and the PostgreSQL function (``limiter.backends._wire``).
 
 Arguments for every policy (windows too) and kind of cost, replies, keys and hash tags,
-the PX rule, and the grammar that ``_wire.py`` and ``bucket.lua`` share.
+the PX rule, and the grammar that ``_wire.py`` and ``redis/bucket.lua`` share; no server.
 """
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from decimal import Decimal
 from fractions import Fraction
 from importlib.resources import files
@@ -17,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from limiter import Limit, Quota
-from limiter.backends.redis import _wire
+from limiter.backends import _wire
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.lockout import Lockout
@@ -47,6 +49,15 @@ def grammar_lines(lines: List[str], prefix: str) -> List[str]:
             break
         block.append(line[len(prefix) :])
     return block
+
+
+@pytest.mark.parametrize("first", ["limiter.backends._wire", "limiter.backends.postgres"])
+def test_the_wire_loads_the_script_whatever_is_imported_first(first: str) -> None:
+    # _wire reads redis/bucket.lua from its own package: importing the redis
+    # package there (which imports _wire) would be a cycle when _wire comes first.
+    code = f"import {first}, limiter.backends.redis as r; assert r.SCRIPT.startswith('-- ')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_bucket_lua_repeats_the_grammar_verbatim() -> None:

@@ -335,8 +335,8 @@ def client(server: Any) -> Iterator[Any]:
 @pytest.mark.redis
 def test_redis_store(client: Any) -> None:
     from helpers.redis_servers import unique_prefix
+    from limiter.backends._wire import ttl_ms
     from limiter.backends.redis import RedisStore, redis_key
-    from limiter.backends.redis._wire import ttl_ms
 
     store = RedisStore(client, prefix=unique_prefix())
     run_scenario(store)

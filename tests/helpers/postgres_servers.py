@@ -36,6 +36,9 @@ pytest.importorskip(
 
 import psycopg
 
+from limiter.backends.postgres import row_key
+from limiter.core.state import State, keep_until, to_row
+
 #: Where Debian puts a version's binaries (not on PATH there); PATH is searched first.
 _BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
@@ -230,3 +233,22 @@ def wait_until(predicate: Any, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.01)
+
+
+def check_row(store: Any, key: str, state: Optional[State]) -> None:
+    """The row of ``key`` is ``to_row(state)`` and ``keep_until(state)`` bit for bit, or absent.
+
+    ``store`` is a ``PostgresStore`` (its pool, table and prefix are used).
+    """
+    with store.pool.connection() as conn:
+        row = conn.execute(  # binary: exact whatever the session's extra_float_digits
+            f"SELECT a, b, c, keep_until FROM {store.names.table} WHERE key = %s",
+            (row_key(key, store.prefix),),
+            binary=True,
+        ).fetchone()
+    if state is None:
+        assert row is None
+        return
+    assert row is not None
+    assert tuple(row[:3]) == to_row(state)
+    assert row[3] == keep_until(state)

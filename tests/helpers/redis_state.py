@@ -6,7 +6,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Optional
 
-from limiter.backends.redis._wire import ttl_ms
+from limiter.backends._wire import ttl_ms
 from limiter.core.state import State, from_row, keep_until
 
 if TYPE_CHECKING:

@@ -71,7 +71,7 @@ class Refund(float):
     bucket ignores it: a refund never fills one beyond its burst, so after a
     reset or a refill to full it gives nothing back.  Not part of equality.
     ``step`` honours it, and so does every store (the Redis script is sent
-    it: ``limiter.backends.redis._wire``).
+    it: ``limiter.backends._wire``).
     """
 
     __slots__ = ("taken_at",)

@@ -2,7 +2,7 @@
 
 The stores are in ``_store`` (the I/O), the SQL in ``_sql`` and ``apply.sql``
 (``bucket.lua`` in PL/pgSQL); what travels is the Redis script's language
-(``limiter.backends.redis._wire``).  Needs the ``postgres`` extra (psycopg 3
+(``limiter.backends._wire``).  Needs the ``postgres`` extra (psycopg 3
 and psycopg_pool).
 """
 

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Optional, Sequence
 
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 
 #: The version in every function's name: a change of ``apply.sql`` that changes
 #: results bumps it, so that an upgrade installs new functions beside the old.
-VERSION = 1
+VERSION = 2
 
 #: The first key of the stores' advisory locks (``pg_advisory_xact_lock(LOCK_CLASS, hash)``):
 #: "LIMI" in ASCII, apart from an application's own single-key locks.
 LOCK_CLASS = 0x4C494D49
 
-#: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v1``.
-_FUNCTIONS = ("apply", "step", "quota", "lockstatus", "breach", "finish", "cost", "mul")
+#: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v2``.
+_FUNCTIONS = ("apply", "lockstatus", "breach", "mul", "div")
 _LONGEST = max(len(f"_{name}_v{VERSION}") for name in _FUNCTIONS)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -147,8 +147,35 @@ def installed_sql(names: Names) -> str:
 
 
 def apply_sql(names: Names) -> str:
-    """The one statement of a check: ``SELECT apply(keys, argv)``."""
-    return f"SELECT {names.apply}(%s::text[], %s::text)"
+    """The one statement of a check, ``SELECT apply(keys, argv)``, with psycopg's placeholders.
+
+    The keys come as the UTF-8 bytes of a ``text[]`` literal (``array_literal``),
+    whatever the connection's client_encoding.
+    """
+    return f"SELECT {names.apply}(convert_from(%s::bytea, 'UTF8')::text[], %s::text)"
+
+
+class Statement(NamedTuple):
+    """The prepared statement of a check on libpq's level: its name and text."""
+
+    name: bytes
+    text: bytes
+
+
+def apply_statement(names: Names) -> Statement:
+    """``apply_sql`` with ``$1``, ``$2``, named after its own digest (one per table and version)."""
+    text = apply_sql(names).replace("%s", "$1", 1).replace("%s", "$2", 1).encode("utf-8")
+    return Statement(b"limiter_" + hashlib.sha1(text).hexdigest()[:20].encode("ascii"), text)
+
+
+def array_literal(keys: Sequence[str]) -> bytes:
+    """``keys`` as a ``text[]`` literal in UTF-8 (row keys hold no NUL and no lone surrogate)."""
+    quoted = []
+    for key in keys:
+        if '"' in key or "\\" in key:
+            key = key.replace("\\", "\\\\").replace('"', '\\"')
+        quoted.append('"' + key + '"')
+    return ("{" + ",".join(quoted) + "}").encode("utf-8")
 
 
 def sweep_sql(names: Names) -> str:
@@ -169,3 +196,53 @@ def sweep_sql(names: Names) -> str:
 
 def reset_sql(names: Names) -> str:
     return f"DELETE FROM {names.table} WHERE key = %s"
+
+
+def sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> dict:  # type: ignore[type-arg]
+    """``sweep_sql``'s parameters, or the error for a bad ``batch`` or ``max_age``."""
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise TypeError(f"batch must be an int, got {batch!r:.100}")
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch!r}")
+    if now is not None:
+        now = float(now)
+    if max_age is None:
+        horizon = float("-inf")
+    elif now is None:
+        raise ValueError("max_age needs now (the clock of the checks), got now=None")
+    else:
+        horizon = now - float(max_age)
+    return {"now": now, "horizon": horizon, "batch": batch}
+
+
+#: The privileges a store needs on its table: checks read and write, reset and sweep delete.
+PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def ping_sql(names: Names) -> str:
+    """``ping``'s one statement: a peek (``apply_sql``'s parameters), the role, the
+    privileges it lacks on the table, and whether the session is read-only."""
+    table = names.table.replace("'", "''")
+    lacks = ", ".join(
+        f"CASE WHEN NOT has_table_privilege('{table}', '{p}') THEN '{p}' END" for p in PRIVILEGES
+    )
+    return (
+        f"SELECT ({apply_sql(names)[len('SELECT ') :]}), current_user, "
+        f"array_to_string(ARRAY[{lacks}], ', '), current_setting('transaction_read_only')"
+    )
+
+
+def ping_problem(row: Sequence[object], names: Names) -> Optional[str]:
+    """Why ``ping_sql``'s ``row`` says checks cannot run, or ``None``."""
+    _, role, lacks, read_only = row
+    if lacks:
+        return (
+            f"the role {role} may not {lacks} the table {names.table}: grant it "
+            f"({', '.join(PRIVILEGES)}; docs/stores.md, PostgreSQL)"
+        )
+    if read_only == "on":
+        return (
+            "the server is read-only (a replica, or default_transaction_read_only) and "
+            "checks write: point the store at the primary (target_session_attrs=read-write)"
+        )
+    return None

@@ -1,8 +1,8 @@
-"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v1(keys, argv)``, per check.
+"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v2(keys, argv)``, per check.
 
 Imports neither psycopg nor psycopg_pool at module level, so that
 ``import limiter`` works without them; the argument and the reply are the
-Redis script's (``limiter.backends.redis._wire``), the SQL is ``_sql``'s.
+Redis script's (``limiter.backends._wire``), the SQL is ``_sql``'s.
 """
 
 from __future__ import annotations
@@ -13,16 +13,13 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
 from limiter.backends._url import redact_url
+from limiter.backends._wire import Argv, decode_result, decode_results
 from limiter.backends.postgres import _sql
-from limiter.backends.redis._wire import Argv, decode_result, decode_results
+from limiter.backends.postgres._libpq import execute_prepared
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
 from limiter.core.result import RateLimitResult, combine
 from limiter.store import StoreError
-
-#: The policies the installed function computes (``apply.sql``): others are a
-#: ``ValueError`` before any I/O.
-SUPPORTED_KINDS = frozenset({"bucket", "quota", "lockout"})
 
 # A key is stored as text, which cannot hold NUL or a lone surrogate: those,
 # and "%" (so that the mapping stays one-to-one), are written %XXXX.
@@ -52,16 +49,6 @@ def redact_conninfo(conninfo: str) -> str:
     if "://" in conninfo:
         return redact_url(conninfo)
     return _PASSWORD.sub(r"\1***", conninfo)
-
-
-def _supported(policies: Sequence[Any]) -> None:
-    for policy in policies:
-        kind = getattr(policy, "kind", None)
-        if kind is not None and kind not in SUPPORTED_KINDS:
-            raise ValueError(
-                f"PostgresStore does not compute {kind} policies yet (only token buckets, "
-                f"quotas and lockouts), got {policy!r:.100}"
-            )
 
 
 class _PostgresBase:
@@ -113,6 +100,7 @@ class _PostgresBase:
         self.fallback: Any = fallback
         self._argv = Argv(bool(server_time))
         self._apply = _sql.apply_sql(self.names)
+        self._statement = _sql.apply_statement(self.names)
         self._ready = False  # installed (or found installed) since the pool was made
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
@@ -143,20 +131,30 @@ class _PostgresBase:
         """The SQL ``install()`` runs, for a DBA to run where the application may not."""
         return _sql.install_sql(self.names, self.unlogged)
 
-    def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[List[str], str]:
-        """The parameters of an ``apply`` call, or its error before any I/O."""
-        _supported((limit,))
-        return [row_key(key, self.prefix)], self._argv.args((limit,), cost, now)[0].decode("ascii")
+    def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[bytes, bytes]:
+        """The parameters of an ``apply`` call (``apply_sql``'s), or its error before any I/O."""
+        row = row_key(key, self.prefix)
+        return _sql.array_literal((row,)), self._argv.args((limit,), cost, now)[0]
 
     def _many(
         self, keys: Sequence[str], limits: Sequence[Any], cost: Cost, now: Optional[float]
-    ) -> Tuple[List[str], str]:
+    ) -> Tuple[bytes, bytes]:
         """The parameters of an ``apply_many`` call, or its error before any I/O."""
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
-        _supported(limits)
         rows = [row_key(k, self.prefix) for k in keys]
-        return rows, self._argv.many(limits, cost, now)[0].decode("ascii")
+        return _sql.array_literal(rows), self._argv.many(limits, cost, now)[0]
+
+    def _ping_params(self) -> Tuple[bytes, str]:
+        keys, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
+        return keys, argv.decode("ascii")
+
+    def _verdict(self, row: Any) -> None:
+        """``ping``'s verdict on ``ping_sql``'s row: ``StoreError`` if checks cannot run."""
+        decode_result(row[0], _PING_LIMIT, self._kind)
+        why = _sql.ping_problem(row, self.names)
+        if why is not None:
+            raise StoreError(f"{self._kind}: {why}")
 
     def _error(self, exc: BaseException) -> StoreError:
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
@@ -233,7 +231,6 @@ class PostgresStore(_PostgresBase):
     One statement, one transaction per check (a PL/pgSQL function mirroring
     ``limiter.core``).  Every failure (connection, timeout, read-only server,
     a missing table or function) is a ``StoreError`` wrapping the cause.
-    Token buckets, quotas and lockouts; window policies are a ``ValueError``.
     See docs/stores.md "PostgreSQL".
     """
 
@@ -253,13 +250,20 @@ class PostgresStore(_PostgresBase):
             raise self._error(exc) from exc
 
     def ping(self) -> None:
-        """Check that the server answers and the table and function exist, or raise ``StoreError``.
+        """Check that checks can run, or raise ``StoreError`` saying why not.
 
-        A peek at a reserved key that writes nothing; never answered by the
-        fallback.  Call it at start-up.
+        The server answers, the table and the function exist, the role may
+        read and write the table, and the server is not read-only: a peek at
+        a reserved key, which writes nothing, with those questions in the
+        same statement.  Never answered by the fallback.  Call it at start-up
+        (the integrations' start-up check does).
         """
-        rows, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
-        self._failover.run(lambda: decode_result(self._call(rows, argv), _PING_LIMIT, self._kind))
+        params = self._ping_params()
+
+        def ping() -> None:
+            self._verdict(self._execute(_sql.ping_sql(self.names), params))
+
+        self._failover.run(ping)
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
@@ -304,11 +308,11 @@ class PostgresStore(_PostgresBase):
         ``None`` for the server's.  Rows a check holds are skipped, never
         waited for.  Returns the number deleted.
         """
-        params = _sweep_params(now, max_age, batch)
+        params = _sql.sweep_params(now, max_age, batch)
         statement = _sql.sweep_sql(self.names)
         total = 0
         while True:
-            deleted = self._execute(statement, params)
+            deleted: int = self._execute(statement, params)
             total += deleted
             if deleted < batch:
                 return total
@@ -361,42 +365,41 @@ class PostgresStore(_PostgresBase):
         except Exception as exc:
             raise self._not_installed(why, exc) from exc
 
-    def _call(self, rows: List[str], argv: str) -> str:
-        """The function's reply; any failure is a ``StoreError``."""
+    def _call(self, keys: bytes, argv: bytes) -> bytes:
+        """The function's reply; any failure is a ``StoreError``.
+
+        The hot path: a connection from the pool (no context manager), one
+        prepared statement sent through libpq (``_libpq.execute_prepared``).
+        """
         try:
-            with self._connection() as conn:
-                row = conn.execute(self._apply, (rows, argv)).fetchone()
+            pool = self.pool
+            if pool is None or not self._ready:
+                pool = self._prepare()
+            conn = pool.getconn()
         except StoreError:
             raise
         except Exception as exc:
             raise self._error(exc) from exc
-        return row[0]  # type: ignore[no-any-return]
+        try:
+            return execute_prepared(conn, self._statement, (keys, argv))
+        except Exception as exc:
+            raise self._error(exc) from exc
+        finally:
+            pool.putconn(conn)
 
-    def _execute(self, statement: str, params: Any) -> int:
-        """Run ``statement``; its row count.  Any failure is a ``StoreError``."""
+    def _execute(self, statement: str, params: Any) -> Any:
+        """Run ``statement``: its first row, or its row count if it has none.
+
+        Any failure is a ``StoreError``.
+        """
         try:
             with self._connection() as conn:
-                return conn.execute(statement, params).rowcount  # type: ignore[no-any-return]
+                cursor = conn.execute(statement, params)
+                return cursor.fetchone() if cursor.description else cursor.rowcount
         except StoreError:
             raise
         except Exception as exc:
             raise self._error(exc) from exc
-
-
-def _sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> dict:  # type: ignore[type-arg]
-    if isinstance(batch, bool) or not isinstance(batch, int):
-        raise TypeError(f"batch must be an int, got {batch!r:.100}")
-    if batch < 1:
-        raise ValueError(f"batch must be at least 1, got {batch!r}")
-    if now is not None:
-        now = float(now)
-    if max_age is None:
-        horizon = float("-inf")
-    elif now is None:
-        raise ValueError("max_age needs now (the clock of the checks), got now=None")
-    else:
-        horizon = now - float(max_age)
-    return {"now": now, "horizon": horizon, "batch": batch}
 
 
 class AsyncPostgresStore(_PostgresBase):
@@ -426,8 +429,12 @@ class AsyncPostgresStore(_PostgresBase):
 
     async def aping(self) -> None:
         """``PostgresStore.ping`` for asyncio."""
-        rows, argv = self._one(_PING_KEY, _PING_LIMIT, 0, None)
-        await self._failover.arun(lambda: self._aresult(rows, argv, _PING_LIMIT))
+        params = self._ping_params()
+
+        async def ping() -> None:
+            self._verdict(await self._aexecute(_sql.ping_sql(self.names), params))
+
+        await self._failover.arun(ping)
 
     async def aapply(
         self, key: str, limit: Limit, cost: float, now: Optional[float]
@@ -464,11 +471,11 @@ class AsyncPostgresStore(_PostgresBase):
         self, now: Optional[float] = None, max_age: Optional[float] = None, batch: int = 1000
     ) -> int:
         """``PostgresStore.sweep`` for asyncio."""
-        params = _sweep_params(now, max_age, batch)
+        params = _sql.sweep_params(now, max_age, batch)
         statement = _sql.sweep_sql(self.names)
         total = 0
         while True:
-            deleted = await self._aexecute(statement, params)
+            deleted: int = await self._aexecute(statement, params)
             total += deleted
             if deleted < batch:
                 return total
@@ -524,10 +531,16 @@ class AsyncPostgresStore(_PostgresBase):
         except Exception as exc:
             raise self._not_installed(why, exc) from exc
 
-    async def _call(self, rows: List[str], argv: str) -> str:
+    async def _call(self, keys: bytes, argv: bytes) -> str:
+        # psycopg's own path: prepared at first use on each connection, unless
+        # the connection never prepares (prepare_threshold None: a pooler).
         try:
             async with await self._connection() as conn:
-                cursor = await conn.execute(self._apply, (rows, argv))
+                cursor = await conn.execute(
+                    self._apply,
+                    (keys, argv.decode("ascii")),
+                    prepare=conn.prepare_threshold is not None,
+                )
                 row = await cursor.fetchone()
         except StoreError:
             raise
@@ -535,17 +548,17 @@ class AsyncPostgresStore(_PostgresBase):
             raise self._error(exc) from exc
         return row[0]  # type: ignore[no-any-return]
 
-    async def _aresult(self, rows: List[str], argv: str, limit: Any) -> RateLimitResult:
-        return decode_result(await self._call(rows, argv), limit, self._kind)
+    async def _aresult(self, keys: bytes, argv: bytes, limit: Any) -> RateLimitResult:
+        return decode_result(await self._call(keys, argv), limit, self._kind)
 
-    async def _aresults(self, rows: List[str], argv: str, limits: Any) -> RateLimitResult:
-        return combine(decode_results(await self._call(rows, argv), limits, self._kind))
+    async def _aresults(self, keys: bytes, argv: bytes, limits: Any) -> RateLimitResult:
+        return combine(decode_results(await self._call(keys, argv), limits, self._kind))
 
-    async def _aexecute(self, statement: str, params: Any) -> int:
+    async def _aexecute(self, statement: str, params: Any) -> Any:
         try:
             async with await self._connection() as conn:
                 cursor = await conn.execute(statement, params)
-                return cursor.rowcount  # type: ignore[no-any-return]
+                return (await cursor.fetchone()) if cursor.description else cursor.rowcount
         except StoreError:
             raise
         except Exception as exc:

@@ -3,31 +3,46 @@
 -- limiter/backends/redis/bucket.lua translated operation for operation, in
 -- double precision (IEEE 754, as Lua's numbers and Python's floats), so that
 -- every result and every stored number is bit for bit the Python core's;
--- tests/backends/test_postgres_store.py holds them equal.  Change the three
--- together.  The argument and the reply are bucket.lua's (the grammar in
--- limiter/backends/redis/_wire.py's docstring): APPLY(keys, argv) returns
--- "allowed remaining reset_after retry_after" per key.
+-- tests/backends/test_postgres_store.py and test_postgres_windows.py hold
+-- them equal.  Change the three together.  The argument and the reply are
+-- bucket.lua's (the grammar in limiter/backends/_wire.py's docstring):
+-- APPLY(keys, argv) returns "allowed remaining reset_after retry_after" per key.
 --
 --   this file        mirrors (bucket.lua / limiter/core/)
---   COST             readcost / validate_cost (done in Python first)
---   STEP             step / limiter.core.bucket.step and _settle
---   QUOTA            quota / limiter.core.window.count_step
+--   APPLY            the main chunk, load, misfit, finish / limiter.core.many.step_all,
+--                    limiter.core.state.to_row, keep_until;
+--   APPLY's <<step>> readcost, step and windowsteps (epochwindow, openwindow,
+--                    countin, quota, fixed, slide, slid) /
+--                    limiter.core.bucket.step, _settle, limiter.core.window
 --   LOCKSTATUS       lockstatus / limiter.core.lockout.lock_status
 --   BREACH           breach / limiter.core.lockout.breach
---   FINISH           finish and store / limiter.core.state.to_row, keep_until
---   APPLY            the main chunk / limiter.core.many.step_all
---   MUL              a * b as IEEE computes it (PostgreSQL raises on underflow)
+--   MUL, DIV         x * y, x / y as IEEE computes them (PostgreSQL raises on
+--                    underflow and overflow): called only where the operands
+--                    may be that small or large, behind a test.
 --
--- A window policy (" w", " f", " s") is one more branch of STEP, mirroring
--- bucket.lua's (its state's third number goes to column c); the store refuses
--- those policies before any I/O until then.
+-- Speed (a check is about 35 us of server time, of which the UPDATE takes 11,
+-- the SELECT 4): PL/pgSQL prepares each expression anew in every transaction
+-- (0.2 us, and 0.1 to 0.2 more per function or operator in it), and every
+-- check is its own transaction.  So the step is inlined in APPLY (a call
+-- costs 2.5 us), no variable has an initializer but parts, the lock, the
+-- formatting check and now are one expression, clamps are LEAST and GREATEST
+-- (they keep their first argument on a tie, as Lua's "if x > y then x = y"
+-- does, and no NaN ever reaches them), and a call of MUL or DIV (a function:
+-- costly to prepare) stands alone behind its test, not in a CASE of a hot
+-- expression.
 --
 -- State rows: (key, a, b, c, keep_until) = limiter.core.state.to_row(state)
--- and keep_until(state) = a + b.  A missing row is a key never seen.  The
--- keys of a call are locked (transaction-scoped advisory locks, in one global
--- order, so that two calls never deadlock) before they are read: a new key
--- has no row to lock.  Writes are an UPDATE, or an INSERT when the row is
--- gone (a sweep deleted it meanwhile).  now is read after the locks.
+-- and keep_until(state) (a + b, or c for a sliding window's three numbers).
+-- A missing row is a key never seen.  The keys of a call are locked
+-- (transaction-scoped advisory locks, in one global order, so that two calls
+-- never deadlock) before they are read: a new key has no row to lock.
+-- Writes are an UPDATE, or an INSERT when there is no row (a new key, or a
+-- sweep deleted it meanwhile).  now is read after the locks.
+--
+-- Numbers are formatted by float8out, which writes the shortest text that
+-- reads back as the same double (Python's repr) whenever extra_float_digits
+-- is at least 1, PostgreSQL's default since 12: APPLY sets it for the
+-- transaction only when a session lowered it.
 --
 -- Placeholders @LIKE_THIS@ are replaced by _sql.py: the qualified names of
 -- the table and of each function, EPSILON and TOLERANCE (limiter.core's time
@@ -39,99 +54,32 @@ LANGUAGE plpgsql IMMUTABLE STRICT AS $fn$
 BEGIN
   RETURN x * y;
 EXCEPTION WHEN numeric_value_out_of_range THEN
-  -- Only an underflow reaches here (callers never multiply what may
-  -- overflow): IEEE's result is a zero of the product's sign.
+  -- Callers never multiply what may overflow: an underflow, whose IEEE
+  -- result is a zero of the product's sign.
   IF (x < 0) <> (y < 0) THEN RETURN '-0'::float8; END IF;
   RETURN 0::float8;
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @COST@(t text) RETURNS float8[]
+CREATE OR REPLACE FUNCTION @DIV@(x float8, y float8) RETURNS float8
 LANGUAGE plpgsql IMMUTABLE STRICT AS $fn$
--- [cost, mode, taken_at]: mode 1 for a Charge ("!"), 2 for a Refund ("-"), else 0.
-DECLARE
-  pos int;
 BEGIN
-  IF left(t, 1) = '!' THEN RETURN ARRAY[substr(t, 2)::float8, 1, NULL]; END IF;
-  IF left(t, 1) = '-' THEN
-    pos := strpos(t, '@');
-    IF pos > 0 THEN
-      RETURN ARRAY[left(t, pos - 1)::float8, 2, substr(t, pos + 1)::float8];
-    END IF;
-    RETURN ARRAY[t::float8, 2, NULL];
+  RETURN x / y;
+EXCEPTION WHEN numeric_value_out_of_range THEN
+  -- y is never 0 here: an overflow (IEEE: an infinity) or an underflow (a
+  -- zero), of the quotient's sign.
+  IF abs(x) > abs(y) THEN
+    IF (x < 0) <> (y < 0) THEN RETURN '-Infinity'::float8; END IF;
+    RETURN 'Infinity'::float8;
   END IF;
-  RETURN ARRAY[t::float8, 0, NULL];
-END
-$fn$;
-
--- Every step returns [a, b, allowed, remaining, reset_after, retry_after]:
--- the state to write (a NULL: nothing) and the reply's four numbers.
-
-CREATE OR REPLACE FUNCTION @QUOTA@(
-  d float8, u float8, tnow float8, spec text, counttext text, cost float8, mode int, taken float8
-) RETURNS float8[]
-LANGUAGE plpgsql IMMUTABLE AS $fn$
-DECLARE
-  slash int := strpos(spec, '/');
-  qstart float8 := substr(spec, 2, slash - 2)::float8;
-  qend float8 := substr(spec, slash + 1)::float8;
-  cnt float8 := counttext::float8;
-  used float8 := 0.0;
-  wa float8;
-  wb float8;
-  rst float8;
-  rem float8;
-  most float8;
-  after float8;
-  retry float8;
-BEGIN
-  IF d IS NOT NULL AND tnow + @EPSILON@ < u THEN
-    used := d * @QUNSCALE@;
-    IF u > qend AND tnow < qend - @TOLERANCE@ THEN
-      wa := d; wb := qend;  -- a clock stepped back: keep what was used
-    ELSE
-      qend := u;  -- counted in its own window
-    END IF;
-  END IF;
-  rst := qend - tnow;
-  IF cost <= 0 THEN
-    IF taken IS NOT NULL AND taken + @EPSILON@ < qstart THEN
-      NULL;  -- taken in an earlier window, forgiven at its end: nothing to give
-    ELSIF cost < 0 AND used > 0 THEN  -- a refund: never below 0 used
-      used := used + cost;
-      IF used < 0.0 THEN used := 0.0; END IF;
-      wa := CASE WHEN used >= 1e-150 OR used = 0 THEN used * @QSCALE@ ELSE @MUL@(used, @QSCALE@) END;
-      wb := qend;
-    END IF;
-    rem := trunc(cnt - used);
-    IF rem < 0 THEN rem := 0; END IF;
-    RETURN ARRAY[wa, wb, 1, rem, rst, 0];
-  END IF;
-  IF mode = 1 THEN  -- a charge: always taken, up to twice the count
-    most := 2.0 * cnt;
-    after := used + cost;
-    IF NOT (after <= most) THEN after := most; END IF;
-    rem := trunc(cnt - after);
-    IF rem < 0 THEN rem := 0; END IF;
-    RETURN ARRAY[CASE WHEN after >= 1e-150 THEN after * @QSCALE@ ELSE @MUL@(after, @QSCALE@) END,
-                 qend, 1, rem, rst, 0];
-  END IF;
-  IF cost <= cnt AND used + cost <= cnt THEN
-    after := used + cost;
-    RETURN ARRAY[CASE WHEN after >= 1e-150 THEN after * @QSCALE@ ELSE @MUL@(after, @QSCALE@) END,
-                 qend, 1, trunc(cnt - after), rst, 0];
-  END IF;
-  rem := trunc(cnt - used);
-  IF rem < 0 THEN rem := 0; END IF;
-  retry := 'Infinity';
-  IF cost <= cnt THEN retry := rst; END IF;
-  RETURN ARRAY[wa, wb, 0, rem, rst, retry];
+  IF (x < 0) <> (y < 0) THEN RETURN '-0'::float8; END IF;
+  RETURN 0::float8;
 END
 $fn$;
 
 -- [a, b, allowed, remaining, left, left, breaches, run_end]: the state to
--- write, allowed 0 while locked out (left: the seconds of it), and the open
--- run's breaches and end (0 and -Infinity when none).
+-- write (a NULL: nothing), allowed 0 while locked out (left: the seconds of
+-- it), and the open run's breaches and end (0 and -Infinity when none).
 CREATE OR REPLACE FUNCTION @LOCKSTATUS@(
   d float8, u float8, tnow float8, spec text, breachestext text
 ) RETURNS float8[]
@@ -165,6 +113,7 @@ BEGIN
 END
 $fn$;
 
+-- [a, b, NULL, allowed, remaining, reset_after, retry_after] after a denial.
 CREATE OR REPLACE FUNCTION @BREACH@(
   cnt float8, runend float8, tnow float8, spec text, breachestext text
 ) RETURNS float8[]
@@ -186,204 +135,478 @@ BEGIN
   IF cnt >= breaches THEN
     untl := tnow + duration;
     lft := untl - tnow;
-    RETURN ARRAY[@LOCKED@, untl, 0, 0, lft, lft];
+    RETURN ARRAY[@LOCKED@, untl, NULL, 0, 0, lft, lft];
   END IF;
-  RETURN ARRAY[cnt * @QSCALE@, runend, 1, trunc(breaches - cnt), 0, 0];
+  RETURN ARRAY[cnt * @QSCALE@, runend, NULL, 1, trunc(breaches - cnt), 0, 0];
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @STEP@(
-  d float8, u float8, tnow float8, ratetext text, bursttext text, cost float8, mode int, taken float8
-) RETURNS float8[]
-LANGUAGE plpgsql IMMUTABLE AS $fn$
+-- APPLY(keys, argv): the whole check, one key's step inlined (no call: see
+-- the header).  One key: lock, read, step, write, reply.  Several
+-- (limiter.core.many.step_all): lock all, read all, step each in turn, then,
+-- if one refused, step again as a peek (cost 0) each that would have
+-- admitted; a lockout last; then write and reply.  The step of key i reads d,
+-- u, v (its row's a, b, c: NULL for a new key), costtext, spec and counttext
+-- (the grammar's), and leaves res = [a, b, c, allowed, remaining,
+-- reset_after, retry_after]: the state to write (a NULL: nothing; c NULL but
+-- for a sliding window) and the reply's four numbers.  No variable has an
+-- initializer but parts: each would be an expression evaluated on every call,
+-- so each path sets what it uses.
+CREATE OR REPLACE FUNCTION @APPLY@(keys text[], argv text) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
-  kind text := left(ratetext, 1);
-  r float8[];
+  parts text[] := string_to_array(argv, ' ');
+  n int;
+  i int;
+  j int;
+  m int;
+  pass int;  -- several keys: 1 while stepping, 2 while peeking after a refusal
+  h int;
+  tnow float8;
+  d float8;
+  u float8;
+  v float8;
+  costtext text;
+  spec text;
+  counttext text;
+  res float8[];
+  ds float8[];
+  us float8[];
+  vs float8[];
+  cs text[];
+  outs float8[];
+  peeks float8[];
+  replies float8[];
+  lk float8[];
+  locked boolean;
+  admitted boolean;
+  tid tid;
+  -- the step's
+  kind int;
+  cost float8;
+  mode int;  -- readcost: NULL for a request, 1 for a Charge ("!"), 2 for a Refund ("-")
+  taken float8;
+  pos int;
   rate float8;
   burst float8;
   win float8;
   slack float8;
-  iv float8;
-  wa float8;
-  wb float8 := tnow;
   debt float8;
-  most float8;
   after float8;
   remaining float8;
-BEGIN
-  IF kind = 'q' THEN
-    RETURN @QUOTA@(d, u, tnow, ratetext, bursttext, cost, mode, taken);
-  END IF;
-  IF kind = 'l' THEN  -- a lockout alone reports its status, taking nothing
-    r := @LOCKSTATUS@(d, u, tnow, ratetext, bursttext);
-    RETURN r[1:6];
-  END IF;
-  IF kind NOT IN ('0', '1', '2', '3', '4', '5', '6', '7', '8', '9') THEN
-    RAISE EXCEPTION 'limiter: policy "%" is not supported by this version of the function', ratetext
-      USING ERRCODE = 'feature_not_supported';
-  END IF;
-  rate := ratetext::float8;
-  burst := bursttext::float8;
-  win := burst / rate;
-  slack := 1e-3 / rate;
-  IF slack > @EPSILON@ THEN slack := @EPSILON@; END IF;
-  iv := 1 / rate;
-  IF d IS NULL THEN
-    debt := 0.0;
-  ELSIF tnow < u THEN
-    debt := d;
-    IF tnow < u - @TOLERANCE@ THEN
-      wa := d;  -- a clock stepped back: re-anchored at now
-    ELSE
-      wb := u;  -- read before a later reading was applied: applied at u
-    END IF;
-  ELSE
-    debt := d - (tnow - u);
-    IF debt < 0.0 THEN debt := 0.0; END IF;
-  END IF;
-  most := win * 2.0;
-  IF debt > most THEN  -- never more than one burst owed
-    debt := most;
-    wa := most;
-  END IF;
-  IF mode <> 0 OR (cost = 0 AND debt > win + slack) THEN
-    -- A Refund or a Charge, or a peek of a bucket in debt: always admitted.
-    after := debt;
-    IF cost <> 0 THEN
-      IF cost >= 2.0 * burst THEN
-        after := most;
-      ELSE
-        after := debt + CASE WHEN abs(cost) >= 1e-150 AND iv >= 1e-150 THEN cost * iv
-                             ELSE @MUL@(cost, iv) END;
-        IF after < 0.0 THEN after := 0.0; ELSIF after > most THEN after := most; END IF;
-      END IF;
-      wa := after;
-    END IF;
-    remaining := trunc((win - after + slack) * rate);
-    IF remaining > burst THEN remaining := burst; ELSIF remaining < 0 THEN remaining := 0; END IF;
-    RETURN ARRAY[wa, wb, 1, remaining, after, 0];
-  END IF;
-  after := 'Infinity';
-  IF cost <= burst THEN
-    after := debt + CASE WHEN cost = 0 OR (cost >= 1e-150 AND iv >= 1e-150) THEN cost * iv
-                         ELSE @MUL@(cost, iv) END;
-  END IF;
-  IF after <= win + slack THEN
-    remaining := trunc((win - after + slack) * rate);
-    IF remaining > burst THEN remaining := burst; END IF;
-    IF cost = 0 THEN RETURN ARRAY[wa, wb, 1, remaining, debt, 0]; END IF;
-    RETURN ARRAY[after, wb, 1, remaining, after, 0];
-  END IF;
-  remaining := trunc((win - debt + slack) * rate);
-  IF remaining > burst THEN remaining := burst; ELSIF remaining < 0 THEN remaining := 0; END IF;
-  RETURN ARRAY[wa, wb, 0, remaining, debt, after - win];
-END
-$fn$;
-
--- Writes what a step returned (r[1] NULL: nothing) and formats its reply.
--- float8's text is the shortest that reads back as the same double (the
--- function sets extra_float_digits = 1), as Python's repr.
-CREATE OR REPLACE FUNCTION @FINISH@(k text, r float8[]) RETURNS text
-LANGUAGE plpgsql VOLATILE AS $fn$
-BEGIN
-  IF r[1] IS NOT NULL THEN
-    UPDATE @TABLE@ SET a = r[1], b = r[2], c = NULL, keep_until = r[1] + r[2] WHERE key = k;
-    IF NOT FOUND THEN
-      INSERT INTO @TABLE@ (key, a, b, c, keep_until) VALUES (k, r[1], r[2], NULL, r[1] + r[2]);
-    END IF;
-  END IF;
-  RETURN r[3]::int::text || ' ' || r[4]::text || ' ' || r[5]::text || ' ' || r[6]::text;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION @APPLY@(keys text[], argv text) RETURNS text
-LANGUAGE plpgsql VOLATILE SET extra_float_digits = 1 AS $fn$
-DECLARE
-  n int := cardinality(keys);
-  parts text[] := string_to_array(argv, ' ');
-  tnow float8;
-  h int;
-  ds float8[];
-  us float8[];
-  da float8;
-  ub float8;
-  costs float8[];
-  cs text[];
+  wa float8;
+  wb float8;
   r float8[];
-  outs float8[] := '{}';
-  lk float8[];
-  m int;
-  locked boolean := false;
-  admitted boolean;
-  replies text[] := '{}';
+  period float8;
+  cnt float8;
+  moment float8;
+  kw float8;
+  qstart float8;
+  qend float8;
+  begins float8;
+  used float8;
+  rst float8;
+  retry float8;
+  ok float8;
+  untl float8;
+  gap float8;
+  previous float8;
+  current float8;
+  weight float8;
+  estimate float8;
+  target float8;
+  pw float8;
 BEGIN
-  IF n IS NULL OR cardinality(parts) <> 2 + 2 * n THEN
-    RAISE EXCEPTION 'limiter: argument % does not match % keys', argv, coalesce(n, 0)
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF n = 1 THEN
-    PERFORM pg_advisory_xact_lock(@LOCKCLASS@, hashtext(keys[1]));
+  IF cardinality(parts) = 4 AND cardinality(keys) = 1 THEN
+    -- One expression locks the key, checks the formatting (see the header)
+    -- and reads now ("": the server's clock), in that order (CASE's).
+    n := 1; i := 1;
+    tnow := CASE WHEN pg_advisory_xact_lock(@LOCKCLASS@, hashtext(keys[1])) IS NULL THEN NULL
+                 WHEN current_setting('extra_float_digits')::int < 1
+                      AND set_config('extra_float_digits', '1', true) IS NULL THEN NULL
+                 WHEN parts[1] = '' THEN extract(epoch FROM clock_timestamp())::float8
+                 ELSE parts[1]::float8 END;
+    SELECT t.a, t.b, t.c, t.ctid INTO d, u, v, tid FROM @TABLE@ AS t WHERE t.key = keys[1];
+    costtext := parts[2]; spec := parts[3]; counttext := parts[4];
   ELSE
+    n := cardinality(keys);
+    IF n IS NULL OR cardinality(parts) <> 2 + 2 * n THEN
+      RAISE EXCEPTION 'limiter: argument % does not match % keys', argv, coalesce(n, 0)
+        USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     FOR h IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
       PERFORM pg_advisory_xact_lock(@LOCKCLASS@, h);
     END LOOP;
-  END IF;
-  IF parts[1] = '' THEN
-    tnow := extract(epoch FROM clock_timestamp())::float8;  -- the server's clock
-  ELSE
-    tnow := parts[1]::float8;
-  END IF;
-  IF n = 1 THEN
-    SELECT t.a, t.b INTO da, ub FROM @TABLE@ AS t WHERE t.key = keys[1];
-    costs := @COST@(parts[2]);
-    RETURN @FINISH@(keys[1], @STEP@(da, ub, tnow, parts[3], parts[4],
-                                costs[1], costs[2]::int, costs[3]));
-  END IF;
-  -- limiter.core.many.step_all: all admit or none is charged, a lockout last.
-  FOR i IN 1..n LOOP
-    da := NULL; ub := NULL;
-    SELECT t.a, t.b INTO da, ub FROM @TABLE@ AS t WHERE t.key = keys[i];
-    ds[i] := da; us[i] := ub;
-  END LOOP;
-  IF strpos(parts[2], ',') > 0 THEN  -- one cost per key
-    cs := string_to_array(parts[2], ',');
-    IF cardinality(cs) <> n THEN
-      RAISE EXCEPTION 'limiter: % costs for % keys', cardinality(cs), n
-        USING ERRCODE = 'invalid_parameter_value';
+    IF current_setting('extra_float_digits')::int < 1 THEN
+      PERFORM set_config('extra_float_digits', '1', true);
     END IF;
-  ELSE
-    cs := array_fill(parts[2], ARRAY[n]);
-  END IF;
-  m := n;
-  IF left(parts[2 * n + 1], 1) = 'l' THEN
-    m := n - 1;
-    lk := @LOCKSTATUS@(ds[n], us[n], tnow, parts[2 * n + 1], parts[2 * n + 2]);
-    locked := lk[3] = 0;
-  END IF;
-  admitted := NOT locked;
-  FOR i IN 1..m LOOP
-    costs := @COST@(cs[i]);
-    r := @STEP@(ds[i], us[i], tnow, parts[2 * i + 1], parts[2 * i + 2],
-              costs[1], costs[2]::int, costs[3]);
-    IF r[3] = 0 THEN admitted := false; END IF;
-    outs := outs || r;
-  END LOOP;
-  FOR i IN 1..m LOOP
-    r := outs[6 * i - 5 : 6 * i];
-    IF NOT admitted AND r[3] = 1 THEN  -- would have admitted: a peek
-      r := @STEP@(ds[i], us[i], tnow, parts[2 * i + 1], parts[2 * i + 2], 0, 0, NULL);
+    IF parts[1] = '' THEN
+      tnow := extract(epoch FROM clock_timestamp())::float8;
+    ELSE
+      tnow := parts[1]::float8;
     END IF;
-    replies[i] := @FINISH@(keys[i], r);
+    FOR i IN 1..n LOOP
+      d := NULL; u := NULL; v := NULL;
+      SELECT t.a, t.b, t.c INTO d, u, v FROM @TABLE@ AS t WHERE t.key = keys[i];
+      IF FOUND AND (v IS NOT NULL) <> (ascii(parts[2 * i + 1]) = 115) THEN  -- misfit
+        RAISE EXCEPTION 'limiter: key % holds the state of another kind of policy', keys[i]
+          USING ERRCODE = 'data_exception';
+      END IF;
+      ds[i] := d; us[i] := u; vs[i] := v;
+    END LOOP;
+    IF strpos(parts[2], ',') > 0 THEN  -- one cost per key
+      cs := string_to_array(parts[2], ',');
+      IF cardinality(cs) <> n THEN
+        RAISE EXCEPTION 'limiter: % costs for % keys', cardinality(cs), n
+          USING ERRCODE = 'invalid_parameter_value';
+      END IF;
+    ELSE
+      cs := array_fill(parts[2], ARRAY[n]);
+    END IF;
+    m := n;
+    locked := false;
+    IF ascii(parts[2 * n + 1]) = 108 THEN  -- "l": a lockout last, stepped after the others
+      m := n - 1;
+      lk := @LOCKSTATUS@(ds[n], us[n], tnow, parts[2 * n + 1], parts[2 * n + 2]);
+      locked := lk[3] = 0;
+    END IF;
+    admitted := NOT locked;
+    outs := '{}'; peeks := '{}'; pass := 1; i := 0;
+  END IF;
+
+  <<keyloop>>
+  LOOP
+    IF n > 1 THEN  -- the next step: each key in turn, then the peeks
+      LOOP
+        i := i + 1;
+        IF i > m THEN
+          EXIT keyloop WHEN pass = 2 OR admitted;
+          pass := 2; i := 0;
+        ELSIF pass = 1 OR outs[7 * i - 3] = 1 THEN
+          EXIT;
+        END IF;
+      END LOOP;
+      d := ds[i]; u := us[i]; v := vs[i];
+      costtext := CASE WHEN pass = 1 THEN cs[i] ELSE '0' END;
+      spec := parts[2 * i + 1]; counttext := parts[2 * i + 2];
+      mode := NULL; taken := NULL; wa := NULL; wb := NULL;
+    END IF;
+
+    <<step>>
+    BEGIN
+      IF ascii(costtext) IN (33, 45) THEN  -- readcost: "!" or "-"
+        IF ascii(costtext) = 33 THEN
+          mode := 1; cost := substr(costtext, 2)::float8;
+        ELSE
+          mode := 2; pos := strpos(costtext, '@');
+          IF pos > 0 THEN
+            cost := left(costtext, pos - 1)::float8; taken := substr(costtext, pos + 1)::float8;
+          ELSE
+            cost := costtext::float8;
+          END IF;
+        END IF;
+      ELSE
+        cost := costtext::float8;
+      END IF;
+
+      IF ascii(spec) <= 57 AND v IS NULL THEN
+        -- step: a token bucket (a rate's first character is a digit).  wb NULL: now.
+        rate := spec::float8;
+        burst := counttext::float8;
+        win := burst / rate;
+        slack := LEAST(1e-3 / rate, @EPSILON@);
+        IF d IS NOT NULL AND tnow < u THEN
+          debt := d;
+          IF tnow < u - @TOLERANCE@ THEN
+            wa := d;  -- a clock stepped back: re-anchored at now
+          ELSE
+            wb := u;  -- read before a later reading was applied: applied at u
+          END IF;
+        ELSE
+          debt := CASE WHEN d IS NULL THEN 0.0 ELSE GREATEST(d - (tnow - u), 0.0) END;
+        END IF;
+        IF debt > win * 2.0 THEN  -- never more than one burst owed (a state from a larger limit)
+          debt := win * 2.0;
+          wa := debt;
+        END IF;
+        IF mode IS NOT NULL OR (cost = 0 AND debt > win + slack) THEN
+          -- A Refund or a Charge (_settle), or a peek of a bucket in debt: always admitted.
+          after := debt;
+          IF cost <> 0 THEN
+            IF cost >= 2.0 * burst THEN
+              after := win * 2.0;  -- the 2^54 stand-in too
+            ELSE
+              IF abs(cost) >= 1e-150 AND rate <= 1e150 THEN
+                after := LEAST(GREATEST(debt + cost * (1 / rate), 0.0), win * 2.0);
+              ELSE  -- a product that may underflow
+                after := LEAST(GREATEST(debt + @MUL@(cost, 1 / rate), 0.0), win * 2.0);
+              END IF;
+            END IF;
+            wa := after;
+          END IF;
+          res := ARRAY[wa, coalesce(wb, tnow), NULL, 1,
+                       GREATEST(LEAST(trunc((win - after + slack) * rate), burst), 0), after, 0];
+          EXIT step;
+        END IF;
+        IF cost > burst THEN
+          after := 'Infinity';  -- never admitted, however close
+        ELSIF cost = 0 OR (cost >= 1e-150 AND rate <= 1e150) THEN
+          after := debt + cost * (1 / rate);
+        ELSE  -- a product that may underflow (no function in the expression above: see the header)
+          after := debt + @MUL@(cost, 1 / rate);
+        END IF;
+        IF after <= win + slack THEN
+          IF cost = 0 THEN
+            res := ARRAY[wa, coalesce(wb, tnow), NULL, 1,
+                         LEAST(trunc((win - after + slack) * rate), burst), debt, 0];
+            EXIT step;
+          END IF;
+          res := ARRAY[after, coalesce(wb, tnow), NULL, 1,
+                       LEAST(trunc((win - after + slack) * rate), burst), after, 0];
+          EXIT step;
+        END IF;
+        res := ARRAY[wa, coalesce(wb, tnow), NULL, 0,
+                     GREATEST(LEAST(trunc((win - debt + slack) * rate), burst), 0), debt, after - win];
+        EXIT step;
+      END IF;
+
+      kind := ascii(spec);
+      IF d IS NOT NULL AND (v IS NOT NULL) <> (kind = 115) THEN  -- misfit
+        -- Three numbers are a sliding window's state, and only its.
+        RAISE EXCEPTION 'limiter: key % holds the state of another kind of policy', keys[i]
+          USING ERRCODE = 'data_exception';
+      END IF;
+      IF kind = 108 THEN  -- "l": a lockout alone reports its status, taking nothing
+        r := @LOCKSTATUS@(d, u, tnow, spec, counttext);
+        res := ARRAY[r[1], r[2], NULL, r[3], r[4], r[5], r[5]];
+        EXIT step;
+      END IF;
+
+      cnt := counttext::float8;
+      used := 0.0; retry := 0.0; ok := 1;
+      IF kind = 113 THEN
+        -- quota: spec "q<start>/<end>", the current window (the client's).
+        pos := strpos(spec, '/');
+        qstart := substr(spec, 2, pos - 2)::float8;
+        qend := substr(spec, pos + 1)::float8;
+      ELSE
+        period := substr(spec, 2)::float8;
+        moment := tnow + @EPSILON@;
+        IF kind <> 102 THEN
+          -- epochwindow(moment, period): k moved by one where rounding would miss moment.
+          kw := floor(moment / period);
+          qstart := kw * period;
+          IF qstart > moment THEN
+            n := n - 1;
+            qstart := kw * period;
+          END IF;
+          qend := qstart + period;
+          IF qend <= moment THEN
+            qstart := (kw + 1) * period;
+            qend := qstart + period;
+          END IF;
+        END IF;
+      END IF;
+
+      IF kind = 115 THEN
+        -- slide: a sliding window, state (previous, current, until) = (d, u, v).
+        IF mode IS NULL AND cost > cnt THEN cost := 'Infinity'; END IF;  -- cost_or_inf
+        untl := qend + period;
+        previous := 0.0; current := 0.0;
+        IF d IS NOT NULL THEN
+          gap := qstart - (v - 2.0 * period);  -- whole periods, give or take rounding
+          IF gap < -0.5 * period THEN  -- the state's window is ahead of now (rule 6)
+            previous := d; current := u;
+            IF v - 2.0 * period - tnow > @TOLERANCE@ THEN
+              wa := 1;  -- moved, stored even on denial
+            ELSE
+              qstart := v - 2.0 * period; qend := v - period; untl := v;
+            END IF;
+          ELSIF gap < 0.5 * period THEN
+            previous := d; current := u;
+          ELSIF gap < 1.5 * period THEN
+            previous := u;
+          END IF;
+        END IF;
+        IF qend - moment >= 1e-290 THEN
+          weight := LEAST((qend - moment) / period, 1.0);
+        ELSE  -- a quotient that may underflow
+          weight := LEAST(@DIV@(qend - moment, period), 1.0);
+        END IF;
+        IF cost < 0.0 THEN  -- rule 4: a Refund
+          IF taken IS NULL OR taken + @EPSILON@ >= qstart THEN
+            IF current > 0.0 THEN
+              current := GREATEST(current + cost, 0.0);
+              wa := 1;
+            END IF;
+          ELSIF taken + @EPSILON@ >= qstart - period AND previous > 0.0 THEN
+            previous := GREATEST(previous + cost, 0.0);
+            wa := 1;
+          END IF;
+        END IF;
+        -- previous * weight, the estimate's and slid's (previous is final here)
+        IF previous >= 1e-150 OR previous = 0 THEN
+          pw := previous * weight;
+        ELSE  -- a product that may underflow
+          pw := @MUL@(previous, weight);
+        END IF;
+        IF cost > 0.0 THEN
+          estimate := pw + current;
+          IF mode = 1 THEN  -- rule 5
+            current := LEAST(current + cost, 2.0 * cnt);
+            wa := 1;
+          ELSIF floor(estimate) + cost <= cnt THEN  -- rule 2 (cost inf: never)
+            current := current + cost;
+            wa := 1;
+          ELSE  -- _sliding_retry, then less now
+            ok := 0;
+            retry := 'Infinity';
+            IF cost <= cnt THEN  -- rule 3 (inf)
+              target := floor(cnt - cost) + 1.0;
+              IF current < target AND previous > 0.0 THEN
+                IF previous >= 1e-200 THEN
+                  retry := qend - (target - current) * period / previous;
+                ELSE  -- a quotient that may overflow
+                  retry := qend - @DIV@((target - current) * period, previous);
+                END IF;
+              ELSIF current > 0.0 THEN
+                IF current >= 1e-200 THEN
+                  retry := qend + period - target * period / current;
+                ELSE
+                  retry := qend + period - @DIV@(target * period, current);
+                END IF;
+              ELSE
+                retry := qend;
+              END IF;
+            END IF;
+            retry := retry - tnow;
+            IF NOT (retry > 0.0) THEN retry := 0.0; END IF;
+          END IF;
+        END IF;
+        -- slid: the reply's fields, and the state when written.
+        remaining := GREATEST(cnt - floor(pw + current), 0);
+        rst := CASE WHEN current > 0.0 THEN qend + period - tnow
+                    WHEN previous > 0.0 THEN qend - tnow ELSE 0.0 END;
+        IF wa IS NOT NULL THEN
+          res := ARRAY[previous, current, untl, ok, remaining, rst, retry];
+          EXIT step;
+        END IF;
+        res := ARRAY[NULL, NULL, NULL, ok, remaining, rst, retry];
+        EXIT step;
+      END IF;
+
+      IF kind = 102 THEN
+        -- fixed, anchor "first": the window the request that found none open started.
+        qstart := tnow; qend := tnow + period;
+        IF d IS NOT NULL AND tnow + @EPSILON@ < u THEN
+          used := d * @QUNSCALE@;
+          qstart := u - period;
+          IF qstart <= tnow + @TOLERANCE@ THEN
+            qend := u;
+          ELSE  -- rule 6: a clock stepped back, the units moved to a window from now
+            qstart := tnow; qend := tnow + period;
+            wa := used; wb := qend;
+          END IF;
+        END IF;
+      ELSIF d IS NOT NULL AND tnow + @EPSILON@ < u THEN
+        -- openwindow (a quota's or an epoch-aligned fixed window's): a live state
+        -- counts in its own window, unless that starts more than the tolerance
+        -- after now (rule 6: the stored window's start, several windows ahead too).
+        used := d * @QUNSCALE@;
+        begins := GREATEST(u - (qend - qstart), qend);
+        IF u > qend AND tnow < begins - @TOLERANCE@ THEN
+          wa := used; wb := qend;  -- a clock stepped back: keep the units
+        ELSE
+          qend := u;  -- counted in its own window
+        END IF;
+      END IF;
+      -- countin: cost applied to used units of the window [qstart, qend) of cnt
+      -- units; wa (the units, scaled below), wb: a state to write whatever happens.
+      rst := qend - tnow;
+      IF cost <= 0 THEN
+        IF taken IS NOT NULL AND taken + @EPSILON@ < qstart THEN
+          NULL;  -- rule 4: taken in an earlier window, forgiven at its end: nothing to give
+        ELSIF cost < 0 AND used > 0 THEN  -- a refund: never below 0 used
+          used := GREATEST(used + cost, 0.0);
+          wa := used; wb := qend;
+        END IF;
+        ok := 1;
+        remaining := GREATEST(trunc(cnt - used), 0);
+      ELSIF mode = 1 THEN  -- rule 5: a charge, always taken, up to twice the count
+        wa := LEAST(used + cost, 2.0 * cnt); wb := qend;
+        remaining := GREATEST(trunc(cnt - wa), 0);
+      ELSIF cost <= cnt AND used + cost <= cnt THEN
+        wa := used + cost; wb := qend;
+        remaining := trunc(cnt - wa);
+      ELSE
+        ok := 0;
+        remaining := GREATEST(trunc(cnt - used), 0);
+        retry := CASE WHEN cost <= cnt THEN rst ELSE 'Infinity'::float8 END;
+      END IF;
+      IF wa IS NULL THEN
+        res := ARRAY[NULL, NULL, NULL, ok, remaining, rst, retry];
+        EXIT step;
+      END IF;
+      IF wa >= 1e-140 OR wa = 0 THEN
+        res := ARRAY[wa * @QSCALE@, wb, NULL, ok, remaining, rst, retry];
+      ELSE  -- a product that may underflow
+        res := ARRAY[@MUL@(wa, @QSCALE@), wb, NULL, ok, remaining, rst, retry];
+      END IF;
+    END;
+
+    IF n = 1 THEN  -- finish: write the state, and the reply
+      IF res[1] IS NOT NULL THEN
+        UPDATE @TABLE@ SET a = res[1], b = res[2], c = res[3],
+                           keep_until = coalesce(res[3], res[1] + res[2])
+          WHERE ctid = tid;  -- the row read above, which the lock keeps
+        IF NOT FOUND THEN  -- a new key, or a sweep deleted the row meanwhile
+          INSERT INTO @TABLE@ AS t (key, a, b, c, keep_until)
+            VALUES (keys[1], res[1], res[2], res[3], coalesce(res[3], res[1] + res[2]))
+            ON CONFLICT (key) DO UPDATE SET a = excluded.a, b = excluded.b, c = excluded.c,
+                                            keep_until = excluded.keep_until;
+        END IF;
+      END IF;
+      RETURN array_to_string(res[4:7], ' ');
+    END IF;
+    IF pass = 1 THEN
+      outs := outs || res;
+      IF res[4] = 0 THEN admitted := false; END IF;
+    ELSE
+      peeks := peeks || res;
+    END IF;
   END LOOP;
+
   IF m < n THEN
     IF locked THEN
-      replies[n] := @FINISH@(keys[n], ARRAY[lk[1], lk[2], 0, 0, lk[5], lk[5]]);
+      outs := outs || ARRAY[lk[1], lk[2], NULL, 0, 0, lk[5], lk[5]];
     ELSIF admitted THEN
-      replies[n] := @FINISH@(keys[n], ARRAY[NULL, NULL, 1, lk[4], 0, 0]::float8[]);
+      outs := outs || ARRAY[NULL, NULL, NULL, 1, lk[4], 0, 0]::float8[];
     ELSE  -- a denial is a breach
-      replies[n] := @FINISH@(keys[n], @BREACH@(lk[7], lk[8], tnow, parts[2 * n + 1], parts[2 * n + 2]));
+      outs := outs || @BREACH@(lk[7], lk[8], tnow, parts[2 * n + 1], parts[2 * n + 2]);
     END IF;
   END IF;
+  -- finish: write each state (a peek's in place of a step that would have
+  -- admitted), and the reply: four numbers per key.
+  replies := '{}'; j := 0;
+  FOR i IN 1..n LOOP
+    res := outs[7 * i - 6 : 7 * i];
+    IF i <= m AND NOT admitted AND res[4] = 1 THEN
+      j := j + 1;
+      res := peeks[7 * j - 6 : 7 * j];
+    END IF;
+    IF res[1] IS NOT NULL THEN
+      UPDATE @TABLE@ SET a = res[1], b = res[2], c = res[3],
+                         keep_until = coalesce(res[3], res[1] + res[2])
+        WHERE key = keys[i];
+      IF NOT FOUND THEN
+        INSERT INTO @TABLE@ AS t (key, a, b, c, keep_until)
+          VALUES (keys[i], res[1], res[2], res[3], coalesce(res[3], res[1] + res[2]))
+          ON CONFLICT (key) DO UPDATE SET a = excluded.a, b = excluded.b, c = excluded.c,
+                                          keep_until = excluded.keep_until;
+      END IF;
+    END IF;
+    replies := replies || res[4:7];
+  END LOOP;
   RETURN array_to_string(replies, ' ');
 END
 $fn$;

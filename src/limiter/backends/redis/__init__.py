@@ -7,9 +7,9 @@ asyncio auto-pipeline in ``_pipeline``.
 """
 
 # Re-exported for the tests and operators' scripts (users import the stores from ``limiter``).
+from limiter.backends._wire import SCRIPT as SCRIPT
+from limiter.backends._wire import hash_tag as hash_tag
+from limiter.backends._wire import redis_key as redis_key
 from limiter.backends.redis._connection import PoolFullError as PoolFullError
 from limiter.backends.redis._store import AsyncRedisStore as AsyncRedisStore
 from limiter.backends.redis._store import RedisStore as RedisStore
-from limiter.backends.redis._wire import SCRIPT as SCRIPT
-from limiter.backends.redis._wire import hash_tag as hash_tag
-from limiter.backends.redis._wire import redis_key as redis_key

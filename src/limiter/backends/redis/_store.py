@@ -9,6 +9,15 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
+from limiter.backends._wire import (
+    SCRIPT,
+    SCRIPT_SHA,
+    Argv,
+    decode_result,
+    decode_results,
+    encode_key,
+    encode_keys,
+)
 from limiter.backends.redis._config import is_cluster, warn_of_problems
 from limiter.backends.redis._connection import (
     Connections,
@@ -17,15 +26,6 @@ from limiter.backends.redis._connection import (
     pool_full,
     pool_wait,
     wait_for_pool,
-)
-from limiter.backends.redis._wire import (
-    SCRIPT,
-    SCRIPT_SHA,
-    Argv,
-    decode_result,
-    decode_results,
-    encode_key,
-    encode_keys,
 )
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit

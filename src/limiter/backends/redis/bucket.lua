@@ -1,5 +1,5 @@
 -- limiter's policies for Redis and Valkey: limiter.core's steps in Lua, run by
--- EVALSHA for every check (limiter/backends/redis/_wire.py loads this file and
+-- EVALSHA for every check (limiter/backends/_wire.py loads this file and
 -- speaks its language).  The grammar of its argument, reply and stored
 -- values (_wire.py's, verbatim; tests/backends/test_redis_wire.py holds the two equal):
 --

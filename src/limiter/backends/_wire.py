@@ -1,7 +1,9 @@
-"""The private language of ``RedisStore`` and ``bucket.lua``: arguments, replies, keys, expiry.
+"""The private language of the server-side stores: arguments, replies, keys, expiry.
 
-The one owner of it on the Python side; ``bucket.lua``'s header repeats the
-grammar below verbatim (``tests/backends/test_redis_wire.py`` holds the two equal)::
+Spoken by ``RedisStore`` to ``redis/bucket.lua`` and by ``PostgresStore`` to
+``postgres/apply.sql`` (the same argument, the same reply); the one owner of
+it on the Python side.  ``bucket.lua``'s header repeats the grammar below
+verbatim (``tests/backends/test_redis_wire.py`` holds the two equal)::
 
     argv    = now " " costs policy { policy } ;  (* ARGV[1]: one policy per KEYS[i] *)
     now     = "" | number ;                       (* "": the server's TIME *)
@@ -22,8 +24,9 @@ grammar below verbatim (``tests/backends/test_redis_wire.py`` holds the two equa
     allowed = "1" | "0" ;                         (* the other three: %d or %.17g *)
     stored  = number " " number [ " " number ] ;  (* PX = ttl_ms(seconds); 3: sliding *)
 
-Keys: ``redis_key`` (one-to-one, always with a cluster hash tag).  Why one
-argument string: CONTRIBUTING.md "Hot paths".
+Redis keys: ``redis_key`` (one-to-one, always with a cluster hash tag);
+PostgreSQL's are its rows' (``postgres.row_key``).  Why one argument string:
+CONTRIBUTING.md "Hot paths".
 """
 
 from __future__ import annotations
@@ -40,10 +43,13 @@ from limiter.store import StoreError
 
 
 def _load_script() -> str:
-    """``bucket.lua``, its ``EPSILON`` and ``TOLERANCE`` replaced by core's constants' reprs."""
+    """``redis/bucket.lua``, with ``EPSILON`` and ``TOLERANCE`` as core's constants' reprs."""
     from importlib.resources import files  # Python >= 3.9
 
-    text = files(__package__).joinpath("bucket.lua").read_text(encoding="utf-8")
+    # Found from this package, not limiter.backends.redis: importing that
+    # package (which imports this module) would make a cycle.
+    script = files(__package__).joinpath("redis").joinpath("bucket.lua")
+    text = script.read_text(encoding="utf-8")
     for placeholder, value in (("EPSILON", TIME_EPSILON), ("TOLERANCE", CLOCK_TOLERANCE)):
         if placeholder not in text:
             raise RuntimeError(

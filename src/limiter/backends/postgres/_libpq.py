@@ -1,0 +1,46 @@
+"""The check's one statement on libpq's level, for ``PostgresStore``.
+
+psycopg's own ``execute`` (a cursor, adapters, its prepared-statement manager)
+costs the client more than the server's whole check; this module sends the
+prepared statement straight through the connection's ``pgconn`` (psycopg's
+documented libpq wrapper), and raises psycopg's error for a failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+from limiter.backends.postgres._sql import Statement
+
+#: libpq's codes: a result with rows, a command done, and the SQLSTATE field.
+_TUPLES_OK = 2
+_COMMAND_OK = 1
+_SQLSTATE = 67
+#: The parameters' formats: the keys' bytes as binary (bytea), argv as text.
+_FORMATS = (1, 0)
+
+
+def execute_prepared(conn: Any, statement: Statement, params: Tuple[bytes, bytes]) -> bytes:
+    """``statement``'s one value, run on ``conn``'s libpq connection (psycopg's own API
+    costs more than the server's whole check); a failure raises psycopg's error.
+
+    The statement is prepared on the connection the first time it is missing
+    there (SQLSTATE 26000), and never with ``prepare_threshold=None`` (a
+    pooler that cannot keep prepared statements).
+    """
+    pgconn = conn.pgconn
+    if conn.prepare_threshold is None:
+        result = pgconn.exec_params(statement.text, params, None, _FORMATS)
+    else:
+        result = pgconn.exec_prepared(statement.name, params, _FORMATS)
+        if result.status != _TUPLES_OK and result.error_field(_SQLSTATE) == b"26000":
+            prepared = pgconn.prepare(statement.name, statement.text)
+            if prepared.status != _COMMAND_OK:
+                result = prepared
+            else:
+                result = pgconn.exec_prepared(statement.name, params, _FORMATS)
+    if result.status != _TUPLES_OK:
+        from psycopg.errors import error_from_result
+
+        raise error_from_result(result, encoding=conn.info.encoding)
+    return result.get_value(0, 0)  # type: ignore[no-any-return]
