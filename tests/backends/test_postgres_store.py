@@ -113,7 +113,7 @@ class TestAsyncPostgresStore(StoreConformance):
 
 # -- the function is limiter.core, bit for bit ---------------------------------------
 SETTINGS = settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
 

@@ -78,7 +78,7 @@ def shared(store: PostgresStore) -> PostgresStore:
 
 
 @settings(
-    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given_a_window
 def test_function_matches_step_for_a_window(
@@ -99,7 +99,7 @@ def stored_in(store: PostgresStore) -> Any:
 
 
 @settings(
-    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given_windows_and_others
 def test_function_matches_step_all_with_windows(
@@ -128,7 +128,7 @@ QUOTAS = st.builds(
 
 
 @settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(quota=QUOTAS, start=STARTS, ops=WINDOW_OPS)
 def test_function_matches_step_for_a_quota(

@@ -54,7 +54,7 @@ def client(server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given_a_window
 def test_script_matches_step_for_a_window(
@@ -84,7 +84,7 @@ def check_key(
 
 
 @settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given_windows_and_others
 def test_script_matches_step_all_with_windows(
