@@ -8,7 +8,7 @@ documented libpq wrapper), and raises psycopg's error for a failure.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, List
 
 from limiter.backends.postgres._sql import Statement
 
@@ -17,10 +17,10 @@ _TUPLES_OK = 2
 _COMMAND_OK = 1
 _SQLSTATE = 67
 #: The parameters' formats: the keys' bytes as binary (bytea), argv as text.
-_FORMATS = (1, 0)
+_FORMATS = [1, 0]  # lists: psycopg 3.2's C wrapper refuses tuples
 
 
-def execute_prepared(conn: Any, statement: Statement, params: Tuple[bytes, bytes]) -> bytes:
+def execute_prepared(conn: Any, statement: Statement, params: List[bytes]) -> bytes:
     """``statement``'s one value, run on ``conn``'s libpq connection (psycopg's own API
     costs more than the server's whole check); a failure raises psycopg's error.
 

@@ -381,7 +381,7 @@ class PostgresStore(_PostgresBase):
         except Exception as exc:
             raise self._error(exc) from exc
         try:
-            return execute_prepared(conn, self._statement, (keys, argv))
+            return execute_prepared(conn, self._statement, [keys, argv])
         except Exception as exc:
             raise self._error(exc) from exc
         finally:
