@@ -126,7 +126,14 @@ def fixed_step(
     else:
         value, forced, taken = counted_cost(cost, policy.count, now)  # step's errors, in order
     if policy.anchor == "epoch":
-        start, end = epoch_window(now + TIME_EPSILON, policy.period)
+        # epoch_window's usual case inline (CONTRIBUTING.md, "Hot paths"); it
+        # is asked only where rounding gives a window not holding the moment.
+        period = policy.period
+        moment = now + TIME_EPSILON
+        start = _floor(moment / period) * period
+        end = start + period
+        if not start <= moment < end:
+            start, end = epoch_window(moment, period)
         return count_step(state, now, policy, value, forced, taken, start, end, detail)
     state, used, start, end = policy._first(state, now)
     return count_step(state, now, policy, value, forced, taken, start, end, detail, used)
