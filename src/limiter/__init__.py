@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from limiter.backends.sqlite import SQLiteStore
     from limiter.clock import Clock, ManualClock, SystemClock
     from limiter.core.bucket import step
+    from limiter.core.concurrency import Concurrency
     from limiter.core.costs import Charge, Refund
     from limiter.core.limits import Limit
     from limiter.core.lockout import Lockout
@@ -43,6 +44,7 @@ __all__ = [
     "Charge",
     "ClientIP",
     "Clock",
+    "Concurrency",
     "DecisionEvent",
     "DenyCache",
     "FixedWindow",
@@ -95,6 +97,7 @@ _LAZY = {
     "DENIED_BODY": "limiter.http.responses",
     "DecisionEvent": "limiter.events",
     "DenyCache": "limiter.backends.denycache",
+    "Concurrency": "limiter.core.concurrency",
     "FixedWindow": "limiter.core.window",
     "Limit": "limiter.core.limits",
     "Lockout": "limiter.core.lockout",

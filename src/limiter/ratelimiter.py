@@ -5,22 +5,22 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-import threading
 import time
 from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar, Union
 
-from limiter import waiting
+from limiter import cleanup, waiting
 from limiter._observed import Observed
 from limiter.backends.memory import MemoryStore
-from limiter.clock import Clock, SystemClock, finite_seconds
-from limiter.core.costs import Charge, Refund
+from limiter.clock import Clock, SystemClock
+from limiter.core.costs import Charge, Hold, Refund
 from limiter.core.keys import MAX_KEY_LENGTH, refuse_rate_key
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
 from limiter.core.result import RateLimitResult
 from limiter.core.spec import AnyLimit, CostSpec, NamedCosts, RateSpec, default_name, policies
 from limiter.events import Observer, Outcome
-from limiter.store import AsyncStore, Store, SupportsAllow, Sweepable, is_nonblocking
+from limiter.slots import Slot
+from limiter.store import AsyncStore, Store, SupportsAllow, is_nonblocking
 
 _Apply = Callable[[str, Policy, float, Optional[float]], RateLimitResult]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -467,6 +467,44 @@ class RateLimiter(Observed):
         for skey in self._storage_keys(key) if self._many else [self.storage_key(key)]:
             await self._async.areset(skey)
 
+    # -- slots (limiter.slots) ----------------------------------------------
+
+    def slot(self, key: str, cost: CostSpec = 1) -> Slot:
+        """A slot of this limiter's ``Concurrency`` policies for ``key``, to hold while working.
+
+        ``with limiter.slot(key):`` takes the slot and ``cost`` from the
+        other policies, all or nothing (``RateLimitExceeded`` when refused),
+        and gives the slot back at the end, exception or not; ``slot.renew()``
+        extends its lease.  ``cost`` is ``check``'s.  docs/concurrency.md.
+        """
+        return Slot(self, key, self._named.validate(cost))
+
+    def aslot(self, key: str, cost: CostSpec = 1) -> Slot:
+        """``slot`` for ``async with limiter.aslot(key):`` (the store's async methods)."""
+        return Slot(self, key, self._named.validate(cost))
+
+    def _slot_plan(
+        self, key: str, cost: Any, hold: Hold
+    ) -> Tuple[bool, Any, Any, Any, Optional[float]]:
+        # What a slot asks its store: (True, key, policy, hold, now) for a
+        # one-policy limiter's apply, else (False, keys, policies, costs, now)
+        # for apply_many: a take charges every policy (the Hold to the
+        # Concurrency ones, 0 to a lockout), a give or renew only the
+        # Concurrency policies' keys.
+        if not self._many:
+            return True, self.storage_key(key), self._limit, hold, self._now()
+        keys = self._storage_keys(key)
+        applied = self._applied
+        costs: List[Any] = list(cost) if cost.__class__ is tuple else [cost] * len(self.limits)
+        if self.lockout is not None:
+            costs.append(0.0)
+        mine = [i for i, policy in enumerate(applied) if policy.kind == "concurrency"]
+        if hold.action == "take":
+            for i in mine:
+                costs[i] = hold
+            return False, keys, applied, tuple(costs), self._now()
+        return False, [keys[i] for i in mine], [applied[i] for i in mine], hold, self._now()
+
     # -- waiting for tokens (client side: limiter.waiting) -------------------
 
     def acquire(
@@ -533,45 +571,4 @@ class RateLimiter(Observed):
         thread and joins it; calling it again does nothing.  Needs a store with
         ``sweep(now, max_age)`` (``MemoryStore``; Redis expires keys itself).
         """
-        store = self.store
-        if not (isinstance(store, Sweepable) and callable(store.sweep)):
-            raise TypeError(f"{store!r} has no sweep(); it does not need a cleanup thread")
-        sweep = store.sweep
-        seconds = finite_seconds(interval, "interval")
-        # threading's waits take at most TIMEOUT_MAX: a longer one would kill
-        # the thread at its first wait and sweeping would silently stop.
-        if not 0 < seconds <= threading.TIMEOUT_MAX:
-            raise ValueError(
-                f"interval must be a number of seconds > 0 and <= threading.TIMEOUT_MAX "
-                f"({threading.TIMEOUT_MAX:g}), got {interval!r:.100}"
-            )
-        if max_age is not None:
-            if isinstance(max_age, bool) or not isinstance(max_age, (int, float)):
-                raise TypeError(
-                    f"max_age must be None or a number of seconds >= 0, got {max_age!r}"
-                )
-            if not max_age >= 0:  # also NaN
-                raise ValueError(
-                    f"max_age must be None or a number of seconds >= 0, got {max_age!r}"
-                )
-        stopping = threading.Event()
-        clock = self.clock
-
-        def run() -> None:
-            while True:
-                try:
-                    sweep(clock.now(), max_age)
-                except Exception:  # keep sweeping: one bad pass must not end cleanup
-                    _log.exception("limiter cleanup: sweep failed")
-                if stopping.wait(interval):
-                    return
-
-        thread = threading.Thread(target=run, name=f"limiter-cleanup[{self.name}]", daemon=True)
-        thread.start()
-
-        def stop() -> None:
-            stopping.set()
-            if thread is not threading.current_thread():
-                thread.join()
-
-        return stop
+        return cleanup.start(self.store, self.clock, self.name, max_age, interval)

@@ -20,6 +20,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
         "Clock",
         "DecisionEvent",
         "DenyCache",
+        "Concurrency",
         "FixedWindow",
         "Limit",
         "Lockout",

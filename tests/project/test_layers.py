@@ -37,6 +37,8 @@ LEVELS: Dict[str, int] = {
     "limiter.waiting": 5,
     "limiter._observed": 5,
     "limiter.ratelimiter": 5,
+    "limiter.slots": 5,
+    "limiter.cleanup": 5,
     "limiter.http.rules": 6,
     "limiter.http.options": 6,
     "limiter.clients": 6,

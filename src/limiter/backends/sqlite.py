@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import math
 import os
 import sqlite3
 import threading
@@ -463,13 +462,7 @@ def _count(conn: sqlite3.Connection) -> int:
 def _state(row: Tuple[Any, Any, Any], blob: bytes) -> State:
     """A stored row as a state; a row no store wrote (corrupt) is a ``StoreError``."""
     try:
-        first, second = float(row[0]), float(row[1])
-        third = None if row[2] is None else float(row[2])
+        return from_row(*row)
     except (TypeError, ValueError):
-        first = second = math.nan
-        third = None
-    if not (math.isfinite(first) and math.isfinite(second)) or (
-        third is not None and not math.isfinite(third)
-    ):
-        raise StoreError(f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}")
-    return from_row(first, second, third)
+        corrupt = f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}"
+        raise StoreError(corrupt) from None

@@ -126,6 +126,37 @@ class Charge(float):
         return f"Charge({float(self)!r})"
 
 
+class Hold(float):
+    """A slot of a ``Concurrency`` policy taken, given back or renewed by ``holder``.
+
+    ``action`` is ``"take"`` (worth 1.0), ``"give"`` or ``"renew"`` (0.0);
+    ``holder`` is the number the taker drew (an integer below 2**53, exact in
+    every store).  ``RateLimiter.slot`` makes them; a store sends them to
+    the concurrency step as they are (``limiter.core.concurrency``).
+    """
+
+    __slots__ = ("action", "holder")
+
+    action: str
+    holder: float
+
+    def __new__(cls, holder: float, action: str = "take") -> Hold:
+        if action not in ("take", "give", "renew"):
+            raise ValueError(f"hold action must be 'take', 'give' or 'renew', got {show(action)}")
+        if holder.__class__ is not float or not (0.0 < holder < 2.0**53) or not holder.is_integer():
+            raise ValueError(f"holder must be a whole float from 1 to 2**53, got {show(holder)}")
+        self = super().__new__(cls, 1.0 if action == "take" else 0.0)
+        self.action = action
+        self.holder = holder
+        return self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (Hold, (self.holder, self.action))
+
+    def __repr__(self) -> str:
+        return f"Hold({self.holder!r}, {self.action!r})"
+
+
 #: What ``step_all`` and ``Store.apply_many`` accept as a cost: one number
 #: for every limit, or a sequence of one number per limit (a list or tuple).
 Cost = Union[float, Sequence[float]]
@@ -206,6 +237,6 @@ def checked_cost(cost: object) -> float:
     (``validate_costs``, ``RateLimiter``'s mappings, SQLite): a Refund is
     negative and a Charge unconditional on purpose, and ``step`` settles both.
     """
-    if cost.__class__ is Refund or cost.__class__ is Charge:
+    if (cls := cost.__class__) is Refund or cls is Charge or cls is Hold:
         return cost  # type: ignore[return-value,unused-ignore]
     return validate_cost(cost)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from limiter.core._values import show
+from limiter.core.concurrency import Concurrency
 from limiter.core.costs import checked_cost
 from limiter.core.limits import Limit, check_name
 from limiter.core.lockout import Lockout
@@ -18,7 +19,7 @@ from limiter.core.quota import Quota
 from limiter.core.window import FixedWindow, SlidingWindow
 
 #: A limit a ``RateLimiter`` applies: any policy but a ``Lockout``.
-AnyLimit = Union[Limit, Quota, FixedWindow, SlidingWindow]
+AnyLimit = Union[Limit, Quota, FixedWindow, SlidingWindow, Concurrency]
 
 #: What ``algorithm=`` names: the policy a rate string or a number becomes.
 ALGORITHMS: Dict[str, Any] = {

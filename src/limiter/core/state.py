@@ -14,21 +14,27 @@ and this module alone builds or reads one (``bucket.py``'s hot path inlines
 * A ``SlidingWindow``: ``(previous, current, until)``, the units counted in
   the previous and the current window, and the end of the window after the
   current one (when both are forgotten).
+* A ``Concurrency`` policy's leases: ``(holder, expiry, ..., until)``, a
+  pair per slot held (in the order taken), then the last expiry (or the
+  time the last slot was given back).
 
 The scaled counts are far below half a unit in the last place of any time,
 so ``keep_until`` (``real + imag``) is the bucket's "full again" time, the
 window's end and the lockout's run or lock end alike, and scaling by a
 power of two gives the counts back exactly.  ``None`` is a key never seen.
-A store with columns keeps ``to_row``'s three numbers (the third ``None``
-but for a sliding window).
+A store with columns keeps ``to_row``'s three values (the third ``None``
+but for a sliding window, and ``bytes`` for leases).  A tuple's last
+number is always when it may be forgotten.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+import math
+import struct
+from typing import Optional, Sequence, Tuple, Union
 
 #: One policy's state of one key (see the module docstring).
-State = Union[complex, Tuple[float, float, float]]
+State = Union[complex, Tuple[float, ...]]
 
 _SCALE = 2.0**-600
 _UNSCALE = 2.0**600
@@ -66,6 +72,23 @@ def read_sliding(state: State) -> Tuple[float, float, float]:
     return state  # type: ignore[return-value]
 
 
+class Leases(tuple):  # type: ignore[type-arg]
+    """A concurrency policy's state: a tuple that says what it holds (``to_row`` packs it)."""
+
+    __slots__ = ()
+
+
+def leases_state(pairs: Sequence[float], now: float) -> State:
+    """Leases ``[holder, expiry, ...]`` at ``now``, forgotten at the last expiry (or ``now``)."""
+    expiries = pairs[1::2]
+    return Leases((*pairs, max(expiries) if expiries else now))
+
+
+def read_leases(state: State) -> Tuple[float, ...]:
+    """The ``(holder, expiry, ...)`` pairs of a concurrency policy's ``state``."""
+    return state[:-1]  # type: ignore[index]
+
+
 def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
     """A lockout's state: ``breaches`` in a run ending at ``end``, or locked until ``end``.
 
@@ -87,18 +110,43 @@ def is_locked(state: State) -> bool:
     return state.__class__ is complex and state.real < 0.0
 
 
-def to_row(state: State) -> Tuple[float, float, Optional[float]]:
-    """Any policy's ``state`` as three numbers for a store with columns, the last maybe ``None``."""
-    if state.__class__ is tuple:
-        return state
+Row = Tuple[float, float, Optional[Union[float, bytes]]]
+
+
+def to_row(state: State) -> Row:
+    """Any policy's ``state`` as three values for a store with columns.
+
+    ``(real, imag, None)`` for a complex state, a sliding window's three
+    numbers, and for leases ``(slots held, until, the pairs as bytes)``
+    (little-endian doubles).
+    """
+    cls = state.__class__
+    if cls is Leases:
+        pairs = state[:-1]  # type: ignore[index]
+        return len(pairs) / 2.0, state[-1], struct.pack(f"<{len(pairs)}d", *pairs)  # type: ignore[index]
+    if cls is tuple:
+        return state  # type: ignore[return-value]
     return state.real, state.imag, None  # type: ignore[union-attr]
 
 
-def from_row(first: float, second: float, third: Optional[float] = None) -> State:
-    """The state ``to_row`` gave ``(first, second, third)`` for."""
+def from_row(first: object, second: object, third: object = None) -> State:
+    """The state ``to_row`` gave ``(first, second, third)`` for.
+
+    A row no store wrote (a non-number, NaN or infinity, a lease blob of the
+    wrong length) is a ``ValueError`` or ``TypeError``.
+    """
+    numbers = [float(first), float(second)]  # type: ignore[arg-type]
+    if third.__class__ is bytes:
+        if len(third) % 16:
+            raise ValueError(f"leases of {len(third)} bytes: not pairs of doubles")
+        numbers[:1] = struct.unpack(f"<{len(third) // 8}d", third)
+    elif third is not None:
+        numbers.append(float(third))  # type: ignore[arg-type]
+    if not all(map(math.isfinite, numbers)):
+        raise ValueError(f"a state holds a NaN or an infinity: {numbers!r:.100}")
     if third is None:
-        return complex(first, second)
-    return (first, second, third)
+        return complex(*numbers)
+    return Leases(numbers) if third.__class__ is bytes else tuple(numbers)
 
 
 def forgettable(state: State, now: float, horizon: float) -> bool:
@@ -107,11 +155,11 @@ def forgettable(state: State, now: float, horizon: float) -> bool:
     Idle: its time (a bucket's ``updated_at``, a quota's or lockout's end) is
     before ``horizon`` (``MemoryStore.sweep``'s ``now - max_age``; ``-inf``: never).
     """
-    if state.__class__ is tuple:
-        at = state[2]
+    if state.__class__ is not complex:
+        at = state[-1]  # type: ignore[index]
         return at <= now or at < horizon
-    at = state.imag  # type: ignore[union-attr]
-    return state.real + at <= now or at < horizon  # type: ignore[union-attr]
+    at = state.imag
+    return state.real + at <= now or at < horizon
 
 
 def keep_until(state: State) -> float:
@@ -121,6 +169,6 @@ def keep_until(state: State) -> float:
     over: an absent key means the same (Redis's ``PX``, SQLite's ``full_at``
     column, ``MemoryStore.sweep``); a sliding window's ``until``.
     """
-    if state.__class__ is tuple:
-        return state[2]
-    return state.real + state.imag  # type: ignore[union-attr]
+    if state.__class__ is not complex:
+        return state[-1]  # type: ignore[index]
+    return state.real + state.imag

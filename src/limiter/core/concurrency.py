@@ -1,0 +1,203 @@
+"""Concurrency limits: at most ``limit`` slots held per key at once, each under a lease.
+
+The rules, cited by number in the code (the why: docs/concurrency.md):
+
+1. A slot is taken by a holder (a random number its taker draws, ``Hold``)
+   for ``lease`` seconds: the request is admitted when fewer than ``limit``
+   live leases are held, all or nothing beside the limiter's other policies.
+2. A lease is live while ``now < expiry``; an expired one is dropped by the
+   next step of its key, which frees the slot of a holder that died.
+3. Giving back (``Hold(holder, "give")``) drops the holder's lease; its
+   result admits when the holder still held it, refuses when the lease had
+   expired already (the slot was freed then).  It never takes a slot.
+4. Renewing (``"renew"``) moves the holder's expiry to ``now + lease``; a
+   holder whose lease expired takes a slot again if one is free, else is
+   refused.  Taking again with a holder already holding renews it.
+5. A plain number is no holder: 0 (or a ``Refund`` or ``Charge``) is a peek,
+   admitted, taking nothing; any other cost is a ``TypeError`` (slots are
+   taken through ``RateLimiter.slot``).
+6. An expiry more than ``lease + CLOCK_TOLERANCE`` after ``now`` (a clock
+   stepped back) is brought back to ``now + lease``.
+7. Refusing, ``retry_after`` is the time until the earliest lease expires:
+   an upper bound, as a holder usually gives its slot back before then.
+   ``reset_after`` is the time until the last lease expires.
+
+The state is ``state.leases_state``: holders and expiries, then the time
+from which it may be forgotten.  No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, List, Literal, Optional, Tuple, Union
+
+from limiter.core._values import Frozen, bounded_float, check_name, show
+from limiter.core.costs import Charge, Hold, policy_cost
+from limiter.core.limits import CLOCK_TOLERANCE
+from limiter.core.result import RateLimitResult
+from limiter.core.state import State, keep_until, leases_state, read_leases
+
+_isfinite = math.isfinite
+
+#: The most slots one key may have: a key's state holds one lease per slot.
+MAX_SLOTS = 1000
+_MAX_LEASE = 1e9
+
+
+class Concurrency(Frozen):
+    """At most ``limit`` requests in flight per key, each slot held ``lease`` seconds at most.
+
+    ``RateLimiter({"rate": "60/minute", "inflight": Concurrency(3, lease=120)})``.
+    A slot is taken when a request is admitted and given back when it ends
+    (``RateLimiter.slot``, the adapters); a slot whose holder died is freed
+    when its lease runs out.  ``limit`` is an int from 1 to 1000
+    (``TypeError`` for another type); ``lease`` seconds > 0 and at most 1e9.
+    Results have ``kind`` ``"concurrency"``: ``limit`` the slots,
+    ``remaining`` the free ones, ``window`` the lease.  Rules: this module's
+    docstring.
+    """
+
+    kind: ClassVar[Literal["concurrency"]] = "concurrency"
+    standalone: ClassVar[Literal[True]] = True
+
+    limit: int
+    lease: float
+    window: float
+
+    def __init__(self, limit: int, lease: float = 60.0, name: str = "default") -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"concurrency limit must be an int, got {show(limit)}")
+        if not 1 <= limit <= MAX_SLOTS:
+            raise ValueError(f"concurrency limit must be from 1 to {MAX_SLOTS}, got {limit!r}")
+        bounds = f"> 0 and <= {_MAX_LEASE:g}"
+        seconds = bounded_float(lease, "lease", "a number of seconds", bounds, 0.0, _MAX_LEASE)
+        check_name(name)
+        self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
+
+    @property
+    def label(self) -> str:
+        """This policy in a limiter's default name (``"3 inflight/60s"``)."""
+        return f"{self.limit}inflight/{self.lease:g}s"
+
+    def renamed(self, name: str) -> Concurrency:
+        """This policy named ``name``."""
+        return Concurrency(self.limit, self.lease, name)
+
+    def numbered(self, i: int) -> Concurrency:
+        """This policy named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.limit}inflight#{i}")
+
+    def identity(self) -> Tuple[Any, ...]:
+        """What makes two concurrency policies equal: ``(limit, lease)``."""
+        return (self.limit, self.lease)
+
+    def keep_until(self, state: State) -> float:
+        """When the last lease of ``state`` expires (seconds): forgotten from then on."""
+        return keep_until(state)
+
+    def step(
+        self, state: Optional[State], now: float, cost: float = 0, detail: bool = True
+    ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+        """``step`` for this policy (``limiter.core.bucket.step`` hands it over)."""
+        return slot_step(state, now, self, cost, detail)
+
+    def __repr__(self) -> str:
+        return f"Concurrency({self.limit!r}, lease={self.lease!r}, name={self.name!r})"
+
+    def __str__(self) -> str:
+        return f"{self.limit} in flight, lease {self.lease:g}s ({self.name})"
+
+
+def slot_step(
+    state: Optional[State], now: float, policy: Concurrency, cost: Any = 0, detail: bool = True
+) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
+    """Take, give back or renew a slot of ``policy`` at ``now`` (seconds): the rules above.
+
+    Returns ``(new_state, result)`` (``(new_state, allowed)`` without
+    ``detail``); ``state`` itself when nothing changes.
+    """
+    if cost.__class__ is not Hold:
+        value = policy_cost(cost, policy.limit, now)  # rule 5: a number's errors first
+        if value > 0.0 and cost.__class__ is not Charge:
+            raise TypeError(
+                f"a Concurrency policy takes slots through RateLimiter.slot() or the "
+                f"adapters, not a cost of {show(cost)}"
+            )
+        action, holder = "peek", 0.0
+    else:
+        action, holder = cost.action, cost.holder
+    if not _isfinite(now):
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    lease = policy.lease
+    live, changed = _live(state, now, lease)
+    held = _index(live, holder) if action != "peek" else -1
+    allowed = True
+    if action == "give":  # rule 3
+        if held >= 0:
+            del live[held : held + 2]
+            changed = True
+        allowed = held >= 0
+    elif action != "peek":  # take or renew: rules 1 and 4
+        if held >= 0:
+            live[held + 1] = now + lease
+            changed = True
+        elif len(live) < 2 * policy.limit:
+            live += (holder, now + lease)
+            changed = True
+        else:
+            allowed = False
+    if changed:
+        state = leases_state(live, now)
+    if not detail:
+        return state, allowed
+    # rule 7; a give refused (its lease had expired) waits for nothing
+    retry = min(live[1::2]) - now if not allowed and action != "give" else 0.0
+    return state, _slot_result(policy, allowed, live, now, retry)
+
+
+def _live(state: Optional[State], now: float, lease: float) -> Tuple[List[float], bool]:
+    """The live ``[holder, expiry, ...]`` of ``state`` at ``now``, and whether any was dropped."""
+    if state is None:
+        return [], False
+    pairs = read_leases(state)
+    live: List[float] = []
+    changed = False
+    latest = now + lease
+    for i in range(0, len(pairs), 2):
+        expiry = pairs[i + 1]
+        if not now < expiry:  # rule 2
+            changed = True
+            continue
+        if expiry - now > lease + CLOCK_TOLERANCE:  # rule 6
+            expiry = latest
+            changed = True
+        live += (pairs[i], expiry)
+    return live, changed
+
+
+def _index(live: List[float], holder: float) -> int:
+    """The index of ``holder`` in ``live``'s pairs, or -1."""
+    for i in range(0, len(live), 2):
+        if live[i] == holder:
+            return i
+    return -1
+
+
+def _slot_result(
+    policy: Concurrency, allowed: bool, live: List[float], now: float, retry: float
+) -> RateLimitResult:
+    """The result of a concurrency step leaving the ``live`` leases (rule 7)."""
+    expiries = live[1::2]
+    held = len(expiries)
+    reset = max(expiries) - now if expiries else 0.0
+    return RateLimitResult(
+        allowed,
+        policy.limit,
+        policy.limit - held if held < policy.limit else 0,
+        reset,
+        retry,
+        policy.lease,
+        (),
+        policy.name,
+        "concurrency",
+    )

@@ -1,0 +1,135 @@
+"""``Slot``: one holder's slot of a limiter's ``Concurrency`` policies (``RateLimiter.slot``).
+
+Each operation is one round trip to the store: the plan (keys, policies,
+costs) comes from ``RateLimiter._slot_plan`` without I/O, and the sync and
+async methods below only send it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from types import TracebackType
+from typing import Any, Optional, Protocol, Tuple, Type
+
+from limiter.core.costs import Hold
+from limiter.core.result import RateLimitResult
+from limiter.waiting import RateLimitExceeded
+
+
+class _Owner(Protocol):
+    """What a ``Slot`` needs of its ``RateLimiter``."""
+
+    store: Any
+    nonblocking: bool
+
+    def _slot_plan(
+        self, key: str, cost: Any, hold: Hold
+    ) -> Tuple[bool, Any, Any, Any, Optional[float]]: ...
+
+
+def new_holder() -> float:
+    """A random holder number: a whole float from 1 to 2**53, exact in every store."""
+    return float(secrets.randbits(53) | 1)
+
+
+class Slot:
+    """A slot of ``key`` for one holder: ``with limiter.slot(key):`` (``aslot``: ``async with``).
+
+    ``take``/``atake`` take it (and the cost of the limiter's other policies),
+    all or nothing, and return the result, refusing or not; ``give``/``agive``
+    give it back and return whether it was still held (False: its lease had
+    expired and the slot was freed then); ``renew``/``arenew`` extend its
+    lease from now.  As a context manager a refusal raises
+    ``RateLimitExceeded`` and the slot is given back on exit, exception or
+    not.  ``result`` is the last answer of the store; ``held`` whether this
+    holder took the slot and has not given it back.
+    """
+
+    __slots__ = ("cost", "held", "holder", "key", "limiter", "result")
+
+    def __init__(self, limiter: _Owner, key: str, cost: Any) -> None:
+        self.limiter = limiter
+        self.key = key
+        self.cost = cost
+        self.holder = new_holder()
+        self.held = False
+        self.result: Optional[RateLimitResult] = None
+
+    def __repr__(self) -> str:
+        return f"<Slot of {self.key!r} held={self.held}>"
+
+    def _send(self, action: str) -> RateLimitResult:
+        one, keys, policies, cost, now = self._plan(action)
+        store: Any = self.limiter.store
+        send = store.apply if one else store.apply_many
+        return self._answer(action, send(keys, policies, cost, now))
+
+    async def _asend(self, action: str) -> RateLimitResult:
+        store: Any = self.limiter.store
+        if self.limiter.nonblocking or not callable(getattr(store, "aapply", None)):
+            return self._send(action)
+        one, keys, policies, cost, now = self._plan(action)
+        send = store.aapply if one else store.aapply_many
+        return self._answer(action, await send(keys, policies, cost, now))
+
+    def _plan(self, action: str) -> Any:
+        return self.limiter._slot_plan(self.key, self.cost, Hold(self.holder, action))
+
+    def _answer(self, action: str, result: RateLimitResult) -> RateLimitResult:
+        self.result = result
+        self.held = action != "give" and result[0]
+        return result
+
+    def take(self) -> RateLimitResult:
+        """Take the slot; the result says whether it was (``allowed``)."""
+        return self._send("take")
+
+    async def atake(self) -> RateLimitResult:
+        """``take`` for asyncio."""
+        return await self._asend("take")
+
+    def give(self) -> bool:
+        """Give the slot back; True when it was still held (its lease had not expired)."""
+        return self._send("give")[0]
+
+    async def agive(self) -> bool:
+        """``give`` for asyncio."""
+        return (await self._asend("give"))[0]
+
+    def renew(self) -> RateLimitResult:
+        """Extend the lease to ``lease`` seconds from now (take a free slot if it expired)."""
+        return self._send("renew")
+
+    async def arenew(self) -> RateLimitResult:
+        """``renew`` for asyncio."""
+        return await self._asend("renew")
+
+    def __enter__(self) -> Slot:
+        result = self.take()
+        if not result[0]:
+            raise RateLimitExceeded(result)
+        return self
+
+    def __exit__(
+        self,
+        kind: Optional[Type[BaseException]],
+        error: Optional[BaseException],
+        trace: Optional[TracebackType],
+    ) -> None:
+        if self.held:
+            self.give()
+
+    async def __aenter__(self) -> Slot:
+        result = await self.atake()
+        if not result[0]:
+            raise RateLimitExceeded(result)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: Optional[Type[BaseException]],
+        error: Optional[BaseException],
+        trace: Optional[TracebackType],
+    ) -> None:
+        if self.held:
+            await self.agive()
