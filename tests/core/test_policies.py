@@ -12,6 +12,7 @@ from typing import Any, List, Union
 import pytest
 
 from limiter import (
+    FixedWindow,
     Limit,
     Lockout,
     ManualClock,
@@ -20,6 +21,7 @@ from limiter import (
     RateLimiter,
     RateLimitExceeded,
     RateLimitResult,
+    SlidingWindow,
     SQLiteStore,
     rate_limit_headers,
 )
@@ -38,6 +40,23 @@ def test_list_of_limits_gets_distinct_policy_names() -> None:
     assert [lim.name for lim in limiter.limits] == ["20per2s#0", "100per100s#1"]
     named = RateLimiter([Limit(10, 20, "burst"), "1000/day"])
     assert [lim.name for lim in named.limits] == ["burst", "1000/day"]
+
+
+@pytest.mark.parametrize(
+    "policy, numbered",
+    [
+        (Quota(5, "week", "Europe/Paris", name="weekly"), "5/week#2"),
+        (FixedWindow(3, 60, "first"), "3per60s#2"),
+        (SlidingWindow(3, 0.5), "3per0.5s#2"),
+        (Lockout(3, 30, 600), None),
+    ],
+)
+def test_a_renamed_policy_keeps_its_class_and_parameters(policy: Any, numbered: Any) -> None:
+    renamed = policy.renamed("api")
+    assert (type(renamed), renamed.name, renamed) == (type(policy), "api", policy)
+    assert renamed.identity() == policy.identity() and repr(renamed) != repr(policy)
+    if numbered is not None:
+        assert policy.numbered(2).name == numbered and policy.numbered(2) == policy
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 import operator
 import sys
-from typing import Any
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound="Frozen")
 
 #: The accepted range of a token bucket (see docs/concepts.md): every rate from
 #: the smallest normal float to the largest whose slack (``1e-3 / rate``) is
@@ -112,7 +114,8 @@ def whole_count(value: object, what: str) -> int:
 class Frozen:
     """A policy whose ``__init__`` sets its attributes once: none changes afterwards.
 
-    Equal, and hashed, by ``identity()`` (its own parameters), within its class.
+    Equal, and hashed, by ``identity()`` (its own parameters), within its class;
+    its class called with them and ``name`` builds it again (``renamed``).
     """
 
     # What every policy offers (limits.Policy), set by each __init__.
@@ -125,6 +128,12 @@ class Frozen:
 
     def identity(self) -> tuple[Any, ...]:
         raise NotImplementedError
+
+    def renamed(self: F, name: str) -> F:
+        """This policy named ``name``."""
+        build: Any = self.__class__
+        policy: F = build(*self.identity(), name=name)
+        return policy
 
     def _freeze(self, name: str, count: int, seconds: float, /, **fields: Any) -> None:
         """Set the fields once, from ``__init__`` (``__setattr__`` refuses afterwards).

@@ -15,7 +15,7 @@ from limiter.core.costs import counted_cost
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, keep_until
-from limiter.core.window import count_step
+from limiter.core.window import count_step, counting_fields
 
 #: Seconds in each quota period's nominal window, for ``Quota.rate`` and
 #: ``Quota.interval`` only: a real window is its calendar span.  A month is a
@@ -84,17 +84,9 @@ class Quota(Frozen):
             name = f"{count}/{per}" if tz == "UTC" else f"{count}/{per} {tz}"
         check_name(name)
         nominal = _QUOTA_PERIODS[per]
+        fields = counting_fields(count, nominal)
         self._freeze(
-            name,
-            count,
-            nominal,
-            count=count,
-            per=per,
-            tz=tz,
-            slack=TIME_EPSILON,
-            max_debt=nominal * 2.0,
-            _tzinfo=tzinfo,
-            _last=_Window(nominal),
+            name, count, nominal, per=per, tz=tz, _tzinfo=tzinfo, **fields, _last=_Window(nominal)
         )
 
     @property
@@ -167,10 +159,6 @@ class Quota(Frozen):
     def label(self) -> str:
         """This policy in a limiter's default name (``"100/day@UTC"``)."""
         return f"{self.count}/{self.per}@{self.tz}"
-
-    def renamed(self, name: str) -> Quota:
-        """This quota named ``name``."""
-        return Quota(self.count, self.per, self.tz, name)
 
     def numbered(self, i: int) -> Quota:
         """This quota named apart as the ``i``-th of a limiter's policies."""

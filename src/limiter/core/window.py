@@ -37,7 +37,7 @@ mirror the steps.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal, Optional, Tuple, Union
+from typing import Any, ClassVar, Dict, Literal, Optional, Tuple, TypeVar, Union
 
 from limiter.core._values import Frozen, bounded_float, check_name, show, whole_count
 from limiter.core.costs import counted_cost
@@ -63,6 +63,16 @@ _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 MIN_PERIOD = 1e-3
 MAX_PERIOD = float(2**40)
 _ANCHORS = ("epoch", "first")
+W = TypeVar("W", bound="_Window")
+
+
+def counting_fields(count: int, seconds: float) -> Dict[str, Any]:
+    """What every counting policy (a window, a ``Quota``) of ``count`` units per ``seconds`` sets.
+
+    Its ``slack`` is ``TIME_EPSILON``; its ``max_debt`` two windows, as a
+    ``Charge`` stops at ``2 * count`` units (rule 5).
+    """
+    return {"count": count, "slack": TIME_EPSILON, "max_debt": seconds * 2.0}
 
 
 def _period(value: object) -> float:
@@ -87,17 +97,8 @@ class _Window(Frozen):
         if not isinstance(name, str):
             raise TypeError(f"limit name must be a str, got {show(name)}")
         check_name(name)
-        self._freeze(
-            name,
-            count,
-            seconds,
-            count=count,
-            period=seconds,
-            window=seconds,
-            slack=TIME_EPSILON,
-            max_debt=seconds * 2.0,
-            **extra,
-        )
+        fields = counting_fields(count, seconds)
+        self._freeze(name, count, seconds, period=seconds, window=seconds, **fields, **extra)
 
     @classmethod
     def parse(cls, text: str, **options: Any) -> Any:
@@ -111,6 +112,10 @@ class _Window(Frozen):
         return tuple(
             cls.parse(part, name=" ".join(part.split()), **options) for part in split_rates(text)
         )
+
+    def numbered(self: W, i: int) -> W:
+        """This window named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.count}per{self.period:g}s#{i}")
 
     def keep_until(self, state: State) -> float:
         """When ``state`` stops counting anything (seconds): a store may forget it then."""
@@ -173,14 +178,6 @@ class FixedWindow(_Window):
         """This policy in a limiter's default name (``"10/60s:fixed"``)."""
         suffix = "" if self.anchor == "epoch" else "@first"
         return f"{self.count}/{self.period:g}s:fixed{suffix}"
-
-    def renamed(self, name: str) -> FixedWindow:
-        """This window named ``name``."""
-        return FixedWindow(self.count, self.period, self.anchor, name)
-
-    def numbered(self, i: int) -> FixedWindow:
-        """This window named apart as the ``i``-th of a limiter's policies."""
-        return self.renamed(f"{self.count}per{self.period:g}s#{i}")
 
     def identity(self) -> Tuple[Any, ...]:
         """What makes two fixed windows equal: ``(count, period, anchor)``."""
@@ -369,14 +366,6 @@ class SlidingWindow(_Window):
     def label(self) -> str:
         """This policy in a limiter's default name (``"10/60s:sliding"``)."""
         return f"{self.count}/{self.period:g}s:sliding"
-
-    def renamed(self, name: str) -> SlidingWindow:
-        """This window named ``name``."""
-        return SlidingWindow(self.count, self.period, name)
-
-    def numbered(self, i: int) -> SlidingWindow:
-        """This window named apart as the ``i``-th of a limiter's policies."""
-        return self.renamed(f"{self.count}per{self.period:g}s#{i}")
 
     def identity(self) -> Tuple[Any, ...]:
         """What makes two sliding windows equal: ``(count, period)``."""

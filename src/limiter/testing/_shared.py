@@ -1,12 +1,31 @@
-"""What the conformance suites share: their start time, their property tests' scaffolding.
+"""What the conformance suites share: their start time, how they call a store, property tests.
 
 Private: import the suites from ``limiter.testing``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from typing import Any, Callable, Dict, Tuple
+import threading
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Coroutine,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
+
+if TYPE_CHECKING:
+    from limiter.core.costs import Cost
+    from limiter.core.result import RateLimitResult
+
+T = TypeVar("T")
 
 #: The suites' start time, equal to ``limiter.testing.T0`` (a test checks it):
 #: defined here too so that the suites do not import the plugin that loads them.
@@ -18,6 +37,75 @@ _keys = itertools.count()
 def fresh_key(prefix: str) -> str:
     """A key no other example of a property test uses."""
     return f"{prefix}-{next(_keys)}"
+
+
+class StoreDriver:
+    """How the store suites call a store (``mode``, ``threads``: see ``StoreConformance``)."""
+
+    mode = "sync"
+    threads = 16
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one coroutine to completion (async mode)."""
+        return asyncio.run(coro)
+
+    def call(self, target: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``target.<method>(...)``, or ``target.a<method>(...)`` run by ``run`` (async mode)."""
+        if self.mode == "async":
+            return self.run(getattr(target, "a" + method)(*args, **kwargs))
+        return getattr(target, method)(*args, **kwargs)
+
+    def apply(
+        self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
+    ) -> RateLimitResult:
+        result: RateLimitResult = self.call(store, "apply", key, limit, cost, now)
+        return result
+
+    def apply_many(
+        self,
+        store: Any,
+        keys: List[str],
+        limits: Sequence[Any],
+        cost: Cost = 1,
+        now: Optional[float] = T0,
+    ) -> RateLimitResult:
+        result: RateLimitResult = self.call(store, "apply_many", keys, limits, cost, now)
+        return result
+
+    def reset(self, store: Any, key: str) -> None:
+        self.call(store, "reset", key)
+
+    def flood(self, store: Any, checks: Sequence[Tuple[str, Any]]) -> int:
+        """How many pass of ``checks`` (``(key, policy)``, cost 1 at ``T0``) sent at once.
+
+        Each of ``threads`` threads sends them all (skipped when ``threads`` is
+        0); in async mode, as many copies are gathered on one loop.
+        """
+        copies = self.threads
+        if self.mode == "async":
+
+            async def gather() -> int:
+                calls = [store.aapply(k, p, 1, T0) for _ in range(copies) for k, p in checks]
+                return sum(r.allowed for r in await asyncio.gather(*calls))
+
+            return self.run(gather())
+        if copies == 0:
+            import pytest
+
+            pytest.skip("this store is documented as not thread-safe")
+        admitted: List[int] = []
+        barrier = threading.Barrier(copies)
+
+        def worker() -> None:
+            barrier.wait()
+            admitted.append(sum(self.apply(store, k, p).allowed for k, p in checks))
+
+        threads = [threading.Thread(target=worker) for _ in range(copies)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sum(admitted)
 
 
 def property_test(make: Callable[[Any], Tuple[Dict[str, Any], Callable[..., None]]]) -> Any:

@@ -7,27 +7,14 @@ pytest plugin stays tiny.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import threading
-from typing import (
-    Any,
-    Callable,
-    Coroutine,
-    Dict,
-    Iterator,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    TypeVar,
-)
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
 from limiter.clock import ManualClock
 from limiter.core.bucket import step
-from limiter.core.costs import Charge, Cost, Refund
+from limiter.core.costs import Charge, Refund
 from limiter.core.limits import Limit
 from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
@@ -35,8 +22,6 @@ from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
 from limiter.testing._shared import T0, assert_same_result, fresh_key, property_test
 from limiter.testing._window_suite import WindowConformance
-
-T = TypeVar("T")
 
 
 def _matches_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]]:
@@ -81,9 +66,6 @@ class StoreConformance(WindowConformance):
     concurrency test uses; set it to 0 for stores that are not thread-safe.
     """
 
-    mode = "sync"
-    threads = 16
-
     # -- hooks -------------------------------------------------------------
 
     def make_store(self) -> Any:
@@ -92,68 +74,6 @@ class StoreConformance(WindowConformance):
 
     def close_store(self, store: Any) -> None:
         """Release what ``make_store`` acquired (connections, files)."""
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run one coroutine to completion (async mode)."""
-        return asyncio.run(coro)
-
-    # -- plumbing ----------------------------------------------------------
-
-    def call(self, target: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``target.<method>(...)``, or ``target.a<method>(...)`` run by ``run`` (async mode)."""
-        if self.mode == "async":
-            return self.run(getattr(target, "a" + method)(*args, **kwargs))
-        return getattr(target, method)(*args, **kwargs)
-
-    def apply(
-        self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
-    ) -> RateLimitResult:
-        result: RateLimitResult = self.call(store, "apply", key, limit, cost, now)
-        return result
-
-    def apply_many(
-        self,
-        store: Any,
-        keys: List[str],
-        limits: Sequence[Any],
-        cost: Cost = 1,
-        now: Optional[float] = T0,
-    ) -> RateLimitResult:
-        result: RateLimitResult = self.call(store, "apply_many", keys, limits, cost, now)
-        return result
-
-    def reset(self, store: Any, key: str) -> None:
-        self.call(store, "reset", key)
-
-    def flood(self, store: Any, checks: Sequence[Tuple[str, Any]]) -> int:
-        """How many pass of ``checks`` (``(key, policy)``, cost 1 at ``T0``) sent at once.
-
-        Each of ``threads`` threads sends them all (skipped when ``threads`` is
-        0); in async mode, as many copies are gathered on one loop.
-        """
-        copies = self.threads
-        if self.mode == "async":
-
-            async def gather() -> int:
-                calls = [store.aapply(k, p, 1, T0) for _ in range(copies) for k, p in checks]
-                return sum(r.allowed for r in await asyncio.gather(*calls))
-
-            return self.run(gather())
-        if copies == 0:
-            pytest.skip("this store is documented as not thread-safe")
-        admitted: List[int] = []
-        barrier = threading.Barrier(copies)
-
-        def worker() -> None:
-            barrier.wait()
-            admitted.append(sum(self.apply(store, k, p).allowed for k, p in checks))
-
-        threads = [threading.Thread(target=worker) for _ in range(copies)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return sum(admitted)
 
     @pytest.fixture
     def store(self) -> Iterator[Any]:

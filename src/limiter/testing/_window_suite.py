@@ -10,7 +10,7 @@ boundary, and the store computing what ``limiter.core.bucket.step`` computes.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
@@ -18,11 +18,13 @@ from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import Limit
 from limiter.core.window import FixedWindow, SlidingWindow
-from limiter.testing._shared import T0, assert_same_result, fresh_key, property_test
-
-if TYPE_CHECKING:
-    from limiter.core.costs import Cost
-    from limiter.core.result import RateLimitResult
+from limiter.testing._shared import (
+    T0,
+    StoreDriver,
+    assert_same_result,
+    fresh_key,
+    property_test,
+)
 
 # T0 is 20 s into a minute (the 60 s windows start at T0 - 20) and on a
 # boundary of 10 s windows.
@@ -60,29 +62,8 @@ def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[...,
     return strategies, test_windows_match_the_pure_step
 
 
-class WindowConformance:
-    """The window cases of ``StoreConformance`` (which defines ``apply``, ``store``, ...)."""
-
-    if TYPE_CHECKING:
-
-        def apply(
-            self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
-        ) -> RateLimitResult: ...
-
-        def apply_many(
-            self,
-            store: Any,
-            keys: List[str],
-            limits: Sequence[Any],
-            cost: Cost = 1,
-            now: Optional[float] = T0,
-        ) -> RateLimitResult: ...
-
-        def run(self, coro: Any) -> Any: ...
-
-        def flood(self, store: Any, checks: Sequence[Tuple[str, Any]]) -> int: ...
-
-        def reset(self, store: Any, key: str) -> None: ...
+class WindowConformance(StoreDriver):
+    """The window cases of ``StoreConformance`` (which defines the ``store`` fixture)."""
 
     test_windows_match_the_pure_step = property_test(_windows_match_the_pure_step)
 
