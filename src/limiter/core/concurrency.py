@@ -79,10 +79,6 @@ class Concurrency(Frozen):
         """This policy in a limiter's default name (``"3 inflight/60s"``)."""
         return f"{self.limit}inflight/{self.lease:g}s"
 
-    def renamed(self, name: str) -> Concurrency:
-        """This policy named ``name``."""
-        return Concurrency(self.limit, self.lease, name)
-
     def numbered(self, i: int) -> Concurrency:
         """This policy named apart as the ``i``-th of a limiter's policies."""
         return self.renamed(f"{self.limit}inflight#{i}")
