@@ -10,6 +10,37 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
+#: The sync-store-on-a-Cluster measurement (``python -m bench.sync_cluster``, a one-off
+#: prototype, not part of a bench run): its figures are fixed text, dated.
+SYNC_CLUSTER = (
+    "## Sync clients on a Cluster\n"
+    "\n"
+    "`RedisStore` (sync) sends each check as its own round trip, on a Cluster client "
+    "too. Would pipelining per node across threads pay, as it does for asyncio tasks? "
+    "Measured with a prototype outside the library (`python -m bench.sync_cluster`: a "
+    "thread that finds its node idle sends every check queued for that node meanwhile "
+    "as one pipeline, and wakes the threads whose checks it sent), against "
+    "`RedisStore` as it is, on a throwaway cluster of 3 masters on loopback, threads "
+    "on one `RedisCluster` client, each checking its own keys, best of 3 interleaved "
+    "rounds of 2 s (2026-12-06, a 2-core machine shared with other work, so three "
+    "runs):\n"
+    "\n"
+    "| threads | `RedisStore` checks/s | prototype checks/s | ratio (3 runs) | checks "
+    "per batch |\n"
+    "|---|---|---|---|---|\n"
+    "| 8 | 8,507 | 9,316 | 1.10x (0.96x-1.38x) | 1.9 |\n"
+    "| 16 | 9,649 | 12,246 | 1.27x (1.13x-1.27x) | 3.3 |\n"
+    "\n"
+    "It does not pay enough to build (the bar was 1.5x): the threads share one "
+    "interpreter lock, so the client's own Python work per check (building the "
+    "command, the pipeline's bookkeeping, decoding the reply, handing results between "
+    "threads) stays per check, and only the system calls are shared; batches stay "
+    "small (2-3 checks) because a thread holds the lock for most of a round trip. For "
+    "throughput on a Cluster, use `AsyncRedisStore` (pipelined per node: 3.0x above), "
+    "or more processes; the un-pipelined column applies to sync clients.\n"
+    "\n"
+)
+
 
 def _f(x: Any, digits: int = 1) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -223,4 +254,5 @@ def page(
     ]
     if cpu.get("note"):
         lines += [f"Note: {cpu['note']}.", ""]
+    lines.append(SYNC_CLUSTER)
     return "\n".join(lines)

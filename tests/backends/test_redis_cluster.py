@@ -1,4 +1,5 @@
-"""RedisStore and AsyncRedisStore on a real 3-master Redis Cluster on loopback (started once)."""
+"""RedisStore and AsyncRedisStore on a real 3-master Redis Cluster on loopback (started once
+per process, shared with test_urls; the killed-master test has its own)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import redis.asyncio.cluster
 import redis.cluster
 
-from helpers.redis_servers import RedisClusterNodes, unique_prefix
+from helpers.redis_servers import RedisClusterNodes, shared_cluster, unique_prefix
 from limiter import Limit, Lockout, ManualClock, RateLimiter, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
 from limiter.core.window import FixedWindow, SlidingWindow
@@ -21,12 +22,10 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture(scope="module")
-def nodes() -> Iterator[RedisClusterNodes]:
-    cluster = RedisClusterNodes().start()
-    try:
-        yield cluster
-    finally:
-        cluster.remove()
+def nodes() -> RedisClusterNodes:
+    # Shared with test_urls: a slot migration and script flushes leave it valid;
+    # the killed-master test below starts a cluster of its own.
+    return shared_cluster()
 
 
 @pytest.fixture(scope="module")

@@ -927,16 +927,12 @@ def test_sentinel_against_a_real_server(
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
+def cluster() -> Any:
     needs("redis")
-    from helpers.redis_servers import RedisClusterNodes, require_redis
+    from helpers.redis_servers import require_redis, shared_cluster
 
     require_redis(cli=True)
-    nodes = RedisClusterNodes().start()
-    try:
-        yield nodes
-    finally:
-        nodes.remove()
+    return shared_cluster()  # the one test_redis_cluster uses, when both run
 
 
 @pytest.mark.redis

@@ -545,6 +545,13 @@ def test_our_problem_details_429_and_a_lockout_are_waited_out_in_every_style(sty
         ({"RateLimit": '"a";a=3;w=6'}, None),
         ({"RateLimit": '"a";r=1;t=2;a=0;w=9'}, None),  # r wins
         ({"RateLimit": '"a";r=0;w=9'}, None),  # w is not t beside r
+        # from a cache (Age > 0): the draft fields are stale, ignored (draft-11, 7.3)
+        ({"RateLimit": '"a";r=0;t=6', "Age": "3"}, None),
+        ({"RateLimit-Reset": "6", "Age": "1"}, None),
+        ({"RateLimit": '"a";r=0;t=6', "Age": "3", "X-RateLimit-Reset": "2"}, 2.0),
+        ({"RateLimit": '"a";r=0;t=6', "Age": "3", "Retry-After": "4"}, 4.0),
+        ({"RateLimit": '"a";r=0;t=6', "Age": "0"}, 6.0),  # fresh
+        ({"RateLimit": '"a";r=0;t=6', "Age": "soon"}, 6.0),  # no valid Age: fresh
         ({"X-RateLimit-Reset": "1000000060"}, 60.0),
         ({"X-RateLimit-Reset": "999999999"}, 999999999.0),
         ({"X-RateLimit-Reset": "1"}, 1.0),

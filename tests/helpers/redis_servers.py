@@ -10,6 +10,7 @@ enable them, except under ``CI=true`` where they fail: CI must run them
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -388,6 +389,23 @@ class RedisClusterNodes:
     def remove(self) -> None:
         for node in self.nodes:
             node.remove()
+
+
+_SHARED: List[RedisClusterNodes] = []
+
+
+def shared_cluster() -> RedisClusterNodes:
+    """One 3-master cluster for every test module of this process that keeps it whole.
+
+    Started at the first call (about 2 s), removed at exit. A module may move
+    slots or flush scripts (the cluster stays valid), and uses its own key
+    prefixes (``unique_prefix``); one that kills or stops a node starts its own.
+    """
+    if not _SHARED:
+        cluster = RedisClusterNodes().start()
+        atexit.register(cluster.remove)
+        _SHARED.append(cluster)
+    return _SHARED[0]
 
 
 def unique_prefix() -> str:

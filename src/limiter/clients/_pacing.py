@@ -157,7 +157,8 @@ def server_delay(get: HeaderGet, now: float) -> Optional[float]:
     """Seconds the server asks a client to wait, from the first hint found, or ``None``.
 
     In this order: ``Retry-After``, ``RateLimit`` (draft), ``RateLimit-Reset``,
-    ``X-RateLimit-Reset``; a hint that does not parse or asks for more than
+    ``X-RateLimit-Reset`` (the two draft fields not on a response with an
+    ``Age`` above 0, from a cache); a hint that does not parse or asks for more than
     10**9 seconds is skipped.  Absolute times are measured against the
     response's ``Date``, else ``now`` (Unix seconds); one past is 0.  The
     rules: docs/policies.md "Outbound clients".
@@ -167,12 +168,16 @@ def server_delay(get: HeaderGet, now: float) -> Optional[float]:
     delay = _hint(_retry_after(get("Retry-After"), reference))
     if delay is not None:
         return delay
-    delay = _hint(_draft_wait(get("RateLimit")))
-    if delay is not None:
-        return delay
-    delay = _hint(_seconds(get("RateLimit-Reset")))
-    if delay is not None:
-        return delay
+    # The draft's fields count from when the response was made: on one served
+    # from a cache (``Age`` above 0) they are stale, and the draft says to
+    # ignore them (draft-11, section 7.3, "Caching").
+    if not (_seconds(get("Age")) or 0.0) > 0.0:
+        delay = _hint(_draft_wait(get("RateLimit")))
+        if delay is not None:
+            return delay
+        delay = _hint(_seconds(get("RateLimit-Reset")))
+        if delay is not None:
+            return delay
     reset = _seconds(get("X-RateLimit-Reset"))
     if reset is not None and reset >= _UNIX_TIME_FLOOR:
         if reset >= _UNIX_MS_FLOOR:

@@ -60,10 +60,12 @@ _Outcome = Tuple[bool, Any]
 
 
 class _Batches:
-    """What the single-server and the Cluster pipelines share: packing, queueing, batching.
+    """What the single-server and the Cluster pipelines share: packing, queueing,
+    batching, and a batch's trip (``NOSCRIPT`` sent again as ``EVAL``).
 
-    A subclass picks the lane of a call (``_lane``) and sends a lane's batch
-    (``_send``: one outcome per command, never raising).
+    A subclass picks the lane of a call (``_lane``), and a lane's connection
+    (``_connect``, ``_release``; ``_exchange`` and ``_settle`` when it sends
+    or answers otherwise).
     """
 
     def __init__(self, script: str, sha: bytes) -> None:
@@ -75,13 +77,52 @@ class _Batches:
     def _lane(self, loop: asyncio.AbstractEventLoop, args: List[Any]) -> _Loop:
         raise NotImplementedError
 
-    async def _send(
-        self,
-        lane: _Loop,
-        commands: List[bytes],
-        args: List[List[Any]],
-    ) -> List[_Outcome]:
+    async def _connect(self, node: Any) -> Any:
+        """A connection to ``node`` (``None``: the single server)."""
         raise NotImplementedError
+
+    async def _release(self, node: Any, connection: Any) -> None:
+        raise NotImplementedError
+
+    async def _exchange(self, node: Any, connection: Any, commands: List[bytes]) -> List[_Outcome]:
+        """``commands``' outcomes, in one write on ``connection`` (a failure is an outcome)."""
+        return await _round_trip(connection, commands)
+
+    def _settle(self, node: Any, outcomes: List[_Outcome]) -> List[_Outcome]:
+        """The outcomes a lane's callers get (the Cluster pipeline marks redirects)."""
+        return outcomes
+
+    async def _send(
+        self, lane: _Loop, commands: List[bytes], args: List[List[Any]]
+    ) -> List[_Outcome]:
+        """Every command's outcome on ``lane``'s node, any error included (never raising)."""
+        return self._settle(lane.node, await self._trip(lane.node, commands, args))
+
+    async def _trip(
+        self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
+    ) -> List[_Outcome]:
+        """``commands``' outcomes, in one write on one connection to ``node``.
+
+        With ``args`` (the commands' arguments), a ``NOSCRIPT`` reply is sent
+        again as ``EVAL`` on the same connection: the script cache was flushed,
+        or the server restarted or failed over; ``EVAL`` runs and caches it.
+        """
+        try:
+            # A full pool (the client's other users hold every connection) is
+            # no outage: _connect waits for one; nothing was sent.
+            connection = await self._connect(node)
+        except Exception as exc:
+            return _failed(exc, len(commands))
+        try:
+            outcomes = await self._exchange(node, connection, commands)
+            again = [i for i, outcome in enumerate(outcomes) if _noscript(outcome)]
+            if args is not None and again:
+                evals = [self._pack(self._eval, args[i]) for i in again]
+                for i, outcome in zip(again, await self._exchange(node, connection, evals)):
+                    outcomes[i] = outcome
+            return outcomes
+        finally:
+            await self._release(node, connection)
 
     def _pack(self, head: bytes, args: List[Any]) -> bytes:
         return b"".join([b"*%d\r\n" % (len(args) + 2), head, *map(_bulk, args)])
@@ -189,32 +230,11 @@ class ScriptPipeline(_Batches):
             state = self._state = _Loop(loop)
         return state
 
-    async def _send(
-        self,
-        lane: _Loop,
-        commands: List[bytes],
-        args: List[List[Any]],
-    ) -> List[_Outcome]:
-        """Every command's outcome, on one connection of the pool (any error included)."""
-        try:
-            # A full pool (the client's other users hold every connection) is
-            # no outage: wait for one; nothing was sent.
-            connection = await await_pool(self._checkout, self._pool_wait)
-        except Exception as exc:
-            return _failed(exc, len(commands))
-        try:
-            outcomes = await _round_trip(connection, commands)
-            again = [i for i, (ok, value) in enumerate(outcomes) if not ok and _noscript(value)]
-            if again:
-                # Flushed, restarted or failed over: EVAL runs and caches it again.
-                retried = await _round_trip(
-                    connection, [self._pack(self._eval, args[i]) for i in again]
-                )
-                for i, outcome in zip(again, retried):
-                    outcomes[i] = outcome
-            return outcomes
-        finally:
-            await self._pool.release(connection)
+    async def _connect(self, node: Any) -> Any:
+        return await await_pool(self._checkout, self._pool_wait)
+
+    async def _release(self, node: Any, connection: Any) -> None:
+        await self._pool.release(connection)
 
 
 def _resolve(
@@ -231,8 +251,8 @@ def _resolve(
             future.set_exception(outcomes[i][1])
 
 
-def _noscript(exc: Any) -> bool:
-    return _named(exc, "NoScriptError")
+def _noscript(outcome: _Outcome) -> bool:
+    return not outcome[0] and _named(outcome[1], "NoScriptError")
 
 
 def _failed(exc: BaseException, n: int) -> List[_Outcome]:
@@ -384,21 +404,8 @@ class ClusterPipeline(_Batches):
             lane.node = node  # a refresh may have replaced the node object
         return lane
 
-    async def _send(
-        self,
-        lane: _Loop,
-        commands: List[bytes],
-        args: List[List[Any]],
-    ) -> List[_Outcome]:
-        """Every command's outcome on ``lane.node``; ``_Redirected`` for those that did not run."""
-        node = lane.node
-        outcomes = await self._trip(node, commands)
-        again = [i for i, (ok, value) in enumerate(outcomes) if not ok and _noscript(value)]
-        if again:
-            # Flushed, restarted or failed over: EVAL runs and caches it again.
-            retried = await self._trip(node, [self._pack(self._eval, args[i]) for i in again])
-            for i, outcome in zip(again, retried):
-                outcomes[i] = outcome
+    def _settle(self, node: Any, outcomes: List[_Outcome]) -> List[_Outcome]:
+        """``_Redirected`` for the commands that did not run on ``node``."""
         for i, (ok, value) in enumerate(outcomes):
             kind = None if ok else _redirect(value)
             if kind is not None:
@@ -464,29 +471,27 @@ class ClusterPipeline(_Batches):
         else:
             self._refresh_later(node)
 
-    async def _trip(self, node: Any, commands: List[bytes]) -> List[_Outcome]:
-        """``commands``' outcomes, in one write on one connection of ``node``."""
+    async def _connect(self, node: Any) -> Any:
         try:
-            try:
-                connection = node.acquire_connection()
-            except Exception as exc:
-                if pool_full(exc) is None:
-                    raise
-                # A full pool is no outage: wait for a connection (nothing was sent).
-                connection = await await_pool(lambda: _acquired(node), self._pool_wait)
+            return node.acquire_connection()
         except Exception as exc:
-            return _failed(exc, len(commands))
-        try:
-            settle = getattr(node, "disconnect_if_needed", None)  # redis-py >= 8
-            if settle is not None:
-                await settle(connection)
-            outcomes = await _round_trip(connection, commands)
-        finally:
-            release = getattr(node, "release", None)
-            if release is not None:
-                release(connection)
-            else:  # valkey-py and older redis-py
-                node._free.append(connection)
+            if pool_full(exc) is None:
+                raise
+            # A full pool is no outage: wait for a connection (nothing was sent).
+            return await await_pool(lambda: _acquired(node), self._pool_wait)
+
+    async def _release(self, node: Any, connection: Any) -> None:
+        release = getattr(node, "release", None)
+        if release is not None:
+            release(connection)
+        else:  # valkey-py and older redis-py
+            node._free.append(connection)
+
+    async def _exchange(self, node: Any, connection: Any, commands: List[bytes]) -> List[_Outcome]:
+        settle = getattr(node, "disconnect_if_needed", None)  # redis-py >= 8
+        if settle is not None:
+            await settle(connection)
+        outcomes = await _round_trip(connection, commands)
         if not all(ok or _named(value, "ResponseError") for ok, value in outcomes):
             # The node may be down or failed over: the slots are read again.
             self._refresh_later(node)
