@@ -21,6 +21,7 @@ from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
 from limiter.testing._shared import T0, assert_same_result, fresh_key, property_test
+from limiter.testing._slot_suite import SlotConformance
 from limiter.testing._window_suite import WindowConformance
 
 
@@ -56,10 +57,11 @@ def _matches_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]
     return strategies, test_matches_the_pure_step
 
 
-class StoreConformance(WindowConformance):
+class StoreConformance(WindowConformance, SlotConformance):
     """Behaviour every store must show.  Subclass and define ``make_store``.
 
-    The window policies' cases come from ``WindowConformance``.
+    The window policies' cases come from ``WindowConformance``, the
+    ``Concurrency`` slots' from ``SlotConformance``.
 
     ``mode`` is ``"sync"`` (call ``apply``/``reset``) or ``"async"`` (await
     ``aapply``/``areset`` through ``run``).  ``threads`` is how many threads the
