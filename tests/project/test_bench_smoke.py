@@ -7,12 +7,13 @@ JSON and Markdown where it is told, and that only ``--publish`` touches docs/.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Any, Dict
 
 import pytest
 
@@ -41,10 +42,18 @@ def _docs_state() -> Dict[str, str]:
     }
 
 
-def test_core_section_tiny_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fast_libs(monkeypatch)
-    settings = bench_common.Settings(rounds=1, tiny=True)
-    section = bench_core.run(settings, bench_common.Progress(enabled=False))
+@pytest.fixture(scope="module")
+def core_section() -> Dict[str, Any]:
+    """One tiny run of the core section, shared: each run takes seconds."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _fast_libs(monkeypatch)
+        settings = bench_common.Settings(rounds=1, tiny=True)
+        section: Dict[str, Any] = bench_core.run(settings, bench_common.Progress(enabled=False))
+    return section
+
+
+def test_core_section_tiny_is_well_formed(core_section: Dict[str, Any]) -> None:
+    section = copy.deepcopy(core_section)
     assert section["name"] == "core" and section["status"] == "ok"
     ids = {m["id"] for m in section["measures"]}
     assert {"core/1/ours.check", "core/1/ours.allow", "core/100/ours.check"} <= ids
@@ -72,11 +81,12 @@ def test_floor_bucket_admits_exactly_burst_then_denies() -> None:
 
 
 def test_run_writes_results_dir_and_never_docs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, core_section: Dict[str, Any]
 ) -> None:
     from bench import report, run
 
-    _fast_libs(monkeypatch)
+    # The section's own run is tested above: this test is about what run.main writes.
+    monkeypatch.setattr(bench_core, "run", lambda settings, progress: copy.deepcopy(core_section))
     for chart in ("chart_throughput", "chart_overhead", "chart_keys"):  # slow; rendered below
         monkeypatch.setattr(report, chart, lambda results, path: None)
     monkeypatch.setattr(run, "DOCS", tmp_path / "must-not-exist")
@@ -100,11 +110,12 @@ def test_run_writes_results_dir_and_never_docs(
     assert _docs_state() == before
 
 
-def test_report_renders_targets_from_partial_results(tmp_path: Path) -> None:
+def test_report_renders_targets_from_partial_results(
+    tmp_path: Path, core_section: Dict[str, Any]
+) -> None:
     from bench import report
 
-    settings = bench_common.Settings(rounds=1, tiny=True)
-    section = bench_core.run(settings, bench_common.Progress(enabled=False))
+    section = copy.deepcopy(core_section)
     results = {
         "generated": "now",
         "command": "python -m bench",
