@@ -19,6 +19,45 @@ class Unavailable(Exception):
     """Raised by a section (or one of its cases) that cannot run in this tree."""
 
 
+def server_url(
+    state: Dict[str, Any],
+    env: str,
+    start: Callable[[], str],
+    probe: Callable[[str], Any],
+    names: Sequence[str],
+) -> str:
+    """The URL of this run's server, found once and kept in ``state`` (``url``, ``origin``;
+    ``error``: why none, raised as ``Unavailable`` on every later call).
+
+    ``$env`` if set, else ``start()`` (a throwaway server); ``probe(url)``
+    must answer.  ``names``: the server's name, the throwaway's, and the
+    message for a missing client library (its ``ImportError``).
+    """
+    if "url" not in state:
+        if "error" in state:
+            raise Unavailable(state["error"])
+        server, throwaway, missing = names
+        given = os.environ.get(env)
+        found = given or "(a throwaway)"
+        try:
+            found = given if given else start()
+            probe(found)
+        except ImportError:
+            state["error"] = missing
+            raise Unavailable(missing) from None
+        except Unavailable as exc:
+            state["error"] = str(exc)
+            raise
+        except Exception as exc:
+            from limiter import redact_url
+
+            state["error"] = f"no {server} server at {redact_url(found)} ({exc})"
+            raise Unavailable(state["error"]) from None
+        state["url"] = found
+        state["origin"] = env if given else f"throwaway {throwaway} started by the bench"
+    return str(state["url"])
+
+
 @dataclass
 class Settings:
     """What the command line asked for."""

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .common import Unavailable
+from .common import Unavailable, server_url
 
 _state: Dict[str, Any] = {}
 
@@ -71,30 +71,18 @@ def _start_throwaway() -> str:
     return f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
 
+def _probe(found: str) -> None:
+    import psycopg
+
+    with psycopg.connect(found, connect_timeout=5) as conn:
+        conn.execute("SELECT 1")
+
+
 def url() -> str:
     """The URL of this run's PostgreSQL server, or raise ``Unavailable`` saying why none."""
-    if "url" not in _state:
-        if "error" in _state:
-            raise Unavailable(_state["error"])
-        given = os.environ.get("POSTGRES_URL")
-        try:
-            import psycopg
-
-            found = given if given else _start_throwaway()
-            with psycopg.connect(found, connect_timeout=5) as conn:
-                conn.execute("SELECT 1")
-        except ImportError:
-            _state["error"] = "psycopg is not installed (pip install 'tokenlimiter[postgres]')"
-            raise Unavailable(_state["error"]) from None
-        except Unavailable as exc:
-            _state["error"] = str(exc)
-            raise
-        except Exception as exc:
-            _state["error"] = f"no PostgreSQL server answers ({exc})"
-            raise Unavailable(_state["error"]) from None
-        _state["url"] = found
-        _state["origin"] = "POSTGRES_URL" if given else "throwaway cluster started by the bench"
-    return str(_state["url"])
+    missing = "psycopg is not installed (pip install 'tokenlimiter[postgres]')"
+    names = ("PostgreSQL", "cluster", missing)
+    return server_url(_state, "POSTGRES_URL", _start_throwaway, _probe, names)
 
 
 def describe() -> str:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Any, Dict, Optional
 
-from .common import Unavailable
+from .common import Unavailable, server_url
 
 #: The connection settings of every client in the bench, ours and the peers':
 #: same timeouts (seconds), RESP version and pool size.
@@ -74,29 +74,19 @@ def _start_throwaway() -> str:
     raise Unavailable("the throwaway redis-server did not answer within 10 s")
 
 
+def _probe(found: str) -> None:
+    import redis
+
+    redis.Redis.from_url(found, socket_timeout=2).ping()
+
+
 def url() -> str:
     """The URL of this run's Redis server, or raise ``Unavailable`` saying why there is none."""
     if "url" not in _state:
-        if "error" in _state:
-            raise Unavailable(_state["error"])
-        given = os.environ.get("REDIS_URL")
-        try:
-            found = given if given else _start_throwaway()
-            import redis
-
-            redis.Redis.from_url(found, socket_timeout=2).ping()
-        except ImportError:
-            _state["error"] = "redis-py is not installed"
-            raise Unavailable(_state["error"]) from None
-        except Unavailable as exc:
-            _state["error"] = str(exc)
-            raise
-        except Exception as exc:
-            _state["error"] = f"no Redis server at {found} ({exc})"
-            raise Unavailable(_state["error"]) from None
-        _state["url"] = found
-        _state["origin"] = "REDIS_URL" if given else "throwaway redis-server started by the bench"
-        os.environ["BENCH_REDIS_URL"] = found
+        names = ("Redis", "redis-server", "redis-py is not installed")
+        os.environ["BENCH_REDIS_URL"] = server_url(
+            _state, "REDIS_URL", _start_throwaway, _probe, names
+        )
     return str(_state["url"])
 
 

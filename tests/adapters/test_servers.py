@@ -9,11 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import signal
-import socket
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -22,7 +17,7 @@ import httpx
 import pytest
 import waitress
 
-from helpers.servers import uvicorn_running, wait_until_up
+from helpers.servers import gunicorn_running, uvicorn_running, wait_until_up
 from limiter import ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
@@ -30,14 +25,6 @@ from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
 pytestmark = pytest.mark.servers
 
 BODY_429 = b'{"status":429,"code":"rate_limited","message":"too many requests"}'
-
-
-def free_socket():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
 
 
 # -- uvicorn ---------------------------------------------------------------------
@@ -177,33 +164,8 @@ GUNICORN_APP = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def gunicorn_server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gunicorn_app")
-    (folder / "limited_app.py").write_text(GUNICORN_APP)
-    sock = free_socket()
-    port = sock.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(folder)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "1", "--bind", f"fd://{sock.fileno()}",
-         "--log-level", "warning", "limited_app:app"],
-        pass_fds=[sock.fileno()],
-        env=env,
-    )  # fmt: skip
-    sock.close()
-    try:
-        end = time.monotonic() + 60  # generous: a busy machine
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "gunicorn exited"
-            assert time.monotonic() < end, "gunicorn did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGINT)  # quick shutdown; SIGTERM waits for workers
-        process.wait(10)
+    with gunicorn_running(GUNICORN_APP, tmp_path_factory.mktemp("gunicorn_app")) as url:
+        yield url
 
 
 def test_gunicorn_exact_counts_headers_and_body(gunicorn_server):

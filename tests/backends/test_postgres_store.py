@@ -246,8 +246,11 @@ def test_one_statement_and_one_transaction_per_check(pg: PostgresServer, admin: 
             "WHERE r.rolname = 'app' AND s.toplevel ORDER BY calls DESC"
         ).fetchall()
         # Every check is this one statement: no BEGIN, no COMMIT (autocommit:
-        # the statement is the transaction), nothing else.
-        statement = f"SELECT {store.names.apply}(convert_from($1::bytea, 'UTF8')::text[], $2::text)"
+        # the statement is the transaction, committed asynchronously), nothing else.
+        statement = (
+            f"SELECT {store.names.apply}(convert_from($1::bytea, 'UTF8')::text[], $2::text), "
+            "set_config('synchronous_commit', 'off', true)"
+        )
         assert rows == [(statement, 101)]
     finally:
         store.close()

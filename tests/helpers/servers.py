@@ -1,12 +1,18 @@
-"""Real servers for the tests: uvicorn in a thread on a free loopback port."""
+"""Real servers for the tests: uvicorn in a thread on a free loopback port, gunicorn in
+a subprocess."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional
 
 import uvicorn
 
@@ -48,6 +54,51 @@ def uvicorn_running(app: Any, **options: Any) -> Iterator[str]:
         thread.join(10)
         sock.close()
     assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@contextlib.contextmanager
+def gunicorn_running(
+    source: str,
+    folder: Path,
+    *,
+    workers: int = 1,
+    env: Optional[Dict[str, str]] = None,
+    health: str = "/health",
+) -> Iterator[str]:
+    """The WSGI ``app`` of ``source`` (written to ``folder``/limited_app.py) served by
+    gunicorn with ``workers`` workers on a free 127.0.0.1 port; yields its base URL
+    once ``health`` answers 200.  ``env``: added to the server's environment."""
+    import httpx
+
+    (folder / "limited_app.py").write_text(source)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--workers", str(workers),
+         "--bind", f"fd://{sock.fileno()}", "--log-level", "warning", "limited_app:app"],
+        pass_fds=[sock.fileno()],
+        env={**os.environ, **(env or {}), "PYTHONPATH": path},
+    )  # fmt: skip
+    sock.close()
+    try:
+        end = time.monotonic() + 60  # generous: a busy machine
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}{health}", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, "gunicorn exited"
+            assert time.monotonic() < end, "gunicorn did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGINT)  # quick shutdown; SIGTERM waits for workers
+        process.wait(10)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict
 from urllib.parse import unquote
 
-from limiter.backends._url import DENY_CACHE_PARAMS, FALLBACK_PARAMS, StoreURL, fallback_store
+from limiter.backends._url import DENY_CACHE_PARAMS, FALLBACK_PARAMS, StoreURL, store_options
 from limiter.backends.sqlite import SQLiteStore
 
 SQLITE_PARAMS = ("timeout", "purge_every", *FALLBACK_PARAMS, *DENY_CACHE_PARAMS)
@@ -33,11 +33,5 @@ def sqlite_store(parsed: StoreURL, options: Dict[str, Any]) -> SQLiteStore:
     if purge_every is not None:
         kwargs["purge_every"] = purge_every
     parsed.fallback_options(kwargs)
-    for name, value in options.items():
-        if name not in SQLITE_STORE_OPTIONS:
-            raise TypeError(
-                f"store_from_url() got an unexpected keyword argument {name!r} for an sqlite:// "
-                f"store; it takes: {', '.join(SQLITE_STORE_OPTIONS)}"
-            )
-        kwargs[name] = fallback_store(value) if name == "fallback" else value
+    store_options(options, SQLITE_STORE_OPTIONS, "an sqlite://", kwargs)
     return SQLiteStore(path, **kwargs)

@@ -234,6 +234,13 @@ class StoreURL:
         self.fail(f"{name} must be true or false (or 1/0, yes/no, on/off), got {text!r}")
         return None  # unreachable
 
+    def flags(self, names: Tuple[str, ...], into: Dict[str, Any]) -> None:
+        """Each of ``names`` the query gives, as a bool (``flag``), into ``into``."""
+        for name in names:
+            value = self.flag(name)
+            if value is not None:
+                into[name] = value
+
     def fallback_options(self, into: Dict[str, Any]) -> None:
         fallback = self.query.get("fallback")
         if fallback is not None:
@@ -242,6 +249,20 @@ class StoreURL:
             value = self.seconds(name)
             if value is not None:
                 into[name] = value
+
+
+def store_options(
+    options: Dict[str, Any], takes: Tuple[str, ...], store: str, into: Dict[str, Any]
+) -> None:
+    """``store_from_url``'s keyword ``options`` into ``into`` (a ``fallback`` string made a
+    store); ``TypeError`` for one not in ``takes``, naming ``store`` ("an sqlite://")."""
+    for name, value in options.items():
+        if name not in takes:
+            raise TypeError(
+                f"store_from_url() got an unexpected keyword argument {name!r} for {store} "
+                f"store; it takes: {', '.join(takes)}"
+            )
+        into[name] = fallback_store(value) if name == "fallback" else value
 
 
 def fallback_store(value: Any, parsed: Optional[StoreURL] = None) -> Any:

@@ -146,13 +146,23 @@ def installed_sql(names: Names) -> str:
     )
 
 
-def apply_sql(names: Names) -> str:
+#: What a check's statement adds, unless the store keeps synchronous commits: its
+#: transaction (only it) commits without waiting for the WAL to reach the disk.
+#: In the statement, not in the function: a function's SET clause, or its own
+#: setting, would be undone before the commit reads it.
+ASYNC_COMMIT = ", set_config('synchronous_commit', 'off', true)"
+
+
+def apply_sql(names: Names, synchronous_commit: bool = True) -> str:
     """The one statement of a check, ``SELECT apply(keys, argv)``, with psycopg's placeholders.
 
     The keys come as the UTF-8 bytes of a ``text[]`` literal (``array_literal``),
-    whatever the connection's client_encoding.
+    whatever the connection's client_encoding.  ``synchronous_commit`` False:
+    the check's transaction commits asynchronously (``ASYNC_COMMIT``); the
+    reply stays the first column.
     """
-    return f"SELECT {names.apply}(convert_from(%s::bytea, 'UTF8')::text[], %s::text)"
+    tail = "" if synchronous_commit else ASYNC_COMMIT
+    return f"SELECT {names.apply}(convert_from(%s::bytea, 'UTF8')::text[], %s::text){tail}"
 
 
 class Statement(NamedTuple):
@@ -162,9 +172,11 @@ class Statement(NamedTuple):
     text: bytes
 
 
-def apply_statement(names: Names) -> Statement:
-    """``apply_sql`` with ``$1``, ``$2``, named after its own digest (one per table and version)."""
-    text = apply_sql(names).replace("%s", "$1", 1).replace("%s", "$2", 1).encode("utf-8")
+def apply_statement(names: Names, synchronous_commit: bool = True) -> Statement:
+    """``apply_sql`` with ``$1``, ``$2``, named after its own digest (one per table, version
+    and commit mode)."""
+    sql = apply_sql(names, synchronous_commit).replace("%s", "$1", 1).replace("%s", "$2", 1)
+    text = sql.encode("utf-8")
     return Statement(b"limiter_" + hashlib.sha1(text).hexdigest()[:20].encode("ascii"), text)
 
 

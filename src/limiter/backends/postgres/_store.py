@@ -7,18 +7,19 @@ Redis script's (``limiter.backends._wire``), the SQL is ``_sql``'s.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
+from limiter.backends._shell import AsyncStoreShell, StoreShell
 from limiter.backends._url import redact_url
-from limiter.backends._wire import Argv, decode_result, decode_results
+from limiter.backends._wire import Argv, decode_result
 from limiter.backends.postgres import _sql
 from limiter.backends.postgres._libpq import execute_prepared
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
-from limiter.core.result import RateLimitResult, combine
 from limiter.store import StoreError
 
 # A key is stored as text, which cannot hold NUL or a lone surrogate: those,
@@ -66,6 +67,7 @@ class _PostgresBase:
         server_time: bool = True,
         create: bool = True,
         unlogged: bool = False,
+        synchronous_commit: bool = False,
         max_connections: int = 10,
         pool_timeout: float = 1.0,
         fallback: Optional[Any] = None,
@@ -88,6 +90,10 @@ class _PostgresBase:
             raise TypeError(f"prefix must be a str, got {prefix!r:.100}")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int):
             raise TypeError(f"max_connections must be an int, got {max_connections!r:.100}")
+        if not isinstance(synchronous_commit, bool):
+            raise TypeError(
+                f"synchronous_commit must be True or False, got {synchronous_commit!r:.100}"
+            )
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections!r}")
         self.names = _sql.names(table)
@@ -95,12 +101,13 @@ class _PostgresBase:
         self.prefix = row_key(prefix)
         self.create = bool(create)
         self.unlogged = bool(unlogged)
+        self.synchronous_commit = synchronous_commit
         self.max_connections = max_connections
         self.pool_timeout = float(pool_timeout)
         self.fallback: Any = fallback
         self._argv = Argv(bool(server_time))
-        self._apply = _sql.apply_sql(self.names)
-        self._statement = _sql.apply_statement(self.names)
+        self._apply = _sql.apply_sql(self.names, synchronous_commit)
+        self._statement = _sql.apply_statement(self.names, synchronous_commit)
         self._ready = False  # installed (or found installed) since the pool was made
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
@@ -110,26 +117,16 @@ class _PostgresBase:
         shown = redact_conninfo(self.conninfo) if self.conninfo is not None else self.pool
         return (
             f"{type(self).__name__}({shown!r}, table={self.table!r}, prefix={self.prefix!r}, "
-            f"server_time={self.server_time!r}, fallback={self.fallback!r})"
+            f"server_time={self._argv.server_time!r}, fallback={self.fallback!r})"
         )
-
-    @property
-    def server_time(self) -> bool:
-        """With ``now=None``, read the server's clock (True) or ``time.time()`` (False)."""
-        return self._argv.server_time
-
-    @server_time.setter
-    def server_time(self, value: bool) -> None:
-        self._argv.server_time = bool(value)
-
-    @property
-    def using_fallback(self) -> bool:
-        """True while the server is considered down and the fallback answers."""
-        return self._failover.using_fallback
 
     def install_sql(self) -> str:
         """The SQL ``install()`` runs, for a DBA to run where the application may not."""
         return _sql.install_sql(self.names, self.unlogged)
+
+    def _key(self, key: str) -> str:
+        """``key``'s row key, or its error before any I/O."""
+        return row_key(key, self.prefix)
 
     def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[bytes, bytes]:
         """The parameters of an ``apply`` call (``apply_sql``'s), or its error before any I/O."""
@@ -174,15 +171,33 @@ class _PostgresBase:
             name=f"limiter-{self.table}",
         )
 
-    def _missing(self, table_exists: bool, comment: Optional[str]) -> Optional[str]:
-        """Why the store cannot run (table or function missing, or outdated), or ``None``."""
+    def _missing(self, row: Tuple[bool, Optional[str]]) -> Optional[str]:
+        """What ``installed_sql``'s ``row`` says is missing (table or function, or outdated),
+        or ``None``; ``StoreError`` if something is and the store may not create it."""
+        table_exists, comment = row
         if not table_exists:
-            return f"the table {self.names.table} does not exist"
-        if comment is None:
-            return f"the function {self.names.apply} does not exist"
-        if comment != _sql.fingerprint(self.names):
-            return f"the function {self.names.apply} is not this version's ({comment!r})"
-        return None
+            why = f"the table {self.names.table} does not exist"
+        elif comment is None:
+            why = f"the function {self.names.apply} does not exist"
+        elif comment != _sql.fingerprint(self.names):
+            why = f"the function {self.names.apply} is not this version's ({comment!r})"
+        else:
+            return None
+        if not self.create:
+            raise self._not_installed(why, None)
+        return why
+
+    @contextlib.contextmanager
+    def _errors(self, installing: Optional[str] = None) -> Iterator[None]:
+        """Any failure in the block as a ``StoreError`` (``installing``: what was missing)."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except Exception as exc:
+            if installing is not None:
+                raise self._not_installed(installing, exc) from exc
+            raise self._error(exc) from exc
 
     def _not_installed(self, why: str, cause: Optional[BaseException]) -> StoreError:
         return StoreError(
@@ -215,7 +230,21 @@ def _install_statements(store: _PostgresBase) -> List[str]:
     ]
 
 
-class PostgresStore(_PostgresBase):
+def _install(conn: Any, store: _PostgresBase) -> None:
+    """Run ``install()``'s statements on ``conn`` (sync), in one transaction."""
+    with conn.transaction():
+        for statement in _install_statements(store):
+            conn.execute(statement)
+
+
+async def _ainstall(conn: Any, store: _PostgresBase) -> None:
+    """``_install`` on an ``AsyncConnection``."""
+    async with conn.transaction():
+        for statement in _install_statements(store):
+            await conn.execute(statement)
+
+
+class PostgresStore(_PostgresBase, StoreShell):
     """Policy state in a PostgreSQL table, for many processes and hosts.  Implements ``Store``.
 
     ``conninfo``: a connection string (``"postgresql://app:pw@db/app"`` or
@@ -224,13 +253,18 @@ class PostgresStore(_PostgresBase):
     a ``psycopg_pool.ConnectionPool``.  ``table``: ``"name"`` or
     ``"schema.name"``; ``prefix``: prepended to every key.  ``create``: at
     first use, create the table and install the functions when missing
-    (``install()``); ``unlogged``: create it UNLOGGED.  ``server_time``,
+    (``install()``); ``unlogged``: create it UNLOGGED.
+    ``synchronous_commit``: False (the default), each check's transaction
+    commits without waiting for the WAL to reach the disk (a server crash
+    may lose the last decisions, about 0.6 s of them, and nothing else);
+    True, as the server's ``synchronous_commit`` says.  ``server_time``,
     ``fallback``, ``probe_after``, ``max_probe_after``, ``probe_clock``: as
     for ``RedisStore``.
 
     One statement, one transaction per check (a PL/pgSQL function mirroring
     ``limiter.core``).  Every failure (connection, timeout, read-only server,
     a missing table or function) is a ``StoreError`` wrapping the cause.
+    ``TypeError``/``ValueError`` for a bad option, naming it.
     See docs/stores.md "PostgreSQL".
     """
 
@@ -240,14 +274,8 @@ class PostgresStore(_PostgresBase):
 
     def install(self) -> None:
         """Create the table if missing and (re)install the functions; ``StoreError`` on failure."""
-        try:
-            with self._connection() as conn, conn.transaction():
-                for statement in _install_statements(self):
-                    conn.execute(statement)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc
+        with self._errors(), self._connection() as conn:
+            _install(conn, self)
 
     def ping(self) -> None:
         """Check that checks can run, or raise ``StoreError`` saying why not.
@@ -264,38 +292,6 @@ class PostgresStore(_PostgresBase):
             self._verdict(self._execute(_sql.ping_sql(self.names), params))
 
         self._failover.run(ping)
-
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
-        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
-        rows, argv = self._one(key, limit, cost, now)
-        result: RateLimitResult = self._failover.run(
-            lambda: decode_result(self._call(rows, argv), limit, self._kind),
-            lambda: self.fallback.apply(key, limit, cost, now),
-        )
-        return result
-
-    def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
-    ) -> RateLimitResult:
-        """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none (one statement)."""
-        rows, argv = self._many(keys, limits, cost, now)
-        result: RateLimitResult = self._failover.run(
-            lambda: combine(decode_results(self._call(rows, argv), limits, self._kind)),
-            lambda: self.fallback.apply_many(keys, limits, cost, now),
-        )
-        return result
-
-    def reset(self, key: str) -> None:
-        """Forget ``key`` (one DELETE), in the fallback too; ``StoreError`` if PostgreSQL fails."""
-        row = row_key(key, self.prefix)
-        if self.fallback is not None:
-            self.fallback.reset(key)
-        statement = _sql.reset_sql(self.names)
-
-        def delete() -> None:
-            self._execute(statement, (row,))
-
-        self._failover.run(delete)
 
     def sweep(
         self, now: Optional[float] = None, max_age: Optional[float] = None, batch: int = 1000
@@ -348,24 +344,13 @@ class PostgresStore(_PostgresBase):
 
     def _check_installed(self, pool: Any) -> None:
         """Install what is missing (with ``create``), or ``StoreError`` saying what is."""
-        try:
-            with pool.connection() as conn:
-                exists, comment = conn.execute(_sql.installed_sql(self.names)).fetchone()
-        except Exception as exc:
-            raise self._error(exc) from exc
-        why = self._missing(exists, comment)
-        if why is None:
-            return
-        if not self.create:
-            raise self._not_installed(why, None)
-        try:
-            with pool.connection() as conn, conn.transaction():
-                for statement in _install_statements(self):
-                    conn.execute(statement)
-        except Exception as exc:
-            raise self._not_installed(why, exc) from exc
+        with self._errors(), pool.connection() as conn:
+            why = self._missing(conn.execute(_sql.installed_sql(self.names)).fetchone())
+        if why is not None:
+            with self._errors(why), pool.connection() as conn:
+                _install(conn, self)
 
-    def _call(self, keys: bytes, argv: bytes) -> bytes:
+    def _send(self, keys: bytes, argv: bytes) -> bytes:
         """The function's reply; any failure is a ``StoreError``.
 
         The hot path: a connection from the pool (no context manager), one
@@ -387,26 +372,25 @@ class PostgresStore(_PostgresBase):
         finally:
             pool.putconn(conn)
 
+    def _delete(self, row: str) -> None:
+        self._execute(_sql.reset_sql(self.names), (row,))
+
     def _execute(self, statement: str, params: Any) -> Any:
         """Run ``statement``: its first row, or its row count if it has none.
 
         Any failure is a ``StoreError``.
         """
-        try:
-            with self._connection() as conn:
-                cursor = conn.execute(statement, params)
-                return cursor.fetchone() if cursor.description else cursor.rowcount
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc
+        with self._errors(), self._connection() as conn:
+            cursor = conn.execute(statement, params)
+            return cursor.fetchone() if cursor.description else cursor.rowcount
 
 
-class AsyncPostgresStore(_PostgresBase):
+class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
     """``PostgresStore`` for asyncio, on an ``AsyncConnectionPool``.  Implements ``AsyncStore``.
 
     Same arguments and behaviour as ``PostgresStore`` (a pool given must be
     an ``AsyncConnectionPool``); ``fallback`` may be sync or async.
+    Close it with ``await store.aclose()`` (its pool's connections and tasks).
     """
 
     _kind = "AsyncPostgresStore"
@@ -418,14 +402,9 @@ class AsyncPostgresStore(_PostgresBase):
 
     async def ainstall(self) -> None:
         """``PostgresStore.install`` for asyncio."""
-        try:
-            async with await self._connection() as conn, conn.transaction():
-                for statement in _install_statements(self):
-                    await conn.execute(statement)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc
+        with self._errors():
+            async with await self._connection() as conn:
+                await _ainstall(conn, self)
 
     async def aping(self) -> None:
         """``PostgresStore.ping`` for asyncio."""
@@ -435,37 +414,6 @@ class AsyncPostgresStore(_PostgresBase):
             self._verdict(await self._aexecute(_sql.ping_sql(self.names), params))
 
         await self._failover.arun(ping)
-
-    async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
-    ) -> RateLimitResult:
-        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
-        rows, argv = self._one(key, limit, cost, now)
-        fallback = self._failover.afallback
-        return await self._failover.arun(
-            lambda: self._aresult(rows, argv, limit),
-            lambda: fallback.aapply(key, limit, cost, now),
-        )
-
-    async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
-    ) -> RateLimitResult:
-        """Charge every bucket or none (see ``PostgresStore.apply_many``)."""
-        rows, argv = self._many(keys, limits, cost, now)
-        fallback = self._failover.afallback
-        return await self._failover.arun(
-            lambda: self._aresults(rows, argv, limits),
-            lambda: fallback.aapply_many(keys, limits, cost, now),
-        )
-
-    async def areset(self, key: str) -> None:
-        """``reset`` for asyncio (the DELETE is always tried)."""
-        row = row_key(key, self.prefix)
-        fallback = self._failover.afallback
-        if fallback is not None:
-            await fallback.areset(key)
-        statement = _sql.reset_sql(self.names)
-        await self._failover.arun(lambda: self._aexecute(statement, (row,)))
 
     async def asweep(
         self, now: Optional[float] = None, max_age: Optional[float] = None, batch: int = 1000
@@ -513,25 +461,16 @@ class AsyncPostgresStore(_PostgresBase):
         return pool
 
     async def _check_installed(self, pool: Any) -> None:
-        try:
+        with self._errors():
             async with pool.connection() as conn:
                 cursor = await conn.execute(_sql.installed_sql(self.names))
-                exists, comment = await cursor.fetchone()
-        except Exception as exc:
-            raise self._error(exc) from exc
-        why = self._missing(exists, comment)
-        if why is None:
-            return
-        if not self.create:
-            raise self._not_installed(why, None)
-        try:
-            async with pool.connection() as conn, conn.transaction():
-                for statement in _install_statements(self):
-                    await conn.execute(statement)
-        except Exception as exc:
-            raise self._not_installed(why, exc) from exc
+                why = self._missing(await cursor.fetchone())
+        if why is not None:
+            with self._errors(why):
+                async with pool.connection() as conn:
+                    await _ainstall(conn, self)
 
-    async def _call(self, keys: bytes, argv: bytes) -> str:
+    async def _send(self, keys: bytes, argv: bytes) -> str:
         # psycopg's own path: prepared at first use on each connection, unless
         # the connection never prepares (prepare_threshold None: a pooler).
         try:
@@ -548,18 +487,11 @@ class AsyncPostgresStore(_PostgresBase):
             raise self._error(exc) from exc
         return row[0]  # type: ignore[no-any-return]
 
-    async def _aresult(self, keys: bytes, argv: bytes, limit: Any) -> RateLimitResult:
-        return decode_result(await self._call(keys, argv), limit, self._kind)
-
-    async def _aresults(self, keys: bytes, argv: bytes, limits: Any) -> RateLimitResult:
-        return combine(decode_results(await self._call(keys, argv), limits, self._kind))
+    async def _delete(self, row: str) -> None:
+        await self._aexecute(_sql.reset_sql(self.names), (row,))
 
     async def _aexecute(self, statement: str, params: Any) -> Any:
-        try:
+        with self._errors():
             async with await self._connection() as conn:
                 cursor = await conn.execute(statement, params)
                 return (await cursor.fetchone()) if cursor.description else cursor.rowcount
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc

@@ -17,7 +17,7 @@ from limiter.backends._url import (
     DENY_CACHE_PARAMS,
     FALLBACK_PARAMS,
     StoreURL,
-    fallback_store,
+    store_options,
 )
 
 #: Seconds to wait for a new connection: libpq's shortest useful connect_timeout.
@@ -32,6 +32,7 @@ _STORE_PARAMS = (
     "server_time",
     "create",
     "unlogged",
+    "synchronous_commit",
     "max_connections",
     "pool_timeout",
     *FALLBACK_PARAMS,
@@ -64,13 +65,7 @@ def postgres_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> 
         parsed.fail("a host is missing (postgresql://user:password@host:5432/dbname)")
     kwargs = _store_kwargs(parsed)
     timeouts = {name: options.pop(name) for name in _TIMEOUTS if name in options}
-    for name, value in options.items():
-        if name not in _STORE_OPTIONS:
-            raise TypeError(
-                f"store_from_url() got an unexpected keyword argument {name!r} for a "
-                f"{parsed.scheme}:// store; it takes: {', '.join(_STORE_OPTIONS + _TIMEOUTS)}"
-            )
-        kwargs[name] = fallback_store(value) if name == "fallback" else value
+    store_options(options, _STORE_OPTIONS + _TIMEOUTS, f"a {parsed.scheme}://", kwargs)
     conninfo = connection_string(parsed, timeouts)
     from limiter.backends.postgres._store import AsyncPostgresStore, PostgresStore
 
@@ -83,10 +78,7 @@ def _store_kwargs(parsed: StoreURL) -> Dict[str, Any]:
     for name in ("table", "prefix"):
         if name in parsed.query:
             kwargs[name] = parsed.query[name]
-    for name in ("server_time", "create", "unlogged"):
-        flag = parsed.flag(name)
-        if flag is not None:
-            kwargs[name] = flag
+    parsed.flags(("server_time", "create", "unlogged", "synchronous_commit"), kwargs)
     size = parsed.integer("max_connections", 1)
     if size is not None:
         kwargs["max_connections"] = size

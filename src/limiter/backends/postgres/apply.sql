@@ -114,9 +114,8 @@ END
 $fn$;
 
 -- [a, b, NULL, allowed, remaining, reset_after, retry_after] after a denial.
-CREATE OR REPLACE FUNCTION @BREACH@(
-  cnt float8, runend float8, tnow float8, spec text, breachestext text
-) RETURNS float8[]
+CREATE OR REPLACE FUNCTION @BREACH@(cnt float8, runend float8, tnow float8, spec text,
+                                    breachestext text) RETURNS float8[]
 LANGUAGE plpgsql IMMUTABLE AS $fn$
 DECLARE
   slash int := strpos(spec, '/');

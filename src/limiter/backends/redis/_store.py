@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
+from limiter.backends._shell import AsyncStoreShell, StoreShell
 from limiter.backends._wire import (
     SCRIPT,
     SCRIPT_SHA,
     Argv,
     decode_result,
-    decode_results,
     encode_key,
     encode_keys,
 )
@@ -29,7 +29,6 @@ from limiter.backends.redis._connection import (
 )
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
-from limiter.core.result import RateLimitResult, combine
 from limiter.store import StoreError
 
 # Passed as bytes, which clients send as they are (str and int are encoded per call).
@@ -94,26 +93,18 @@ class _RedisBase:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.client!r}, prefix={self.prefix!r}, "
-            f"server_time={self.server_time!r}, fallback={self.fallback!r})"
+            f"server_time={self._argv.server_time!r}, fallback={self.fallback!r})"
         )
-
-    @property
-    def server_time(self) -> bool:
-        """With ``now=None``, read the server's ``TIME`` (True) or ``time.time()`` (False)."""
-        return self._argv.server_time
-
-    @server_time.setter
-    def server_time(self, value: bool) -> None:
-        self._argv.server_time = bool(value)
-
-    @property
-    def using_fallback(self) -> bool:
-        """True while the server is considered down and the fallback answers."""
-        return self._failover.using_fallback
 
     def _key(self, key: str) -> bytes:
         """``key``'s Redis key as sent (the CLI and the bench ask for it)."""
         return encode_key(key, self.prefix)
+
+    def _one(
+        self, key: str, limit: Limit, cost: Cost, now: Optional[float]
+    ) -> Tuple[List[bytes], List[bytes]]:
+        """The key and argument of an ``apply`` call, or its error before any I/O."""
+        return [encode_key(key, self.prefix)], self._args((limit,), cost, now)
 
     def _many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
@@ -126,14 +117,15 @@ class _RedisBase:
         return StoreError(f"{self._kind}: {type(exc).__name__}: {exc}")
 
 
-class RedisStore(_RedisBase):
+class RedisStore(_RedisBase, StoreShell):
     """Bucket state in Redis or Valkey, for many processes and hosts.  Implements ``Store``.
 
     ``client``: a ``redis.Redis``, ``RedisCluster``, Sentinel master client or
     valkey-py equivalent; give it ``socket_timeout``, ``socket_connect_timeout``
     and ``retry=Retry(NoBackoff(), 0)`` so that a check fails fast (a client
     that may wait long is reported once, a WARNING on ``limiter.stores``).
-    ``prefix``: prepended to every Redis key.  ``server_time``: with
+    ``prefix``: prepended to every Redis key (``apply_many``'s keys must share
+    a hash tag on a cluster: ``ValueError`` otherwise).  ``server_time``: with
     ``now=None``, read the server's ``TIME`` (True) or ``time.time()`` (False).
     ``fallback``: a store that answers while Redis fails; Redis is probed again
     after ``probe_after`` seconds, doubling up to ``max_probe_after``, on
@@ -152,50 +144,14 @@ class RedisStore(_RedisBase):
         A peek at a reserved key that writes nothing; never answered by the
         fallback.  Call it at start-up.
         """
-        rkeys, args = [encode_key(_PING_KEY, self.prefix)], self._args((_PING_LIMIT,), 0, None)
-        self._failover.run(lambda: decode_result(self._eval(rkeys, args), _PING_LIMIT, self._kind))
+        rkeys, args = self._one(_PING_KEY, _PING_LIMIT, 0, None)
+        self._failover.run(lambda: decode_result(self._send(rkeys, args), _PING_LIMIT, self._kind))
 
-    def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
-        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
-        rkeys, args = [encode_key(key, self.prefix)], self._args((limit,), cost, now)
-        result: RateLimitResult = self._failover.run(
-            lambda: decode_result(self._eval(rkeys, args), limit, self._kind),
-            lambda: self.fallback.apply(key, limit, cost, now),
-        )
-        return result
-
-    def apply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
-    ) -> RateLimitResult:
-        """Charge ``cost`` to every ``keys[i]`` under ``limits[i]``, or to none (one script call).
-
-        ``cost``: one for every limit, or one per limit.  On a cluster the keys
-        must share a hash tag (``ValueError`` otherwise).
-        """
-        rkeys, args = self._many(keys, limits, cost, now)
-        result: RateLimitResult = self._failover.run(
-            lambda: combine(decode_results(self._eval(rkeys, args), limits, self._kind)),
-            lambda: self.fallback.apply_many(keys, limits, cost, now),
-        )
-        return result
-
-    def reset(self, key: str) -> None:
-        """Forget ``key`` (one DEL), in the fallback too.
-
-        The DEL is tried even while the fallback answers, so that a reset never
-        succeeds silently; ``StoreError`` if Redis fails.
-        """
-        rkey = encode_key(key, self.prefix)
-        if self.fallback is not None:
-            self.fallback.reset(key)
-
-        def delete() -> None:
-            try:
-                self.client.delete(rkey)
-            except Exception as exc:
-                raise self._error(exc) from exc
-
-        self._failover.run(delete)
+    def _delete(self, target: bytes) -> None:
+        try:
+            self.client.delete(target)
+        except Exception as exc:
+            raise self._error(exc) from exc
 
     def close(self) -> None:
         """Disconnect the store's own connections (the fast path's); safe to call again.
@@ -212,7 +168,7 @@ class RedisStore(_RedisBase):
             return None
         return Connections.for_client(client, SCRIPT, _SHA)
 
-    def _eval(self, rkeys: List[bytes], args: List[bytes]) -> Any:
+    def _send(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         """The script's reply; any failure of the client is a ``StoreError``."""
         conns = self._conns
         if conns is not None:
@@ -256,7 +212,7 @@ class RedisStore(_RedisBase):
             return self.client.eval(SCRIPT, numkeys, *rkeys, *args)
 
 
-class AsyncRedisStore(_RedisBase):
+class AsyncRedisStore(_RedisBase, AsyncStoreShell):
     """``RedisStore`` for ``redis.asyncio`` clients (and valkey-py's).  Implements ``AsyncStore``.
 
     Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
@@ -286,58 +242,17 @@ class AsyncRedisStore(_RedisBase):
 
     async def aping(self) -> None:
         """``RedisStore.ping`` for asyncio."""
-        rkeys, args = [encode_key(_PING_KEY, self.prefix)], self._args((_PING_LIMIT,), 0, None)
+        rkeys, args = self._one(_PING_KEY, _PING_LIMIT, 0, None)
         await self._failover.arun(lambda: self._aresult(rkeys, args, _PING_LIMIT))
 
-    async def aapply(
-        self, key: str, limit: Limit, cost: float, now: Optional[float]
-    ) -> RateLimitResult:
-        """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
-        rkeys, args = [encode_key(key, self.prefix)], self._args((limit,), cost, now)
-        fallback = self._failover.afallback
-        return await self._failover.arun(
-            lambda: self._aresult(rkeys, args, limit),
-            lambda: fallback.aapply(key, limit, cost, now),
-        )
+    async def _delete(self, target: bytes) -> None:
+        try:
+            await self.client.delete(target)
+        except Exception as exc:
+            raise self._error(exc) from exc
 
-    async def aapply_many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
-    ) -> RateLimitResult:
-        """Charge every bucket or none (see ``RedisStore.apply_many``)."""
-        rkeys, args = self._many(keys, limits, cost, now)
-        fallback = self._failover.afallback
-        return await self._failover.arun(
-            lambda: self._aresults(rkeys, args, limits),
-            lambda: fallback.aapply_many(keys, limits, cost, now),
-        )
-
-    async def areset(self, key: str) -> None:
-        """``reset`` for asyncio (the DEL is always tried; see there)."""
-        rkey = encode_key(key, self.prefix)
-        fallback = self._failover.afallback
-        if fallback is not None:
-            await fallback.areset(key)
-
-        async def delete() -> None:
-            try:
-                await self.client.delete(rkey)
-            except Exception as exc:
-                raise self._error(exc) from exc
-
-        await self._failover.arun(delete)
-
-    async def _aresult(
-        self, rkeys: List[bytes], args: List[bytes], limit: Limit
-    ) -> RateLimitResult:
-        return decode_result(await self._eval(rkeys, args), limit, self._kind)
-
-    async def _aresults(
-        self, rkeys: List[bytes], args: List[bytes], limits: Sequence[Limit]
-    ) -> RateLimitResult:
-        return combine(decode_results(await self._eval(rkeys, args), limits, self._kind))
-
-    async def _eval(self, rkeys: List[bytes], args: List[bytes]) -> Any:
-        """``RedisStore._eval`` awaited (pipelined when the store pipelines)."""
+    async def _send(self, rkeys: List[bytes], args: List[bytes]) -> Any:
+        """``RedisStore._send`` awaited (pipelined when the store pipelines)."""
         numkeys = _numkeys(rkeys)
         pipeline = self._pipeline
         if pipeline is not None:

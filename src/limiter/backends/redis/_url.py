@@ -85,12 +85,7 @@ def _redis_query(parsed: StoreURL, tls: bool) -> RedisSettings:
     }
     if "prefix" in parsed.query:
         store_kwargs["prefix"] = parsed.query["prefix"]
-    server_time = parsed.flag("server_time")
-    if server_time is not None:
-        store_kwargs["server_time"] = server_time
-    pipelining = parsed.flag("pipelining")
-    if pipelining is not None:
-        store_kwargs["pipelining"] = pipelining
+    parsed.flags(("server_time", "pipelining"), store_kwargs)
     parsed.fallback_options(store_kwargs)
     timeout = parsed.seconds("socket_timeout")
     if timeout is not None:
