@@ -932,7 +932,7 @@ def md_postgres(sec: Section) -> List[str]:
     return lines + _notes(sec) + ([""] if sec.get("notes") else [])
 
 
-@_section("slots", "9. Concurrency slots: take + give back against check()")
+@_section("slots", "9. Concurrency slots against check()")
 def md_slots(sec: Section) -> List[str]:
     from .slots_bench import ratio_rows
 
