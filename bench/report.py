@@ -936,7 +936,6 @@ def md_postgres(sec: Section) -> List[str]:
 def md_slots(sec: Section) -> List[str]:
     from .slots_bench import ratio_rows
 
-    data = sec["data"]
     lines = _para(
         "What a `Concurrency` slot costs: `with limiter.slot(key): pass` (a `Slot`, one step "
         "to take, one to give back) against a plain `check()` of a rate that admits "
@@ -944,6 +943,7 @@ def md_slots(sec: Section) -> List[str]:
         "(slot time / check time, per round, median (min-max)); then the figures. "
         "docs/concurrency.md."
     )
+    data = sec["data"]
     rows = [
         [store, pair, "**NOT MEASURED**" if r is None else _fmt_ratio(r)]
         for store, pair, r in ratio_rows(data)

@@ -24,24 +24,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .common import (
-    Measure,
-    Progress,
-    Settings,
-    Unavailable,
-    interleave,
-    new_section,
-    ratios,
-    summary,
-    timed,
-)
+from . import common
+from .common import Measure, Progress, Settings, Unavailable
 from .peers import HIGH
 
-CHECK = "check()"
-SLOT = "with slot(): take + give back"
-REUSED = "take() + give(), one Slot reused"
-CHECK2 = "check(), 2 rate limits"
-SLOT2 = "with slot(), rate + Concurrency"
+#: The rows measured on each store.
+CHECK, SLOT, REUSED, CHECK2, SLOT2 = (
+    "check()",
+    "with slot(): take + give back",
+    "take() + give(), one Slot reused",
+    "check(), 2 rate limits",
+    "with slot(), rate + Concurrency",
+)
 
 #: The headline: pair -> (the slot's row, the check's row it is divided by).
 PAIRS: Dict[str, Tuple[str, str]] = {
@@ -95,7 +89,7 @@ def _case(op: Op, n: int, scale: float) -> Callable[[], float]:
         for _ in range(n):
             op()
 
-    return lambda: timed(loop) / n * scale
+    return lambda: common.timed(loop) / n * scale
 
 
 def measure(
@@ -103,7 +97,7 @@ def measure(
 ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Time ``ops`` interleaved: (the measures, the per-round ratios of ``PAIRS``)."""
     unit, scale = UNITS[name]
-    samples = interleave(
+    samples = common.interleave(
         {row: _case(op, n, scale) for row, op in ops.items()}, rounds, progress, f"slots {name}"
     )
     measures = [
@@ -118,7 +112,7 @@ def measure(
         for row, values in samples.items()
     ]
     vs_check = {
-        pair: summary(ratios(samples[slot], samples[check]))
+        pair: common.summary(common.ratios(samples[slot], samples[check]))
         for pair, (slot, check) in PAIRS.items()
         if samples.get(slot) and samples.get(check)
     }
@@ -157,7 +151,7 @@ def _redis_ops() -> Tuple[Dict[str, Op], Dict[str, float]]:
 
 
 def run(settings: Settings, progress: Progress) -> Dict[str, Any]:
-    section = new_section("slots")
+    section = common.new_section("slots")
     rounds = settings.rounds if not settings.tiny else 1
     data: Dict[str, Any] = {}
     section["data"] = data
