@@ -933,6 +933,36 @@ def md_postgres(sec: Section) -> List[str]:
     return lines + _notes(sec) + ([""] if sec.get("notes") else [])
 
 
+@_section("slots", "9. Concurrency slots against check()")
+def md_slots(sec: Section) -> List[str]:
+    from .slots_bench import ratio_rows
+
+    lines = _para(
+        "What a `Concurrency` slot costs: `with limiter.slot(key): pass` (a `Slot`, one step "
+        "to take, one to give back) against a plain `check()` of a rate that admits "
+        "everything, on a hot key, interleaved in the same run on each store. Ratios first "
+        "(slot time / check time, per round, median (min-max)); then the figures. "
+        "docs/concurrency.md."
+    )
+    data = sec["data"]
+    rows = [
+        [store, pair, "**NOT MEASURED**" if r is None else _fmt_ratio(r)]
+        for store, pair, r in ratio_rows(data)
+    ]
+    lines += _table(["store", "slot against check()", "time ratio"], rows)
+    trips = (data.get("redis") or {}).get("round_trips", {})
+    figures = []
+    for m in sec["measures"]:
+        store = m["id"].split("/")[1]
+        trip = trips.get(m["label"]) if store == "redis" else None
+        figures.append(
+            [store, _name(m), f"{_rng(m)} {m['unit']}", "" if trip is None else f"{trip:g}"]
+        )
+    lines += _table(["store", "operation", "time per operation", "Redis round trips"], figures)
+    why = (data.get("redis") or {}).get("not_measured")
+    return lines + (_para(f"Redis: NOT MEASURED, {why}") if why else [])
+
+
 @_section("scaling", "7. Scaling: what a check costs the Redis server")
 def md_scaling(sec: Section) -> List[str]:
     data = sec["data"]
@@ -1176,7 +1206,17 @@ def render(results: Dict[str, Any], docs: Path, page: str = "benchmarks.md") -> 
     tg = targets(results)
     missed = sorted({t["key"] for t in tg if t["status"] == "MISSED"})
     m = results["machine"]
-    sections = ("core", "memory", "middleware", "servers", "redis", "sqlite", "scaling", "postgres")
+    sections = (
+        "core",
+        "memory",
+        "middleware",
+        "servers",
+        "redis",
+        "sqlite",
+        "scaling",
+        "postgres",
+        "slots",
+    )
     only = ", ".join(f"`{s}`" for s in sections)
     lines = ["# Benchmarks", ""]
     lines += _para(
@@ -1228,6 +1268,7 @@ def render(results: Dict[str, Any], docs: Path, page: str = "benchmarks.md") -> 
         md_sqlite,
         md_scaling,
         md_postgres,
+        md_slots,
     ):
         lines += part(results)
     lines += md_profiles(results, missed)

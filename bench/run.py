@@ -39,6 +39,7 @@ SECTIONS: Dict[str, str] = {
     "sqlite": "bench.sqlite_bench",
     "postgres": "bench.postgres_bench",
     "scaling": "bench.scaling",
+    "slots": "bench.slots_bench",
 }
 
 DISTS = [

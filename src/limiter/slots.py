@@ -7,7 +7,7 @@ async methods below only send it.
 
 from __future__ import annotations
 
-import secrets
+import random
 from types import TracebackType
 from typing import Any, Optional, Protocol, Tuple, Type
 
@@ -28,8 +28,13 @@ class _Owner(Protocol):
 
 
 def new_holder() -> float:
-    """A random holder number: a whole float from 1 to 2**53, exact in every store."""
-    return float(secrets.randbits(53) | 1)
+    """A random holder number: a whole float from 1 to 2**53, exact in every store.
+
+    ``random``'s generator, seeded from the system and again in a forked
+    child: 53 bits make two holders of one key alike once in ~10**15 pairs,
+    and a holder number is never a secret (``secrets`` costs a system call).
+    """
+    return float(random.getrandbits(53) | 1)
 
 
 class Slot:

@@ -249,3 +249,36 @@ def test_ab_times_both_trees_of_a_revision(tmp_path: Path) -> None:
         assert 0 < ns < 1e7
     for case in ("memory fixed window check()", "memory sliding window check()"):
         assert 0 < ab.measure(ROOT / "src", case, 0.001) < 1e7
+
+
+def test_slots_section_measures_memory_and_redis_or_says_why_not() -> None:
+    """A slot (take + give back) beside check() on each store, ratios per pair; Redis rows
+    are measured (two round trips a slot, one a check) or NOT MEASURED with the reason."""
+    from bench import redisenv, report, slots_bench
+
+    settings = bench_common.Settings(rounds=1, tiny=True)
+    try:
+        section = slots_bench.run(settings, bench_common.Progress(enabled=False))
+    finally:
+        redisenv.close()
+    data = section["data"]
+    rows = {row for pair in slots_bench.PAIRS.values() for row in pair}
+    by_store: Dict[str, set] = {"memory": set(), "redis": set()}
+    for m in section["measures"]:
+        by_store[m["id"].split("/")[1]].add(m["label"])
+        assert len(m["samples"]) == 1 and all(x > 0 for x in m["samples"]), m
+    assert by_store["memory"] == rows
+    assert set(data["memory"]["vs_check"]) == set(slots_bench.PAIRS)
+    redis = data["redis"]
+    if "not_measured" in redis:
+        assert redis["not_measured"] and by_store["redis"] == set()
+    else:
+        assert by_store["redis"] == rows
+        trips = redis["round_trips"]
+        assert trips[slots_bench.CHECK] == trips[slots_bench.CHECK2] == 1.0
+        assert (
+            trips[slots_bench.SLOT] == trips[slots_bench.REUSED] == trips[slots_bench.SLOT2] == 2.0
+        )
+    text = "\n".join(report.md_slots({"sections": {"slots": section}}))
+    assert "| memory | one policy | " in text and "| redis | rate + Concurrency | " in text
+    assert ("**NOT MEASURED**" in text) == ("not_measured" in redis)
