@@ -8,8 +8,7 @@ async methods below only send it.
 from __future__ import annotations
 
 import random
-from types import TracebackType
-from typing import Any, Optional, Protocol, Tuple, Type
+from typing import Any, Optional, Protocol, Tuple
 
 from limiter.core.costs import Hold
 from limiter.core.result import RateLimitResult
@@ -115,12 +114,7 @@ class Slot:
             raise RateLimitExceeded(result)
         return self
 
-    def __exit__(
-        self,
-        kind: Optional[Type[BaseException]],
-        error: Optional[BaseException],
-        trace: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self.held:
             self.give()
 
@@ -130,11 +124,6 @@ class Slot:
             raise RateLimitExceeded(result)
         return self
 
-    async def __aexit__(
-        self,
-        kind: Optional[Type[BaseException]],
-        error: Optional[BaseException],
-        trace: Optional[TracebackType],
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self.held:
             await self.agive()

@@ -225,7 +225,7 @@ class MemoryStore:
         clock = time.time if now is None else now
         # A policy's own step function where it has one: one frame fewer than
         # step's hand-over (CONTRIBUTING.md, "Hot paths").
-        run = getattr(limit, "step_function", step)
+        run = getattr(limit, "step_function", None) or step
 
         def check(key: str, cost: float = 1) -> RateLimitResult:
             if type(key) is str and len(key) <= max_length and key >= "A" and key < "{":

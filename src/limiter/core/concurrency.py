@@ -44,66 +44,6 @@ MAX_SLOTS = 1000
 _MAX_LEASE = 1e9
 
 
-class Concurrency(Frozen):
-    """At most ``limit`` requests in flight per key, each slot held ``lease`` seconds at most.
-
-    ``RateLimiter({"rate": "60/minute", "inflight": Concurrency(3, lease=120)})``.
-    A slot is taken when a request is admitted and given back when it ends
-    (``RateLimiter.slot``, the adapters); a slot whose holder died is freed
-    when its lease runs out.  ``limit`` is an int from 1 to 1000
-    (``TypeError`` for another type); ``lease`` seconds > 0 and at most 1e9.
-    Results have ``kind`` ``"concurrency"``: ``limit`` the slots,
-    ``remaining`` the free ones, ``window`` the lease.  Rules: this module's
-    docstring.
-    """
-
-    kind: ClassVar[Literal["concurrency"]] = "concurrency"
-    standalone: ClassVar[Literal[True]] = True
-
-    limit: int
-    lease: float
-    window: float
-
-    def __init__(self, limit: int, lease: float = 60.0, name: str = "default") -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"concurrency limit must be an int, got {show(limit)}")
-        if not 1 <= limit <= MAX_SLOTS:
-            raise ValueError(f"concurrency limit must be from 1 to {MAX_SLOTS}, got {limit!r}")
-        bounds = f"> 0 and <= {_MAX_LEASE:g}"
-        seconds = bounded_float(lease, "lease", "a number of seconds", bounds, 0.0, _MAX_LEASE)
-        check_name(name)
-        self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
-
-    @property
-    def label(self) -> str:
-        """This policy in a limiter's default name (``"3 inflight/60s"``)."""
-        return f"{self.limit}inflight/{self.lease:g}s"
-
-    def numbered(self, i: int) -> Concurrency:
-        """This policy named apart as the ``i``-th of a limiter's policies."""
-        return self.renamed(f"{self.limit}inflight#{i}")
-
-    def identity(self) -> Tuple[Any, ...]:
-        """What makes two concurrency policies equal: ``(limit, lease)``."""
-        return (self.limit, self.lease)
-
-    def keep_until(self, state: State) -> float:
-        """When the last lease of ``state`` expires (seconds): forgotten from then on."""
-        return keep_until(state)
-
-    def step(
-        self, state: Optional[State], now: float, cost: float = 0, detail: bool = True
-    ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
-        """``step`` for this policy (``limiter.core.bucket.step`` hands it over)."""
-        return slot_step(state, now, self, cost, detail)
-
-    def __repr__(self) -> str:
-        return f"Concurrency({self.limit!r}, lease={self.lease!r}, name={self.name!r})"
-
-    def __str__(self) -> str:
-        return f"{self.limit} in flight, lease {self.lease:g}s ({self.name})"
-
-
 def slot_step(
     state: Optional[State], now: float, policy: Concurrency, cost: Any = 0, detail: bool = True
 ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
@@ -197,3 +137,60 @@ def _slot_result(
         policy.name,
         "concurrency",
     )
+
+
+class Concurrency(Frozen):
+    """At most ``limit`` requests in flight per key, each slot held ``lease`` seconds at most.
+
+    ``RateLimiter({"rate": "60/minute", "inflight": Concurrency(3, lease=120)})``.
+    A slot is taken when a request is admitted and given back when it ends
+    (``RateLimiter.slot``, the adapters); a slot whose holder died is freed
+    when its lease runs out.  ``limit`` is an int from 1 to 1000
+    (``TypeError`` for another type); ``lease`` seconds > 0 and at most 1e9.
+    Results have ``kind`` ``"concurrency"``: ``limit`` the slots,
+    ``remaining`` the free ones, ``window`` the lease.  Rules: this module's
+    docstring.
+    """
+
+    kind: ClassVar[Literal["concurrency"]] = "concurrency"
+    standalone: ClassVar[Literal[True]] = True
+
+    limit: int
+    lease: float
+    window: float
+
+    def __init__(self, limit: int, lease: float = 60.0, name: str = "default") -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"concurrency limit must be an int, got {show(limit)}")
+        if not 1 <= limit <= MAX_SLOTS:
+            raise ValueError(f"concurrency limit must be from 1 to {MAX_SLOTS}, got {limit!r}")
+        bounds = f"> 0 and <= {_MAX_LEASE:g}"
+        seconds = bounded_float(lease, "lease", "a number of seconds", bounds, 0.0, _MAX_LEASE)
+        check_name(name)
+        self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
+
+    @property
+    def label(self) -> str:
+        """This policy in a limiter's default name (``"3 inflight/60s"``)."""
+        return f"{self.limit}inflight/{self.lease:g}s"
+
+    def numbered(self, i: int) -> Concurrency:
+        """This policy named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.limit}inflight#{i}")
+
+    def identity(self) -> Tuple[Any, ...]:
+        """What makes two concurrency policies equal: ``(limit, lease)``."""
+        return (self.limit, self.lease)
+
+    def keep_until(self, state: State) -> float:
+        """When the last lease of ``state`` expires (seconds): forgotten from then on."""
+        return keep_until(state)
+
+    #: As ``FixedWindow.step_function``.
+    step_function = staticmethod(slot_step)
+
+    def __repr__(self) -> str:
+        return f"Concurrency({self.limit!r}, lease={self.lease!r}, name={self.name!r})"
+
+    def __str__(self) -> str:
+        return f"{self.limit} in flight, lease {self.lease:g}s ({self.name})"

@@ -191,12 +191,6 @@ class FixedWindow(_Window):
     #: store's bound hot path (``MemoryStore.bind``; CONTRIBUTING.md, "Hot paths").
     step_function = staticmethod(fixed_step)
 
-    def step(
-        self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
-    ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
-        """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        return fixed_step(state, now, self, cost, detail)
-
     def _first(
         self, state: Optional[State], now: float
     ) -> Tuple[Optional[State], float, float, float]:
@@ -373,12 +367,6 @@ class SlidingWindow(_Window):
 
     #: As ``FixedWindow.step_function``.
     step_function = staticmethod(sliding_step)
-
-    def step(
-        self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
-    ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
-        """``step`` for this window (``limiter.core.bucket.step`` hands it over)."""
-        return sliding_step(state, now, self, cost, detail)
 
     def __repr__(self) -> str:
         return f"SlidingWindow({self.count!r}, {self.period!r}, name={self.name!r})"
