@@ -12,7 +12,7 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from helpers.redis_servers import RedisClusterNodes, shared_cluster, unique_prefix
-from limiter import Limit, Lockout, ManualClock, RateLimiter, StoreError
+from limiter import Concurrency, Limit, Lockout, ManualClock, RateLimiter, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
 from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
@@ -184,6 +184,37 @@ def test_rate_limiter_with_several_limits_on_the_cluster(
         assert limiter.allow(key), key
         assert not limiter.allow(key), key  # the minute limit is spent
         clock.set(T0)
+
+
+def test_slots_on_the_cluster(
+    nodes: RedisClusterNodes, cluster: redis.cluster.RedisCluster
+) -> None:
+    # Concurrency (issue 26): lone keys on every master, and beside a rate
+    # (one hash tag per key), all or nothing; the pipelined asyncio store too.
+    store = RedisStore(cluster, prefix=unique_prefix())
+    lone = RateLimiter(Concurrency(2, lease=60), store=store, clock=ManualClock(T0))
+    for i in range(12):
+        slots = [lone.slot(f"user{i}") for _ in range(3)]
+        assert [s.take().allowed for s in slots] == [True, True, False]
+        assert slots[0].give() and slots[2].take().allowed
+    spec = {"rate": Limit(0.001, 2), "inflight": Concurrency(1)}
+    both = RateLimiter(spec, store=store, clock=ManualClock(T0))
+    first, second = both.slot("{brace"), both.slot("{brace")
+    assert first.take().allowed and not second.take().allowed  # no slot: no token taken
+    assert first.give() and second.take().allowed and not first.take().allowed  # no token
+
+    async def take_at_once() -> int:
+        # Cold: the pipelined store waits for the client's one initialization.
+        client = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=nodes.ports[0])
+        store = AsyncRedisStore(client, prefix=unique_prefix())
+        limiter = RateLimiter(Concurrency(3), store=store, clock=ManualClock(T0))
+        slots = [limiter.aslot(f"k{i % 6}") for i in range(60)]
+        try:
+            return sum([r.allowed for r in await asyncio.gather(*(s.atake() for s in slots))])
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(take_at_once()) == 6 * 3
 
 
 def test_async_cluster_concurrent_checks_from_cold(nodes: RedisClusterNodes) -> None:

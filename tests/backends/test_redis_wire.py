@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from limiter import Limit, Quota
+from limiter import Concurrency, Limit, Quota
 from limiter.backends import _wire
-from limiter.core.costs import Charge, Refund
+from limiter.core.costs import Charge, Hold, Refund
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.lockout import Lockout
 from limiter.core.result import RateLimitResult
@@ -87,6 +87,9 @@ def test_each_policy_has_its_text() -> None:
     assert argv([FixedWindow(10, 60, "first")], 1, T) == f"{T!r} 1.0 f60.0 10"
     assert argv([SlidingWindow(2**53, 0.001)], 1, T) == f"{T!r} 1.0 s0.001 {2**53}"
     assert argv([SlidingWindow(3, 1 / 3)], 1, T).endswith(f" s{1 / 3!r} 3")
+    # Concurrency: untimed (leases run from now, the server's TIME too).
+    assert argv([Concurrency(3, lease=120)], Hold(7.0), None) == " t7.0 c120.0 3"
+    assert argv([Concurrency(1000, lease=1 / 3)], 0, T) == f"{T!r} 0.0 c{1 / 3!r} 1000"
 
 
 def test_windows_beside_other_policies() -> None:
@@ -109,13 +112,16 @@ def test_the_codec_tells_policies_apart_in_one_place() -> None:
     assert _wire.decode_result(b"1 0 1 0", Limit(1, 1), "x").kind == "bucket"
     assert _wire.decode_result(b"1 0 1 0", FixedWindow(1, 1), "x").kind == "fixed-window"
     assert _wire.decode_result(b"1 0 1 0", SlidingWindow(1, 1), "x").kind == "sliding-window"
+    assert _wire.decode_result(b"0 0 60 30", Concurrency(3, 60), "x").kind == "concurrency"
     policies = [Limit(1, 1), Quota(1, "day"), FixedWindow(1, 1), SlidingWindow(1, 1), LOCKOUT]
+    policies.append(Concurrency(1))
     assert [(c.timed, c.last) for c in map(_wire.policy_codec, policies)] == [
         (False, False),
         (True, False),
         (False, False),
         (False, False),
         (False, True),
+        (False, False),
     ]
     # One codec per kind: the two anchors of a fixed window differ in its text only.
     first = FixedWindow(1, 1, "first")
@@ -175,6 +181,9 @@ def test_several_policies_and_the_lone_lockout() -> None:
         (Refund(math.inf), repr(-(2.0**54))),  # "-inf" never travels
         (Refund(2, T - 0.5), f"-2.0@{T - 0.5!r}"),
         (Refund(0, 0), "-0.0@0.0"),
+        (Hold(7.0), "t7.0"),
+        (Hold(7.0, "give"), "g7.0"),
+        (Hold(2.0**53 - 1, "renew"), "r9007199254740991.0"),
     ],
 )
 def test_cost_text(cost: Any, text: str) -> None:
@@ -187,6 +196,25 @@ def test_cost_text(cost: Any, text: str) -> None:
 def test_a_bad_cost_fails_before_any_io(bad: Any, error: type) -> None:
     with pytest.raises(error, match="cost"):
         _wire.cost_text(bad)
+
+
+def test_a_plain_cost_on_a_concurrency_policy_fails_before_any_io() -> None:
+    # The step's own TypeError (rule 5), for one policy or several, one cost
+    # or one each; 0, a Refund and a Charge are peeks, sent as they are.
+    slots = Concurrency(3, lease=60)
+    with pytest.raises(TypeError, match="not a cost of 1"):
+        argv([slots], 1, T)
+    with pytest.raises(TypeError, match=r"not a cost of 2\.5"):
+        argv([Limit(1, 5), slots], (1, 2.5), T)
+    with pytest.raises(TypeError, match="not a cost of 1"):
+        argv([slots, Limit(1, 5), LOCKOUT], 1, T)
+    with pytest.raises(ValueError, match="cost must be a number of tokens >= 0"):
+        argv([slots], -1, T)  # a bad number's own error first, as in step
+    assert argv([slots], Refund(1), T) == f"{T!r} -1.0 c60.0 3"
+    assert argv([Limit(1, 5), slots], (1, Charge(2)), T) == f"{T!r} 1.0,!2.0 1.0 5 c60.0 3"
+    assert argv([Limit(1, 5), slots, LOCKOUT], (1, Hold(3.0), 0), T).startswith(
+        f"{T!r} 1.0,t3.0,0.0 "
+    )
 
 
 def test_costs_per_limit() -> None:
@@ -313,6 +341,13 @@ def test_a_refund_round_trips(tokens: float, taken_at: Optional[float]) -> None:
     assert read_cost(_wire.cost_text(Refund(tokens, taken_at))) == (-tokens, "-", taken_at)
 
 
+@given(st.integers(1, 2**53 - 1), st.sampled_from(["take", "give", "renew"]))
+def test_a_hold_round_trips(holder: int, action: str) -> None:
+    # bucket.lua reads the holder with tonumber: a whole float's repr is exact.
+    text = _wire.cost_text(Hold(float(holder), action))
+    assert (text[0], float(text[1:])) == (action[0], holder)
+
+
 @given(TOKENS)
 def test_a_charge_and_a_request_round_trip(tokens: float) -> None:
     assert read_cost(_wire.cost_text(Charge(tokens))) == (tokens, "!", None)
@@ -357,7 +392,10 @@ def test_a_window_round_trips(count: int, period: float, anchor: str) -> None:
     st.floats(-1e9, 1e9),
     st.floats(0, 1e9),
     st.sampled_from(
-        [Limit(3, 10), Quota(4, "hour"), FixedWindow(5, 0.001), SlidingWindow(2**53, 60), LOCKOUT]
+        [
+            *(Limit(3, 10), Quota(4, "hour"), FixedWindow(5, 0.001), SlidingWindow(2**53, 60)),
+            *(LOCKOUT, Concurrency(1000, lease=120)),
+        ]
     ),
 )
 def test_reply_round_trips(

@@ -7,14 +7,19 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from limiter.backends._wire import ttl_ms
-from limiter.core.state import State, from_row, keep_until
+from limiter.core.state import Leases, State, from_row, keep_until
 
 if TYPE_CHECKING:
     import redis
 
 
 def parse_state(raw: bytes) -> State:
-    """A stored value as ``limiter.core.state`` builds it (a sliding window: three numbers)."""
+    """A stored value as ``limiter.core.state`` builds it (a sliding window: three numbers).
+
+    Leases (``"c"``, then holders, expiries and until) are a ``Leases``.
+    """
+    if raw.startswith(b"c"):
+        return Leases(float(text) for text in raw[1:].split())
     numbers = [float(text) for text in raw.split()]
     assert len(numbers) in (2, 3), raw
     return from_row(*numbers)
@@ -24,13 +29,6 @@ def read_state(client: redis.Redis, rkey: str) -> Optional[State]:
     """The state ``rkey`` holds (``None``: no key)."""
     raw = client.get(rkey)
     return None if raw is None else parse_state(raw)
-
-
-def forgotten_at(state: State) -> float:
-    """When ``state`` stops mattering: ``keep_until``, a sliding window's ``until``."""
-    if isinstance(state, tuple):
-        return state[2]
-    return keep_until(state)
 
 
 def _elapsed_ms(since: Optional[float]) -> int:
@@ -70,18 +68,19 @@ def check_stored_until(
 ) -> Optional[State]:
     """``check_stored`` for any policy but a bucket: its PX is the time from ``now`` to its end.
 
-    A quota's, a window's or a lockout's key lives until ``forgotten_at``
-    (a sliding window's state is three numbers); it is made persistent too.
+    A quota's, a window's, a lockout's or leases' key lives until ``keep_until``
+    (a sliding window's state is three numbers, leases ``"c"`` and theirs); it is
+    made persistent too.
     """
     raw, ttl = client.pipeline().get(rkey).pttl(rkey).persist(rkey).execute()[:2]
     elapsed_ms = _elapsed_ms(since)
     if raw is None:
         # Never written, or expired already: its end was within the time elapsed.
-        assert state is None or ttl_ms(forgotten_at(state) - now) <= elapsed_ms
+        assert state is None or ttl_ms(keep_until(state) - now) <= elapsed_ms
         return None
     stored = parse_state(raw)
     assert stored == state
     if ttl != -1:  # written by this step
-        expected_ttl = ttl_ms(forgotten_at(stored) - now)
+        expected_ttl = ttl_ms(keep_until(stored) - now)
         assert expected_ttl - elapsed_ms <= ttl <= expected_ttl
     return stored

@@ -10,19 +10,22 @@ verbatim (``tests/backends/test_redis_wire.py`` holds the two equal)::
     costs   = cost { "," cost } ;                 (* several: one per key *)
     cost    = number                              (* a request *)
             | "!" number                          (* a Charge: always admitted *)
-            | "-" number [ "@" number ] ;         (* a Refund of number; @ its taken_at *)
+            | "-" number [ "@" number ]           (* a Refund of number; @ its taken_at *)
+            | ( "t" | "g" | "r" ) number ;        (* a Hold: take, give, renew; holder *)
     policy  = " " number " " count                (* token bucket: rate burst *)
             | " q" number "/" number " " count    (* quota: window start/end, count *)
             | " w" number " " count               (* fixed window, epoch: period count *)
             | " f" number " " count               (* fixed window, first request's *)
             | " s" number " " count               (* sliding window: period count *)
+            | " c" number " " count               (* concurrency: lease limit *)
             | " l" number "/" number " " count ;  (* lockout, last: within/duration *)
     number  = Python float repr ;                 (* a cost at most 2^54: the stand-in *)
     count   = decimal integer ;                   (* burst, count, breaches *)
     reply   = result { " " result } ;             (* one per key, in KEYS order *)
     result  = allowed " " remaining " " reset_after " " retry_after ;
     allowed = "1" | "0" ;                         (* the other three: %d or %.17g *)
-    stored  = number " " number [ " " number ] ;  (* PX = ttl_ms(seconds); 3: sliding *)
+    stored  = number " " number [ " " number ]    (* PX = ttl_ms(seconds); 3: sliding *)
+            | "c" number { " " number } ;         (* leases: holder expiry ..., until *)
 
 Redis keys: ``redis_key`` (one-to-one, always with a cluster hash tag);
 PostgreSQL's are its rows' (``postgres.row_key``).  Why one argument string:
@@ -36,7 +39,7 @@ import math
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from limiter.core.costs import Charge, Cost, Refund, validate_cost, validate_costs
+from limiter.core.costs import Charge, Cost, Hold, Refund, validate_cost, validate_costs
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON, Limit
 from limiter.core.result import RateLimitResult
 from limiter.store import StoreError
@@ -176,6 +179,10 @@ def _sliding_window_text(window: Any, now: float) -> bytes:
     return f" s{window.period!r} {window.count}".encode("ascii")
 
 
+def _concurrency_text(policy: Any, now: float) -> bytes:
+    return f" c{policy.lease!r} {policy.limit}".encode("ascii")
+
+
 class PolicyCodec(NamedTuple):
     """How one type of policy travels: its text, and where it may stand."""
 
@@ -191,7 +198,12 @@ _CODECS = {
     "fixed-window": PolicyCodec(_fixed_window_text, False, False),
     "sliding-window": PolicyCodec(_sliding_window_text, False, False),
     "lockout": PolicyCodec(_lockout_text, False, True),
+    "concurrency": PolicyCodec(_concurrency_text, False, False),
 }
+
+#: The letter of a policy text that takes slots (``_concurrency_text``): ``Argv``
+#: tells them by their text, where a plain cost is checked (``slot_cost``).
+_SLOTS = ord("c")
 
 
 def policy_codec(policy: object) -> PolicyCodec:
@@ -204,8 +216,8 @@ def policy_codec(policy: object) -> PolicyCodec:
     codec = _CODECS.get(kind) if isinstance(kind, str) else None
     if codec is None:
         raise ValueError(
-            "limit must be a limiter.Limit, Quota, FixedWindow, SlidingWindow or Lockout, "
-            f"got {policy!r:.100}"
+            "limit must be a limiter.Limit, Quota, FixedWindow, SlidingWindow, Concurrency "
+            f"or Lockout, got {policy!r:.100}"
         )
     return codec
 
@@ -216,6 +228,7 @@ _MAX_COST = float(2**53)  # the largest burst a Limit accepts
 _MAX_CHARGE = float(2**54)  # twice that: a charge's bound for every limit
 _MAX_COST_TEXT = repr(_MAX_CHARGE)
 _MAX_REFUND_TEXT = repr(-_MAX_CHARGE)
+_HOLD_LETTERS = {"take": "t", "give": "g", "renew": "r"}
 
 
 def cost_text(cost: Any) -> str:
@@ -235,8 +248,16 @@ def cost_text(cost: Any) -> str:
     if cost.__class__ is Charge:  # "!t": taken up to the bound
         value = float(cost)
         return "!" + (repr(value) if value <= _MAX_CHARGE else _MAX_COST_TEXT)
+    if cost.__class__ is Hold:  # "t", "g" or "r", and the holder (a whole float, exact)
+        return _HOLD_LETTERS[cost.action] + repr(cost.holder)
     value = validate_cost(cost)
     return _MAX_COST_TEXT if value > _MAX_COST else repr(value)
+
+
+def slot_cost(policy: Any, cost: Any) -> None:
+    """Raise the concurrency step's ``TypeError`` for a plain cost > 0 (checked first)."""
+    if cost.__class__ is not Hold:
+        policy.step(None, 0.0, cost, False)  # rule 5: anything else is a peek
 
 
 def costs_text(cost: Cost, count: int) -> str:
@@ -268,7 +289,10 @@ class Argv:
             packed = texts.get(policy)
             if packed is None:
                 now, packed = self._uncached(policy, now)
-            return [(self._now(now) + " " + cost_text(cost)).encode("ascii") + packed]
+            head = (self._now(now) + " " + cost_text(cost)).encode("ascii")
+            if packed[1] == _SLOTS:
+                slot_cost(policy, cost)
+            return [head + packed]
         parts = [b""]
         for policy in policies:
             packed = texts.get(policy)
@@ -276,6 +300,9 @@ class Argv:
                 now, packed = self._uncached(policy, now)
             parts.append(packed)
         parts[0] = (self._now(now) + " " + costs_text(cost, len(policies))).encode("ascii")
+        for i, packed in enumerate(parts):
+            if i and packed[1] == _SLOTS:
+                slot_cost(policies[i - 1], cost[i - 1] if isinstance(cost, (tuple, list)) else cost)
         return [b"".join(parts)]
 
     def many(self, policies: Sequence[Limit], cost: Cost, now: Optional[float]) -> List[bytes]:

@@ -45,10 +45,11 @@ cost types.  What only the store can know is bounded rather than guessed:
 * Floats.  A replay computes from the store's reported debt, so a field may
   differ from the store's by one subtraction's rounding (~1e-16 of the window,
   never shown by the headers); near the moment the key could pass, the store is asked.
-* Quotas and windows.  A denial under a ``limiter.Quota``, ``FixedWindow``
-  or ``SlidingWindow`` (alone or beside token buckets) is never remembered:
-  its ``reset_after`` is no debt, and its windows are on the store's clock.
-  Such checks always go to the store.
+* Quotas, windows and slots.  A denial under a ``limiter.Quota``,
+  ``FixedWindow``, ``SlidingWindow`` or ``Concurrency`` (alone or beside token
+  buckets) is never remembered: its ``reset_after`` is no debt, windows are on
+  the store's clock, and a slot may be given back any moment.  Such checks
+  always go to the store.
 * Lockouts.  With a ``limiter.Lockout`` among the limits, every denial is a
   breach the store must count, so an ordinary denial is never remembered.
   The refusal of a locked-out key is: until the lockout ends every check is
@@ -517,7 +518,8 @@ class DenyCache:
         for limit in limits:
             if limit.standalone and limit.kind != "bucket":
                 # A quota's or window's reset_after is no debt, and its windows
-                # are on the store's clock (not time.monotonic()): never replayed.
+                # are on the store's clock (not time.monotonic()); a slot may be
+                # given back any moment (a concurrency policy): never replayed.
                 return
         locked = not limits[-1].standalone
         if locked and result[8] != "lockout":

@@ -8,19 +8,22 @@
 --   costs   = cost { "," cost } ;                 (* several: one per key *)
 --   cost    = number                              (* a request *)
 --           | "!" number                          (* a Charge: always admitted *)
---           | "-" number [ "@" number ] ;         (* a Refund of number; @ its taken_at *)
+--           | "-" number [ "@" number ]           (* a Refund of number; @ its taken_at *)
+--           | ( "t" | "g" | "r" ) number ;        (* a Hold: take, give, renew; holder *)
 --   policy  = " " number " " count                (* token bucket: rate burst *)
 --           | " q" number "/" number " " count    (* quota: window start/end, count *)
 --           | " w" number " " count               (* fixed window, epoch: period count *)
 --           | " f" number " " count               (* fixed window, first request's *)
 --           | " s" number " " count               (* sliding window: period count *)
+--           | " c" number " " count               (* concurrency: lease limit *)
 --           | " l" number "/" number " " count ;  (* lockout, last: within/duration *)
 --   number  = Python float repr ;                 (* a cost at most 2^54: the stand-in *)
 --   count   = decimal integer ;                   (* burst, count, breaches *)
 --   reply   = result { " " result } ;             (* one per key, in KEYS order *)
 --   result  = allowed " " remaining " " reset_after " " retry_after ;
 --   allowed = "1" | "0" ;                         (* the other three: %d or %.17g *)
---   stored  = number " " number [ " " number ] ;  (* PX = ttl_ms(seconds); 3: sliding *)
+--   stored  = number " " number [ " " number ]    (* PX = ttl_ms(seconds); 3: sliding *)
+--           | "c" number { " " number } ;         (* leases: holder expiry ..., until *)
 --
 -- limiter/core/ is the specification; each part below mirrors
 -- one of its functions, computing the very same doubles, and
@@ -47,6 +50,9 @@
 --   slide, slid                        window.slide, _sliding_retry and
 --                                      _sliding_result
 --   lockstatus, breach                 lockout.lock_status, lockout.breach
+--   readleases                         state.read_leases
+--   live, slots                        concurrency._live, slot_step (with
+--                                      _index and _slot_result)
 --
 -- Two placeholders in capitals, in the code below, stand for limiter.core.bucket's
 -- time epsilon and clock tolerance constants: _wire.py substitutes their
@@ -117,6 +123,14 @@
 --   to now + within), and the breaches-th breach of a run locks the key until
 --   now + duration, that very reply already refusing.  Its reply is 4 fields
 --   like any key's: "0 0 left left" locked out, else "1 breaches_left 0 0".
+-- * A Concurrency policy (limiter.core.concurrency's rules 1-7) comes as
+--   "c<lease> limit"; its cost is a Hold, "t", "g" or "r" (take, give back,
+--   renew) and the holder's text, anything else a peek (Python refuses a
+--   plain cost above 0 first).  Its state is "c" then its leases, "holder
+--   expiry" pairs in the order taken, then until: the last expiry, or now
+--   when none is held (PX: the time to until).  A Hold sent to any other
+--   policy is its value: a request of 1 (take), else a peek, as in step.
+--   Beside other keys, a take that one of them refuses is a peek.
 -- KEYS: one per limit; ARGV[1]: argv above (the lockout's cost is ignored).
 -- A cost is at most 2^54: a larger one (even inf, which tonumber may not
 -- read) is sent as 2^54, above every burst (<= 2^53) and at least twice
@@ -155,7 +169,8 @@ else
 end
 
 -- One cost's text: the number, and '!' for a Charge or '-' for a Refund (both
--- settled: always admitted), nil for a request; and a Refund's taken_at.
+-- settled: always admitted), nil for a request; and a Refund's taken_at.  A
+-- Hold: its value (1 to take, else 0), its letter and its holder's text.
 local function readcost(text)
   local b = byte(text)
   if b == 33 then return tonumber(sub(text, 2)), '!' end
@@ -164,15 +179,36 @@ local function readcost(text)
     if at then return tonumber(sub(text, 1, at - 1)), '-', tonumber(sub(text, at + 1)) end
     return tonumber(text), '-'
   end
+  if b > 57 then
+    if b == 116 then return 1.0, 't', sub(text, 2) end
+    return 0.0, sub(text, 1, 1), sub(text, 2)
+  end
   return tonumber(text), nil
 end
 
+-- Mirrors limiter.core.state.read_leases: a concurrency key's text (raw)
+-- as 'c', its numbers' texts and the numbers (holder, expiry, ..., until).
+local function readleases(key, raw)
+  local texts, nums, k = {}, {}, 0
+  for t in string.gmatch(sub(raw, 2), '%S+') do
+    k = k + 1
+    texts[k], nums[k] = t, tonumber(t)
+    if nums[k] == nil then break end
+  end
+  if k % 2 == 0 or nums[k] == nil then
+    return false, redis.error_reply('limiter: corrupt state in key ' .. key)
+  end
+  return 'c', texts, nums
+end
+
 -- Mirrors limiter.core.state: a key's two numbers d and u (and u's text us, so
--- that a write may keep it), or three (v: a sliding window's until); nil for
--- a new key; false and an error reply for a corrupt state.
+-- that a write may keep it), or three (v: a sliding window's until); leases as
+-- readleases gives them; nil for a new key; false and an error reply for a
+-- corrupt state.
 local function load(key)
   local raw = redis.call('GET', key)
   if raw then
+    if byte(raw) == 99 then return readleases(key, raw) end
     local d, us = match(raw, '^(%S+) (%S+)$')
     local u, vs, v
     if d == nil then
@@ -187,11 +223,13 @@ local function load(key)
   end
 end
 
--- An error reply when key's state (v: its third number) is not of the kind
--- spec's policy reads: three numbers are a sliding window's ("s"), and only
--- its (read_sliding and read_count would fail on the other in Python).
-local function misfit(key, v, spec)
-  if (v ~= nil) ~= (byte(spec) == 115) then
+-- An error reply when key's state (d, and v: its third number) is not of the
+-- kind spec's policy reads: three numbers are a sliding window's ("s"), and
+-- only its, leases ('c') a concurrency policy's ("c"), and only its (read_sliding,
+-- read_count and read_leases would fail on the others in Python).
+local function misfit(key, d, v, spec)
+  local b = byte(spec)
+  if (v ~= nil) ~= (b == 115) or (d == 'c') ~= (b == 99) then
     return redis.error_reply('limiter: key ' .. key .. ' holds the state of another kind of policy')
   end
 end
@@ -199,7 +237,8 @@ end
 -- Mirrors limiter.core.state.keep_until: the key expires when the bucket is full
 -- again.  Writes debt d anchored at the text at, or at now when at is nil
 -- (full again in d seconds, or in px when given); returns d formatted.
--- A window's state is d and the text at (a sliding window's: two numbers).
+-- A window's state is d and the text at (a sliding window's: two numbers);
+-- leases are their whole text d (at unused).
 -- A denial's bookkeeping (soft: a lockout's breach, a re-anchoring) is
 -- written with pcall: a full Redis (maxmemory with noeviction refuses every
 -- SET with OOM) must not turn a denial into an error, which on_error="allow"
@@ -211,11 +250,17 @@ local function store(key, d, at, px, soft)
   local ms = math.ceil((px or d) * 1000)
   if ms < FLOOR then ms = FLOOR end
   if ms > 1e15 then ms = 1e15 end
-  local ds = format('%.17g', d)
-  if soft then
-    redis.pcall('SET', key, ds .. ' ' .. (at or nows), 'PX', format('%d', ms))
+  local ds, value
+  if type(d) == 'string' then
+    value = d
   else
-    redis.call('SET', key, ds .. ' ' .. (at or nows), 'PX', format('%d', ms))
+    ds = format('%.17g', d)
+    value = ds .. ' ' .. (at or nows)
+  end
+  if soft then
+    redis.pcall('SET', key, value, 'PX', format('%d', ms))
+  else
+    redis.call('SET', key, value, 'PX', format('%d', ms))
   end
   return ds
 end
@@ -487,6 +532,89 @@ local function breach(count, runend, spec, breaches)
   return count * QSCALE, format('%.17g', runend), 1, trunc(breaches - count), 0, 0, runend - now
 end
 
+-- Mirrors limiter.core.concurrency._live: the live leases of a key at now
+-- (d 'c', texts and nums as readleases gives them; d nil: none), as four
+-- lists (holders' texts and numbers, expiries and their texts: false for
+-- now + lease, formatted at most once), their count, and whether any changed.
+local function live(d, texts, nums, lease, latest)
+  local hs, hn, es, ets, m, changed = {}, {}, {}, {}, 0, false
+  if d == 'c' then
+    for i = 1, #nums - 1, 2 do
+      local expiry, et = nums[i + 1], texts[i + 1]
+      if not (now < expiry) then  -- rule 2
+        changed = true
+      else
+        if expiry - now > lease + TOLERANCE then  -- rule 6
+          expiry, et, changed = latest, false, true
+        end
+        m = m + 1
+        hs[m], hn[m], es[m], ets[m] = texts[i], nums[i], expiry, et
+      end
+    end
+  end
+  return hs, hn, es, ets, m, changed
+end
+
+-- Mirrors limiter.core.concurrency.slot_step (and _index, _slot_result),
+-- operation for operation: d, texts, nums as live takes them; spec
+-- "c<lease>"; mode 't', 'g' or 'r' (a Hold) and taken its holder's text,
+-- else a peek.  Returns what step returns: the leases' text to store (nil:
+-- unchanged), and the reply's fields, and the seconds to until for PX.
+local function slots(d, texts, nums, spec, limit, mode, taken)
+  local lease = tonumber(sub(spec, 2))
+  limit = tonumber(limit)
+  local latest = now + lease
+  local hs, hn, es, ets, m, changed = live(d, texts, nums, lease, latest)
+  local ok, held, holder = 1, 0, nil
+  if mode == 't' or mode == 'g' or mode == 'r' then
+    holder = tonumber(taken)
+    for j = 1, m do
+      if hn[j] == holder then held = j break end
+    end
+  end
+  if holder == nil then  -- a peek: rule 5
+  elseif mode == 'g' then  -- rule 3
+    if held > 0 then
+      for _, list in ipairs({hs, hn, es, ets}) do table.remove(list, held) end
+      m, changed = m - 1, true
+    else
+      ok = 0
+    end
+  elseif held > 0 then  -- take or renew: rules 1 and 4
+    es[held], ets[held], changed = latest, false, true
+  elseif m < limit then
+    m = m + 1
+    hs[m], hn[m], es[m], ets[m], changed = taken, holder, latest, false, true
+  else
+    ok = 0
+  end
+  local first, last, lastj = math.huge, nil, 0
+  for j = 1, m do
+    local e = es[j]
+    if last == nil or e > last then last, lastj = e, j end
+    if e < first then first = e end
+  end
+  local write = nil
+  if changed then
+    local latests = nil
+    local parts = {'c'}
+    for j = 1, m do
+      if not ets[j] then
+        latests = latests or format('%.17g', latest)
+        ets[j] = latests
+      end
+      parts[j + 1] = hs[j] .. ' ' .. ets[j] .. ' '
+    end
+    parts[m + 2] = (lastj > 0 and ets[lastj]) or nows
+    write = table.concat(parts)
+  end
+  local rem, reset, retry = 0, 0.0, 0.0
+  if m < limit then rem = limit - m end
+  if last then reset = last - now end  -- rule 7
+  if ok == 0 and mode ~= 'g' then retry = first - now end
+  return write, nil, ok, rem, reset, retry, (last or now) - now
+end
+
 -- Mirrors limiter.core.bucket.step (and _settle for a Refund or a Charge, mode
 -- '-' or '!'), which hands any other policy to its own step.  d, u, us: the
 -- stored debt, updated_at and its text (nil for a new key); v: a sliding
@@ -496,6 +624,8 @@ end
 -- seconds, for any policy but a bucket).
 local function step(d, u, us, v, rate, burst, cost, mode, taken)
   local kind = byte(rate)
+  if kind == 99 then return slots(d, u, us, rate, burst, mode, taken) end  -- "c"
+  if mode and byte(mode) > 57 then mode, taken = nil, nil end  -- a Hold: its value
   if kind > 57 then  -- a letter, not a bucket rate's first digit
     if kind ~= 108 then  -- "q", "w", "f" or "s": a count in a window
       windowed = windowed or windowsteps()
@@ -578,7 +708,7 @@ if n == 1 then
   local d, u, us, v = load(key)
   if d == false then return u end
   if d ~= nil then
-    local wrong = misfit(key, v, rate1)
+    local wrong = misfit(key, d, v, rate1)
     if wrong then return wrong end
   end
   local c, mode, taken = readcost(cost)
@@ -597,7 +727,7 @@ for i = 1, n do
   local d, u, us, v = load(KEYS[i])
   if d == false then return u end
   if d ~= nil then
-    local wrong = misfit(KEYS[i], v, limits[i][1])
+    local wrong = misfit(KEYS[i], d, v, limits[i][1])
     if wrong then return wrong end
   end
   debts[i], stamps[i], texts[i], thirds[i] = d, u, us, v
