@@ -97,7 +97,7 @@ class SlotConformance(StoreDriver):
 
     def test_slots_are_all_or_nothing_beside_a_rate(self, store: Any) -> None:
         rate, slots = Limit(1, 2, name="rate"), Concurrency(1, lease=60, name="inflight")
-        keys, policies = ["{a}|rate", "{a}|inflight"], [rate, slots]
+        keys, policies = ["k:slot-rate", "k:slot-inflight"], [rate, slots]
         first = self.apply_many(store, keys, policies, (1, Hold(1.0)))
         assert first.allowed
         # Refused for want of a slot: no token taken.
