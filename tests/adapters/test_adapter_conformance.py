@@ -156,8 +156,16 @@ class Server(ThreadingHTTPServer):
     def __init__(self, handler: Type[BaseHTTPRequestHandler]) -> None:
         super().__init__(("127.0.0.1", 0), handler)
         self.errors: List[BaseException] = []
+        #: Released once per connection whose handler returned (a held slot is given back then).
+        self.finished = threading.Semaphore(0)
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.01})
         self.thread.start()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # its errors recorded
+        finally:
+            self.finished.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # An exception out of a handler: record it (instead of printing it).
@@ -195,6 +203,9 @@ class TestHTTPServer(AdapterConformance):
             return response.status, response.getheaders(), response.read()
         finally:
             conn.close()
+            # The handler may still run after the client read the response: wait
+            # for it, so the next request finds what this one left (its slot back).
+            assert app.finished.acquire(timeout=10), "the handler did not return"
 
     def expect_error(self, app: Server, error: Type[BaseException]) -> None:
         # socketserver's error path: handle_error, then the connection is

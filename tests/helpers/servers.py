@@ -118,3 +118,53 @@ def waitress_running(app: Any, **options: Any) -> Iterator[str]:
     finally:
         server.close()
         thread.join(10)
+
+
+@contextlib.contextmanager
+def gunicorn_running(
+    folder: Any, app: str, *options: str, health: str = "/health"
+) -> Iterator[Any]:
+    """gunicorn serving ``app`` (``"module:app"``, the module in ``folder``) on a free
+    127.0.0.1 port; yields ``(base URL, process)``. ``options``: more command-line options.
+
+    Up once ``health`` answers 200; stopped with SIGINT (quick: no graceful wait).
+    """
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--bind", f"fd://{sock.fileno()}",
+         "--log-level", "warning", *options, app],
+        pass_fds=[sock.fileno()],
+        env=env,
+    )  # fmt: skip
+    sock.close()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 60  # generous: a busy machine
+        while True:
+            try:
+                if httpx.get(url + health, timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, "gunicorn exited"
+            assert time.monotonic() < end, "gunicorn did not start"
+            time.sleep(0.05)  # waits for start-up only
+        yield url, process
+    finally:
+        process.send_signal(signal.SIGINT)  # quick shutdown; SIGTERM waits for workers
+        process.wait(10)

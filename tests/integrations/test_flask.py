@@ -63,10 +63,11 @@ def send(
     headers: Optional[Dict[str, str]] = None,
     peer: str = PEER,
 ) -> Reply:
-    response = client.open(
+    # Closed, as a WSGI server closes every response (a held slot is given back then).
+    with client.open(
         path, method=method, headers=headers or {}, environ_base={"REMOTE_ADDR": peer}
-    )
-    return response.status_code, list(response.headers), response.get_data()
+    ) as response:
+        return response.status_code, list(response.headers), response.get_data()
 
 
 class TestFlaskConformance(AdapterConformance):

@@ -31,7 +31,7 @@ from typing import (
 )
 
 from limiter.core.result import RateLimitResult
-from limiter.http.guard import Deferred, Guard, Verdict
+from limiter.http.guard import Deferred, Guard, Held, Verdict
 from limiter.http.options import (
     GuardOptions,
     MessageLimits,
@@ -194,7 +194,10 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send_with_headers)
             return
         if isinstance(outcome, Deferred):
-            await self.app(scope, receive, _settling(send, outcome))
+            if outcome.__class__ is Held:
+                await holding(self.app, scope, receive, _settling(send, outcome), outcome)
+            else:
+                await self.app(scope, receive, _settling(send, outcome))
             return
         status, headers, body = outcome
         await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
@@ -213,10 +216,14 @@ class RateLimitMiddleware:
             # A handshake has no status: accept is success, a close before it (403) failure.
             send = _settling(send, outcome)
         if isinstance(outcome, (list, Deferred)):  # admitted
-            if messages is None or key is None:
-                await self.app(scope, receive, send)
-            else:
-                await limit_messages(self.app, scope, receive, send, messages, self.guard, key)
+            try:
+                if messages is None or key is None:
+                    await self.app(scope, receive, send)
+                else:
+                    await limit_messages(self.app, scope, receive, send, messages, self.guard, key)
+            finally:
+                if outcome.__class__ is Held:  # held for the life of the connection
+                    await outcome.arelease()
             return
         status, headers, body = outcome
         # Answer websocket.connect, not before.
@@ -243,13 +250,28 @@ class RateLimitMiddleware:
         chosen = await guard.aselect(request) if guard.enabled else None
         if chosen is None:
             return [], None
-        limiter, key, cost, deduct_when = chosen
-        at = None if deduct_when is None else limiter.clock.now()
-        try:
-            result = await limiter.acheck(key, cost)
-        except StoreError:  # only a store failure goes to on_error, as in adecide
-            return guard.failed(limiter), key
-        return guard.judge(request, chosen, result, at), key
+        return await guard.acharge(request, chosen), chosen[1]
+
+
+async def holding(app: ASGIApp, scope: Scope, receive: Receive, send: Send, held: Held) -> None:
+    """Run ``app`` on an HTTP request holding ``held``'s slot: given back once the last
+    body message is sent, the client disconnects or the app returns or raises."""
+
+    async def send_then_release(message: Message) -> None:
+        await send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            await held.arelease()
+
+    async def receive_watching() -> Message:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            await held.arelease()
+        return message
+
+    try:
+        await app(scope, receive_watching, send_then_release)
+    finally:
+        await held.arelease()
 
 
 def _settling(send: Send, deferred: Deferred) -> Send:

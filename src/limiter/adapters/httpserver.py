@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Type, TypeVar, Union
 from urllib.parse import unquote
 
-from limiter.http.guard import Deferred, Guard
+from limiter.http.guard import Deferred, Guard, Held
 from limiter.http.options import GuardOptions, Options
 from limiter.http.request import HeaderView, RequestInfo
 from limiter.http.responses import HeaderList, Response
@@ -97,6 +97,17 @@ def _limited_subclass(cls: H, guard: Guard) -> H:
 
     class Limited(cls):  # type: ignore[valid-type,misc]
         _limiter_pending: Union[HeaderList, Deferred] = _NONE
+        _limiter_held: Optional[Held] = None
+
+        def handle_one_request(self) -> None:
+            # A slot is held until the handler returns, exception or not.
+            try:
+                super().handle_one_request()
+            finally:
+                held = self._limiter_held
+                if held is not None:
+                    self._limiter_held = None
+                    held.release()
 
         def parse_request(self) -> bool:
             self._limiter_pending = _NONE
@@ -112,13 +123,15 @@ def _limited_subclass(cls: H, guard: Guard) -> H:
                 outcome = decide(request_info(self))
             if isinstance(outcome, (list, Deferred)):
                 self._limiter_pending = outcome
+                if outcome.__class__ is Held:
+                    self._limiter_held = outcome
                 return True
             _send_instead(self, outcome, super().end_headers)
             return False  # handle_one_request() then calls no do_<METHOD>
 
         def send_response(self, code: int, message: Optional[str] = None) -> None:
             pending = self._limiter_pending
-            if pending.__class__ is Deferred:
+            if isinstance(pending, Deferred):
                 self._limiter_pending = pending.settle(code)
             super().send_response(code, message)
 

@@ -11,9 +11,9 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Tuple
 
-from limiter.http.guard import Deferred, Guard
+from limiter.http.guard import Deferred, Guard, Held
 from limiter.http.options import GuardOptions, Options
 from limiter.http.request import HeaderView, RequestInfo
 from limiter.http.responses import HeaderList, status_line
@@ -120,10 +120,44 @@ class RateLimitMiddleware:
 
             return self.app(environ, start_with_headers)
         if isinstance(outcome, Deferred):
+            if outcome.__class__ is Held:
+                return _holding(self.app, environ, _settling(start_response, outcome), outcome)
             return self.app(environ, _settling(start_response, outcome))
         status, headers, body = outcome
         start_response(status_line(status), list(headers))
         return [b"" if environ.get("REQUEST_METHOD", "GET") == "HEAD" else body]
+
+
+def _holding(app: WSGIApp, environ: Environ, start: StartResponse, held: Held) -> Iterable[bytes]:
+    """``app``'s response, its slot given back when the server closes it (or the app raises)."""
+    try:
+        body = app(environ, start)
+    except BaseException:
+        held.release()
+        raise
+    return _Releasing(body, held)
+
+
+class _Releasing:
+    """A response iterable that gives its request's slot back on ``close()`` (PEP 3333),
+    which the server calls once the last chunk is sent, or the client is gone."""
+
+    __slots__ = ("_body", "_held")
+
+    def __init__(self, body: Iterable[bytes], held: Held) -> None:
+        self._body = body
+        self._held = held
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._held.release()
 
 
 def _settling(start_response: StartResponse, deferred: Deferred) -> StartResponse:

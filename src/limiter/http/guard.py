@@ -47,6 +47,7 @@ from limiter.http.rules import (
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
+from limiter.slots import Slot
 from limiter.store import StoreError
 
 # GuardOptions, HeaderList, Response and the request view stay importable from
@@ -142,7 +143,66 @@ class Deferred:
         return self._done(self.guard.headers(refunded, self.limiter))
 
 
-#: Headers to add (possibly none), a ``Response`` to send instead, or a ``Deferred``.
+def _kept_always(status: int) -> bool:
+    return True
+
+
+class Held(Deferred):
+    """An admitted request holding a slot of its limiter's ``Concurrency`` policies.
+
+    A ``Deferred`` (``settle`` gives its headers, refunding the other
+    policies' cost when ``deduct_when`` says so); ``release``/``arelease``
+    give the slot back when the response has ended, the app failed or the
+    client went away. Only the first call gives it back; a store failure is
+    logged and the lease frees the slot.
+    """
+
+    __slots__ = ("slot",)
+
+    def __init__(
+        self,
+        guard: Guard,
+        chosen: Selection,
+        result: RateLimitResult,
+        at: Optional[float],
+        slot: Slot,
+    ) -> None:
+        limiter, key, cost, deduct_when = chosen
+        kept = _kept_always if deduct_when is None else deduct_when
+        super().__init__(guard, limiter, key, cost, kept, result, at)
+        self.slot: Optional[Slot] = slot
+
+    def _taken(self) -> Optional[Slot]:
+        # The slot to give back, once: cleared before any I/O.
+        slot, self.slot = self.slot, None
+        return slot if slot is not None and slot.held else None
+
+    def release(self) -> None:
+        """Give the slot back (the response ended)."""
+        slot = self._taken()
+        if slot is not None:
+            try:
+                slot.give()
+            except StoreError:
+                self.guard.failed(self.limiter)
+
+    async def arelease(self) -> None:
+        """``release`` for asyncio."""
+        slot = self._taken()
+        if slot is not None:
+            try:
+                await slot.agive()
+            except StoreError:
+                self.guard.failed(self.limiter)
+
+
+def holds_slots(limiter: RateLimiter) -> bool:
+    """True when ``limiter`` has a ``Concurrency`` policy: requests take a slot, not a check."""
+    return any(policy.kind == "concurrency" for policy in limiter.limits)
+
+
+#: Headers to add (possibly none), a ``Response`` to send instead, or a ``Deferred``
+#: (a ``Held`` when the request holds a slot until its response ends).
 Verdict = Union[HeaderList, Response, Deferred]
 PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Verdict]
 
@@ -158,6 +218,7 @@ class Guard:
     __slots__ = (
         *COPIED,
         "_defaults",
+        "_holding",
         "_routed",
         "_next_log",
         "_now",
@@ -231,13 +292,22 @@ class Guard:
             self.cost,
             self.deduct_when,
         )
+        #: Whether each known limiter holds slots (others are asked per request).
+        known = [*limiters, *(lim for lim in self.rule_limiters if isinstance(lim, RateLimiter))]
+        self._holding: Dict[RateLimiter, bool] = {lim: holds_slots(lim) for lim in known}
         # The limiter when the decision needs the client address alone (decide_peer).
         o = self.options
         plain = self.limiter
         alone = o.key_func is None and o.exempt is None and o.allow_list is None
         simple = not o.rules and o.cost_func is None and o.deduct_when is None
         self._plain: Optional[RateLimiter] = (
-            plain if isinstance(plain, RateLimiter) and o.enabled and alone and simple else None
+            plain
+            if isinstance(plain, RateLimiter)
+            and o.enabled
+            and alone
+            and simple
+            and not self._holding[plain]
+            else None
         )
         # time.time for the system clock: one call less than its now().
         clock = None if self._plain is None else self._plain.clock
@@ -383,26 +453,46 @@ class Guard:
         chosen = self.select(request)
         if chosen is None:
             return _NO_HEADERS
-        limiter = chosen[0]
-        at = None if chosen[3] is None else limiter.clock.now()
-        try:
-            result = limiter.check(chosen[1], chosen[2])
-        except StoreError:  # only a store failure goes to on_error; the rest propagates
-            return self.failed(limiter)
-        return self.judge(request, chosen, result, at)
+        return self.charge(request, chosen)
 
     async def adecide(self, request: RequestInfo) -> Verdict:
         """``decide`` for asyncio; with ``nonblocking``, ``decide`` gives the same outcome."""
         chosen = await self.aselect(request) if self.is_async else self.select(request)
         if chosen is None:
             return _NO_HEADERS
+        return await self.acharge(request, chosen)
+
+    def _plan(self, chosen: Selection) -> Tuple[Optional[float], Optional[Slot]]:
+        """The time before the check (``deduct_when`` only) and the slot to take, if any."""
+        limiter, key, cost, deduct_when = chosen
+        at = None if deduct_when is None else limiter.clock.now()
+        holds = self._holding.get(limiter)
+        if holds is None:  # a limiter function's
+            holds = holds_slots(limiter)
+        return at, limiter.slot(key, cost) if holds else None
+
+    def charge(self, request: RequestInfo, chosen: Selection) -> Verdict:
+        """The check of ``chosen`` (a slot taken when its limiter holds slots) and its outcome."""
+        at, slot = self._plan(chosen)
         limiter = chosen[0]
-        at = None if chosen[3] is None else limiter.clock.now()
         try:
-            result = await limiter.acheck(chosen[1], chosen[2])
+            result = limiter.check(chosen[1], chosen[2]) if slot is None else slot.take()
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
-        return self.judge(request, chosen, result, at)
+        return self.judge(request, chosen, result, at, slot)
+
+    async def acharge(self, request: RequestInfo, chosen: Selection) -> Verdict:
+        """``charge`` for asyncio (the store is awaited)."""
+        at, slot = self._plan(chosen)
+        limiter = chosen[0]
+        try:
+            if slot is None:
+                result = await limiter.acheck(chosen[1], chosen[2])
+            else:
+                result = await slot.atake()
+        except StoreError:  # only a store failure goes to on_error; the rest propagates
+            return self.failed(limiter)
+        return self.judge(request, chosen, result, at, slot)
 
     def judge(
         self,
@@ -410,10 +500,14 @@ class Guard:
         chosen: Selection,
         result: RateLimitResult,
         at: Optional[float] = None,
+        slot: Optional[Slot] = None,
     ) -> Verdict:
-        """The ``Verdict`` for ``result``, the check of ``chosen`` (``at``: the time before it)."""
+        """The ``Verdict`` for ``result``, the check of ``chosen`` (``at``: the time before
+        it; ``slot``: the slot it took, held until the response ends: a ``Held``)."""
         limiter, key, cost, deduct_when = chosen
         if result.allowed:
+            if slot is not None and slot.held:
+                return Held(self, chosen, result, at, slot)
             if deduct_when is not None:
                 return Deferred(self, limiter, key, cost, deduct_when, result, at)
             return self.build(result, limiter.clock.now(), self.header_style)

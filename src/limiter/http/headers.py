@@ -23,7 +23,7 @@ _INF = math.inf
 # The rule of ``Limit.name``: quoted, a valid sf-string with nothing to escape.
 _NAME_RE = re.compile(r"[ !#-\[\]-~]+")
 # (name, burst, window, unit) -> (policy item, quoted name); bounded against ever-new names.
-_POLICIES: Dict[Tuple[str, int, float, Optional[str]], Tuple[str, str]] = {}
+_POLICIES: Dict[Tuple[str, int, Optional[float], Optional[str]], Tuple[str, str]] = {}
 _POLICIES_MAX = 256
 # int -> (str, latin-1 bytes); exact ints only (True == 1, 2.0 == 2).
 _LIMITS: Dict[int, Tuple[str, bytes]] = {}
@@ -95,10 +95,11 @@ def _quoted_name(name: object, param: str) -> str:
 
 
 def _policy(
-    name: str, limit: int, window: float, param: str, unit: Optional[str] = None
+    name: str, limit: int, window: Optional[float], param: str, unit: Optional[str] = None
 ) -> Tuple[str, str]:
     """``('"<name>";q=<q>[;qu="<unit>"];w=<w>', '"<name>"')`` for one limit (cached:
-    a policy is constant). ``unit`` ``None`` or ``"requests"``: no ``qu``, the default."""
+    a policy is constant). ``unit`` ``None`` or ``"requests"``: no ``qu``, the default.
+    ``window`` ``None`` (a ``Concurrency`` policy's slots): ``q`` the slots, no ``w``."""
     if limit.__class__ is not int:
         # A hand-built result's True or 2.0: as an int, so "q=True" is neither
         # sent nor cached under the key of 1 (True == 1 hashes alike).
@@ -109,6 +110,18 @@ def _policy(
     except (KeyError, TypeError):  # TypeError: an unhashable name, refused just below
         pass
     quoted = _quoted_name(name, param)
+    item = _policy_item(quoted, limit, window, unit)
+    if len(_POLICIES) >= _POLICIES_MAX:
+        _POLICIES.clear()
+    _POLICIES[key] = (item, quoted)
+    return item, quoted
+
+
+def _policy_item(quoted: str, limit: int, window: Optional[float], unit: Optional[str]) -> str:
+    """``_policy``'s item: ``q``, ``qu`` and ``w`` in the draft's order."""
+    qu = "" if unit is None or unit == "requests" else f';qu="{unit}"'
+    if window is None:  # a Concurrency policy's slots: the draft's w is optional
+        return f"{quoted};q={min(max(limit, 0), SF_INT_MAX)}{qu}"
     if window >= 1.0:
         quota, seconds = limit, _up(window)
     elif window > 0.0:
@@ -119,13 +132,7 @@ def _policy(
         seconds = 1
     else:  # no result from a Limit has such a window (or NaN); never divide by it
         quota, seconds = limit, 1
-    # The draft's own order: q, qu, w.
-    qu = "" if unit is None or unit == "requests" else f';qu="{unit}"'
-    item = f"{quoted};q={min(max(quota, 0), SF_INT_MAX)}{qu};w={min(seconds, SF_INT_MAX)}"
-    if len(_POLICIES) >= _POLICIES_MAX:
-        _POLICIES.clear()
-    _POLICIES[key] = (item, quoted)
-    return item, quoted
+    return f"{quoted};q={min(max(quota, 0), SF_INT_MAX)}{qu};w={min(seconds, SF_INT_MAX)}"
 
 
 def _until_more(result: RateLimitResult) -> int:
@@ -230,16 +237,22 @@ def _draft(
     # Locked out: no limit's ``t`` applies until the lockout ends.
     locked = result.kind == "lockout" and not result.allowed
     for part in parts:
+        kind = part.kind
         # A lockout counts breaches: it has no unit of the draft's.
-        unit = units.get(part.policy) if units and part.kind != "lockout" else None
-        if one and policy is not None and part.kind != "lockout":
-            item, name = _policy(policy, part.limit, part.window, "policy", unit)
+        unit = units.get(part.policy) if units and kind != "lockout" else None
+        window: Optional[float] = part.window
+        if kind == "concurrency":  # slots: no window, and no time when one frees
+            unit, window = "concurrent-requests", None
+        if one and policy is not None and kind != "lockout":
+            item, name = _policy(policy, part.limit, window, "policy", unit)
         else:
-            item, name = _policy(part.policy, part.limit, part.window, "result.policy", unit)
+            item, name = _policy(part.policy, part.limit, window, "result.policy", unit)
         policies.append(item)
         remaining = min(max(part.remaining, 0), SF_INT_MAX)
         until = _until_more(part)
-        if retry is not None and (until > retry or (locked and part is not parts[-1])):
+        if window is None or (
+            retry is not None and (until > retry or (locked and part is not parts[-1]))
+        ):
             limits.append(f"{name};r={remaining}")
         else:
             limits.append(f"{name};r={remaining};t={min(until, SF_INT_MAX)}")

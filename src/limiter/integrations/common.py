@@ -23,7 +23,7 @@ from typing import (
 
 from limiter.clock import Clock
 from limiter.core.spec import ALGORITHMS
-from limiter.http.guard import Deferred, Guard
+from limiter.http.guard import Deferred, Guard, Held
 from limiter.http.options import GuardOptions, Options, check_options
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.http.responses import HeaderList, Response
@@ -213,18 +213,40 @@ class RouteLimit:
         return f"RouteLimit({self.rate!r}, scope={self.scope!r})"
 
 
+#: Per limit, what its guard decided for an admitted request: headers or a pending charge.
+Pending = Union[HeaderList, Deferred]
+
+
+async def asettle(outcomes: Iterable[Pending], status: int) -> HeaderList:
+    """Settle every pending charge with ``status``; return the first non-empty headers."""
+    shown: HeaderList = []
+    for outcome in outcomes:
+        if isinstance(outcome, Deferred):
+            nonblocking = outcome.guard.nonblocking
+            outcome = outcome.settle(status) if nonblocking else await outcome.asettle(status)
+        if not shown:
+            shown = outcome
+    return shown
+
+
+async def arelease(outcomes: Iterable[object]) -> None:
+    """Give back the slots ``outcomes`` hold (``Held``s and ``Decision``s; others hold none)."""
+    for outcome in outcomes:
+        if isinstance(outcome, (Held, Decision)):
+            await outcome.arelease()
+
+
 class Decision:
     """One request's decision: ``response`` to send instead of the view, or ``None``.
 
     When the view ran, ``headers(status)`` settles ``deduct_when`` charges and
-    returns the headers to add.
+    returns the headers to add; ``release()`` gives back the slots it holds
+    (``Concurrency`` policies) once the response has ended.
     """
 
     __slots__ = ("_outcomes", "response")
 
-    def __init__(
-        self, response: Optional[Response], outcomes: Sequence[Union[HeaderList, Deferred]] = ()
-    ) -> None:
+    def __init__(self, response: Optional[Response], outcomes: Sequence[Pending] = ()) -> None:
         self.response = response
         self._outcomes = outcomes
 
@@ -239,12 +261,22 @@ class Decision:
 
     async def aheaders(self, status: int) -> HeaderList:
         """``headers`` for asyncio (the store is awaited)."""
-        shown: HeaderList = []
+        return await asettle(self._outcomes, status)
+
+    @property
+    def holds(self) -> bool:
+        """True when a limit holds a slot until ``release()``."""
+        return any(outcome.__class__ is Held for outcome in self._outcomes)
+
+    def release(self) -> None:
+        """Give back the slots held (once; later calls do nothing)."""
         for outcome in self._outcomes:
-            headers = await outcome.asettle(status) if isinstance(outcome, Deferred) else outcome
-            if not shown:
-                shown = headers
-        return shown
+            if isinstance(outcome, Held):
+                outcome.release()
+
+    async def arelease(self) -> None:
+        """``release`` for asyncio."""
+        await arelease(self._outcomes)
 
 
 #: The decision of a view that nothing limits.
@@ -389,11 +421,13 @@ class Integration:
         """
         if not self.enabled or not guards:
             return NOT_LIMITED
-        outcomes: List[Union[HeaderList, Deferred]] = []
+        outcomes: List[Pending] = []
         for guard in guards:
             outcome = guard.decide(request)
             if isinstance(outcome, Response):
-                Decision(None, outcomes).headers(outcome.status)
+                refused = Decision(None, outcomes)
+                refused.headers(outcome.status)
+                refused.release()
                 return Decision(outcome)
             outcomes.append(outcome)
         return Decision(None, outcomes)
@@ -402,14 +436,16 @@ class Integration:
         """``decide`` for asyncio: stores and ``async def`` callables are awaited."""
         if not self.enabled or not guards:
             return NOT_LIMITED
-        outcomes: List[Union[HeaderList, Deferred]] = []
+        outcomes: List[Pending] = []
         for guard in guards:
             if guard.nonblocking:
                 outcome = guard.decide(request)
             else:
                 outcome = await guard.adecide(request)
             if isinstance(outcome, Response):
-                await Decision(None, outcomes).aheaders(outcome.status)
+                refused = Decision(None, outcomes)
+                await refused.aheaders(outcome.status)
+                await refused.arelease()
                 return Decision(outcome)
             outcomes.append(outcome)
         return Decision(None, outcomes)

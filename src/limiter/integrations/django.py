@@ -134,7 +134,19 @@ def _respond(request: HttpRequest, response: Any, decision: Decision, headers: H
     if decision.response is not None:
         return _http_response(decision.response, request.method or "GET")
     _add_headers(response, headers)
+    if decision.holds:
+        _release_on_close(response, decision)
     return response
+
+
+def _release_on_close(response: Any, decision: Decision) -> None:
+    """Hold ``decision``'s slots until the server closes ``response`` (its last chunk,
+    streamed or not, is sent); Django's handlers and test client close every response."""
+    closers = getattr(response, "_resource_closers", None)
+    if isinstance(closers, list):
+        closers.append(decision.release)
+    else:  # not an HttpResponseBase: nothing says when it ends
+        decision.release()
 
 
 def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
@@ -299,6 +311,7 @@ async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decis
         response = await _aerror_response(request, exc)
         if response is None:
             await decision.aheaders(500)
+            await decision.arelease()
             raise
     return _respond(request, response, decision, await decision.aheaders(response.status_code))
 
@@ -335,6 +348,7 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
             response = _error_response(request, exc)
             if response is None:
                 decision.headers(500)
+                decision.release()
                 raise
         if inspect.isawaitable(response):
             # An async view _is_async_view missed: finish when Django awaits it.

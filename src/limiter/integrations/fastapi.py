@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, RawHeaders, limit_connection, request_info
 from limiter.clock import Clock
-from limiter.http.guard import Deferred, Guard
+from limiter.http.guard import Guard, Held
 from limiter.http.options import (
     IntegrationOptions,
     MessageLimits,
@@ -50,7 +50,8 @@ from limiter.http.options import (
 from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import DeductWhen
-from limiter.integrations.common import Integration, RateSpec, RouteLimit, acheck_store
+from limiter.integrations import common
+from limiter.integrations.common import Integration, Pending, RateSpec, RouteLimit, acheck_store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -64,6 +65,8 @@ class RateLimitOptions(IntegrationOptions, WebSocketOptions, total=False):
     """``RateLimit``'s ``**options``: the adapter options and those on WebSocket messages."""
 
 
+#: A WebSocket's decisions holding slots, given back when the connection ends.
+_HELD = "limiter.fastapi.held"
 _MARK = "__limiter_rate_limit__"  # value: the RateLimit owning the dependency
 _BIND = "__limiter_bind__"
 _BOUND = "__limiter_routes__"
@@ -75,22 +78,6 @@ class _Refusal(Exception):
     def __init__(self, response: Response) -> None:
         super().__init__(response.status)
         self.response = response
-
-
-#: Per limit, kept in the scope until the response starts: headers or a pending charge.
-_Pending = Union[HeaderList, Deferred]
-
-
-async def _settle(outcomes: List[_Pending], status: int) -> HeaderList:
-    """Settle every pending charge with ``status``; return the first non-empty headers."""
-    shown: HeaderList = []
-    for outcome in outcomes:
-        if isinstance(outcome, Deferred):
-            nonblocking = outcome.guard.nonblocking
-            outcome = outcome.settle(status) if nonblocking else await outcome.asettle(status)
-        if not shown:
-            shown = outcome
-    return shown
 
 
 def _encode(headers: HeaderList) -> RawHeaders:
@@ -298,7 +285,7 @@ def _dependency(
     # import, with the fix in the function's name.
     async def rate_limit(*, connection: HTTPConnection) -> None:
         scope = connection.scope
-        outcomes: Optional[List[_Pending]] = scope.get(key)
+        outcomes: Optional[List[Pending]] = scope.get(key)
         if outcomes is None:
             if scope["type"] == "websocket":
                 await _websocket(integration, guards, scope)
@@ -318,7 +305,8 @@ def _dependency(
         if isinstance(outcome, Response):
             if outcomes:
                 # The route will not run: settle earlier charges with the refusal's status.
-                await _settle(outcomes, outcome.status)
+                await common.asettle(outcomes, outcome.status)
+                await common.arelease(outcomes)
                 outcomes.clear()
             raise _Refusal(outcome)
         if outcome:  # []: exempt, allow-listed or a failed store
@@ -334,6 +322,8 @@ async def _websocket(integration: Integration, guards: List[Guard], scope: Scope
     if decision.response is not None:
         raise WebSocketException(code=WEBSOCKET_CLOSE_CODE, reason="rate limited")
     await decision.aheaders(101)
+    if decision.holds:  # for the life of the connection: the middleware gives it back
+        scope.setdefault(_HELD, []).append(decision)
 
 
 async def _refusal_handler(request: Request, exc: Exception) -> StarletteResponse:
@@ -529,16 +519,18 @@ class _RateLimitMiddleware:
         if not self._named:
             self._name_limits()
         if scope["type"] != "http":
-            if scope["type"] == "lifespan" and self.rate_limit.check_store:
-                await self.app(scope, receive, self._checked_startup(send))
-                return
-            if scope["type"] == "websocket" and self.rate_limit.messages is not None:
-                limits, guard = self.rate_limit.messages
-                await limit_connection(self.app, scope, receive, send, limits, guard)
-                return
-            await self.app(scope, receive, send)
+            try:
+                if scope["type"] == "lifespan" and self.rate_limit.check_store:
+                    send = self._checked_startup(send)
+                elif scope["type"] == "websocket" and self.rate_limit.messages is not None:
+                    limits, guard = self.rate_limit.messages
+                    await limit_connection(self.app, scope, receive, send, limits, guard)
+                    return
+                await self.app(scope, receive, send)
+            finally:  # a WebSocket's slots are held for the life of the connection
+                await common.arelease(scope.pop(_HELD, ()))
             return
-        outcomes: List[_Pending] = []
+        outcomes: List[Pending] = []
         scope[self.key] = outcomes
         default = self.default
         if default is not None and self.routes.applies(scope):
@@ -553,13 +545,18 @@ class _RateLimitMiddleware:
             if outcome:
                 outcomes.append(outcome)
         started = False
+        held: List[Pending] = []  # slots held until the last body message
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind == "http.response.start":
                 started = True
+                held.extend([o for o in outcomes if o.__class__ is Held])
                 message = await _with_headers(message, outcomes)
             await send(message)
+            if held and kind == "http.response.body" and not message.get("more_body", False):
+                await common.arelease(held)
 
         try:
             await self.app(scope, receive, send_with_headers)
@@ -568,6 +565,9 @@ class _RateLimitMiddleware:
             if started:
                 raise
             await _send_response(refusal.response, scope, send)
+        finally:
+            if held or outcomes:  # the app raised, returned early or the client left
+                await common.arelease([*held, *outcomes])
 
     def _checked_startup(self, send: Send) -> Send:
         integration = self.rate_limit.integration
@@ -581,7 +581,7 @@ class _RateLimitMiddleware:
         return checked
 
 
-async def _with_headers(message: Message, outcomes: List[_Pending]) -> Message:
+async def _with_headers(message: Message, outcomes: List[Pending]) -> Message:
     """``http.response.start`` with the headers of the request's limits; settles them."""
     if not outcomes:
         return message
@@ -589,7 +589,7 @@ async def _with_headers(message: Message, outcomes: List[_Pending]) -> Message:
     if len(outcomes) == 1 and isinstance(first, list):
         shown = first  # one limit, nothing to settle: no coroutine
     else:
-        shown = await _settle(outcomes, message["status"])
+        shown = await common.asettle(outcomes, message["status"])
     outcomes.clear()
     if not shown:
         return message

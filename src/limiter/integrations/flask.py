@@ -362,6 +362,7 @@ class RateLimit:
         if integration.enabled:  # disabled: no hooks at all, so no cost either
             app.before_request(_before_hook(state))
             app.after_request(_after_hook())
+            app.teardown_request(_release_unsent)
 
     def limit(
         self,
@@ -527,6 +528,18 @@ def _after_hook() -> After:
                 add = response.headers.add  # cheaper than extend's generic argument handling
                 for name, value in headers:
                     add(name, value)
+            if decision.holds:
+                # A slot is held until the server closes the response: its last chunk
+                # is sent (a streamed one too) or the client is gone.
+                response.call_on_close(decision.release)
         return response
 
     return add_headers
+
+
+def _release_unsent(error: Optional[BaseException]) -> None:
+    """Teardown: give back the slots of a decision no response carries (the view raised
+    and the error propagates; the after hook did not run)."""
+    decision = flask.request.environ.pop(_DECISION, None)
+    if decision is not None:
+        decision.release()

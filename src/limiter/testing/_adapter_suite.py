@@ -13,6 +13,7 @@ import pytest
 
 from limiter import DENIED_BODY, RequestInfo, Response
 from limiter.clock import ManualClock
+from limiter.core.concurrency import Concurrency
 from limiter.core.result import RateLimitResult
 from limiter.events import DecisionEvent
 from limiter.http.keys import header_key
@@ -489,3 +490,33 @@ class AdapterConformance:
         assert [self.send(app, path="/new/x").status for _ in range(3)] == [200] * 3
         assert [e.outcome for e in events] == ["allowed", "shadow_denied", "shadow_denied"]
         assert [self.send(app, path="/other").status for _ in range(2)] == [200, 429]
+
+    # -- slots (Concurrency policies): held for the whole response -----------
+
+    def test_a_slot_is_held_for_the_response_and_given_back_after_it(self) -> None:
+        slots = RateLimiter(Concurrency(1, lease=30), clock=self.clock)
+        app = self.app(slots, header_style="draft")
+        for _ in range(3):  # one slot, three requests in a row: each gives it back
+            reply = self.send(app)
+            assert reply.status == 200
+            assert self.named(reply.headers) == self.expected(
+                ("RateLimit-Policy", '"default";q=1;qu="concurrent-requests"'),
+                ("RateLimit", '"default";r=0'),  # free slots while this one is held
+            )
+        assert slots.peek(f"ip:{self.client_peer}").remaining == 1
+
+    def test_no_free_slot_is_a_429_whose_retry_after_is_the_lease_at_most(self) -> None:
+        slots = RateLimiter(
+            {"rate": "10/second", "inflight": Concurrency(1, lease=30)}, clock=self.clock
+        )
+        app = self.app(slots)
+        holder = slots.slot(f"ip:{self.client_peer}")
+        assert holder.take().allowed
+        refused = self.send(app)
+        assert refused.status == 429
+        assert self.named(refused.headers, "Retry-After") == self.expected(("Retry-After", "30"))
+        rate = slots.peek(f"ip:{self.client_peer}").results[0]
+        assert rate.remaining == 9  # all or nothing: the refused request took no token
+        assert holder.give()
+        assert self.send(app).status == 200
+        assert slots.peek(f"ip:{self.client_peer}").results[1].remaining == 1
