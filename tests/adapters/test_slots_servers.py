@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List
 import httpx
 import pytest
 
-from helpers.servers import gunicorn_running, uvicorn_running
+from helpers.servers import gunicorn_process, uvicorn_running
 from limiter import Concurrency, RateLimiter
 from limiter.backends.sqlite import SQLiteStore
 
@@ -281,7 +281,7 @@ def test_gunicorn_gthread_20_concurrent_3_slots_streaming_and_errors(
     monkeypatch.setenv("SLOTS_LEASE", "60")
     three = shared(slots_app, "three", SLOTS, 60)
     options = ("--workers", "1", "--worker-class", "gthread", "--threads", "8")
-    with gunicorn_running(slots_app, "slots_app:app", *options) as (url, _):
+    with gunicorn_process(slots_app, "slots_app:app", *options) as (url, _):
         statuses = burst(url + "/slow", lambda: httpx.get(url + "/go", timeout=DEADLINE))
         assert statuses[: CLIENTS - SLOTS] == [429] * (CLIENTS - SLOTS)
         assert sorted(statuses[CLIENTS - SLOTS :]) == [200] * SLOTS
@@ -303,7 +303,7 @@ def test_gunicorn_worker_killed_holding_a_slot_frees_it_after_its_lease(
     monkeypatch.setenv("SLOTS_LEASE", str(lease))
     three = shared(slots_app, "three", SLOTS, lease)
     options = ("--workers", "1", "--worker-class", "gthread", "--threads", "6")
-    with gunicorn_running(slots_app, "slots_app:app", *options) as (url, _):
+    with gunicorn_process(slots_app, "slots_app:app", *options) as (url, _):
         holders = concurrent.futures.ThreadPoolExecutor(SLOTS)
         sent = time.time()
         for _ in range(SLOTS):  # never answered: their worker dies

@@ -66,39 +66,11 @@ def gunicorn_running(
     health: str = "/health",
 ) -> Iterator[str]:
     """The WSGI ``app`` of ``source`` (written to ``folder``/limited_app.py) served by
-    gunicorn with ``workers`` workers on a free 127.0.0.1 port; yields its base URL
-    once ``health`` answers 200.  ``env``: added to the server's environment."""
-    import httpx
-
+    gunicorn with ``workers`` workers (``gunicorn_process``); yields its base URL."""
     (folder / "limited_app.py").write_text(source)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    port = sock.getsockname()[1]
-    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", str(workers),
-         "--bind", f"fd://{sock.fileno()}", "--log-level", "warning", "limited_app:app"],
-        pass_fds=[sock.fileno()],
-        env={**os.environ, **(env or {}), "PYTHONPATH": path},
-    )  # fmt: skip
-    sock.close()
-    try:
-        end = time.monotonic() + 60  # generous: a busy machine
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}{health}", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "gunicorn exited"
-            assert time.monotonic() < end, "gunicorn did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGINT)  # quick shutdown; SIGTERM waits for workers
-        process.wait(10)
+    options = ("--workers", str(workers))
+    with gunicorn_process(folder, "limited_app:app", *options, env=env, health=health) as (url, _):
+        yield url
 
 
 @contextlib.contextmanager
@@ -121,18 +93,19 @@ def waitress_running(app: Any, **options: Any) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gunicorn_running(
-    folder: Any, app: str, *options: str, health: str = "/health"
+def gunicorn_process(
+    folder: Any,
+    app: str,
+    *options: str,
+    env: Optional[Dict[str, str]] = None,
+    health: str = "/health",
 ) -> Iterator[Any]:
     """gunicorn serving ``app`` (``"module:app"``, the module in ``folder``) on a free
-    127.0.0.1 port; yields ``(base URL, process)``. ``options``: more command-line options.
+    127.0.0.1 port; yields ``(base URL, process)``. ``options``: more command-line options;
+    ``env``: added to the server's environment.
 
     Up once ``health`` answers 200; stopped with SIGINT (quick: no graceful wait).
     """
-    import os
-    import signal
-    import subprocess
-    import sys
 
     import httpx
 
@@ -141,15 +114,12 @@ def gunicorn_running(
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     port = sock.getsockname()[1]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]),
-    }
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "--bind", f"fd://{sock.fileno()}",
          "--log-level", "warning", *options, app],
         pass_fds=[sock.fileno()],
-        env=env,
+        env={**os.environ, **(env or {}), "PYTHONPATH": path},
     )  # fmt: skip
     sock.close()
     url = f"http://127.0.0.1:{port}"
