@@ -463,3 +463,15 @@ def test_deny_cache_passes_slot_refusals_through(client: redis.Redis) -> None:
         assert twin.give()
         assert limiter.slot("k").take().allowed  # no refusal replayed
         assert len(cache) == 0
+
+
+def test_a_lapsed_lease_does_not_keep_another_policys_slot(client: redis.Redis) -> None:
+    clock = ManualClock(T0)
+    policies = {"short": Concurrency(1, lease=10), "long": Concurrency(1, lease=100)}
+    store = RedisStore(client, prefix=unique_prefix())
+    limiter = RateLimiter(policies, store=store, clock=clock)
+    slot = limiter.slot("k")
+    assert slot.take().allowed
+    clock.advance(20)  # the short lease lapsed, the long one holds
+    assert slot.give() is False  # as step_all: said so, and every lease goes
+    assert [r.remaining for r in limiter.peek("k").results] == [1, 1]

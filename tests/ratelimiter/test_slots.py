@@ -204,3 +204,16 @@ def test_four_processes_take_exactly_the_slots_and_dead_holders_lapse(tmp_path: 
     assert not limiter.slot("hot").take().allowed  # still held by the dead
     clock.advance(0.001)
     assert [limiter.slot("hot").take().allowed for _ in range(4)] == [True] * 3 + [False]
+
+
+def test_a_lapsed_lease_does_not_keep_another_policys_slot() -> None:
+    clock = ManualClock(T0)
+    limiter = RateLimiter(
+        {"short": Concurrency(1, lease=10), "long": Concurrency(1, lease=100)}, clock=clock
+    )
+    slot = limiter.slot("k")
+    assert slot.take().allowed
+    clock.advance(20)  # the short lease lapsed, the long one holds
+    assert slot.give() is False  # one lease had lapsed: said so
+    short, long = limiter.peek("k").results
+    assert (short.remaining, long.remaining) == (1, 1)  # and both slots are free

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from limiter.core.bucket import step
-from limiter.core.costs import Cost, check_count
+from limiter.core.costs import Cost, Hold, check_count
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout, breach, lock_status
 from limiter.core.result import RateLimitResult, combine
@@ -27,6 +27,8 @@ def step_all(
     ``results`` holds one result per limit, in order; on denial those of the
     limits that would have admitted the request are peeks (nothing was taken).
     A ``Lockout`` may come last (its cost is ignored); see the comment below.
+    A ``Hold`` giving slots back is never refused as a whole: every lease
+    goes, and the result refuses when one had lapsed already.
     """
     # Lockout rules.  Its state is absent (no breach), an open run or a lock
     # (state.lockout_state): keep_until is the run's or lockout's end either way.
@@ -50,7 +52,9 @@ def step_all(
         # The usual call (one cost, no lockout) without the general path's work.
         stepped = [step(state, now, limit, cost) for state, limit in zip(states, limits)]  # type: ignore[arg-type]
         results = [result for _, result in stepped]
-        if all(result[0] for result in results):
+        if all(result[0] for result in results) or (cls is Hold and cost.action == "give"):  # type: ignore[union-attr]
+            # A give is never refused as a whole: a lease that had lapsed
+            # refuses (combine says so) without keeping the other keys'.
             return [new for new, _ in stepped], combine(results)
         return _refused(states, now, limits, stepped, results), combine(results)
     if cls is tuple or cls is list:

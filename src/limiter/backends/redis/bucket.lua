@@ -761,7 +761,8 @@ local all = not locked
 for i = 1, m do
   local limit = limits[i]
   out[i] = {step(debts[i], stamps[i], texts[i], thirds[i], limit[1], limit[2], costs[i], modes[i], takens[i])}
-  if out[i][3] == 0 then all = false end
+  -- A give is never refused as a whole (step_all): each key's lease goes.
+  if out[i][3] == 0 and modes[i] ~= 'g' then all = false end
 end
 denied = not all  -- locked out, or a limit refused: every write below is bookkeeping
 for i = 1, m do
