@@ -73,7 +73,10 @@ def step_all(
         locked = not lock_result[0]
     stepped = [step(states[i], now, limits[i], costs[i]) for i in range(n)]
     results = [result for _, result in stepped]
-    admitted = not locked and all(result[0] for result in results)
+    admitted = not locked and all(
+        result[0] or (c.__class__ is Hold and c.action == "give")
+        for result, c in zip(results, costs)
+    )
     if admitted:
         new_states: List[Optional[State]] = [new for new, _ in stepped]
     else:
