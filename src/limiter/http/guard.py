@@ -48,6 +48,7 @@ from limiter.http.rules import (
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
+from limiter.waiting import Waits
 
 # GuardOptions, HeaderList, Response and the request view stay importable from
 # here (integrations/fastapi.py and django.py import them; tests/project/test_layers.py).
@@ -187,6 +188,7 @@ class Guard:
     on_limited: OnLimited
     rule_limiters: Tuple[LimiterSpec, ...]
     rules: Tuple[Rule, ...]
+    waits: Optional[Waits]
 
     def __init__(
         self,
@@ -218,8 +220,10 @@ class Guard:
         #: True when no store waits on I/O and no callable is ``async``: async
         #: code may call ``decide``. Never True with limiter functions.
         limiters = self.limiters()
+        # Waiting (max_wait) must not block the event loop: adecide, never decide.
         self.nonblocking: bool = (
             not self.is_async
+            and self.waits is None
             and len(limiters) == 1 + len(self.rules)
             and all(lim.nonblocking for lim in limiters)
         )
@@ -236,6 +240,7 @@ class Guard:
         plain = self.limiter
         alone = o.key_func is None and o.exempt is None and o.allow_list is None
         simple = not o.rules and o.cost_func is None and o.deduct_when is None
+        simple = simple and o.waits is None
         self._plain: Optional[RateLimiter] = (
             plain if isinstance(plain, RateLimiter) and o.enabled and alone and simple else None
         )
@@ -385,8 +390,12 @@ class Guard:
             return _NO_HEADERS
         limiter = chosen[0]
         at = None if chosen[3] is None else limiter.clock.now()
+        waits = self.waits
         try:
-            result = limiter.check(chosen[1], chosen[2])
+            if waits is None:
+                result = limiter.check(chosen[1], chosen[2])
+            else:  # max_wait: a refusal waits its turn (limiter.waiting)
+                result = waits.run(limiter, chosen[1], chosen[2])
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         return self.judge(request, chosen, result, at)
@@ -398,8 +407,12 @@ class Guard:
             return _NO_HEADERS
         limiter = chosen[0]
         at = None if chosen[3] is None else limiter.clock.now()
+        waits = self.waits
         try:
-            result = await limiter.acheck(chosen[1], chosen[2])
+            if waits is None:
+                result = await limiter.acheck(chosen[1], chosen[2])
+            else:  # max_wait: a refusal waits its turn without blocking the loop
+                result = await waits.arun(limiter, chosen[1], chosen[2])
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         return self.judge(request, chosen, result, at)
