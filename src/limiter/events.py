@@ -130,17 +130,7 @@ def report(
         else:
             outcome = Outcome.ALLOWED if result[0] else Outcome.DENIED
     policy = "" if result is None else result.policy
+    name, now = type(store).__name__, limiter.clock.now()
     observer(
-        DecisionEvent(
-            limiter.name,
-            policy,
-            outcome,
-            result,
-            cost,
-            key,
-            seconds,
-            limiter.clock.now(),
-            type(store).__name__,
-            waited,
-        )
+        DecisionEvent(limiter.name, policy, outcome, result, cost, key, seconds, now, name, waited)
     )

@@ -234,12 +234,16 @@ Ident = Tuple[str, str]
 
 
 class Ticket:
-    """One waiting request's place in its key's line; ``wake()`` ends its park early."""
+    """One waiting request's place in its key's line; ``wake()`` ends its park early.
 
-    __slots__ = ("wake", "woken")
+    ``reset()`` (the shell's) makes the next park wait for a new ``wake()``.
+    """
 
-    def __init__(self, wake: Callable[[], None]) -> None:
+    __slots__ = ("reset", "wake", "woken")
+
+    def __init__(self, wake: Callable[[], None], reset: Callable[[], None] = lambda: None) -> None:
         self.wake = wake
+        self.reset = reset
         #: Set when woken (its turn came, or a slot was given back); the plan clears it.
         self.woken = False
 
@@ -440,38 +444,25 @@ class Waits:
         and then this reports the decision to ``limiter.on_decision`` once,
         with the seconds waited; a given ``attempt`` reports its own tries).
         """
-        refuse_waits_with_lockout(limiter)
         tries = _Tries(limiter, key, cost, attempt)
-        ident = (limiter.name, key)
-        first = None
-        if not self.lines.busy(ident):
-            first = tries.once()
-            if first[0] or limiter.shadow:
-                return tries.done(first, 0.0)
-        clock = limiter.clock
+        first = None if self.lines.busy(tries.ident) else tries.once()
+        if first is not None and (first[0] or limiter.shadow):
+            return tries.done(first, 0.0)
         event = threading.Event()
-        ticket = Ticket(event.set)
-        real = type(clock) is SystemClock
-        plan = self.plan(ident, ticket, first, clock.now(), _slack(limiter))
-        try:
-            step = next(plan)
+        drive = self._driven(tries, Ticket(event.set, event.clear), first)
+        act: Dict[str, Callable[[float], Any]] = {
+            _TRY: lambda _: tries.once(),
+            _SLEEP: limiter.clock.sleep,
+            _PARK: event.wait,
+        }
+        sent = None
+        with contextlib.closing(drive):
             while True:
-                what, seconds = step
-                if what == _TRY:
-                    result = tries.once()
-                    step = plan.send((clock.now(), result))
-                    continue
-                event.clear()
-                if what == _SLEEP or not real:
-                    if not ticket.woken:
-                        clock.sleep(seconds)
-                elif not ticket.woken:
-                    event.wait(seconds)
-                step = plan.send((clock.now(), None))
-        except StopIteration as done:
-            return tries.done(*done.value)
-        finally:
-            plan.close()
+                try:
+                    what, seconds = drive.send(sent)
+                except StopIteration as done:
+                    return tries.done(*done.value)
+                sent = act[what](seconds)
 
     async def arun(
         self,
@@ -483,39 +474,55 @@ class Waits:
         """``run`` for asyncio: waits without blocking the loop (``attempt`` is awaited)."""
         import asyncio
 
-        refuse_waits_with_lockout(limiter)
-        tries = _Tries(limiter, key, cost, None)
-        ident = (limiter.name, key)
-        first = None
-        if not self.lines.busy(ident):
-            first = await tries.aonce(attempt)
-            if first[0] or limiter.shadow:
-                return tries.done(first, 0.0)
-        clock = limiter.clock
+        tries = _Tries(limiter, key, cost, attempt)
+        first = None if self.lines.busy(tries.ident) else await tries.aonce()
+        if first is not None and (first[0] or limiter.shadow):
+            return tries.done(first, 0.0)
         event = asyncio.Event()
-        ticket = Ticket(_threadsafe(asyncio.get_running_loop(), event.set))
-        real = type(clock) is SystemClock
-        plan = self.plan(ident, ticket, first, clock.now(), _slack(limiter))
+        wake = _threadsafe(asyncio.get_running_loop(), event.set)
+        drive = self._driven(tries, Ticket(wake, event.clear), first)
+
+        async def park(seconds: float) -> None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), seconds)
+
+        act: Dict[str, Callable[[float], Awaitable[Any]]] = {
+            _TRY: lambda _: tries.aonce(),
+            _SLEEP: limiter.clock.asleep,
+            _PARK: park,
+        }
         try:
-            step = next(plan)
+            step = next(drive)
             while True:
-                what, seconds = step
-                if what == _TRY:
-                    result = await tries.aonce(attempt)
-                    step = plan.send((clock.now(), result))
-                    continue
-                event.clear()
-                if what == _SLEEP or not real:
-                    if not ticket.woken:
-                        await clock.asleep(seconds)
-                elif not ticket.woken:
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(event.wait(), seconds)
-                step = plan.send((clock.now(), None))
+                step = drive.send(await act[step[0]](step[1]))
         except StopIteration as done:
             return tries.done(*done.value)
         finally:
-            plan.close()
+            drive.close()
+
+    def _driven(
+        self, tries: _Tries, ticket: Ticket, first: Optional[RateLimitResult]
+    ) -> Generator[_Step, Any, Tuple[RateLimitResult, float]]:
+        """``plan`` with the clock read for it: yields a try (send its result), a
+        sleep, or a park on ``ticket``'s event (only on a ``SystemClock``; another
+        clock sleeps instead), skipped when the ticket was woken already."""
+        clock = tries.limiter.clock
+        real = type(clock) is SystemClock
+        plan = self.plan(tries.ident, ticket, first, clock.now(), _slack(tries.limiter))
+        with contextlib.closing(plan):
+            try:
+                step = next(plan)
+                while True:
+                    if step[0] == _TRY:
+                        result = yield step
+                        step = plan.send((clock.now(), result))
+                        continue
+                    ticket.reset()
+                    if not ticket.woken:
+                        yield step if real or step[0] == _SLEEP else (_SLEEP, step[1])
+                    step = plan.send((clock.now(), None))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
 
 def _after_refusal(result: RateLimitResult, left: float, slack: float) -> Optional[_Step]:
@@ -549,46 +556,45 @@ def _threadsafe(loop: Any, call: Callable[[], None]) -> Callable[[], None]:
 class _Tries:
     """One request's tries in a wait, and the one decision they report."""
 
-    __slots__ = ("attempt", "cost", "key", "limiter", "seconds")
+    __slots__ = ("attempt", "cost", "ident", "key", "limiter", "seconds")
 
     def __init__(
         self, limiter: Waiter, key: str, cost: Any, attempt: Optional[Callable[[], Any]]
     ) -> None:
+        refuse_waits_with_lockout(limiter)
         self.limiter = limiter
         self.key = key
+        self.ident: Ident = (limiter.name, key)
         self.cost = cost
         self.attempt = attempt
         self.seconds = 0.0
+
+    def _timed(self, start: float, result: RateLimitResult) -> RateLimitResult:
+        self.seconds = time.perf_counter() - start
+        return result
 
     def once(self) -> RateLimitResult:
         if self.attempt is not None:
             result: RateLimitResult = self.attempt()
             return result
-        limiter = self.limiter
-        start = time.perf_counter()
+        limiter, start = self.limiter, time.perf_counter()
         try:
             # The class's check: an observer's copy would report every try.
-            result = type(limiter).check(limiter, self.key, self.cost)
+            return self._timed(start, type(limiter).check(limiter, self.key, self.cost))
         except StoreError:
             report(limiter, self.key, self.cost, None, time.perf_counter() - start)
             raise
-        self.seconds = time.perf_counter() - start
-        return result
 
-    async def aonce(self, attempt: Optional[Callable[[], Awaitable[Any]]]) -> RateLimitResult:
-        if attempt is not None:
-            self.attempt = attempt
-            result: RateLimitResult = await attempt()
+    async def aonce(self) -> RateLimitResult:
+        if self.attempt is not None:
+            result: RateLimitResult = await self.attempt()
             return result
-        limiter = self.limiter
-        start = time.perf_counter()
+        limiter, start = self.limiter, time.perf_counter()
         try:
-            result = await type(limiter).acheck(limiter, self.key, self.cost)
+            return self._timed(start, await type(limiter).acheck(limiter, self.key, self.cost))
         except StoreError:
             report(limiter, self.key, self.cost, None, time.perf_counter() - start)
             raise
-        self.seconds = time.perf_counter() - start
-        return result
 
     def done(self, result: RateLimitResult, waited: float) -> RateLimitResult:
         if self.attempt is None:

@@ -40,6 +40,19 @@ def ticket() -> Ticket:
     return Ticket(lambda: None)
 
 
+def served(plan: Any, now: float) -> float:
+    """Resume ``plan`` at ``now``: it tries, is admitted; the seconds it waited."""
+    assert plan.send((now, None)) == ("try", 0.0)
+    result, waited = finish(plan, (now, ALLOWED))
+    assert result is ALLOWED
+    return float(waited)
+
+
+def empty(w: Waits) -> bool:
+    """True when nobody waits in ``w`` and its key's line is gone."""
+    return w.waiting == 0 and not w.lines.busy(ID)
+
+
 def finish(plan: Any, sent: Tuple[float, Optional[RateLimitResult]]) -> Tuple[Any, float]:
     with pytest.raises(StopIteration) as done:
         plan.send(sent)
@@ -54,9 +67,8 @@ def test_a_rate_refusal_waits_exactly_its_retry_after() -> None:
     plan = w.plan(ID, ticket(), refused(0.4), 10.0)
     assert next(plan) == ("sleep", 0.4)
     assert w.waiting == 1
-    assert plan.send((10.4, None)) == ("try", 0.0)
-    assert finish(plan, (10.4, ALLOWED)) == (ALLOWED, pytest.approx(0.4))
-    assert w.waiting == 0 and not w.lines.busy(ID)
+    assert served(plan, 10.4) == pytest.approx(0.4)
+    assert empty(w)
 
 
 def test_a_wait_of_exactly_max_wait_is_waited_a_longer_one_refused_at_once() -> None:
@@ -69,7 +81,7 @@ def test_a_wait_of_exactly_max_wait_is_waited_a_longer_one_refused_at_once() -> 
     with pytest.raises(StopIteration) as done:
         next(plan)
     assert done.value.value == (first, 0.0)
-    assert w.waiting == 0 and not w.lines.busy(ID)  # never queued
+    assert empty(w)  # never queued
     never = refused(math.inf)
     with pytest.raises(StopIteration):
         next(w.plan(ID, ticket(), never, 0.0))
@@ -122,12 +134,10 @@ def test_waiters_on_one_key_are_served_in_arrival_order() -> None:
     assert b.woken and not c.woken  # a's turn ended: b's began
     assert plan_b.send((1.0, None)) == ("try", 0.0)
     assert plan_b.send((1.0, refused(1.0))) == ("sleep", 1.0)
-    assert plan_b.send((2.0, None)) == ("try", 0.0)
-    assert finish(plan_b, (2.0, ALLOWED)) == (ALLOWED, pytest.approx(1.9))
+    assert served(plan_b, 2.0) == pytest.approx(1.9)
     assert c.woken
-    assert plan_c.send((2.0, None)) == ("try", 0.0)
-    assert finish(plan_c, (2.0, ALLOWED)) == (ALLOWED, pytest.approx(1.8))
-    assert w.waiting == 0 and not w.lines.busy(ID)
+    assert served(plan_c, 2.0) == pytest.approx(1.8)
+    assert empty(w)
 
 
 def test_a_later_waiter_is_refused_at_once_when_its_turn_cannot_come_in_time() -> None:
@@ -151,7 +161,7 @@ def test_a_waiter_whose_turn_never_comes_is_refused_at_its_deadline() -> None:
     result, waited = finish(plan_b, (3.0, None))
     assert not result.allowed and waited == 2.0
     plan_a.close()
-    assert w.waiting == 0 and not w.lines.busy(ID)
+    assert empty(w)
 
 
 def test_beyond_max_queue_a_request_is_decided_at_once() -> None:

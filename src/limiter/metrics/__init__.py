@@ -32,19 +32,4 @@ STORE_SECONDS_BUCKETS: Tuple[float, ...] = (
 
 #: Bucket bounds (seconds) of the wait histogram (adapters' ``max_wait``):
 #: from a slot handed over at once to a long queue.
-WAIT_SECONDS_BUCKETS: Tuple[float, ...] = (
-    0.001,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-)
+WAIT_SECONDS_BUCKETS: Tuple[float, ...] = (*STORE_SECONDS_BUCKETS[6:], 10.0, 30.0, 60.0)
