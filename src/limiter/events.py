@@ -127,8 +127,10 @@ def report(
             outcome = Outcome.ERROR
         elif getattr(store, "using_fallback", False) is True:
             outcome = Outcome.FALLBACK
+        elif result[0]:
+            outcome = Outcome.ALLOWED
         else:
-            outcome = Outcome.ALLOWED if result[0] else Outcome.DENIED
+            outcome = Outcome.SHADOW_DENIED if limiter.shadow else Outcome.DENIED
     policy = "" if result is None else result.policy
     name, now = type(store).__name__, limiter.clock.now()
     observer(

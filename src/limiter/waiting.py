@@ -294,10 +294,6 @@ class Lines:
             line.tickets.append(ticket)
             return line
 
-    def first(self, line: _Line, ticket: Ticket) -> bool:
-        """True when ``ticket`` heads ``line``: its turn to try."""
-        return line.tickets[0] is ticket
-
     def leave(self, ident: Ident, ticket: Ticket) -> None:
         """Take ``ticket`` out of its line; wake the next one when it headed it."""
         with self._lock:
@@ -391,7 +387,7 @@ class Waits:
         """
         start = now
         deadline = now + self.max_wait
-        if first is not None and _hopeless(first, deadline - now, slack):
+        if first is not None and _after_refusal(first, deadline - now, slack) is None:
             return first, 0.0
         if not self._enter():  # the queue is full: decided at once
             if first is None:
@@ -404,7 +400,7 @@ class Waits:
         try:
             while True:
                 ticket.woken = False
-                if not lines.first(line, ticket):
+                if line.tickets[0] is not ticket:  # not its turn yet
                     result = None  # its turn comes with a fresh try
                     refusal = line.refusal(now)
                     if refusal is not None and (
@@ -536,11 +532,6 @@ def _after_refusal(result: RateLimitResult, left: float, slack: float) -> Option
     return None if wait > left + slack else (_SLEEP, wait)
 
 
-def _hopeless(result: RateLimitResult, left: float, slack: float) -> bool:
-    """True when waiting cannot help: the request never passes, or a rate's wait is too long."""
-    return _after_refusal(result, left, slack) is None
-
-
 def _slack(limiter: Waiter) -> float:
     return max((getattr(lim, "slack", 0.0) for lim in limiter.limits), default=0.0)
 
@@ -577,9 +568,12 @@ class _Tries:
         if self.attempt is not None:
             result: RateLimitResult = self.attempt()
             return result
-        limiter, start = self.limiter, time.perf_counter()
+        limiter = self.limiter
+        # The class's check: an observer's copy would report every try.
+        if limiter.on_decision is None:  # nothing to report: nothing to time
+            return type(limiter).check(limiter, self.key, self.cost)
+        start = time.perf_counter()
         try:
-            # The class's check: an observer's copy would report every try.
             return self._timed(start, type(limiter).check(limiter, self.key, self.cost))
         except StoreError:
             report(limiter, self.key, self.cost, None, time.perf_counter() - start)

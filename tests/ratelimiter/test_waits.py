@@ -344,3 +344,14 @@ def test_a_guard_refuses_what_would_wait_too_long() -> None:
     refused_response = guard.decide(request())
     assert isinstance(refused_response, Response) and refused_response.status == 429
     assert clock.now() == 0.0
+
+
+def test_a_shadow_limiter_never_waits_and_reports_a_shadow_denial() -> None:
+    events: List[DecisionEvent] = []
+    clock = ManualClock()
+    limiter = RateLimiter("1/minute", clock=clock, on_decision=events.append).shadowed()
+    w = Waits(60.0, 10)
+    w.run(limiter, "k", 1)
+    assert not w.run(limiter, "k", 1).allowed  # the guard lets it through
+    assert clock.now() == 0.0
+    assert [e.outcome for e in events] == ["allowed", "shadow_denied"]
