@@ -69,6 +69,7 @@ class Observed:
                     seconds,
                     self._clock_now_or_time(),
                     self._store_name,
+                    0.0,  # waited
                 ),
             )
         )
@@ -99,6 +100,7 @@ class Observed:
                     seconds,
                     self._clock_now_or_time(),
                     self._store_name,
+                    0.0,  # waited
                 ),
             )
         )

@@ -8,7 +8,7 @@ docs/observability.md.
 from __future__ import annotations
 
 import enum
-from typing import Callable, Mapping, NamedTuple, Optional, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 from limiter.core.result import RateLimitResult
 
@@ -26,6 +26,9 @@ class Outcome(str, enum.Enum):
     ERROR = "error"
     #: Decided by the store's in-memory fallback while the primary is down.
     FALLBACK = "fallback"
+    #: A slot given back after its lease ran out (``Slot.give`` returned False):
+    #: its holder worked longer than the lease, and the slot was free meanwhile.
+    EXPIRED = "expired"
 
     def __str__(self) -> str:
         return self.value
@@ -46,6 +49,8 @@ class DecisionEvent(NamedTuple):
     unbounded).  ``store_seconds``: wall time the store took, seconds.
     ``at``: the limiter clock's time of the decision, seconds.
     ``store``: the store's class name (``"RedisStore"``), a metric label.
+    ``waited``: seconds the request waited before this decision (an
+    adapter's ``max_wait``); 0.0 when it did not wait.
     """
 
     limiter: str
@@ -57,6 +62,7 @@ class DecisionEvent(NamedTuple):
     store_seconds: float
     at: float
     store: str
+    waited: float = 0.0
 
     @property
     def locked_out(self) -> bool:
@@ -95,3 +101,38 @@ def fan_out(*observers: Optional[Observer]) -> Optional[Observer]:
             call(event)
 
     return each
+
+
+def report(
+    limiter: Any,
+    key: str,
+    cost: Any,
+    result: Optional[RateLimitResult],
+    seconds: float,
+    waited: float = 0.0,
+    outcome: Optional[Outcome] = None,
+) -> None:
+    """Tell ``limiter.on_decision`` (if any) of a decision made outside ``check``.
+
+    ``limiter``: a ``RateLimiter``.  ``outcome`` defaults to what ``result``
+    says (``"error"`` for ``None``, ``"fallback"`` from a store's fallback).
+    Slots and the adapters' waits report through it.
+    """
+    observer = limiter.on_decision
+    if observer is None:
+        return
+    store = limiter.store
+    if outcome is None:
+        if result is None:
+            outcome = Outcome.ERROR
+        elif getattr(store, "using_fallback", False) is True:
+            outcome = Outcome.FALLBACK
+        elif result[0]:
+            outcome = Outcome.ALLOWED
+        else:
+            outcome = Outcome.SHADOW_DENIED if limiter.shadow else Outcome.DENIED
+    policy = "" if result is None else result.policy
+    name, now = type(store).__name__, limiter.clock.now()
+    observer(
+        DecisionEvent(limiter.name, policy, outcome, result, cost, key, seconds, now, name, waited)
+    )

@@ -12,7 +12,8 @@ from typing import Any, Optional, Protocol, Tuple
 
 from limiter.core.costs import Hold
 from limiter.core.result import RateLimitResult
-from limiter.waiting import RateLimitExceeded
+from limiter.events import Outcome, report
+from limiter.waiting import RateLimitExceeded, slot_given
 
 
 class _Owner(Protocol):
@@ -20,6 +21,8 @@ class _Owner(Protocol):
 
     store: Any
     nonblocking: bool
+    name: str
+    on_decision: Any
 
     def _slot_plan(
         self, key: str, cost: Any, hold: Hold
@@ -82,6 +85,13 @@ class Slot:
     def _answer(self, action: str, result: RateLimitResult) -> RateLimitResult:
         self.result = result
         self.held = action != "give" and result[0]
+        if action == "give":
+            slot_given(self.limiter.name, self.key)  # wakes a request waiting for it
+        if self.limiter.on_decision is not None:  # takes, and gives of expired leases
+            if action == "take":
+                report(self.limiter, self.key, self.cost, result, 0.0)
+            elif action == "give" and not result[0]:
+                report(self.limiter, self.key, self.cost, result, 0.0, 0.0, Outcome.EXPIRED)
         return result
 
     def take(self) -> RateLimitResult:

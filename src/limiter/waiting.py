@@ -1,22 +1,44 @@
-"""Waiting for tokens on the client side: ``acquire``, ``aacquire`` and ``throttle``.
+"""Waiting instead of refusing: ``acquire``, ``aacquire``, ``throttle``, and the adapters' waits.
 
-``RateLimiter``'s methods of those names call these.  One plan (``_waits``)
-decides when to check, sleep or give up; the sync and async shells only run
-its checks and sleeps.
+``RateLimiter``'s methods of the first three names call these.  One plan
+(``_waits``) decides when to check, sleep or give up; the sync and async
+shells only run its checks and sleeps.  ``Waits`` is the adapters'
+``max_wait``/``max_queue`` (docs/concurrency.md), built the same way: one
+plan (``Waits.plan``), a sync shell (``Waits.run``) and an async one
+(``Waits.arun``).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import inspect
 import math
-from typing import Any, Awaitable, Callable, Generator, Optional, Protocol, Sequence, TypeVar, Union
+import threading
+import time
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Deque,
+    Dict,
+    Generator,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
-from limiter.clock import Clock
+from limiter.clock import Clock, SystemClock
 from limiter.core.keys import refuse_rate_key
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
 from limiter.core.result import RateLimitResult
+from limiter.events import Observer, report
+from limiter.store import StoreError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,6 +66,9 @@ class Waiter(Protocol):
     name: str
     clock: Clock
     lockout: Optional[Lockout]
+    on_decision: Optional[Observer]
+    store: Any
+    shadow: bool
 
     @property
     def limits(self) -> Sequence[Policy]: ...
@@ -184,3 +209,388 @@ def _give_up_if_late(
     never = not math.isfinite(result.retry_after)
     if never or (timeout is not None and waited + result.retry_after > timeout + slack):
         raise RateLimitExceeded(result)
+
+
+# -- the adapters' waits (max_wait, max_queue) ----------------------------
+
+#: Seconds between two tries of a request waiting for a slot: a slot given
+#: back in this process wakes it at once, one given back elsewhere (another
+#: worker, another host) is seen this late at worst.
+SLOT_POLL = 0.05
+#: Seconds of float rounding tolerated at a deadline.
+_EPSILON = 1e-9
+
+_TRY, _SLEEP, _PARK = "try", "sleep", "park"
+#: What a wait's plan asks its shell: (what, seconds). ``"try"``: make a try
+#: and send its result; ``"sleep"``: sleep; ``"park"``: sleep unless woken
+#: (``Ticket.wake``) first.  The shell always sends back ``(now, result)``.
+_Step = Tuple[str, float]
+_Sent = Tuple[float, Optional[RateLimitResult]]
+#: Returns the deciding result and the seconds waited.
+_WaitPlan = Generator[_Step, _Sent, Tuple[RateLimitResult, float]]
+_TRY_NOW: _Step = (_TRY, 0.0)
+#: A line's identity: (limiter name, client key).
+Ident = Tuple[str, str]
+
+
+class Ticket:
+    """One waiting request's place in its key's line; ``wake()`` ends its park early.
+
+    ``reset()`` (the shell's) makes the next park wait for a new ``wake()``.
+    """
+
+    __slots__ = ("reset", "wake", "woken")
+
+    def __init__(self, wake: Callable[[], None], reset: Callable[[], None] = lambda: None) -> None:
+        self.wake = wake
+        self.reset = reset
+        #: Set when woken (its turn came, or a slot was given back); the plan clears it.
+        self.woken = False
+
+
+class _Line:
+    """The requests waiting on one key, in arrival order, and what the first one learnt."""
+
+    __slots__ = ("last", "last_at", "ready_at", "tickets")
+
+    def __init__(self) -> None:
+        self.tickets: Deque[Ticket] = collections.deque()
+        #: The last refusal of this key seen by a waiter, and when.
+        self.last: Optional[RateLimitResult] = None
+        self.last_at = 0.0
+        #: Before this time the first waiter cannot pass (it sleeps on a rate's retry_after).
+        self.ready_at = -math.inf
+
+    def refusal(self, now: float) -> Optional[RateLimitResult]:
+        """The last refusal with its ``retry_after`` counted from ``now``."""
+        last = self.last
+        if last is None:
+            return None
+        return last._replace(retry_after=max(0.0, last.retry_after - (now - self.last_at)))
+
+
+class Lines:
+    """The waiting requests of a process by ``(limiter name, key)``, each key in arrival order.
+
+    ``LINES`` is the process's: every adapter's waits share it, so that a
+    later arrival never overtakes an earlier one, and ``slot_given`` wakes
+    the first waiter of a key when a slot of it is given back.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lines: Dict[Ident, _Line] = {}
+
+    def busy(self, ident: Ident) -> bool:
+        """True when requests wait on ``ident`` (a new one must queue behind them)."""
+        return ident in self._lines
+
+    def join(self, ident: Ident, ticket: Ticket) -> _Line:
+        """Put ``ticket`` at the end of ``ident``'s line and return the line."""
+        with self._lock:
+            line = self._lines.get(ident)
+            if line is None:
+                line = self._lines[ident] = _Line()
+            line.tickets.append(ticket)
+            return line
+
+    def leave(self, ident: Ident, ticket: Ticket) -> None:
+        """Take ``ticket`` out of its line; wake the next one when it headed it."""
+        with self._lock:
+            line = self._lines.get(ident)
+            if line is None:
+                return
+            head = line.tickets[0] is ticket
+            line.tickets.remove(ticket)
+            if not line.tickets:
+                del self._lines[ident]
+            elif head:
+                line.ready_at = -math.inf
+                _wake(line.tickets[0])
+
+    def given(self, ident: Ident) -> None:
+        """A slot of ``ident`` was given back in this process: wake its first waiter."""
+        with self._lock:
+            line = self._lines.get(ident)
+            if line is not None:
+                _wake(line.tickets[0])
+
+
+def _wake(ticket: Ticket) -> None:
+    ticket.woken = True
+    ticket.wake()
+
+
+#: The process's lines (see ``Lines``).
+LINES = Lines()
+
+
+def slot_given(name: str, key: str) -> None:
+    """Tell this process's waiters that a slot of ``key`` (limiter ``name``) was given back."""
+    if LINES._lines:  # nobody waits: a dict's truth, nothing more
+        LINES.given((name, key))
+
+
+class Waits:
+    """The adapters' waiting: a refused request waits up to ``max_wait`` seconds for its turn.
+
+    At most ``max_queue`` requests wait in it at once (the rest are decided
+    at once, as without waiting); waiters of one key are served in arrival
+    order within the process (``LINES``).  A refusal by a rate waits its
+    ``retry_after`` (refused at once when that ends after ``max_wait``); one
+    for want of a slot waits until a slot of the key is given back in this
+    process (``slot_given``) or ``SLOT_POLL`` seconds pass, and tries again,
+    until ``max_wait``.  ``run`` blocks the calling thread, ``arun`` awaits.
+    """
+
+    __slots__ = ("_count", "_lock", "lines", "max_queue", "max_wait")
+
+    def __init__(self, max_wait: float, max_queue: int, lines: Lines = LINES) -> None:
+        self.max_wait = max_wait
+        self.max_queue = max_queue
+        self.lines = lines
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Waits(max_wait={self.max_wait!r}, max_queue={self.max_queue!r})"
+
+    @property
+    def waiting(self) -> int:
+        """How many requests wait now."""
+        return self._count
+
+    def _enter(self) -> bool:
+        with self._lock:
+            if self._count >= self.max_queue:
+                return False
+            self._count += 1
+            return True
+
+    def _exit(self) -> None:
+        with self._lock:
+            self._count -= 1
+
+    def plan(
+        self,
+        ident: Ident,
+        ticket: Ticket,
+        first: Optional[RateLimitResult],
+        now: float,
+        slack: float = 0.0,
+    ) -> _WaitPlan:
+        """One request's wait, from ``now``: no I/O, no clock (the shell sends ``now``).
+
+        ``first``: its first try's refusal, or ``None`` when others already
+        wait on ``ident`` (it queues without trying, so as not to overtake
+        them).  Returns the deciding result and the seconds waited.
+        """
+        start = now
+        deadline = now + self.max_wait
+        if first is not None and _after_refusal(first, deadline - now, slack) is None:
+            return first, 0.0
+        if not self._enter():  # the queue is full: decided at once
+            if first is None:
+                now, first = yield _TRY_NOW
+                assert first is not None
+            return first, 0.0
+        lines = self.lines
+        line = lines.join(ident, ticket)
+        result = first
+        try:
+            while True:
+                ticket.woken = False
+                if line.tickets[0] is not ticket:  # not its turn yet
+                    result = None  # its turn comes with a fresh try
+                    refusal = line.refusal(now)
+                    if refusal is not None and (
+                        now >= deadline - _EPSILON or line.ready_at > deadline + slack
+                    ):
+                        return refusal, now - start
+                    if refusal is not None or now < deadline - _EPSILON:
+                        now, _ = yield (_PARK, deadline - now)
+                        continue
+                if result is None:
+                    now, result = yield _TRY_NOW
+                    assert result is not None
+                if result[0]:
+                    return result, now - start
+                line.last, line.last_at = result, now
+                step = _after_refusal(result, deadline - now, slack)
+                if step is None:
+                    return result, now - start
+                if step[0] == _SLEEP:
+                    line.ready_at = now + step[1]
+                now, _ = yield step
+                result = None
+        finally:
+            lines.leave(ident, ticket)
+            self._exit()
+
+    def run(
+        self,
+        limiter: Waiter,
+        key: str,
+        cost: Any,
+        attempt: Optional[Callable[[], RateLimitResult]] = None,
+    ) -> RateLimitResult:
+        """The result for ``key``, after waiting if need be (blocks this thread).
+
+        ``attempt`` makes one try (default: ``limiter``'s check of ``cost``,
+        and then this reports the decision to ``limiter.on_decision`` once,
+        with the seconds waited; a given ``attempt`` reports its own tries).
+        """
+        tries = _Tries(limiter, key, cost, attempt)
+        first = None if self.lines.busy(tries.ident) else tries.once()
+        if first is not None and (first[0] or limiter.shadow):
+            return tries.done(first, 0.0)
+        event = threading.Event()
+        drive = self._driven(tries, Ticket(event.set, event.clear), first)
+        act: Dict[str, Callable[[float], Any]] = {
+            _TRY: lambda _: tries.once(),
+            _SLEEP: limiter.clock.sleep,
+            _PARK: event.wait,
+        }
+        sent = None
+        with contextlib.closing(drive):
+            while True:
+                try:
+                    what, seconds = drive.send(sent)
+                except StopIteration as done:
+                    return tries.done(*done.value)
+                sent = act[what](seconds)
+
+    async def arun(
+        self,
+        limiter: Waiter,
+        key: str,
+        cost: Any,
+        attempt: Optional[Callable[[], Awaitable[RateLimitResult]]] = None,
+    ) -> RateLimitResult:
+        """``run`` for asyncio: waits without blocking the loop (``attempt`` is awaited)."""
+        import asyncio
+
+        tries = _Tries(limiter, key, cost, attempt)
+        first = None if self.lines.busy(tries.ident) else await tries.aonce()
+        if first is not None and (first[0] or limiter.shadow):
+            return tries.done(first, 0.0)
+        event = asyncio.Event()
+        wake = _threadsafe(asyncio.get_running_loop(), event.set)
+        drive = self._driven(tries, Ticket(wake, event.clear), first)
+
+        async def park(seconds: float) -> None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), seconds)
+
+        act: Dict[str, Callable[[float], Awaitable[Any]]] = {
+            _TRY: lambda _: tries.aonce(),
+            _SLEEP: limiter.clock.asleep,
+            _PARK: park,
+        }
+        try:
+            step = next(drive)
+            while True:
+                step = drive.send(await act[step[0]](step[1]))
+        except StopIteration as done:
+            return tries.done(*done.value)
+        finally:
+            drive.close()
+
+    def _driven(
+        self, tries: _Tries, ticket: Ticket, first: Optional[RateLimitResult]
+    ) -> Generator[_Step, Any, Tuple[RateLimitResult, float]]:
+        """``plan`` with the clock read for it: yields a try (send its result), a
+        sleep, or a park on ``ticket``'s event (only on a ``SystemClock``; another
+        clock sleeps instead), skipped when the ticket was woken already."""
+        clock = tries.limiter.clock
+        real = type(clock) is SystemClock
+        plan = self.plan(tries.ident, ticket, first, clock.now(), _slack(tries.limiter))
+        with contextlib.closing(plan):
+            try:
+                step = next(plan)
+                while True:
+                    if step[0] == _TRY:
+                        result = yield step
+                        step = plan.send((clock.now(), result))
+                        continue
+                    ticket.reset()
+                    if not ticket.woken:
+                        yield step if real or step[0] == _SLEEP else (_SLEEP, step[1])
+                    step = plan.send((clock.now(), None))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+
+def _after_refusal(result: RateLimitResult, left: float, slack: float) -> Optional[_Step]:
+    """What the first waiter does after ``result`` refused it, ``left`` seconds before
+    its deadline: sleep a rate's ``retry_after``, park for a slot, or (``None``) give up."""
+    wait = result.retry_after
+    if not math.isfinite(wait):
+        return None
+    if result.kind == "concurrency":  # retry_after is only an upper bound
+        return None if left <= _EPSILON else (_PARK, min(SLOT_POLL, left))
+    return None if wait > left + slack else (_SLEEP, wait)
+
+
+def _slack(limiter: Waiter) -> float:
+    return max((getattr(lim, "slack", 0.0) for lim in limiter.limits), default=0.0)
+
+
+def _threadsafe(loop: Any, call: Callable[[], None]) -> Callable[[], None]:
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to wake
+            loop.call_soon_threadsafe(call)
+
+    return wake
+
+
+class _Tries:
+    """One request's tries in a wait, and the one decision they report."""
+
+    __slots__ = ("attempt", "cost", "ident", "key", "limiter", "seconds")
+
+    def __init__(
+        self, limiter: Waiter, key: str, cost: Any, attempt: Optional[Callable[[], Any]]
+    ) -> None:
+        refuse_waits_with_lockout(limiter)
+        self.limiter = limiter
+        self.key = key
+        self.ident: Ident = (limiter.name, key)
+        self.cost = cost
+        self.attempt = attempt
+        self.seconds = 0.0
+
+    def _timed(self, start: float, result: RateLimitResult) -> RateLimitResult:
+        self.seconds = time.perf_counter() - start
+        return result
+
+    def once(self) -> RateLimitResult:
+        if self.attempt is not None:
+            result: RateLimitResult = self.attempt()
+            return result
+        limiter = self.limiter
+        # The class's check: an observer's copy would report every try.
+        if limiter.on_decision is None:  # nothing to report: nothing to time
+            return type(limiter).check(limiter, self.key, self.cost)
+        start = time.perf_counter()
+        try:
+            return self._timed(start, type(limiter).check(limiter, self.key, self.cost))
+        except StoreError:
+            report(limiter, self.key, self.cost, None, time.perf_counter() - start)
+            raise
+
+    async def aonce(self) -> RateLimitResult:
+        if self.attempt is not None:
+            result: RateLimitResult = await self.attempt()
+            return result
+        limiter, start = self.limiter, time.perf_counter()
+        try:
+            return self._timed(start, await type(limiter).acheck(limiter, self.key, self.cost))
+        except StoreError:
+            report(limiter, self.key, self.cost, None, time.perf_counter() - start)
+            raise
+
+    def done(self, result: RateLimitResult, waited: float) -> RateLimitResult:
+        if self.attempt is None:
+            report(self.limiter, self.key, self.cost, result, self.seconds, waited)
+        return result

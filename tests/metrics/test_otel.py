@@ -387,3 +387,17 @@ def test_concurrent_decisions_and_collections_count_exactly() -> None:
     assert counts(collect(reader)["limiter.fallback.active"]) == {
         attrs(limiter=f"l{i}"): 0 for i in range(4)
     }
+
+
+def test_waits_are_recorded_by_limiter_policy_and_outcome() -> None:
+    from limiter.metrics import WAIT_SECONDS_BUCKETS
+    from limiter.waiting import Waits
+
+    reader, observer = setup()
+    limiter = RateLimiter("1/second", clock=ManualClock(T0), name="w", on_decision=observer)
+    waits = Waits(2.0, 10)
+    assert all(waits.run(limiter, "k", 1).allowed for _ in range(3))  # waits of 0, 1, 1 s
+    (wait,) = collect(reader)["limiter.wait.duration"].items()
+    assert wait[0] == attrs(limiter="w", policy="1/second", outcome="allowed")
+    assert (wait[1].count, wait[1].sum) == (2, pytest.approx(2.0))
+    assert tuple(wait[1].explicit_bounds) == WAIT_SECONDS_BUCKETS

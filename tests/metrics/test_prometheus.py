@@ -584,3 +584,17 @@ def test_a_real_prometheus_scrape_of_the_demo_returns_the_denials(
     assert [float(series["value"][1]) for series in allowed] == [burst]
     assert float(ratio[0]["value"][1]) == pytest.approx(extra / (burst + extra))
     assert demo.stop() == "limiter demo: stopped\n"
+
+
+def test_waits_are_a_histogram_by_limiter_and_outcome(registry) -> None:
+    from limiter.waiting import Waits
+
+    metrics = PrometheusMetrics(registry)
+    limiter = RateLimiter("1/second", clock=ManualClock(), name="w", on_decision=metrics)
+    waits = Waits(2.0, 10)
+    assert all(waits.run(limiter, "k", 1).allowed for _ in range(3))  # waits of 0, 1, 1 s
+    labels = {"limiter": "w", "outcome": "allowed"}
+    assert registry.get_sample_value("limiter_wait_seconds_count", labels) == 2  # 0 s: none
+    assert registry.get_sample_value("limiter_wait_seconds_sum", labels) == pytest.approx(2.0)
+    assert decisions(registry, "w", "allowed") == 3  # one decision per request
+    assert decisions(registry, "w", "denied") is None

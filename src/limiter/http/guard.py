@@ -49,6 +49,7 @@ from limiter.http.rules import (
 from limiter.ratelimiter import RateLimiter
 from limiter.slots import Slot
 from limiter.store import StoreError
+from limiter.waiting import Waits
 
 # GuardOptions, HeaderList, Response and the request view stay importable from
 # here (integrations/fastapi.py and django.py import them; tests/project/test_layers.py).
@@ -248,6 +249,7 @@ class Guard:
     on_limited: OnLimited
     rule_limiters: Tuple[LimiterSpec, ...]
     rules: Tuple[Rule, ...]
+    waits: Optional[Waits]
 
     def __init__(
         self,
@@ -279,8 +281,10 @@ class Guard:
         #: True when no store waits on I/O and no callable is ``async``: async
         #: code may call ``decide``. Never True with limiter functions.
         limiters = self.limiters()
+        # Waiting (max_wait) must not block the event loop: adecide, never decide.
         self.nonblocking: bool = (
             not self.is_async
+            and self.waits is None
             and len(limiters) == 1 + len(self.rules)
             and all(lim.nonblocking for lim in limiters)
         )
@@ -300,6 +304,7 @@ class Guard:
         plain = self.limiter
         alone = o.key_func is None and o.exempt is None and o.allow_list is None
         simple = not o.rules and o.cost_func is None and o.deduct_when is None
+        simple = simple and o.waits is None
         self._plain: Optional[RateLimiter] = (
             plain
             if isinstance(plain, RateLimiter)
@@ -475,8 +480,16 @@ class Guard:
         """The check of ``chosen`` (a slot taken when its limiter holds slots) and its outcome."""
         at, slot = self._plan(chosen)
         limiter = chosen[0]
+        waits = self.waits
         try:
-            result = limiter.check(chosen[1], chosen[2]) if slot is None else slot.take()
+            if waits is not None:  # max_wait: a refusal waits its turn (limiter.waiting)
+                result = waits.run(
+                    limiter, chosen[1], chosen[2], None if slot is None else slot.take
+                )
+            elif slot is None:
+                result = limiter.check(chosen[1], chosen[2])
+            else:
+                result = slot.take()
         except StoreError:  # only a store failure goes to on_error; the rest propagates
             return self.failed(limiter)
         return self.judge(request, chosen, result, at, slot)
@@ -485,8 +498,12 @@ class Guard:
         """``charge`` for asyncio (the store is awaited)."""
         at, slot = self._plan(chosen)
         limiter = chosen[0]
+        waits = self.waits
         try:
-            if slot is None:
+            if waits is not None:  # max_wait: a refusal waits without blocking the loop
+                attempt = None if slot is None else slot.atake
+                result = await waits.arun(limiter, chosen[1], chosen[2], attempt)
+            elif slot is None:
                 result = await limiter.acheck(chosen[1], chosen[2])
             else:
                 result = await slot.atake()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import math
 from typing import (
     AbstractSet,
     Any,
@@ -45,6 +46,7 @@ from limiter.http.rules import (
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
+from limiter.waiting import Waits, refuse_waits_with_lockout
 
 #: The ``cost`` option: a ``Cost``, a mapping of limit names to numbers, or a
 #: function of the request returning either (``async def`` under asyncio).
@@ -65,6 +67,8 @@ class IntegrationOptions(TypedDict, total=False):
     allow_list: Union[str, Iterable[str]]
     enabled: bool
     mode: str
+    max_wait: Optional[float]
+    max_queue: int
 
 
 class GuardOptions(IntegrationOptions, total=False):
@@ -269,6 +273,50 @@ def _check_unit_names(units: Mapping[str, str], limiters: Sequence[object]) -> N
             )
 
 
+def check_max_wait(max_wait: object) -> Optional[float]:
+    """``max_wait`` checked: ``None``, or a finite number of seconds > 0."""
+    if max_wait is None:
+        return None
+    if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)):
+        raise TypeError(f"max_wait must be None or a number of seconds > 0, got {max_wait!r:.100}")
+    if not (0 < max_wait < math.inf):  # also NaN
+        raise ValueError(
+            f"max_wait must be None (refuse at once) or a finite number of seconds > 0, "
+            f"got {max_wait!r}"
+        )
+    return float(max_wait)
+
+
+def check_max_queue(max_queue: object) -> int:
+    """``max_queue`` checked: an ``int`` >= 1."""
+    if max_queue.__class__ is not int:  # a bool is no count
+        raise TypeError(f"max_queue must be an int >= 1, got {max_queue!r:.100}")
+    assert isinstance(max_queue, int)
+    if max_queue < 1:
+        raise ValueError(f"max_queue must be an int >= 1, got {max_queue!r}")
+    return max_queue
+
+
+def _waits(max_wait: object, max_queue: object, limiters: Sequence[object]) -> Optional[Waits]:
+    """The ``Waits`` of ``max_wait``/``max_queue`` (``None``: refuse at once).
+
+    A limiter with a lockout cannot wait (each try would count as a breach):
+    ``TypeError``, as ``acquire`` says.
+    """
+    seconds = check_max_wait(max_wait)
+    if seconds is None:
+        if max_queue is not None:
+            raise ValueError("max_queue given without max_wait: add max_wait=<seconds>")
+        return None
+    for limiter in limiters:
+        if isinstance(limiter, RateLimiter):
+            refuse_waits_with_lockout(limiter)
+    return Waits(seconds, check_max_queue(MAX_QUEUE if max_queue is None else max_queue))
+
+
+#: ``max_queue``'s default: requests that may wait at once per adapter and process.
+MAX_QUEUE = 100
+
 #: Attributes a ``Guard`` copies from ``Options``: one lookup per request, not two.
 COPIED = (
     "allow_list",
@@ -287,6 +335,7 @@ COPIED = (
     "on_limited",
     "rule_limiters",
     "rules",
+    "waits",
 )
 
 
@@ -341,6 +390,10 @@ class Options:
             _check_unit_names(units, [limiter, *(rule.limiter for rule in self.rules)])
         self._builders(units, encoded)
         self._cost(get("cost", 1), limiters)
+        #: The waiting of ``max_wait``/``max_queue``; ``None``: a refusal is sent at once.
+        self.waits: Optional[Waits] = _waits(
+            get("max_wait"), get("max_queue"), [*limiters, *(rule.limiter for rule in self.rules)]
+        )
         #: True when any request callable is ``async def``.
         self.is_async: bool = any(is_async_callable(func) for func in self.callables())
         self.sync = sync

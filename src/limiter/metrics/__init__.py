@@ -29,3 +29,7 @@ STORE_SECONDS_BUCKETS: Tuple[float, ...] = (
     2.5,
     5.0,
 )
+
+#: Bucket bounds (seconds) of the wait histogram (adapters' ``max_wait``):
+#: from a slot handed over at once to a long queue.
+WAIT_SECONDS_BUCKETS: Tuple[float, ...] = (*STORE_SECONDS_BUCKETS[6:], 10.0, 30.0, 60.0)

@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from limiter.events import DecisionEvent, Outcome
-from limiter.metrics import STORE_SECONDS_BUCKETS
+from limiter.metrics import STORE_SECONDS_BUCKETS, WAIT_SECONDS_BUCKETS
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -71,18 +71,18 @@ class OTelMetrics:
             unit="{decision}",
             description="Rate limiter decisions, by limiter, policy and outcome.",
         )
-        description = "Wall time of the rate limiter's store calls."
-        try:
-            duration = meter.create_histogram(
-                "limiter.store.duration",
-                unit="s",
-                description=description,
-                explicit_bucket_boundaries_advisory=STORE_SECONDS_BUCKETS,
-            )
-        except TypeError:  # opentelemetry-api < 1.30: no advisory, the SDK's default buckets
-            duration = meter.create_histogram(
-                "limiter.store.duration", unit="s", description=description
-            )
+        duration = _histogram(
+            meter,
+            "limiter.store.duration",
+            "Wall time of the rate limiter's store calls.",
+            STORE_SECONDS_BUCKETS,
+        )
+        self._record_wait = _histogram(
+            meter,
+            "limiter.wait.duration",
+            "Time requests waited for their turn (an adapter's max_wait).",
+            WAIT_SECONDS_BUCKETS,
+        ).record
         errors = meter.create_counter(
             "limiter.store.errors",
             unit="{error}",
@@ -122,6 +122,8 @@ class OTelMetrics:
             self._record(event.store_seconds, duration)
         if error is not None:
             self._add_error(1, error)
+        if event.waited:  # by limiter, policy and outcome: the decision's attributes
+            self._record_wait(event.waited, decision)
         if state is not None and self._fallback[event.limiter] != state:
             with self._lock:
                 self._fallback[event.limiter] = state
@@ -161,3 +163,13 @@ class OTelMetrics:
                 make(state, attributes[name]) for name, state in self._fallback.items()
             ]
         return found
+
+
+def _histogram(meter: Any, name: str, description: str, buckets: Tuple[float, ...]) -> Any:
+    """A histogram of seconds with ``buckets`` (opentelemetry-api < 1.30: the SDK's)."""
+    try:
+        return meter.create_histogram(
+            name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:
+        return meter.create_histogram(name, unit="s", description=description)

@@ -19,7 +19,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 from limiter.events import DecisionEvent
-from limiter.metrics import STORE_SECONDS_BUCKETS
+from limiter.metrics import STORE_SECONDS_BUCKETS, WAIT_SECONDS_BUCKETS
 
 try:
     from prometheus_client import (
@@ -43,12 +43,13 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
 __all__ = ["PrometheusMetrics"]
 
 BUCKETS = STORE_SECONDS_BUCKETS  # shared with the other exporter
+_BUCKETS = {"durations": BUCKETS, "waits": WAIT_SECONDS_BUCKETS}
 
 _FALLBACK = "fallback"
 _ERROR = "error"
 
 
-#: The four metrics: (attribute of ``_Metrics``, type, name, help, label names).
+#: The five metrics: (attribute of ``_Metrics``, type, name, help, label names).
 _DEFINITIONS: Tuple[Tuple[str, Any, str, str, Tuple[str, ...]], ...] = (
     (
         "decisions",
@@ -78,22 +79,30 @@ _DEFINITIONS: Tuple[Tuple[str, Any, str, str, Tuple[str, ...]], ...] = (
         "1 while the limiter's decisions come from its store's in-memory fallback.",
         ("limiter",),
     ),
+    (
+        "waits",
+        Histogram,
+        "limiter_wait_seconds",
+        "Time requests waited for their turn (an adapter's max_wait), by limiter and outcome.",
+        ("limiter", "outcome"),
+    ),
 )
 
 
 class _Metrics:
-    """The four metrics of one registry, and their labelled children by label values."""
+    """The five metrics of one registry, and their labelled children by label values."""
 
     decisions: Counter
     durations: Histogram
     errors: Counter
     fallback: Gauge
+    waits: Histogram
 
     def __init__(self, registry: CollectorRegistry) -> None:
         made: List[Any] = []  # unregistered again if a later name is taken
         try:
             for attribute, kind, name, documentation, labels in _DEFINITIONS:
-                extra = {"buckets": BUCKETS} if kind is Histogram else {}
+                extra = {"buckets": _BUCKETS[attribute]} if kind is Histogram else {}
                 made.append(kind(name, documentation, labels, registry=registry, **extra))
                 setattr(self, attribute, made[-1])
         except ValueError:
@@ -108,6 +117,7 @@ class _Metrics:
         self.error_children: Dict[Tuple[str, str], Counter] = {}
         # limiter -> (its gauge child, whether it reads 1): set only on a change.
         self.fallback_children: Dict[str, Tuple[Gauge, bool]] = {}
+        self.wait_children: Dict[Tuple[str, str], Histogram] = {}
 
 
 _lock = threading.Lock()
@@ -158,6 +168,8 @@ class PrometheusMetrics:
                 event.limiter, event.policy, str(outcome)
             )
         decisions.inc()
+        if event.waited:
+            self._waited(event.limiter, str(outcome), event.waited)
         store = event.store
         active = outcome == _FALLBACK
         if not active:  # (a fallback's time is not the store's)
@@ -177,6 +189,13 @@ class PrometheusMetrics:
                 self._switch(event.limiter, False, new=True)
         elif state is None or state[1] is not active:
             self._switch(event.limiter, active)
+
+    def _waited(self, limiter: str, outcome: str, seconds: float) -> None:
+        children = self._metrics.wait_children
+        waits = children.get((limiter, outcome))
+        if waits is None:
+            waits = children[limiter, outcome] = self._metrics.waits.labels(limiter, outcome)
+        waits.observe(seconds)
 
     def _switch(self, limiter: str, active: bool, new: bool = False) -> None:
         """Set ``limiter``'s fallback gauge to ``active`` (``new``: only if it has none yet)."""

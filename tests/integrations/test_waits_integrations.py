@@ -1,0 +1,56 @@
+"""``max_wait``/``max_queue`` pass through every integration: Flask, FastAPI, Django."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("flask")
+pytest.importorskip("fastapi")
+pytest.importorskip("django")
+
+import flask
+from django.core.exceptions import ImproperlyConfigured
+from fastapi import FastAPI
+from starlette.testclient import TestClient
+
+import helpers.django_settings  # noqa: F401  (configures Django, once per process)
+from limiter import ManualClock
+from limiter.integrations._django_settings import Config
+from limiter.integrations.fastapi import RateLimit as FastAPIRateLimit
+from limiter.integrations.flask import RateLimit as FlaskRateLimit
+
+
+def test_flask_waits_instead_of_refusing() -> None:
+    clock = ManualClock()
+    app = flask.Flask(__name__)
+    app.add_url_rule("/", "hello", lambda: "hello")
+    FlaskRateLimit(app, default="2/second", clock=clock, max_wait=1.0, max_queue=4)
+    client = app.test_client()
+    assert [client.get("/").status_code for _ in range(4)] == [200] * 4
+    assert clock.now() == 1.0
+    with pytest.raises(ValueError, match="max_queue given without max_wait"):
+        FlaskRateLimit(default="2/second", max_queue=4)
+
+
+def test_fastapi_waits_without_blocking_the_loop() -> None:
+    clock = ManualClock()
+    app = FastAPI()
+
+    @app.get("/")
+    async def hello() -> str:
+        return "hello"
+
+    FastAPIRateLimit(app, default="2/second", clock=clock, max_wait=1.0)
+    client = TestClient(app)
+    assert [client.get("/").status_code for _ in range(3)] == [200] * 3
+    assert clock.now() == 0.5
+    with pytest.raises(TypeError, match="max_wait"):
+        FastAPIRateLimit(FastAPI(), default="2/second", max_wait="1")
+
+
+def test_django_settings_take_max_wait_and_refuse_a_bad_one() -> None:
+    config = Config({"default": "2/second", "max_wait": 2, "max_queue": 5})
+    assert config.default is not None and config.default.waits is not None
+    assert (config.default.waits.max_wait, config.default.waits.max_queue) == (2.0, 5)
+    with pytest.raises(ImproperlyConfigured, match=r"max_wait.*-1"):
+        Config({"default": "2/second", "max_wait": -1})
