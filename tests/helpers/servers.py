@@ -137,4 +137,8 @@ def gunicorn_process(
         yield url, process
     finally:
         process.send_signal(signal.SIGINT)  # quick shutdown; SIGTERM waits for workers
-        process.wait(10)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:  # a busy machine: a worker still booting
+            process.kill()
+            process.wait(10)
