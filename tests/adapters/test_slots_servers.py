@@ -5,7 +5,7 @@ the view counts who is inside under a lock, and blocks on an event the test
 sets only once all 20 have been answered or refused, so exactly 3 are
 admitted and 17 refused, with no sleep as a timing device. Then: a streamed
 response holds its slot until its last chunk, an exception gives the slot
-back, and (gunicorn on SQLite) a worker killed while holding a slot has it
+back, and (gunicorn on SQLite and on Redis) a worker killed holding a slot has it
 freed by its lease.
 
 Giving back happens after the last byte is sent, so a client may see the
@@ -28,8 +28,7 @@ import httpx
 import pytest
 
 from helpers.servers import gunicorn_process, uvicorn_running
-from limiter import Concurrency, RateLimiter
-from limiter.backends.sqlite import SQLiteStore
+from limiter import Concurrency, RateLimiter, store_from_url
 
 pytestmark = pytest.mark.servers
 
@@ -199,9 +198,9 @@ GUNICORN_APP = textwrap.dedent(
 
     from limiter import Concurrency, RateLimiter
     from limiter.adapters.wsgi import RateLimitMiddleware
-    from limiter.backends.sqlite import SQLiteStore
+    from limiter import store_from_url
 
-    STORE = SQLiteStore(os.environ["SLOTS_DB"])
+    STORE = store_from_url(os.environ["SLOTS_STORE"])
     LEASE = float(os.environ["SLOTS_LEASE"])
     THREE = RateLimiter(Concurrency(3, lease=LEASE), store=STORE, name="three")
     ONE = RateLimiter(Concurrency(1, lease=LEASE), store=STORE, name="one")
@@ -268,18 +267,21 @@ def slots_app(tmp_path: Any) -> Any:
     return tmp_path
 
 
-def shared(tmp_path: Any, name: str, limit: int, lease: float) -> RateLimiter:
-    """The test's view of a limiter of the app: same SQLite file, name and policy."""
-    store = SQLiteStore(str(tmp_path / "slots.db"))
-    return RateLimiter(Concurrency(limit, lease=lease), store=store, name=name)
+def shared(url: str, name: str, limit: int, lease: float) -> RateLimiter:
+    """The test's view of a limiter of the app: same store, name and policy."""
+    return RateLimiter(Concurrency(limit, lease=lease), store=store_from_url(url), name=name)
+
+
+def sqlite_url(folder: Any) -> str:
+    return f"sqlite:///{folder / 'slots.db'}"
 
 
 def test_gunicorn_gthread_20_concurrent_3_slots_streaming_and_errors(
     slots_app: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("SLOTS_DB", str(slots_app / "slots.db"))
+    monkeypatch.setenv("SLOTS_STORE", sqlite_url(slots_app))
     monkeypatch.setenv("SLOTS_LEASE", "60")
-    three = shared(slots_app, "three", SLOTS, 60)
+    three = shared(sqlite_url(slots_app), "three", SLOTS, 60)
     options = ("--workers", "1", "--worker-class", "gthread", "--threads", "8")
     with gunicorn_process(slots_app, "slots_app:app", *options) as (url, _):
         statuses = burst(url + "/slow", lambda: httpx.get(url + "/go", timeout=DEADLINE))
@@ -295,13 +297,18 @@ def test_gunicorn_gthread_20_concurrent_3_slots_streaming_and_errors(
         streams_holding_its_slot(url, lambda: httpx.get(url + "/step", timeout=DEADLINE))
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_gunicorn_worker_killed_holding_a_slot_frees_it_after_its_lease(
-    slots_app: Any, monkeypatch: Any
+    slots_app: Any, monkeypatch: Any, backend: str, request: pytest.FixtureRequest
 ) -> None:
     lease = 1.5
-    monkeypatch.setenv("SLOTS_DB", str(slots_app / "slots.db"))
+    if backend == "redis":  # a throwaway redis-server of the module (skips without one)
+        url = f"redis://127.0.0.1:{request.getfixturevalue('server').port}/0"
+    else:
+        url = sqlite_url(slots_app)
+    monkeypatch.setenv("SLOTS_STORE", url)
     monkeypatch.setenv("SLOTS_LEASE", str(lease))
-    three = shared(slots_app, "three", SLOTS, lease)
+    three = shared(url, "three", SLOTS, lease)
     options = ("--workers", "1", "--worker-class", "gthread", "--threads", "6")
     with gunicorn_process(slots_app, "slots_app:app", *options) as (url, _):
         holders = concurrent.futures.ThreadPoolExecutor(SLOTS)
