@@ -1,9 +1,9 @@
 """Waiting instead of refusing under a real uvicorn (issue 26, item 5).
 
-The slot test serves a small ASGI app that does what an adapter holding a
-slot with ``max_wait`` does: take the slot through ``Waits.arun``, run the
-view, give the slot back.  Its view waits on an event (all 20 requests have
-arrived), not on a timer.
+The slot test serves the ASGI adapter with ``max_wait`` around a slow view
+under ``Concurrency(3)``: it takes a slot per request (waiting for one in
+arrival order), holds it for the response and gives it back.  The view
+waits on an event (all 20 requests have arrived), not on a timer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pytest
 from helpers.servers import uvicorn_running
 from limiter import Concurrency, ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware
-from limiter.waiting import Waits
 
 pytestmark = pytest.mark.servers
 
@@ -27,17 +26,23 @@ LIMIT = 3
 
 
 class SlowGateway:
-    """An ASGI app holding a slot of ``Concurrency(3)`` per request, waiting for it if need be."""
+    """The ASGI adapter with ``max_wait`` around a slow view, under ``Concurrency(3)`` per key.
+
+    Arrivals are counted before the adapter (their order is the clients'); the
+    view counts who is inside and holds every request until all 20 have arrived.
+    """
 
     def __init__(self) -> None:
         self.limiter = RateLimiter({"inflight": Concurrency(LIMIT, lease=60)}, name="gw")
-        self.waits = Waits(30.0, 100)
+        self.adapter = RateLimitMiddleware(
+            self.view, self.limiter, key_func=lambda request: "client", max_wait=30.0
+        )
         self.arrived = 0
         self.arrivals = threading.Condition()
         self.inside = 0
         self.most_inside = 0
         self.admitted: List[int] = []
-        self.at_once: List[int] = []  # admitted without waiting
+        self.at_once: List[int] = []  # in the view before the last arrival: no wait
         self.all_here: Any = None  # an asyncio.Event, made on the server's loop
 
     async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
@@ -45,41 +50,27 @@ class SlowGateway:
             return
         if self.all_here is None:
             self.all_here = asyncio.Event()
-        number = int(scope["query_string"].decode().partition("=")[2])
         with self.arrivals:
             self.arrived += 1
             self.arrivals.notify_all()
         if self.arrived == CLIENTS:
             self.all_here.set()
-        slot = self.limiter.aslot("client")
-        tries = []
-        queued = self.waits.lines.busy(("gw", "client"))  # others wait: it queues untried
+        await self.adapter(scope, receive, send)
 
-        async def take() -> Any:
-            tries.append(number)
-            return await slot.atake()
-
-        result = await self.waits.arun(self.limiter, "client", 1, take)
-        status = 200 if result.allowed else 429
-        if result.allowed:
-            try:
-                await self.view(number, not queued and len(tries) == 1)
-            finally:
-                await slot.agive()
-        await send({"type": "http.response.start", "status": status, "headers": []})
-        await send({"type": "http.response.body", "body": str(number).encode()})
-
-    async def view(self, number: int, at_once: bool) -> None:
+    async def view(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        number = int(scope["query_string"].decode().partition("=")[2])
         self.inside += 1
         try:
             assert self.inside <= LIMIT, f"{self.inside} requests inside at once"
             self.most_inside = max(self.most_inside, self.inside)
             self.admitted.append(number)
-            if at_once:
+            if not self.all_here.is_set():
                 self.at_once.append(number)
             await self.all_here.wait()  # slow: held until every request has arrived
         finally:
             self.inside -= 1
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(number).encode()})
 
 
 def test_twenty_requests_wait_for_three_slots_in_arrival_order() -> None:
@@ -104,7 +95,6 @@ def test_twenty_requests_wait_for_three_slots_in_arrival_order() -> None:
     assert app.admitted == list(range(CLIENTS))  # arrival order
     assert app.at_once == [0, 1, 2]  # exactly three without waiting
     assert app.most_inside == LIMIT
-    assert app.waits.waiting == 0
 
 
 async def hello(scope: Dict[str, Any], receive: Any, send: Any) -> None:
