@@ -8,12 +8,11 @@ bucket, a window and a lockout (a take: every policy, all or nothing; a give
 or renewal: the Concurrency keys only, as ``RateLimiter._slot_plan`` sends
 them), and compares every result field and every stored row.  Then the rows
 as stored, an older table gaining the leases column, the errors, and threads
-that never hold more than the limit.
+that never hold more than the limit.  (``StoreConformance``'s slot cases run
+in test_postgres_store.py.)
 
-The argument is built by hand (``wire``) until ``limiter.backends._wire``
-encodes Concurrency policies and ``Hold`` costs; the spellings are the
-grammar's: policy ``" c" lease " " limit``, costs ``"h" holder`` (take),
-``"g" holder`` (give) and ``"n" holder`` (renew).
+The argument is ``limiter.backends._wire``'s: policy ``" c" lease " " limit``,
+costs ``"t" holder`` (take), ``"g" holder`` (give), ``"r" holder`` (renew).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from contextlib import closing
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
@@ -29,42 +29,25 @@ from hypothesis import strategies as st
 
 from helpers.postgres_servers import PostgresServer, check_row, postgres_server
 from limiter import Limit, Lockout
-from limiter.backends._wire import cost_text, decode_result, decode_results, policy_codec
+from limiter.backends._wire import Argv
 from limiter.backends.postgres import PostgresStore, row_key
 from limiter.core.bucket import step
 from limiter.core.concurrency import Concurrency
 from limiter.core.costs import Charge, Hold, Refund
 from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.core.many import step_all
-from limiter.core.result import combine
 from limiter.core.state import Leases, State, keep_until, read_leases
-from limiter.core.window import FixedWindow
+from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 
 pytestmark = pytest.mark.postgres
 
 _prefixes = itertools.count()
 
-#: A Hold's letter on the wire, by its action.
-_LETTERS = {"take": "h", "give": "g", "renew": "n"}
-
 
 def wire(now: float, policies: Sequence[Any], cost: Any) -> str:
-    """The argument of a call (the grammar's ``argv``), built by hand for Concurrency and Hold.
-
-    The one place to switch to ``_wire.Argv`` once it encodes them.
-    """
-
-    def one(c: Any) -> str:
-        return _LETTERS[c.action] + repr(c.holder) if c.__class__ is Hold else cost_text(c)
-
-    def spec(p: Any) -> str:
-        if p.kind == "concurrency":
-            return f" c{p.lease!r} {p.limit}"
-        return policy_codec(p).encode(p, now).decode("ascii")
-
-    costs = ",".join(one(c) for c in cost) if cost.__class__ is tuple else one(cost)
-    return f"{now!r} {costs}" + "".join(spec(p) for p in policies)
+    """The argument of a call (the grammar's ``argv``), as the store sends it."""
+    return Argv(False).many(policies, cost, now)[0].decode("ascii")
 
 
 def call(store: PostgresStore, keys: Sequence[str], argv: str) -> str:
@@ -79,11 +62,10 @@ def call(store: PostgresStore, keys: Sequence[str], argv: str) -> str:
 
 
 def send(store: PostgresStore, keys: Sequence[str], policies: Sequence[Any], cost: Any, now: float):  # type: ignore[no-untyped-def]
-    """``store.apply``/``apply_many``'s result for a call through ``wire``."""
-    reply = call(store, keys, wire(now, policies, cost))
+    """``store.apply``'s result for one policy, else ``apply_many``'s (as ``Slot`` sends them)."""
     if len(policies) == 1:
-        return decode_result(reply, policies[0], "PostgresStore")
-    return combine(decode_results(reply, policies, "PostgresStore"))
+        return store.apply(keys[0], policies[0], cost, now)
+    return store.apply_many(keys, policies, cost, now)
 
 
 def read_row(store: PostgresStore, key: str) -> Any:
@@ -120,14 +102,13 @@ def pg() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="module")
 def store(pg: PostgresServer) -> Iterator[PostgresStore]:
-    s = PostgresStore(pg.url(), pool_timeout=30, max_connections=8)
-    s.install()
-    yield s
-    s.close()
+    """The module's store (its pool); each test's keys apart by prefix (``shared``)."""
+    with closing(PostgresStore(pg.url(), pool_timeout=30, max_connections=8)) as s:
+        s.install()
+        yield s
 
 
 def shared(store: PostgresStore) -> PostgresStore:
-    """A store on ``store``'s pool with a prefix of its own."""
     return PostgresStore(store.pool, prefix=f"c{next(_prefixes)}:")
 
 
@@ -163,6 +144,12 @@ OPS = st.lists(st.tuples(MOVES, ACTIONS), min_size=1, max_size=30)
 STARTS = st.sampled_from([T0, 12.0, 1e6])
 
 
+def examples(count: int) -> Any:
+    """Hypothesis settings: ``count`` examples, no deadline, the module's store as a fixture."""
+    fixture = HealthCheck.function_scoped_fixture
+    return settings(max_examples=count, deadline=None, suppress_health_check=[fixture])
+
+
 def move(now: float, how: Any, lease: float, states: Sequence[Optional[State]]) -> float:
     """``now`` moved by ``how`` (see ``MOVES``); an expiry is one of the stored leases'."""
     if not isinstance(how, tuple):
@@ -184,9 +171,7 @@ def expected(states: List[Optional[State]], now: float, policies: Sequence[Any],
     return step_all(states, now, policies, cost)
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(60)
 @given(policy=CONCURRENCIES, start=STARTS, ops=OPS)
 def test_function_matches_slot_step(
     store: PostgresStore, policy: Concurrency, start: float, ops: Any
@@ -216,9 +201,7 @@ MAYBE_LOCKOUTS = st.none() | st.builds(
 OTHER_COSTS = st.sampled_from([0, 1, 1, 2, Charge(1), Refund(1)])
 
 
-@settings(
-    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(50)
 @given(
     policy=CONCURRENCIES,
     companions=COMPANIONS,
@@ -361,29 +344,28 @@ def test_a_key_of_another_kind_of_policy_is_a_store_error(store: PostgresStore) 
     check_leases(s, "c", Leases((1.0, T0 + 60, T0 + 60)))
 
 
-@pytest.mark.parametrize(
-    "policies, cost, message",
-    [
-        ([Concurrency(2)], 1.0, "takes slots through RateLimiter.slot"),
-        ([Limit(1, 5)], Hold(1.0), "no Concurrency"),
-        ([Limit(1, 5), Concurrency(2)], Hold(1.0, "renew"), "no Concurrency"),
-    ],
-)
-def test_costs_a_policy_cannot_take_are_errors(
-    store: PostgresStore, policies: List[Any], cost: Any, message: str
+def test_a_plain_cost_on_a_concurrency_policy_is_refused_by_the_function_too(
+    store: PostgresStore,
 ) -> None:
+    # The client raises step's TypeError first (rule 5); the function refuses
+    # such an argument too, writing nothing.
     s = shared(store)
-    keys = [str(i) for i in range(len(policies))]
-    with pytest.raises(Exception, match=message):
-        call(s, keys, wire(T0, policies, cost))
-    for key in keys:
-        assert read_row(s, key) is None
+    with pytest.raises(TypeError, match=r"RateLimiter\.slot"):
+        s.apply("k", Concurrency(2), 1.0, T0)
+    with pytest.raises(Exception, match="takes slots through"):  # InvalidParameterValue
+        call(s, ["k"], f"{T0!r} 1.0 c60.0 2")
+    assert read_row(s, "k") is None
 
 
-def test_a_policy_cannot_take_a_plain_number_in_core_either() -> None:
-    # The server's refusal mirrors rule 5.
-    with pytest.raises(TypeError):
-        step(None, T0, Concurrency(2), 1.0)
+@pytest.mark.parametrize("policy", [Limit(1, 5), FixedWindow(3, 60), SlidingWindow(3, 60)])
+def test_a_hold_on_another_policy_is_its_value(store: PostgresStore, policy: Any) -> None:
+    # As in step: 1.0 for a take, 0.0 for a give or renewal.
+    s = shared(store)
+    state: Optional[State] = None
+    for i, cost in enumerate([Hold(1.0), Hold(1.0, "give"), Hold(2.0, "renew"), Hold(3.0)]):
+        state, result = step(state, T0 + i, policy, cost)
+        assert s.apply("k", policy, cost, T0 + i) == result
+        check_row(s, "k", state)
 
 
 # -- exact under concurrency --------------------------------------------------------------

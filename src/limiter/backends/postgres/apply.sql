@@ -16,6 +16,8 @@
 --                    limiter.core.bucket.step, _settle, limiter.core.window
 --   LOCKSTATUS       lockstatus / limiter.core.lockout.lock_status
 --   BREACH           breach / limiter.core.lockout.breach
+--   SLOTS            slots, live / limiter.core.concurrency.slot_step, _live,
+--                    _index, _slot_result; leases_state
 --   MUL, DIV         x * y, x / y as IEEE computes them (PostgreSQL raises on
 --                    underflow and overflow): called only where the operands
 --                    may be that small or large, behind a test.
@@ -33,7 +35,10 @@
 --
 -- State rows: (key, a, b, c, keep_until) = limiter.core.state.to_row(state)
 -- and keep_until(state) (a + b, or c for a sliding window's three numbers).
--- A missing row is a key never seen.  The keys of a call are locked
+-- A Concurrency's row is (key, slots held, until, NULL, until) and its
+-- leases [holder, expiry, ...] in the leases column, NULL in every other
+-- policy's row (a key of one read by the other: misfit, an error).  A
+-- missing row is a key never seen.  The keys of a call are locked
 -- (transaction-scoped advisory locks, in one global order, so that two calls
 -- never deadlock) before they are read: a new key has no row to lock.
 -- Writes are an UPDATE, or an INSERT when there is no row (a new key, or a
@@ -143,8 +148,8 @@ $fn$;
 -- SLOTS(ls, tnow, spec, counttext, costtext): limiter.core.concurrency.slot_step,
 -- rule for rule (the rules of its docstring, cited by number), for the
 -- Concurrency spec "c<lease>" and count "<limit>".  ls: the key's leases
--- [holder, expiry, ...] (NULL: a new key).  costtext: "h<holder>" takes a
--- slot, "g<holder>" gives it back, "n<holder>" renews it; "0", a Charge
+-- [holder, expiry, ...] (NULL: a new key).  costtext: "t<holder>" takes a
+-- slot, "g<holder>" gives it back, "r<holder>" renews it; "0", a Charge
 -- ("!...") or a Refund ("-...") peeks (rule 5).  Returns [a, b, NULL, allowed,
 -- remaining, reset_after, retry_after, holder, expiry, ...]: the state to write
 -- (a NULL: nothing; else a = slots held, b = until, as to_row) and the reply's
@@ -155,7 +160,7 @@ CREATE OR REPLACE FUNCTION @SLOTS@(
 LANGUAGE plpgsql IMMUTABLE AS $fn$
 DECLARE
   lease float8 := substr(spec, 2)::float8;
-  act int := ascii(costtext);  -- 104 "h" take, 103 "g" give, 110 "n" renew, else a peek
+  act int := ascii(costtext);  -- 116 "t" take, 103 "g" give, 114 "r" renew, else a peek
   holder float8 := 0.0;
   live float8[] := '{}';
   changed boolean := false;
@@ -169,11 +174,11 @@ DECLARE
   rst float8 := 0.0;
   retry float8 := 0.0;
 BEGIN
-  IF act IN (103, 104, 110) THEN
+  IF act IN (103, 114, 116) THEN
     holder := substr(costtext, 2)::float8;
   ELSIF act NOT IN (33, 45) AND costtext::float8 <> 0 THEN  -- rule 5: no holder
-    RAISE EXCEPTION 'limiter: a Concurrency policy takes slots through RateLimiter.slot(), not a cost of %',
-      costtext USING ERRCODE = 'invalid_parameter_value';
+    RAISE EXCEPTION 'limiter: a Concurrency policy takes slots through RateLimiter.slot(), '
+      'not a cost of %', costtext USING ERRCODE = 'invalid_parameter_value';
   ELSE
     act := 0;  -- a peek
   END IF;
@@ -386,14 +391,11 @@ BEGIN
 
     <<step>>
     BEGIN
-      IF ascii(costtext) IN (33, 45, 103, 104, 110) THEN  -- readcost: "!", "-" or a slot's
+      IF ascii(costtext) IN (33, 45, 103, 114, 116) THEN  -- readcost: "!", "-" or a slot's
         IF ascii(costtext) = 33 THEN
           mode := 1; cost := substr(costtext, 2)::float8;
-        ELSIF ascii(costtext) <> 45 THEN  -- "h", "g" or "n": SLOTS reads it
-          IF ascii(spec) <> 99 THEN
-            RAISE EXCEPTION 'limiter: a slot''s cost % for a policy that is no Concurrency', costtext
-              USING ERRCODE = 'invalid_parameter_value';
-          END IF;
+        ELSIF ascii(costtext) <> 45 THEN  -- a Hold ("t", "g", "r"): its value, or SLOTS's
+          cost := CASE WHEN ascii(costtext) = 116 THEN 1.0 ELSE 0.0 END;
         ELSE
           mode := 2; pos := strpos(costtext, '@');
           IF pos > 0 THEN
