@@ -245,6 +245,27 @@ def test_function_matches_step_all_beside_other_policies(
             check_any(s, key, p, state)
 
 
+@pytest.mark.parametrize("lockout", [None, Lockout(breaches=1)])
+def test_a_give_is_never_refused_as_a_whole(store: PostgresStore, lockout: Any) -> None:
+    # Two Concurrency policies, the short lease lapsed: the give refuses (the
+    # lapsed one's result) but still frees the other's slot, and counts no breach.
+    s = shared(store)
+    policies = [Concurrency(2, lease=1.0), Concurrency(2, lease=60.0)]
+    keys = ["a", "b"]
+    states: List[Optional[State]] = [None, None]
+    for now, cost in ((T0, Hold(1.0)), (T0 + 5, Hold(1.0, "give"))):
+        sent = [*policies, *([lockout] if lockout else [])]
+        costs = (cost, cost, *((0.0,) if lockout else ()))
+        chosen = states + [None] * (len(sent) - 2)
+        new, result = step_all(chosen, now, sent, costs)
+        states = new[:2]
+        assert send(s, [*keys, "l"][: len(sent)], sent, costs, now) == result
+        for key, state in zip(keys, states):
+            check_leases(s, key, state)
+    assert not result.allowed and read_row(s, "b")[3] == []
+    assert read_row(s, "l") is None
+
+
 # -- rows, upgrades, errors ---------------------------------------------------------------
 
 

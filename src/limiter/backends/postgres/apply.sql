@@ -688,7 +688,8 @@ BEGIN
     END IF;
     IF pass = 1 THEN
       outs := outs || res;
-      IF res[4] = 0 THEN admitted := false; END IF;
+      -- A give ("g") is never refused as a whole: a lapsed lease refuses alone.
+      IF res[4] = 0 AND ascii(costtext) <> 103 THEN admitted := false; END IF;
     ELSE
       peeks := peeks || res;
     END IF;
