@@ -15,14 +15,14 @@ from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 
 #: The version in every function's name: a change of ``apply.sql`` that changes
 #: results bumps it, so that an upgrade installs new functions beside the old.
-VERSION = 2
+VERSION = 3
 
 #: The first key of the stores' advisory locks (``pg_advisory_xact_lock(LOCK_CLASS, hash)``):
 #: "LIMI" in ASCII, apart from an application's own single-key locks.
 LOCK_CLASS = 0x4C494D49
 
-#: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v2``.
-_FUNCTIONS = ("apply", "lockstatus", "breach", "mul", "div")
+#: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v3``.
+_FUNCTIONS = ("apply", "lockstatus", "breach", "mul", "div", "slots")
 _LONGEST = max(len(f"_{name}_v{VERSION}") for name in _FUNCTIONS)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -97,7 +97,11 @@ def functions_sql(names: Names) -> str:
 
 
 def table_sql(names: Names, unlogged: bool) -> str:
-    """The CREATE TABLE IF NOT EXISTS of the state table (``to_row``'s three numbers)."""
+    """The CREATE TABLE IF NOT EXISTS of the state table (``to_row``'s three numbers).
+
+    A Concurrency policy's leases are a ``double precision[]`` (its ``c`` is
+    NULL); a table made before them gains the column (an upgrade).
+    """
     # fillfactor 70: room on each page for HOT updates (no index is touched,
     # as keep_until has none); COLLATE "C": keys compare as bytes.
     return (
@@ -106,8 +110,26 @@ def table_sql(names: Names, unlogged: bool) -> str:
         "    a double precision NOT NULL,\n"
         "    b double precision NOT NULL,\n"
         "    c double precision,\n"
-        "    keep_until double precision NOT NULL\n"
-        ") WITH (fillfactor = 70)"
+        "    keep_until double precision NOT NULL,\n"
+        "    leases double precision[]\n"
+        ") WITH (fillfactor = 70);\n" + _add_leases_sql(names)
+    )
+
+
+def _add_leases_sql(names: Names) -> str:
+    """ALTER TABLE ... ADD COLUMN IF NOT EXISTS leases, only when it is missing.
+
+    Only then: ALTER TABLE needs the table's owner even when the column
+    exists, and the role installing the functions may not be its owner.
+    """
+    table = names.table.replace("'", "''")
+    return (
+        "DO $add$ BEGIN\n"
+        "  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = "
+        f"'{table}'::regclass AND attname = 'leases' AND NOT attisdropped) THEN\n"
+        f"    ALTER TABLE {names.table} ADD COLUMN IF NOT EXISTS leases double precision[];\n"
+        "  END IF;\n"
+        "END $add$"
     )
 
 

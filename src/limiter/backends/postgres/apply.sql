@@ -16,6 +16,8 @@
 --                    limiter.core.bucket.step, _settle, limiter.core.window
 --   LOCKSTATUS       lockstatus / limiter.core.lockout.lock_status
 --   BREACH           breach / limiter.core.lockout.breach
+--   SLOTS            slots, live / limiter.core.concurrency.slot_step, _live,
+--                    _index, _slot_result; leases_state
 --   MUL, DIV         x * y, x / y as IEEE computes them (PostgreSQL raises on
 --                    underflow and overflow): called only where the operands
 --                    may be that small or large, behind a test.
@@ -33,7 +35,10 @@
 --
 -- State rows: (key, a, b, c, keep_until) = limiter.core.state.to_row(state)
 -- and keep_until(state) (a + b, or c for a sliding window's three numbers).
--- A missing row is a key never seen.  The keys of a call are locked
+-- A Concurrency's row is (key, slots held, until, NULL, until) and its
+-- leases [holder, expiry, ...] in the leases column, NULL in every other
+-- policy's row (a key of one read by the other: misfit, an error).  A
+-- missing row is a key never seen.  The keys of a call are locked
 -- (transaction-scoped advisory locks, in one global order, so that two calls
 -- never deadlock) before they are read: a new key has no row to lock.
 -- Writes are an UPDATE, or an INSERT when there is no row (a new key, or a
@@ -140,6 +145,93 @@ BEGIN
 END
 $fn$;
 
+-- SLOTS(ls, tnow, spec, counttext, costtext): limiter.core.concurrency.slot_step,
+-- rule for rule (the rules of its docstring, cited by number), for the
+-- Concurrency spec "c<lease>" and count "<limit>".  ls: the key's leases
+-- [holder, expiry, ...] (NULL: a new key).  costtext: "t<holder>" takes a
+-- slot, "g<holder>" gives it back, "r<holder>" renews it; "0", a Charge
+-- ("!...") or a Refund ("-...") peeks (rule 5).  Returns [a, b, NULL, allowed,
+-- remaining, reset_after, retry_after, holder, expiry, ...]: the state to write
+-- (a NULL: nothing; else a = slots held, b = until, as to_row) and the reply's
+-- four numbers, then the live leases (the leases column when written).
+CREATE OR REPLACE FUNCTION @SLOTS@(
+  ls float8[], tnow float8, spec text, counttext text, costtext text
+) RETURNS float8[]
+LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+  lease float8 := substr(spec, 2)::float8;
+  act int := ascii(costtext);  -- 116 "t" take, 103 "g" give, 114 "r" renew, else a peek
+  holder float8 := 0.0;
+  live float8[] := '{}';
+  changed boolean := false;
+  latest float8 := tnow + lease;
+  expiry float8;
+  held int := 0;  -- the holder's index in live (1-based), 0: none
+  allowed boolean := true;
+  k int;
+  untl float8;
+  first float8;
+  rst float8 := 0.0;
+  retry float8 := 0.0;
+BEGIN
+  IF act IN (103, 114, 116) THEN
+    holder := substr(costtext, 2)::float8;
+  ELSIF act NOT IN (33, 45) AND costtext::float8 <> 0 THEN  -- rule 5: no holder
+    RAISE EXCEPTION 'limiter: a Concurrency policy takes slots through RateLimiter.slot(), '
+      'not a cost of %', costtext USING ERRCODE = 'invalid_parameter_value';
+  ELSE
+    act := 0;  -- a peek
+  END IF;
+  -- _live: the leases still running at tnow
+  FOR k IN 1 .. coalesce(cardinality(ls), 0) / 2 LOOP
+    expiry := ls[2 * k];
+    IF NOT tnow < expiry THEN  -- rule 2
+      changed := true;
+      CONTINUE;
+    END IF;
+    IF expiry - tnow > lease + @TOLERANCE@ THEN  -- rule 6
+      expiry := latest;
+      changed := true;
+    END IF;
+    live := live || ARRAY[ls[2 * k - 1], expiry];
+    IF act <> 0 AND held = 0 AND ls[2 * k - 1] = holder THEN  -- _index
+      held := cardinality(live) - 1;
+    END IF;
+  END LOOP;
+  IF act = 103 THEN  -- rule 3: give
+    IF held > 0 THEN
+      live := live[1 : held - 1] || live[held + 2 :];
+      changed := true;
+    END IF;
+    allowed := held > 0;
+  ELSIF act <> 0 THEN  -- take or renew: rules 1 and 4
+    IF held > 0 THEN
+      live[held + 1] := tnow + lease;
+      changed := true;
+    ELSIF cardinality(live) < 2 * counttext::int THEN
+      live := live || ARRAY[holder, tnow + lease];
+      changed := true;
+    ELSE
+      allowed := false;
+    END IF;
+  END IF;
+  -- leases_state and _slot_result (rule 7): until is the last expiry (now: none)
+  untl := tnow;
+  FOR k IN 1 .. cardinality(live) / 2 LOOP
+    IF k = 1 OR live[2 * k] > untl THEN untl := live[2 * k]; END IF;
+    IF k = 1 OR live[2 * k] < first THEN first := live[2 * k]; END IF;
+  END LOOP;
+  IF cardinality(live) > 0 THEN rst := untl - tnow; END IF;
+  IF NOT allowed AND act <> 103 THEN  -- a give refused waits for nothing
+    retry := first - tnow;
+  END IF;
+  RETURN ARRAY[CASE WHEN changed THEN (cardinality(live) / 2)::float8 END,
+               CASE WHEN changed THEN untl END, NULL,
+               CASE WHEN allowed THEN 1 ELSE 0 END,
+               GREATEST(counttext::int - cardinality(live) / 2, 0), rst, retry] || live;
+END
+$fn$;
+
 -- APPLY(keys, argv): the whole check, one key's step inlined (no call: see
 -- the header).  One key: lock, read, step, write, reply.  Several
 -- (limiter.core.many.step_all): lock all, read all, step each in turn, then,
@@ -180,6 +272,10 @@ DECLARE
   locked boolean;
   admitted boolean;
   tid tid;
+  ls float8[];  -- a Concurrency key's leases (SLOTS); lss, los, lps: each key's, as text
+  lss text[];
+  los text[];
+  lps text[];
   -- the step's
   kind int;
   cost float8;
@@ -225,7 +321,8 @@ BEGIN
                       AND set_config('extra_float_digits', '1', true) IS NULL THEN NULL
                  WHEN parts[1] = '' THEN extract(epoch FROM clock_timestamp())::float8
                  ELSE parts[1]::float8 END;
-    SELECT t.a, t.b, t.c, t.ctid INTO d, u, v, tid FROM @TABLE@ AS t WHERE t.key = keys[1];
+    SELECT t.a, t.b, t.c, t.leases, t.ctid INTO d, u, v, ls, tid
+      FROM @TABLE@ AS t WHERE t.key = keys[1];
     costtext := parts[2]; spec := parts[3]; counttext := parts[4];
   ELSE
     n := cardinality(keys);
@@ -246,12 +343,13 @@ BEGIN
     END IF;
     FOR i IN 1..n LOOP
       d := NULL; u := NULL; v := NULL;
-      SELECT t.a, t.b, t.c INTO d, u, v FROM @TABLE@ AS t WHERE t.key = keys[i];
-      IF FOUND AND (v IS NOT NULL) <> (ascii(parts[2 * i + 1]) = 115) THEN  -- misfit
+      SELECT t.a, t.b, t.c, t.leases INTO d, u, v, ls FROM @TABLE@ AS t WHERE t.key = keys[i];
+      IF FOUND AND ((v IS NOT NULL) <> (ascii(parts[2 * i + 1]) = 115)
+                    OR (ls IS NOT NULL) <> (ascii(parts[2 * i + 1]) = 99)) THEN  -- misfit
         RAISE EXCEPTION 'limiter: key % holds the state of another kind of policy', keys[i]
           USING ERRCODE = 'data_exception';
       END IF;
-      ds[i] := d; us[i] := u; vs[i] := v;
+      ds[i] := d; us[i] := u; vs[i] := v; lss[i] := ls::text;
     END LOOP;
     IF strpos(parts[2], ',') > 0 THEN  -- one cost per key
       cs := string_to_array(parts[2], ',');
@@ -285,7 +383,7 @@ BEGIN
           EXIT;
         END IF;
       END LOOP;
-      d := ds[i]; u := us[i]; v := vs[i];
+      d := ds[i]; u := us[i]; v := vs[i]; ls := lss[i]::float8[];
       costtext := CASE WHEN pass = 1 THEN cs[i] ELSE '0' END;
       spec := parts[2 * i + 1]; counttext := parts[2 * i + 2];
       mode := NULL; taken := NULL; wa := NULL; wb := NULL;
@@ -293,9 +391,11 @@ BEGIN
 
     <<step>>
     BEGIN
-      IF ascii(costtext) IN (33, 45) THEN  -- readcost: "!" or "-"
+      IF ascii(costtext) IN (33, 45, 103, 114, 116) THEN  -- readcost: "!", "-" or a slot's
         IF ascii(costtext) = 33 THEN
           mode := 1; cost := substr(costtext, 2)::float8;
+        ELSIF ascii(costtext) <> 45 THEN  -- a Hold ("t", "g", "r"): its value, or SLOTS's
+          cost := CASE WHEN ascii(costtext) = 116 THEN 1.0 ELSE 0.0 END;
         ELSE
           mode := 2; pos := strpos(costtext, '@');
           IF pos > 0 THEN
@@ -308,7 +408,7 @@ BEGIN
         cost := costtext::float8;
       END IF;
 
-      IF ascii(spec) <= 57 AND v IS NULL THEN
+      IF ascii(spec) <= 57 AND v IS NULL AND ls IS NULL THEN
         -- step: a token bucket (a rate's first character is a digit).  wb NULL: now.
         rate := spec::float8;
         burst := counttext::float8;
@@ -370,10 +470,29 @@ BEGIN
       END IF;
 
       kind := ascii(spec);
-      IF d IS NOT NULL AND (v IS NOT NULL) <> (kind = 115) THEN  -- misfit
-        -- Three numbers are a sliding window's state, and only its.
+      IF d IS NOT NULL AND ((v IS NOT NULL) <> (kind = 115) OR (ls IS NULL) = (kind = 99)) THEN
+        -- misfit: three numbers are a sliding window's state, leases a Concurrency's.
         RAISE EXCEPTION 'limiter: key % holds the state of another kind of policy', keys[i]
           USING ERRCODE = 'data_exception';
+      END IF;
+      IF kind = 99 THEN  -- "c": a Concurrency policy (SLOTS); its leases to write in ls
+        res := @SLOTS@(ls, tnow, spec, counttext, costtext);
+        ls := res[8:]; res := res[1:7];
+        IF n = 1 THEN  -- finish (keep_until: until)
+          IF res[1] IS NOT NULL THEN
+            UPDATE @TABLE@ SET a = res[1], b = res[2], c = NULL, leases = ls, keep_until = res[2]
+              WHERE ctid = tid;
+            IF NOT FOUND THEN
+              INSERT INTO @TABLE@ AS t (key, a, b, c, leases, keep_until)
+                VALUES (keys[1], res[1], res[2], NULL, ls, res[2])
+                ON CONFLICT (key) DO UPDATE SET a = excluded.a, b = excluded.b, c = NULL,
+                                                leases = excluded.leases, keep_until = excluded.b;
+            END IF;
+          END IF;
+          RETURN array_to_string(res[4:7], ' ');
+        END IF;
+        IF pass = 1 THEN los[i] := ls::text; ELSE lps[i] := ls::text; END IF;
+        EXIT step;
       END IF;
       IF kind = 108 THEN  -- "l": a lockout alone reports its status, taking nothing
         r := @LOCKSTATUS@(d, u, tnow, spec, counttext);
@@ -396,7 +515,7 @@ BEGIN
           kw := floor(moment / period);
           qstart := kw * period;
           IF qstart > moment THEN
-            n := n - 1;
+            kw := kw - 1;
             qstart := kw * period;
           END IF;
           qend := qstart + period;
@@ -569,7 +688,8 @@ BEGIN
     END IF;
     IF pass = 1 THEN
       outs := outs || res;
-      IF res[4] = 0 THEN admitted := false; END IF;
+      -- A give ("g") is never refused as a whole: a lapsed lease refuses alone.
+      IF res[4] = 0 AND ascii(costtext) <> 103 THEN admitted := false; END IF;
     ELSE
       peeks := peeks || res;
     END IF;
@@ -589,18 +709,23 @@ BEGIN
   replies := '{}'; j := 0;
   FOR i IN 1..n LOOP
     res := outs[7 * i - 6 : 7 * i];
+    ls := los[i]::float8[];
     IF i <= m AND NOT admitted AND res[4] = 1 THEN
       j := j + 1;
       res := peeks[7 * j - 6 : 7 * j];
+      ls := lps[i]::float8[];
     END IF;
-    IF res[1] IS NOT NULL THEN
-      UPDATE @TABLE@ SET a = res[1], b = res[2], c = res[3],
-                         keep_until = coalesce(res[3], res[1] + res[2])
+    IF res[1] IS NOT NULL THEN  -- leases (ls): a Concurrency's, kept until b
+      UPDATE @TABLE@ SET a = res[1], b = res[2], c = res[3], leases = ls,
+                         keep_until = CASE WHEN ls IS NULL THEN coalesce(res[3], res[1] + res[2])
+                                           ELSE res[2] END
         WHERE key = keys[i];
       IF NOT FOUND THEN
-        INSERT INTO @TABLE@ AS t (key, a, b, c, keep_until)
-          VALUES (keys[i], res[1], res[2], res[3], coalesce(res[3], res[1] + res[2]))
+        INSERT INTO @TABLE@ AS t (key, a, b, c, leases, keep_until)
+          VALUES (keys[i], res[1], res[2], res[3], ls,
+                  CASE WHEN ls IS NULL THEN coalesce(res[3], res[1] + res[2]) ELSE res[2] END)
           ON CONFLICT (key) DO UPDATE SET a = excluded.a, b = excluded.b, c = excluded.c,
+                                          leases = excluded.leases,
                                           keep_until = excluded.keep_until;
       END IF;
     END IF;
