@@ -7,12 +7,13 @@ import multiprocessing
 import os
 import signal
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, List
 
 import pytest
 
-from limiter import Concurrency, ManualClock, RateLimiter, RateLimitExceeded
+from limiter import Concurrency, ManualClock, RateLimiter, RateLimitExceeded, store_from_url
 from limiter.backends.sqlite import SQLiteStore
 from limiter.core.concurrency import slot_step
 from limiter.core.costs import Hold
@@ -160,10 +161,8 @@ def test_leases_survive_a_row_and_a_stepped_back_clock_is_bounded() -> None:
     assert result.reset_after == 10.0 and state[-1] == T0 - 90
 
 
-def _hold_forever(path: str, start: Any, taken: Any) -> None:
-    limiter = RateLimiter(
-        Concurrency(3, lease=5), store=SQLiteStore(path, timeout=30), clock=ManualClock(T0)
-    )
+def _hold_forever(url: str, start: Any, taken: Any) -> None:
+    limiter = RateLimiter(Concurrency(3, lease=5), store=store_from_url(url), clock=ManualClock(T0))
     results: List[bool] = []
     lock = threading.Lock()
 
@@ -183,13 +182,20 @@ def _hold_forever(path: str, start: Any, taken: Any) -> None:
 
 
 @pytest.mark.skipif(not hasattr(signal, "pause"), reason="needs POSIX signals")
-def test_four_processes_take_exactly_the_slots_and_dead_holders_lapse(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_four_processes_take_exactly_the_slots_and_dead_holders_lapse(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     """4 processes x 8 threads take at once: 3 slots; the killed holders' slots come back."""
-    path = str(tmp_path / "slots.db")
-    SQLiteStore(path).close()
+    if backend == "redis":  # the module's throwaway redis-server (skips without one)
+        port = request.getfixturevalue("server").port
+        url = f"redis://127.0.0.1:{port}/0?prefix=slots-{uuid.uuid4().hex}:"
+    else:
+        url = f"sqlite:///{tmp_path / 'slots.db'}?timeout=30"
+        SQLiteStore(str(tmp_path / "slots.db")).close()
     ctx = multiprocessing.get_context("spawn")
     start, taken = ctx.Event(), ctx.Queue()
-    children = [ctx.Process(target=_hold_forever, args=(path, start, taken)) for _ in range(4)]
+    children = [ctx.Process(target=_hold_forever, args=(url, start, taken)) for _ in range(4)]
     for child in children:
         child.start()
     start.set()
@@ -200,7 +206,7 @@ def test_four_processes_take_exactly_the_slots_and_dead_holders_lapse(tmp_path: 
             os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
             child.join()
     clock = ManualClock(T0 + 4.999)
-    limiter = RateLimiter(Concurrency(3, lease=5), store=SQLiteStore(path), clock=clock)
+    limiter = RateLimiter(Concurrency(3, lease=5), store=store_from_url(url), clock=clock)
     assert not limiter.slot("hot").take().allowed  # still held by the dead
     clock.advance(0.001)
     assert [limiter.slot("hot").take().allowed for _ in range(4)] == [True] * 3 + [False]
