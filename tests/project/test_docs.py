@@ -109,7 +109,7 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "pip install -e . && python -m limiter demo" in readme
-    assert '\npip install -e ".[dev]" && python -m pytest\n' in readme
+    assert '\npip install -e ".[dev]" && python -m pytest -n auto\n' in readme
     # .ci/run takes the command from README.md (the first line that starts so).
     assert """grep -m1 -E '^pip install -e "\\.\\[dev\\]" && python -m pytest' README.md""" in ci
     assert 'eval "$test_cmd"' in ci
