@@ -9,7 +9,7 @@ import signal
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -181,8 +181,16 @@ def _hold_forever(url: str, start: Any, taken: Any) -> None:
     signal.pause()  # hold the slots until killed
 
 
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Any]:
+    """A throwaway PostgreSQL of this module's (skips without the binaries)."""
+    from helpers.postgres_servers import postgres_server
+
+    yield from postgres_server()
+
+
 @pytest.mark.skipif(not hasattr(signal, "pause"), reason="needs POSIX signals")
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 def test_four_processes_take_exactly_the_slots_and_dead_holders_lapse(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
@@ -190,6 +198,8 @@ def test_four_processes_take_exactly_the_slots_and_dead_holders_lapse(
     if backend == "redis":  # the module's throwaway redis-server (skips without one)
         port = request.getfixturevalue("server").port
         url = f"redis://127.0.0.1:{port}/0?prefix=slots-{uuid.uuid4().hex}:"
+    elif backend == "postgres":
+        url = request.getfixturevalue("pg").url() + "?table=slots"
     else:
         url = f"sqlite:///{tmp_path / 'slots.db'}?timeout=30"
         SQLiteStore(str(tmp_path / "slots.db")).close()
