@@ -99,7 +99,7 @@ def test_the_option_is_checked_and_read_from_the_url() -> None:
     assert store.synchronous_commit is True
     assert "set_config" not in store._statement.text.decode()
     assert store_from_url("postgresql://db/rates", synchronous_commit=True).synchronous_commit
-    with pytest.raises(ValueError, match="synchronous_commit must be true or false.*'always'"):
+    with pytest.raises(ValueError, match=r"synchronous_commit must be true or false.*'always'"):
         store_from_url("postgresql://app:pw@db/rates?synchronous_commit=always")
 
 
