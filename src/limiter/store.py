@@ -30,7 +30,8 @@ class Store(Protocol):
     ``apply`` runs one ``step`` of ``cost`` tokens for ``key`` under ``limit``
     atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
     store for its own time.  A denied request or ``cost == 0`` must leave the
-    state unchanged.  A ``Refund`` or ``Charge`` cost goes to ``step`` as it is.
+    state unchanged.  A ``Refund``, ``Charge`` or ``Hold`` (a ``Concurrency``
+    slot) cost goes to ``step`` as it is.
     Raise ``StoreError`` when the backend fails.
     """
 
