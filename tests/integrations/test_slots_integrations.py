@@ -55,3 +55,115 @@ def test_flask_a_view_that_raises_gives_the_slot_back(site: tuple) -> None:
     with pytest.raises(RuntimeError):
         client.get("/boom")
     assert slots.peek("k").remaining == 1
+
+
+def test_flask_an_after_request_hook_that_raises_gives_the_slot_back() -> None:
+    # A hook registered before init_app runs after the limiter's: when it raises,
+    # Flask answers a 500 and drops the response the slot's release was put on.
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+    app = Flask(__name__)
+
+    @app.after_request
+    def broken(response: Response) -> Response:
+        raise RuntimeError("a hook failed")
+
+    rl = RateLimit(app, key_func=lambda r: "k")
+
+    @app.route("/")
+    @rl.limit(slots)
+    def index() -> str:
+        return "ok"
+
+    with app.test_client().get("/") as response:
+        assert response.status_code == 500
+    assert slots.peek("k").remaining == 1
+
+
+def test_flask_a_later_limit_that_raises_gives_the_earlier_slot_back() -> None:
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+    app = Flask(__name__)
+    app.testing = True
+    rl = RateLimit(app, key_func=lambda r: "k")
+
+    def broken_key(request: object) -> str:
+        raise LookupError("no such client")
+
+    @app.route("/")
+    @rl.limit(slots)
+    @rl.limit("10/second", key_func=broken_key)
+    def index() -> str:
+        return "ok"
+
+    with pytest.raises(LookupError):
+        app.test_client().get("/")
+    assert slots.peek("k").remaining == 1
+
+
+def test_django_an_async_view_cancelled_gives_the_slot_back() -> None:
+    # Django (5.0+) cancels the view's task when the client disconnects: a
+    # CancelledError is no Exception, and must give the slot back all the same.
+    import asyncio
+
+    import helpers.django_settings  # noqa: F401  (configures Django, once per process)
+    from django.http import HttpResponse
+    from django.test import RequestFactory, override_settings
+
+    from limiter.integrations.django import ratelimit
+
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+
+    @ratelimit(slots, key_func=lambda r: "k")
+    async def slow(request: object) -> HttpResponse:
+        await asyncio.Event().wait()  # until cancelled
+        return HttpResponse(b"never")
+
+    async def run() -> None:
+        task = asyncio.ensure_future(slow(RequestFactory().get("/")))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert slots.peek("k").remaining == 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with override_settings(RATE_LIMIT={"clock": slots.clock}, MIDDLEWARE=[]):
+        asyncio.run(run())
+    assert slots.peek("k").remaining == 1
+
+
+def test_django_middleware_a_cancelled_async_request_gives_the_slot_back() -> None:
+    import asyncio
+
+    import helpers.django_settings  # noqa: F401  (configures Django, once per process)
+    from django.http import HttpResponse
+    from django.test import RequestFactory, override_settings
+
+    from limiter.integrations.django import RateLimitMiddleware
+
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+    entered = []
+
+    def view(request: object) -> HttpResponse:
+        return HttpResponse(b"never")
+
+    async def inner(request: object) -> HttpResponse:
+        assert await middleware.process_view(request, view, (), {}) is None
+        entered.append(request)
+        await asyncio.Event().wait()  # until cancelled
+        return HttpResponse(b"never")
+
+    async def run() -> None:
+        task = asyncio.ensure_future(middleware(RequestFactory().get("/")))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert entered
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    config = {"default": slots, "clock": slots.clock, "key_func": lambda r: "k"}
+    with override_settings(RATE_LIMIT=config, MIDDLEWARE=[]):
+        middleware = RateLimitMiddleware(inner)
+        asyncio.run(run())
+        again = asyncio.run(middleware.process_view(RequestFactory().get("/"), view, (), {}))
+    assert again is None  # admitted: the cancelled request's slot came back
