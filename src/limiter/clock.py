@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -123,3 +123,24 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock(start={self._now!r})"
+
+
+def forward(clock: Clock) -> Callable[[], float]:
+    """``clock.now`` that never goes back (a wait's deadline, limiter.waiting).
+
+    A step back (an NTP correction, ``ManualClock.set``) counts as no time,
+    so it cannot stretch a wait; a step back and a move forward between two
+    reads count as the step alone.
+    """
+    last = clock.now()
+    behind = 0.0
+
+    def now() -> float:
+        nonlocal last, behind
+        t = clock.now()
+        if t < last:
+            behind += last - t
+        last = t
+        return t + behind
+
+    return now

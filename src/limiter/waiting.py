@@ -32,7 +32,7 @@ from typing import (
     Union,
 )
 
-from limiter.clock import Clock, SystemClock
+from limiter.clock import Clock, SystemClock, forward
 from limiter.core.keys import refuse_rate_key
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
@@ -504,19 +504,20 @@ class Waits:
         clock sleeps instead), skipped when the ticket was woken already."""
         clock = tries.limiter.clock
         real = type(clock) is SystemClock
-        plan = self.plan(tries.ident, ticket, first, clock.now(), _slack(tries.limiter))
+        now = forward(clock)
+        plan = self.plan(tries.ident, ticket, first, now(), _slack(tries.limiter))
         with contextlib.closing(plan):
             try:
                 step = next(plan)
                 while True:
                     if step[0] == _TRY:
                         result = yield step
-                        step = plan.send((clock.now(), result))
+                        step = plan.send((now(), result))
                         continue
                     ticket.reset()
                     if not ticket.woken:
                         yield step if real or step[0] == _SLEEP else (_SLEEP, step[1])
-                    step = plan.send((clock.now(), None))
+                    step = plan.send((now(), None))
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
 

@@ -1,15 +1,22 @@
 """Issue 26: the Flask integration holds a slot until the response is closed
-(streamed or not) and gives it back when the view raises. FastAPI and Django:
-AdapterConformance's slot cases; real servers: tests/adapters/test_slots_servers.py."""
+(streamed or not) and gives it back when the view, a hook or a later limit
+raises; Django gives it back when an async request is cancelled. FastAPI and
+Django otherwise: AdapterConformance's slot cases; real servers:
+tests/adapters/test_slots_servers.py."""
 
 from __future__ import annotations
 
-from typing import Iterator
+import asyncio
+from typing import Awaitable, Callable, Iterator, List
 
 import pytest
+from django.http import HttpResponse
+from django.test import RequestFactory, override_settings
 from flask import Flask, Response
 
+import helpers.django_settings  # noqa: F401  (configures Django, once per process)
 from limiter import Concurrency, ManualClock, RateLimiter
+from limiter.integrations.django import RateLimitMiddleware, ratelimit
 from limiter.integrations.flask import RateLimit
 from limiter.testing._shared import T0
 
@@ -55,3 +62,93 @@ def test_flask_a_view_that_raises_gives_the_slot_back(site: tuple) -> None:
     with pytest.raises(RuntimeError):
         client.get("/boom")
     assert slots.peek("k").remaining == 1
+
+
+def test_flask_an_after_request_hook_that_raises_gives_the_slot_back() -> None:
+    # A hook registered before init_app runs after the limiter's: when it raises,
+    # Flask answers a 500 and drops the response the slot's release was put on.
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+    app = Flask(__name__)
+
+    @app.after_request
+    def broken(response: Response) -> Response:
+        raise RuntimeError("a hook failed")
+
+    rl = RateLimit(app, key_func=lambda r: "k")
+
+    @app.route("/")
+    @rl.limit(slots)
+    def index() -> str:
+        return "ok"
+
+    with app.test_client().get("/") as response:
+        assert response.status_code == 500
+    assert slots.peek("k").remaining == 1
+
+
+def test_flask_a_later_limit_that_raises_gives_the_earlier_slot_back() -> None:
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+    app = Flask(__name__)
+    app.testing = True
+    rl = RateLimit(app, key_func=lambda r: "k")
+
+    def broken_key(request: object) -> str:
+        raise LookupError("no such client")
+
+    @app.route("/")
+    @rl.limit(slots)
+    @rl.limit("10/second", key_func=broken_key)
+    def index() -> str:
+        return "ok"
+
+    with pytest.raises(LookupError):
+        app.test_client().get("/")
+    assert slots.peek("k").remaining == 1
+
+
+async def cancelled(call: Awaitable[object], started: Callable[[], bool]) -> None:
+    """Run ``call`` until ``started()``, then cancel it as a server does on a disconnect."""
+    task = asyncio.ensure_future(call)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert started()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_django_an_async_view_cancelled_gives_the_slot_back() -> None:
+    # Django (5.0+) cancels the view's task when the client disconnects: a
+    # CancelledError is no Exception, and must give the slot back all the same.
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+
+    @ratelimit(slots, key_func=lambda r: "k")
+    async def slow(request: object) -> HttpResponse:
+        await asyncio.Event().wait()  # until cancelled
+        return HttpResponse(b"never")
+
+    with override_settings(RATE_LIMIT={"clock": slots.clock}, MIDDLEWARE=[]):
+        started = lambda: slots.peek("k").remaining == 0  # noqa: E731
+        asyncio.run(cancelled(slow(RequestFactory().get("/")), started))
+    assert slots.peek("k").remaining == 1
+
+
+def test_django_middleware_a_cancelled_async_request_gives_the_slot_back() -> None:
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+    entered: List[object] = []
+
+    def view(request: object) -> HttpResponse:
+        return HttpResponse(b"never")
+
+    async def inner(request: object) -> HttpResponse:
+        assert await middleware.process_view(request, view, (), {}) is None
+        entered.append(request)
+        await asyncio.Event().wait()  # until cancelled
+        return HttpResponse(b"never")
+
+    config = {"default": slots, "clock": slots.clock, "key_func": lambda r: "k"}
+    with override_settings(RATE_LIMIT=config, MIDDLEWARE=[]):
+        middleware = RateLimitMiddleware(inner)
+        asyncio.run(cancelled(middleware(RequestFactory().get("/")), lambda: bool(entered)))
+        again = asyncio.run(middleware.process_view(RequestFactory().get("/"), view, (), {}))
+    assert again is None  # admitted: the cancelled request's slot came back

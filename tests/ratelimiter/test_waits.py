@@ -355,3 +355,60 @@ def test_a_shadow_limiter_never_waits_and_reports_a_shadow_denial() -> None:
     assert not w.run(limiter, "k", 1).allowed  # the guard lets it through
     assert clock.now() == 0.0
     assert [e.outcome for e in events] == ["allowed", "shadow_denied"]
+
+
+# -- review: clock steps, cancellation ----------------------------------------------
+
+
+class SteppedBack(ManualClock):
+    """A clock set back ``by`` seconds at the first sleep (an NTP step, say)."""
+
+    def __init__(self, by: float) -> None:
+        super().__init__(1000.0)
+        self.by = by
+        self.slept = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.slept += seconds
+        super().sleep(seconds)
+        if self.by:
+            self.set(self.now() - self.by)
+            self.by = 0.0
+
+
+def test_a_clock_set_back_while_waiting_does_not_stretch_max_wait() -> None:
+    clock = SteppedBack(by=100.0)
+    limiter = RateLimiter({"inflight": Concurrency(1, lease=600)}, clock=clock, name="back")
+    assert limiter.slot("k").take().allowed
+    waiter = limiter.slot("k")
+    result = Waits(1.0, 10).run(limiter, "k", 1, waiter.take)
+    assert not result.allowed and not waiter.held
+    # Not 101 s: the poll slept across the step back counts as no time.
+    assert clock.slept == pytest.approx(1.0 + SLOT_POLL)
+
+
+def test_a_cancelled_waiter_leaves_the_line_and_holds_no_slot() -> None:
+    limiter = RateLimiter({"inflight": Concurrency(1, lease=60)}, name="cancel")
+    w = Waits(30.0, 10)
+
+    async def main() -> None:
+        holder = limiter.aslot("k")
+        assert (await holder.atake()).allowed
+        first, second = limiter.aslot("k"), limiter.aslot("k")
+        head = asyncio.ensure_future(w.arun(limiter, "k", 1, first.atake))
+        while not w.lines.busy(("cancel", "k")):
+            await asyncio.sleep(0)
+        behind = asyncio.ensure_future(w.arun(limiter, "k", 1, second.atake))
+        while w.waiting < 2:
+            await asyncio.sleep(0)
+        head.cancel()  # the head of the line goes: the next one is served
+        with pytest.raises(asyncio.CancelledError):
+            await head
+        assert w.waiting == 1 and not first.held
+        assert await holder.agive()
+        assert (await asyncio.wait_for(behind, 20)).allowed and second.held
+        assert w.waiting == 0 and not w.lines.busy(("cancel", "k"))
+        assert await second.agive()
+
+    asyncio.run(main())
+    assert limiter.peek("k").remaining == 1

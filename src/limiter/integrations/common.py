@@ -422,14 +422,18 @@ class Integration:
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
-        for guard in guards:
-            outcome = guard.decide(request)
-            if isinstance(outcome, Response):
-                refused = Decision(None, outcomes)
-                refused.headers(outcome.status)
-                refused.release()
-                return Decision(outcome)
-            outcomes.append(outcome)
+        try:
+            for guard in guards:
+                outcome = guard.decide(request)
+                if isinstance(outcome, Response):
+                    refused = Decision(None, outcomes)
+                    refused.headers(outcome.status)
+                    refused.release()
+                    return Decision(outcome)
+                outcomes.append(outcome)
+        except BaseException:  # a later limit failed: the earlier ones' slots go back
+            Decision(None, outcomes).release()
+            raise
         return Decision(None, outcomes)
 
     async def adecide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
@@ -437,17 +441,21 @@ class Integration:
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
-        for guard in guards:
-            if guard.nonblocking:
-                outcome = guard.decide(request)
-            else:
-                outcome = await guard.adecide(request)
-            if isinstance(outcome, Response):
-                refused = Decision(None, outcomes)
-                await refused.aheaders(outcome.status)
-                await refused.arelease()
-                return Decision(outcome)
-            outcomes.append(outcome)
+        try:
+            for guard in guards:
+                if guard.nonblocking:
+                    outcome = guard.decide(request)
+                else:
+                    outcome = await guard.adecide(request)
+                if isinstance(outcome, Response):
+                    refused = Decision(None, outcomes)
+                    await refused.aheaders(outcome.status)
+                    await refused.arelease()
+                    return Decision(outcome)
+                outcomes.append(outcome)
+        except BaseException:  # also a cancelled wait (max_wait): the earlier slots go back
+            await arelease(outcomes)
+            raise
         return Decision(None, outcomes)
 
 

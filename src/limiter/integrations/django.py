@@ -207,7 +207,13 @@ class RateLimitMiddleware:
         return _respond(request, response, decision, decision.headers(response.status_code))
 
     async def __acall__(self, request: HttpRequest) -> Any:
-        response = await self.get_response(request)
+        try:
+            response = await self.get_response(request)
+        except BaseException:  # cancelled (a disconnect): process_view's slots go back
+            recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+            if recorded is not None:
+                await recorded.arelease()
+            raise
         decision, guards = self._pending(request, response)
         if guards:
             decision = await _adecide(current().integration, guards, request)
@@ -313,6 +319,9 @@ async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decis
             await decision.aheaders(500)
             await decision.arelease()
             raise
+    except BaseException:  # cancelled (Django's answer to a disconnect): no response
+        await decision.arelease()
+        raise
     return _respond(request, response, decision, await decision.aheaders(response.status_code))
 
 

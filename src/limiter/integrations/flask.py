@@ -74,6 +74,8 @@ _BARE = "__limiter_bare__"
 # The Decision lives in the environ, not ``g``: ``g`` may outlive the request
 # when a test keeps an app context pushed.
 _DECISION = "limiter.flask.decision"
+#: A decision whose slots a response's close gives back, until the request's teardown.
+_CARRIED = "limiter.flask.carried"
 
 _STYLES = ("x", "draft", "both")
 _NO_GUARDS: List[Guard] = []
@@ -521,8 +523,11 @@ def _before_hook(state: _AppState) -> Before:
 def _after_hook() -> After:
     def add_headers(response: flask.Response) -> flask.Response:
         # Popped: a response that passes through twice gets its headers once.
-        decision = flask.request.environ.pop(_DECISION, None)
+        environ = flask.request.environ
+        decision = environ.pop(_DECISION, None)
         if decision is not None:
+            if decision.holds:  # for the teardown, should this response be dropped
+                environ[_CARRIED] = decision
             headers = decision.headers(response.status_code)  # settles deduct_when
             if headers:
                 add = response.headers.add  # cheaper than extend's generic argument handling
@@ -539,7 +544,12 @@ def _after_hook() -> After:
 
 def _release_unsent(error: Optional[BaseException]) -> None:
     """Teardown: give back the slots of a decision no response carries (the view raised
-    and the error propagates; the after hook did not run)."""
-    decision = flask.request.environ.pop(_DECISION, None)
+    and the error propagates; the after hook did not run), or whose response an
+    error replaced (a later after hook or the session's saving raised)."""
+    environ = flask.request.environ
+    decision = environ.pop(_DECISION, None)
     if decision is not None:
         decision.release()
+    carried = environ.pop(_CARRIED, None)
+    if carried is not None and error is not None:
+        carried.release()
