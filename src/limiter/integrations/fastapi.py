@@ -321,9 +321,9 @@ async def _websocket(integration: Integration, guards: List[Guard], scope: Scope
     decision = await integration.adecide(guards, request_info(scope))
     if decision.response is not None:
         raise WebSocketException(code=WEBSOCKET_CLOSE_CODE, reason="rate limited")
-    await decision.aheaders(101)
     if decision.holds:  # for the life of the connection: the middleware gives it back
-        scope.setdefault(_HELD, []).append(decision)
+        scope.setdefault(_HELD, []).append(decision)  # first: aheaders may raise
+    await decision.aheaders(101)
 
 
 async def _refusal_handler(request: Request, exc: Exception) -> StarletteResponse:
