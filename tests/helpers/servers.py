@@ -4,6 +4,7 @@ a subprocess."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -82,14 +83,25 @@ def waitress_running(app: Any, **options: Any) -> Iterator[str]:
     import waitress
 
     server = waitress.create_server(app, host="127.0.0.1", port=0, **{"threads": 2, **options})
-    thread = threading.Thread(target=server.run)
+    closing = threading.Event()
+
+    def run() -> None:
+        try:
+            server.run()
+        except OSError as exc:  # close() from this thread may pull the socket from under select()
+            if not (closing.is_set() and exc.errno == errno.EBADF):
+                raise
+
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         wait_until_up(server.effective_port)
         yield f"http://127.0.0.1:{server.effective_port}"
     finally:
+        closing.set()
         server.close()
         thread.join(10)
+    assert not thread.is_alive(), "waitress did not stop"
 
 
 @contextlib.contextmanager

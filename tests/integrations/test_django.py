@@ -15,7 +15,6 @@ import functools
 import json
 import subprocess
 import sys
-import threading
 from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import httpx
@@ -28,7 +27,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 import helpers.django_settings  # noqa: F401  (configures Django, once per process)
-from helpers.servers import uvicorn_running, wait_until_up
+from helpers.servers import uvicorn_running, waitress_running
 from limiter import DENIED_BODY, ManualClock, RequestInfo
 from limiter.http.keys import header_key
 from limiter.integrations.django import RateLimitMiddleware, ratelimit
@@ -798,22 +797,14 @@ def check_server(url: str, clock: ManualClock) -> None:
 
 @pytest.mark.servers
 def test_waitress_serves_the_wsgi_application(clock: ManualClock) -> None:
-    waitress = pytest.importorskip("waitress")
+    pytest.importorskip("waitress")
     from django.core.wsgi import get_wsgi_application
 
     with rate_limited({"default": "1/minute", "clock": clock}):
         application = get_wsgi_application()  # loads the middleware: sync mode
         assert [m.__name__ for m in application._view_middleware] == ["process_view"]
-        server = waitress.create_server(application, host="127.0.0.1", port=0, threads=4)
-        thread = threading.Thread(target=server.run)
-        thread.start()
-        try:
-            wait_until_up(server.effective_port)
-            check_server(f"http://127.0.0.1:{server.effective_port}", clock)
-        finally:
-            server.close()
-            thread.join(10)
-        assert not thread.is_alive()
+        with waitress_running(application, threads=4) as url:
+            check_server(url, clock)
 
 
 @pytest.mark.servers

@@ -17,6 +17,7 @@ those tests skip and say so, except under ``CI=true`` where they fail.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import os
 import re
@@ -56,6 +57,7 @@ def is_public(module: str) -> bool:
     return not any(part.startswith("_") for part in module.split("."))
 
 
+@functools.cache  # each module parsed once: home() asks for many names
 def exports(module: str) -> Tuple[List[str], Dict[str, str]]:
     """A module's ``__all__`` and where its ``from ... import`` names come from."""
     path = MODULES[module]
