@@ -124,8 +124,11 @@ LEFT_OPEN = textwrap.dedent(
 
 @pytest.mark.parametrize("mode", ["sync", "asyncio"])
 def test_a_store_never_closed_lets_the_interpreter_exit(pg: PostgresServer, mode: str) -> None:
-    """The pool's threads (sync) are daemons and its tasks (asyncio) end with the
-    loop: no hang, no complaint; ``close()``/``aclose()`` is for a tidy shutdown."""
+    """The pool's threads (sync) are daemons and its tasks (asyncio) are closed with
+    the loop: no hang, no traceback.  Under load a connection attempt may still be in
+    flight at the loop's end: psycopg_pool logs it abandoned, and once hung
+    ``asyncio.run`` (its scheduler swallowed the cancellation; CPython 3.12's CI).
+    ``close()``/``aclose()`` is for a tidy shutdown."""
     done = subprocess.run(
         [sys.executable, "-c", LEFT_OPEN, pg.url(), mode],
         capture_output=True,
@@ -134,4 +137,5 @@ def test_a_store_never_closed_lets_the_interpreter_exit(pg: PostgresServer, mode
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "done"]
-    assert done.stderr == ""
+    abandoned = [line for line in done.stderr.splitlines() if "error connecting in" not in line]
+    assert abandoned == [], done.stderr

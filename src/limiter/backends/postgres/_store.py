@@ -399,6 +399,7 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
     def __init__(self, conninfo: Any, **options: Any) -> None:
         super().__init__(conninfo, **options)
         self._lock: Any = None  # an asyncio.Lock, made in the loop that first uses the store
+        self._closer: Any = None  # the task closing the pool with its loop (_close_with_loop)
 
     async def ainstall(self) -> None:
         """``PostgresStore.install`` for asyncio."""
@@ -433,8 +434,29 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
         if self.conninfo is None:
             return
         pool, self.pool, self._ready = self.pool, None, False
+        closer, self._closer = self._closer, None
+        if closer is not None:
+            closer.cancel()
         if pool is not None:
             await pool.close()
+
+    async def _close_with_loop(self, pool: Any) -> None:
+        """Wait until cancelled (``asyncio.run`` ending, ``aclose``), then close ``pool``.
+
+        psycopg_pool's scheduler swallows a cancellation that reaches the task it
+        runs (a reconnection after a failed connect, under load): a pool left
+        open when ``asyncio.run`` cancels the loop's tasks would hang that
+        cancellation, and the interpreter with it.  Closing the pool stops it.
+        """
+        import asyncio
+
+        try:
+            await asyncio.Event().wait()
+        finally:
+            if self.pool is pool:
+                self.pool, self._ready = None, False
+            if not pool.closed:
+                await pool.close(timeout=1.0)
 
     async def _connection(self) -> Any:
         pool = self.pool
@@ -454,6 +476,7 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
                 pool = AsyncConnectionPool(self.conninfo or "", **self._pool_options())
                 await pool.open()
                 self.pool = pool
+                self._closer = asyncio.ensure_future(self._close_with_loop(pool))
             pool = self.pool
             if not self._ready:
                 await self._check_installed(pool)
