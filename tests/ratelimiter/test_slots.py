@@ -216,10 +216,14 @@ def test_four_processes_take_exactly_the_slots_and_dead_holders_lapse(
             os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
             child.join()
     clock = ManualClock(T0 + 4.999)
-    limiter = RateLimiter(Concurrency(3, lease=5), store=store_from_url(url), clock=clock)
-    assert not limiter.slot("hot").take().allowed  # still held by the dead
-    clock.advance(0.001)
-    assert [limiter.slot("hot").take().allowed for _ in range(4)] == [True] * 3 + [False]
+    store: Any = store_from_url(url)
+    try:
+        limiter = RateLimiter(Concurrency(3, lease=5), store=store, clock=clock)
+        assert not limiter.slot("hot").take().allowed  # still held by the dead
+        clock.advance(0.001)
+        assert [limiter.slot("hot").take().allowed for _ in range(4)] == [True] * 3 + [False]
+    finally:
+        store.close()  # a pool left to the garbage collector may be collected on its own thread
 
 
 def test_a_lapsed_lease_does_not_keep_another_policys_slot() -> None:
