@@ -7,9 +7,11 @@ Redis script's (``limiter.backends._wire``), the SQL is ``_sql``'s.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import re
 import threading
+import weakref
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
@@ -336,6 +338,9 @@ class PostgresStore(_PostgresBase, StoreShell):
 
                 self.pool = ConnectionPool(self.conninfo or "", **self._pool_options())
                 self.pool.open()
+                # Closed at exit while the interpreter still runs: psycopg_pool's
+                # __del__ during shutdown prints an ignored exception.
+                atexit.register(_close_at_exit, weakref.ref(self))
             pool = self.pool
             if not self._ready:
                 self._check_installed(pool)
@@ -518,3 +523,10 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
             async with await self._connection() as conn:
                 cursor = await conn.execute(statement, params)
                 return (await cursor.fetchone()) if cursor.description else cursor.rowcount
+
+
+def _close_at_exit(store: Any) -> None:
+    """``atexit``: close the pool of a ``PostgresStore`` still alive (``store``: a weak ref)."""
+    alive = store()
+    if alive is not None:
+        alive.close()
