@@ -88,11 +88,12 @@ class TestAsyncPostgresStore(StoreConformance):
     loop: asyncio.AbstractEventLoop
 
     @pytest.fixture(autouse=True, scope="class")
-    def _loop(self, request: pytest.FixtureRequest) -> Iterator[None]:
+    @classmethod
+    def _loop(cls) -> Iterator[None]:
         # An AsyncConnectionPool is bound to the loop it opened in.
-        request.cls.loop = asyncio.new_event_loop()
+        cls.loop = asyncio.new_event_loop()
         yield
-        request.cls.loop.close()
+        cls.loop.close()
 
     @pytest.fixture(autouse=True)
     def _server(self, pg: PostgresServer) -> None:
