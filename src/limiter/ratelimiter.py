@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import logging
 import time
 from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar, Union
 
@@ -24,7 +23,6 @@ from limiter.store import AsyncStore, Store, SupportsAllow, is_nonblocking
 
 _Apply = Callable[[str, Policy, float, Optional[float]], RateLimitResult]
 F = TypeVar("F", bound=Callable[..., Any])
-_log = logging.getLogger("limiter")
 
 _perf_counter = time.perf_counter
 _ONE = 1  # ``cost is _ONE``: the default cost, CPython's cached small int
@@ -108,6 +106,13 @@ class RateLimiter(Observed):
         self._limit = self.limits[0]
         # A lockout is applied with the limits in one apply_many, even beside one limit.
         self._many = len(self.limits) > 1 or lockout is not None
+        # Where the Concurrency policies stand among the limits (RateLimiter.slot).
+        self._slot_indexes = tuple(
+            i for i, policy in enumerate(self.limits) if policy.kind == "concurrency"
+        )
+        #: True when the limiter has a ``Concurrency`` policy: a request takes a
+        #: slot (``slot``) for its whole life rather than a check.
+        self.holds_slots: bool = bool(self._slot_indexes)
         #: What the store applies: the limits, then the lockout if any.
         self._applied: Tuple[Policy, ...] = (*self.limits, lockout) if lockout else self.limits
         # Several limits: one bucket per limit, all in the key's hash slot, and
@@ -125,6 +130,21 @@ class RateLimiter(Observed):
         #: True when checks never wait on I/O (the store is ``limiter.store.Nonblocking``):
         #: ``acheck`` then calls ``check``, and so may any async caller.
         self.nonblocking: bool = is_nonblocking(self.store)
+        self._bind_fast_paths()
+        if on_decision is not None and not callable(on_decision):
+            raise TypeError(f"on_decision must be callable or None, got {on_decision!r}")
+        #: The observer of decisions (``None``: none).
+        self.on_decision: Optional[Observer] = on_decision
+        # How a denial is reported: DENIED, or SHADOW_DENIED on a shadow view.
+        self._denied = Outcome.DENIED
+        #: True for the view ``shadowed()`` returns: its denials refuse nothing.
+        self.shadow = False
+        self._shadow_view: Optional[RateLimiter] = None
+        if on_decision is not None:
+            self._observe()
+
+    def _bind_fast_paths(self) -> None:
+        """The store's ``allow``, and a plain ``MemoryStore``'s functions bound to this limiter."""
         self._allow: Optional[Callable[[str, Policy, float, Optional[float]], bool]] = None
         if self._apply is not None and isinstance(self.store, SupportsAllow):
             allow = self.store.allow
@@ -138,17 +158,6 @@ class RateLimiter(Observed):
             self._fast_check, self._fast_allow = self.store.bind(
                 self._limit, self._prefix, self._clock_now, self.storage_key, MAX_KEY_LENGTH
             )
-        if on_decision is not None and not callable(on_decision):
-            raise TypeError(f"on_decision must be callable or None, got {on_decision!r}")
-        #: The observer of decisions (``None``: none).
-        self.on_decision: Optional[Observer] = on_decision
-        # How a denial is reported: DENIED, or SHADOW_DENIED on a shadow view.
-        self._denied = Outcome.DENIED
-        #: True for the view ``shadowed()`` returns: its denials refuse nothing.
-        self.shadow = False
-        self._shadow_view: Optional[RateLimiter] = None
-        if on_decision is not None:
-            self._observe()
 
     def shadowed(self) -> RateLimiter:
         """The shadow view of this limiter (made once): ``shadow`` is True on it.
@@ -189,8 +198,7 @@ class RateLimiter(Observed):
         """
         # The common case first: check, allow and acheck call this per request.
         # A rate has a "/" or a space ("10 per second"), so a short key with
-        # neither skips the rate test.  check and allow copy the fast path with
-        # a cheaper test of the first character (see check).
+        # neither skips the rate test.
         if type(key) is str and len(key) <= MAX_KEY_LENGTH and "/" not in key and " " not in key:
             return self._prefix + key
         if not isinstance(key, str):
@@ -263,18 +271,7 @@ class RateLimiter(Observed):
         apply = self._apply
         if apply is None:
             return self._check_slow(key, cost)
-        # storage_key's fast path, copied here and in allow (CONTRIBUTING.md, "Hot paths").
-        # A rate starts with a digit or a space, so a key starting with an ASCII
-        # letter (every key the library makes: "ip:...", "x-api-key:...") skips
-        # the rate test; any other key goes through storage_key, which has it.
-        # ("A" <= key < "{" is that test on the first character, without the
-        # cost of slicing it out.)
-        if type(key) is str and len(key) <= MAX_KEY_LENGTH and "A" <= key < "{":
-            skey = self._prefix + key
-        else:
-            skey = self.storage_key(key)
-        clock_now = self._clock_now
-        return apply(skey, self._limit, cost, None if clock_now is None else clock_now())  # type: ignore[arg-type]
+        return apply(self.storage_key(key), self._limit, cost, self._now())  # type: ignore[arg-type]
 
     def _check_slow(self, key: str, cost: CostSpec) -> RateLimitResult:
         if self._sync is None:
@@ -309,13 +306,7 @@ class RateLimiter(Observed):
         if fast is None:
             result: RateLimitResult = RateLimiter.check(self, key, cost)
             return result[0]
-        # storage_key, inlined (see check)
-        if type(key) is str and len(key) <= MAX_KEY_LENGTH and "A" <= key < "{":
-            skey = self._prefix + key
-        else:
-            skey = self.storage_key(key)
-        clock_now = self._clock_now
-        return fast(skey, self._limit, cost, None if clock_now is None else clock_now())  # type: ignore[arg-type]
+        return fast(self.storage_key(key), self._limit, cost, self._now())  # type: ignore[arg-type]
 
     def peek(self, key: str) -> RateLimitResult:
         """``key``'s state now, taking nothing.
@@ -481,7 +472,7 @@ class RateLimiter(Observed):
 
     def aslot(self, key: str, cost: CostSpec = 1) -> Slot:
         """``slot`` for ``async with limiter.aslot(key):`` (the store's async methods)."""
-        return Slot(self, key, self._named.validate(cost))
+        return self.slot(key, cost)
 
     def _slot_plan(
         self, key: str, cost: Any, hold: Hold
@@ -498,7 +489,7 @@ class RateLimiter(Observed):
         costs: List[Any] = list(cost) if cost.__class__ is tuple else [cost] * len(self.limits)
         if self.lockout is not None:
             costs.append(0.0)
-        mine = [i for i, policy in enumerate(applied) if policy.kind == "concurrency"]
+        mine = self._slot_indexes
         if hold.action == "take":
             for i in mine:
                 costs[i] = hold

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from limiter.core.bucket import step
-from limiter.core.costs import Cost, Hold, check_count
+from limiter.core.costs import Cost, check_count, is_give
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout, breach, lock_status
 from limiter.core.result import RateLimitResult, combine
@@ -52,7 +52,7 @@ def step_all(
         # The usual call (one cost, no lockout) without the general path's work.
         stepped = [step(state, now, limit, cost) for state, limit in zip(states, limits)]  # type: ignore[arg-type]
         results = [result for _, result in stepped]
-        if all(result[0] for result in results) or (cls is Hold and cost.action == "give"):  # type: ignore[union-attr]
+        if all(result[0] for result in results) or is_give(cost):
             # A give is never refused as a whole: a lease that had lapsed
             # refuses (combine says so) without keeping the other keys'.
             return [new for new, _ in stepped], combine(results)
@@ -73,10 +73,7 @@ def step_all(
         locked = not lock_result[0]
     stepped = [step(states[i], now, limits[i], costs[i]) for i in range(n)]
     results = [result for _, result in stepped]
-    admitted = not locked and all(
-        result[0] or (c.__class__ is Hold and c.action == "give")
-        for result, c in zip(results, costs)
-    )
+    admitted = not locked and all(result[0] or is_give(c) for result, c in zip(results, costs))
     if admitted:
         new_states: List[Optional[State]] = [new for new, _ in stepped]
     else:

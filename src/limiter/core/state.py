@@ -122,7 +122,7 @@ def to_row(state: State) -> Row:
     """
     cls = state.__class__
     if cls is Leases:
-        pairs = state[:-1]  # type: ignore[index]
+        pairs = read_leases(state)
         return len(pairs) / 2.0, state[-1], struct.pack(f"<{len(pairs)}d", *pairs)  # type: ignore[index]
     if cls is tuple:
         return state  # type: ignore[return-value]

@@ -197,11 +197,6 @@ class Held(Deferred):
                 self.guard.failed(self.limiter)
 
 
-def holds_slots(limiter: RateLimiter) -> bool:
-    """True when ``limiter`` has a ``Concurrency`` policy: requests take a slot, not a check."""
-    return any(policy.kind == "concurrency" for policy in limiter.limits)
-
-
 #: Headers to add (possibly none), a ``Response`` to send instead, or a ``Deferred``
 #: (a ``Held`` when the request holds a slot until its response ends).
 Verdict = Union[HeaderList, Response, Deferred]
@@ -219,7 +214,6 @@ class Guard:
     __slots__ = (
         *COPIED,
         "_defaults",
-        "_holding",
         "_routed",
         "_next_log",
         "_now",
@@ -296,9 +290,6 @@ class Guard:
             self.cost,
             self.deduct_when,
         )
-        #: Whether each known limiter holds slots (others are asked per request).
-        known = [*limiters, *(lim for lim in self.rule_limiters if isinstance(lim, RateLimiter))]
-        self._holding: Dict[RateLimiter, bool] = {lim: holds_slots(lim) for lim in known}
         # The limiter when the decision needs the client address alone (decide_peer).
         o = self.options
         plain = self.limiter
@@ -311,7 +302,7 @@ class Guard:
             and o.enabled
             and alone
             and simple
-            and not self._holding[plain]
+            and not plain.holds_slots
             else None
         )
         # time.time for the system clock: one call less than its now().
@@ -471,10 +462,7 @@ class Guard:
         """The time before the check (``deduct_when`` only) and the slot to take, if any."""
         limiter, key, cost, deduct_when = chosen
         at = None if deduct_when is None else limiter.clock.now()
-        holds = self._holding.get(limiter)
-        if holds is None:  # a limiter function's
-            holds = holds_slots(limiter)
-        return at, limiter.slot(key, cost) if holds else None
+        return at, limiter.slot(key, cost) if limiter.holds_slots else None
 
     def charge(self, request: RequestInfo, chosen: Selection) -> Verdict:
         """The check of ``chosen`` (a slot taken when its limiter holds slots) and its outcome."""
