@@ -115,10 +115,11 @@ class Sweepable(Protocol):
         ...
 
 
+def is_async_only(store: object) -> bool:
+    """True when ``store`` has no synchronous ``apply``: only async code can use it."""
+    return not callable(getattr(store, "apply", None))
+
+
 def is_nonblocking(store: object) -> bool:
     """Whether ``store`` is a synchronous store that declares ``nonblocking = True``."""
-    return (
-        isinstance(store, Nonblocking)
-        and store.nonblocking is True
-        and callable(getattr(store, "apply", None))
-    )
+    return isinstance(store, Nonblocking) and store.nonblocking is True and not is_async_only(store)

@@ -7,9 +7,11 @@ tests/adapters/test_slots_servers.py."""
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Iterator, List
+from types import ModuleType
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterator, List
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 from django.test import RequestFactory, override_settings
 from flask import Flask, Response
@@ -19,6 +21,9 @@ from limiter import Concurrency, ManualClock, RateLimiter
 from limiter.integrations.django import RateLimitMiddleware, ratelimit
 from limiter.integrations.flask import RateLimit
 from limiter.testing._shared import T0
+
+if TYPE_CHECKING:
+    from helpers.redis_servers import RedisServer
 
 
 @pytest.fixture
@@ -152,3 +157,65 @@ def test_django_middleware_a_cancelled_async_request_gives_the_slot_back() -> No
         asyncio.run(cancelled(middleware(RequestFactory().get("/")), lambda: bool(entered)))
         again = asyncio.run(middleware.process_view(RequestFactory().get("/"), view, (), {}))
     assert again is None  # admitted: the cancelled request's slot came back
+
+
+# -- Django with an async-only store (AsyncRedisStore) --------------------------------
+
+
+def async_only_slots(server: RedisServer) -> RateLimiter:
+    import redis.asyncio
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    from helpers.redis_servers import unique_prefix
+    from limiter import AsyncRedisStore
+
+    client = redis.asyncio.Redis(
+        port=server.port, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+    )
+    return RateLimiter(
+        Concurrency(1, lease=60), store=AsyncRedisStore(client, prefix=unique_prefix())
+    )
+
+
+@pytest.mark.redis
+def test_django_an_async_view_gives_an_async_only_stores_slot_back(server: RedisServer) -> None:
+    # The response is closed in a thread (Django's ASGI handler, and AsyncClient,
+    # run close() through sync_to_async): the slot must go back on the loop. It
+    # used to be given back with the store's (missing) sync apply: held for the
+    # whole lease, so the second request was refused.
+    from django.test import AsyncClient
+    from django.urls import path
+
+    slots = async_only_slots(server)
+
+    @ratelimit(slots, key_func=lambda r: "k")
+    async def view(request: object) -> HttpResponse:
+        return HttpResponse(b"ok")
+
+    urls = ModuleType("urls")
+    urls.urlpatterns = [path("", view)]  # type: ignore[attr-defined]
+
+    async def three() -> List[int]:
+        client = AsyncClient()
+        return [(await client.get("/")).status_code for _ in range(3)]
+
+    with override_settings(ROOT_URLCONF=urls, MIDDLEWARE=[], RATE_LIMIT={}):
+        assert asyncio.run(three()) == [200, 200, 200]
+
+
+@pytest.mark.redis
+def test_django_refuses_an_async_only_store_where_it_cannot_await(server: RedisServer) -> None:
+    slots = async_only_slots(server)
+
+    def view(request: object) -> HttpResponse:
+        return HttpResponse(b"ok")
+
+    with pytest.raises(ValueError, match=r"synchronous view .*view cannot await AsyncRedisStore"):
+        ratelimit(slots)(view)
+    config = {"default": slots, "check_store": False}
+    with (
+        override_settings(RATE_LIMIT=config, MIDDLEWARE=[]),
+        pytest.raises(ImproperlyConfigured, match="async-only AsyncRedisStore"),
+    ):
+        RateLimitMiddleware(lambda request: HttpResponse(b"ok"))  # WSGI: sync mode

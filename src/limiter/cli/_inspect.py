@@ -21,7 +21,7 @@ from limiter.core.bucket import peek_view
 from limiter.core.limits import Policy
 from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
-from limiter.store import StoreError
+from limiter.store import StoreError, is_async_only
 from limiter.urls import STORAGE_URL_ENV, store_from_url
 
 #: The exit status of ``inspect`` and ``reset`` when the store holds nothing for the key.
@@ -158,7 +158,7 @@ def _app_bucket_command(
                 f"argument --limiter: {store_of} is the memory of one process: give "
                 "--store URL, the shared store the application uses"
             )
-        if not callable(getattr(app.store, "apply", None)):
+        if is_async_only(app.store):
             sub.error(f"argument --limiter: {store_of} is async only: give --store URL")
         path = getattr(app.store, "path", None)
         own = f"sqlite:///{path}" if isinstance(path, str) else ""

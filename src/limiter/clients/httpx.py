@@ -17,6 +17,7 @@ from typing import Any, Callable, ClassVar, Generic, Optional, TypeVar
 import httpx
 
 from limiter.clients._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
+from limiter.store import is_async_only
 
 __all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
 
@@ -82,7 +83,7 @@ class _Paced(Generic[Transport]):
     ) -> None:
         owner = ("" if self._sync else "Async") + "RateLimitTransport"
         self._pacer = pacer = Pacer(owner, limiter, key, respect_server, max_retries, max_wait)
-        if self._sync and not callable(getattr(pacer.limiter.store, "apply", None)):
+        if self._sync and is_async_only(pacer.limiter.store):
             raise TypeError(
                 f"{owner}: {pacer.limiter.store!r} is async only: use AsyncRateLimitTransport"
             )

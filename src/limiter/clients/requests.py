@@ -17,6 +17,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from limiter.clients._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
+from limiter.store import is_async_only
 
 __all__ = ["RateLimitAdapter"]
 
@@ -62,7 +63,7 @@ class RateLimitAdapter(HTTPAdapter):
         **kwargs: Any,
     ) -> None:
         pacer = Pacer("RateLimitAdapter", limiter, key, respect_server, max_retries, max_wait)
-        if not callable(getattr(pacer.limiter.store, "apply", None)):
+        if is_async_only(pacer.limiter.store):
             raise TypeError(
                 f"RateLimitAdapter: {pacer.limiter.store!r} is async only: "
                 "requests needs a limiter with a synchronous store"

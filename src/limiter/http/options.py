@@ -46,6 +46,7 @@ from limiter.http.rules import (
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
+from limiter.store import is_async_only
 from limiter.waiting import Waits, refuse_waits_with_lockout
 
 #: The ``cost`` option: a ``Cost``, a mapping of limit names to numbers, or a
@@ -444,7 +445,7 @@ def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) 
     Raises ``ValueError`` for an async-only store, ``TypeError`` when ``is_async``.
     """
     for limiter in limiters:
-        if not callable(getattr(limiter.store, "apply", None)):
+        if is_async_only(limiter.store):
             raise ValueError(
                 f"{adapter} needs a synchronous store; {limiter.store!r} is async only"
             )

@@ -36,6 +36,7 @@ from limiter.http.rules import (
     then,
 )
 from limiter.ratelimiter import RateLimiter
+from limiter.store import is_async_only
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -267,6 +268,14 @@ class Decision:
     def holds(self) -> bool:
         """True when a limit holds a slot until ``release()``."""
         return any(outcome.__class__ is Held for outcome in self._outcomes)
+
+    @property
+    def awaits(self) -> bool:
+        """True when a slot held is in an async-only store: give it back with ``arelease``."""
+        return any(
+            outcome.__class__ is Held and is_async_only(outcome.limiter.store)
+            for outcome in self._outcomes
+        )
 
     def release(self) -> None:
         """Give back the slots held (once; later calls do nothing)."""

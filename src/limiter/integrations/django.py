@@ -23,6 +23,7 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefuncti
 from django.core import checks  # type: ignore[import-untyped]
 from django.core.exceptions import (  # type: ignore[import-untyped]
     BadRequest,
+    ImproperlyConfigured,
     PermissionDenied,
     SuspiciousOperation,
 )
@@ -46,6 +47,7 @@ from limiter.integrations.common import (
     check_store,
     view_scope,
 )
+from limiter.store import is_async_only
 
 __all__ = ["RateLimitMiddleware", "ratelimit"]
 
@@ -142,11 +144,28 @@ def _respond(request: HttpRequest, response: Any, decision: Decision, headers: H
 def _release_on_close(response: Any, decision: Decision) -> None:
     """Hold ``decision``'s slots until the server closes ``response`` (its last chunk,
     streamed or not, is sent); Django's handlers and test client close every response."""
+    # An async-only store's slots go back on the server's loop: Django's ASGI
+    # handler closes the response in a thread (sync_to_async), where
+    # async_to_sync runs the coroutine on that loop.
+    release = async_to_sync(decision.arelease) if decision.awaits else decision.release
     closers = getattr(response, "_resource_closers", None)
     if isinstance(closers, list):
-        closers.append(decision.release)
+        closers.append(release)
     else:  # not an HttpResponseBase: nothing says when it ends
-        decision.release()
+        release()
+
+
+def _refuse_async_only(integration: Integration) -> None:
+    """Raise ``ImproperlyConfigured`` when the synchronous middleware would need to await."""
+    default = integration.default
+    limiters = [] if default is None else default.limiters()
+    for store in (integration.store, *(limiter.store for limiter in limiters)):
+        if is_async_only(store):
+            raise ImproperlyConfigured(
+                f"RateLimitMiddleware runs synchronously here (WSGI) and settings.RATE_LIMIT "
+                f"gives an async-only {type(store).__name__}: give it a synchronous store "
+                f"(a URL gives one)"
+            )
 
 
 def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
@@ -187,9 +206,10 @@ class RateLimitMiddleware:
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
         config = current()  # a misconfiguration fails at start-up, not on the first request
+        if not self.async_mode:
+            _refuse_async_only(config.integration)
         if config.check_store:
-            store = config.integration.store
-            check_store("RateLimitMiddleware", store, config.integration.shown)
+            check_store("RateLimitMiddleware", config.integration.store, config.integration.shown)
         if self.async_mode:
             markcoroutinefunction(self)
             # Django adapts process_view to its mode; a coroutine one is awaited as is.
@@ -487,6 +507,13 @@ class _Views:
             route = self.routes.setdefault(scope, self.limit_for(scope=scope))
         if _is_async_view(inner):
             return _async_call((route,)), True
+        store = getattr(route.rate, "store", None)
+        if store is not None and is_async_only(store):
+            raise ValueError(
+                f"ratelimit: the synchronous view {scope} cannot await "
+                f"{type(store).__name__}, which is async only: decorate an async def view, "
+                f"or give the limiter a synchronous store"
+            )
         return _sync_call((route,)), False
 
     def per_request(self, view: F, key: Tuple[Any, type]) -> F:

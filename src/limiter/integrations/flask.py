@@ -41,6 +41,7 @@ from limiter.integrations.common import (
     store_shown,
 )
 from limiter.ratelimiter import RateLimiter
+from limiter.store import is_async_only
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -177,7 +178,7 @@ def _refuse_async(owner: str, **funcs: Any) -> None:
 
 
 def _sync_store(store: object, where: str) -> None:
-    if not callable(getattr(store, "apply", None)):
+    if is_async_only(store):
         raise ValueError(f"Flask needs a synchronous store; {where} is {store!r}, async only")
 
 
