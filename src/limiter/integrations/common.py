@@ -212,6 +212,16 @@ class RouteLimit:
     def __repr__(self) -> str:
         return f"RouteLimit({self.rate!r}, scope={self.scope!r})"
 
+    def in_scope(self, scope: str) -> RouteLimit:
+        """This limit with its buckets under ``scope``: the same options, checked once."""
+        if not isinstance(scope, str) or not scope:
+            raise TypeError(f"name must be a non-empty str, got {scope!r}")
+        copy = RouteLimit.__new__(RouteLimit)
+        for slot in RouteLimit.__slots__:
+            setattr(copy, slot, getattr(self, slot))
+        copy.scope = scope
+        return copy
+
 
 #: Per limit, what its guard decided for an admitted request: headers or a pending charge.
 Pending = Union[HeaderList, Deferred]

@@ -442,17 +442,16 @@ def ratelimit(
     ``TypeError``/``ValueError`` for a bad argument, here.
     Details: docs/django.md#views.
     """
-    limit_for = functools.partial(
-        RouteLimit,
+    first = RouteLimit(  # a typo fails at import
         rate,
+        scope="ratelimit" if name is None else name,
         key_func=key_func,
         cost=cost,
         methods=methods,
         deduct_when=deduct_when,
         algorithm=algorithm,
     )
-    limit_for(scope="ratelimit" if name is None else name)  # a typo fails at import
-    views = _Views(limit_for, name)
+    views = _Views(first, name)
 
     def decorator(view: F) -> F:
         key = _method_key(_unwrap(view))
@@ -472,8 +471,8 @@ def ratelimit(
 class _Views:
     """One ``ratelimit(...)``: a ``RouteLimit`` per scope, a call per decorated method."""
 
-    def __init__(self, limit_for: Callable[..., RouteLimit], name: Optional[str]) -> None:
-        self.limit_for = limit_for
+    def __init__(self, first: RouteLimit, name: Optional[str]) -> None:
+        self.first = first
         self.name = name
         self.routes: Dict[str, RouteLimit] = {}
         self.calls: Dict[Tuple[Any, type], Callable[..., Any]] = {}
@@ -484,7 +483,7 @@ class _Views:
         scope = _scope(inner, self.name)
         route = self.routes.get(scope)
         if route is None:  # setdefault: threads building the same scope share one
-            route = self.routes.setdefault(scope, self.limit_for(scope=scope))
+            route = self.routes.setdefault(scope, self.first.in_scope(scope))
         if _is_async_view(inner):
             return _async_call((route,)), True
         return _sync_call((route,)), False

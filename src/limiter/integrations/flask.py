@@ -96,71 +96,29 @@ After = Callable[[flask.Response], flask.Response]
 
 
 class _ViewLimit:
-    """One ``limit`` decorator's arguments and its ``RouteLimit`` per scope.
+    """One ``limit`` decorator: its ``RouteLimit`` per scope.
 
     An unnamed limit's scope is known only when served; each ``RouteLimit`` is
     built once per scope so guards and buckets stay the same.
     """
 
-    __slots__ = (
-        "algorithm",
-        "cost",
-        "deduct_when",
-        "key_func",
-        "methods",
-        "name",
-        "owner",
-        "rate",
-        "routes",
-    )
+    __slots__ = ("first", "name", "owner", "routes")
 
-    def __init__(
-        self,
-        owner: RateLimit,
-        rate: RateSpec,
-        name: Optional[str],
-        key_func: Optional[KeyFunc],
-        cost: Cost,
-        methods: Optional[Iterable[str]],
-        deduct_when: Optional[DeductWhen],
-        algorithm: Optional[str],
-    ) -> None:
-        # Built now so a bad argument fails at import; "?" stands in for an unknown scope.
-        checked = RouteLimit(
-            rate,
-            scope="?" if name is None else name,
-            key_func=key_func,
-            cost=cost,
-            methods=methods,
-            deduct_when=deduct_when,
-            algorithm=algorithm,
-        )
-        self.algorithm = algorithm
+    def __init__(self, owner: RateLimit, name: Optional[str], first: RouteLimit) -> None:
+        # ``first`` was built at import, so a bad argument failed there; its
+        # scope is ``name``, or "?" standing in for one not known yet.
         self.owner = owner
         self.name = name
-        self.rate = checked.rate
-        self.key_func = key_func
-        self.cost = cost
-        self.methods = checked.methods  # a one-shot iterable is read once
-        self.deduct_when = checked.deduct_when
-        self.routes: Dict[str, RouteLimit] = {} if name is None else {name: checked}
+        self.first = first
+        self.routes: Dict[str, RouteLimit] = {} if name is None else {name: first}
 
     def route(self, scope: str) -> RouteLimit:
         """The ``RouteLimit`` in ``scope``, unless ``name`` was given (it wins)."""
         if self.name is not None:
             scope = self.name
         route = self.routes.get(scope)
-        if route is None:
-            built = RouteLimit(
-                self.rate,
-                scope=scope,
-                key_func=self.key_func,
-                cost=self.cost,
-                methods=self.methods,
-                deduct_when=self.deduct_when,
-                algorithm=self.algorithm,
-            )
-            route = self.routes.setdefault(scope, built)  # one per scope even if raced
+        if route is None:  # setdefault: one per scope even if raced
+            route = self.routes.setdefault(scope, self.first.in_scope(scope))
         return route
 
 
@@ -388,7 +346,16 @@ class RateLimit:
         Raises ``TypeError``/``ValueError`` for a bad argument.
         Details: docs/flask.md#limit-exempt-and-default.
         """
-        limit = _ViewLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm)
+        first = RouteLimit(
+            rate,
+            scope="?" if name is None else name,
+            key_func=key_func,
+            cost=cost,
+            methods=methods,
+            deduct_when=deduct_when,
+            algorithm=algorithm,
+        )
+        limit = _ViewLimit(self, name, first)
         if not self._watching:
             # So a limited view served by an app never set up fails loudly.
             flask.request_started.connect(self._check_set_up)
