@@ -43,6 +43,7 @@ from limiter.integrations.common import (
     Integration,
     RateSpec,
     RouteLimit,
+    ScopedLimit,
     check_store,
     view_scope,
 )
@@ -442,16 +443,10 @@ def ratelimit(
     ``TypeError``/``ValueError`` for a bad argument, here.
     Details: docs/django.md#views.
     """
-    first = RouteLimit(  # a typo fails at import
-        rate,
-        scope="ratelimit" if name is None else name,
-        key_func=key_func,
-        cost=cost,
-        methods=methods,
-        deduct_when=deduct_when,
-        algorithm=algorithm,
+    limit = ScopedLimit(
+        None, rate, name, key_func, cost, methods, deduct_when, algorithm, "ratelimit"
     )
-    views = _Views(first, name)
+    views = _Views(limit)
 
     def decorator(view: F) -> F:
         key = _method_key(_unwrap(view))
@@ -469,21 +464,16 @@ def ratelimit(
 
 
 class _Views:
-    """One ``ratelimit(...)``: a ``RouteLimit`` per scope, a call per decorated method."""
+    """One ``ratelimit(...)``: its ``ScopedLimit``, a call per decorated method."""
 
-    def __init__(self, first: RouteLimit, name: Optional[str]) -> None:
-        self.first = first
-        self.name = name
-        self.routes: Dict[str, RouteLimit] = {}
+    def __init__(self, limit: ScopedLimit) -> None:
+        self.limit = limit
         self.calls: Dict[Tuple[Any, type], Callable[..., Any]] = {}
 
     def prepare(self, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
         """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
         inner = _unwrap(view)
-        scope = _scope(inner, self.name)
-        route = self.routes.get(scope)
-        if route is None:  # setdefault: threads building the same scope share one
-            route = self.routes.setdefault(scope, self.first.in_scope(scope))
+        route = self.limit.route(_scope(inner, self.limit.name))
         if _is_async_view(inner):
             return _async_call((route,)), True
         return _sync_call((route,)), False

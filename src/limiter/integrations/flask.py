@@ -32,7 +32,7 @@ from limiter.http.rules import DeductWhen, is_async_callable
 from limiter.integrations.common import (
     Integration,
     RateSpec,
-    RouteLimit,
+    ScopedLimit,
     check_algorithm,
     check_deduct_when_signature,
     check_key_func,
@@ -95,33 +95,6 @@ Before = Callable[[], Optional[flask.Response]]
 After = Callable[[flask.Response], flask.Response]
 
 
-class _ViewLimit:
-    """One ``limit`` decorator: its ``RouteLimit`` per scope.
-
-    An unnamed limit's scope is known only when served; each ``RouteLimit`` is
-    built once per scope so guards and buckets stay the same.
-    """
-
-    __slots__ = ("first", "name", "owner", "routes")
-
-    def __init__(self, owner: RateLimit, name: Optional[str], first: RouteLimit) -> None:
-        # ``first`` was built at import, so a bad argument failed there; its
-        # scope is ``name``, or "?" standing in for one not known yet.
-        self.owner = owner
-        self.name = name
-        self.first = first
-        self.routes: Dict[str, RouteLimit] = {} if name is None else {name: first}
-
-    def route(self, scope: str) -> RouteLimit:
-        """The ``RouteLimit`` in ``scope``, unless ``name`` was given (it wins)."""
-        if self.name is not None:
-            scope = self.name
-        route = self.routes.get(scope)
-        if route is None:  # setdefault: one per scope even if raced
-            route = self.routes.setdefault(scope, self.first.in_scope(scope))
-        return route
-
-
 def _class_scope(view_class: type) -> str:
     return f"{view_class.__module__}.{view_class.__qualname__}"
 
@@ -161,7 +134,7 @@ class _AppState:
                 f"the view {getattr(bare, '__qualname__', bare)!r} is under a bare @rl.limit: "
                 'the rate comes first, as in @rl.limit("5/minute")'
             )
-        limits: Iterable[_ViewLimit] = getattr(view, _LIMITS, ())
+        limits: Iterable[ScopedLimit] = getattr(view, _LIMITS, ())
         exempt = bool(getattr(view, _EXEMPT, False))
         view_class = getattr(view, "view_class", None)
         if isinstance(view_class, type):
@@ -346,16 +319,8 @@ class RateLimit:
         Raises ``TypeError``/``ValueError`` for a bad argument.
         Details: docs/flask.md#limit-exempt-and-default.
         """
-        first = RouteLimit(
-            rate,
-            scope="?" if name is None else name,
-            key_func=key_func,
-            cost=cost,
-            methods=methods,
-            deduct_when=deduct_when,
-            algorithm=algorithm,
-        )
-        limit = _ViewLimit(self, name, first)
+        # "?" stands in for an unnamed limit's scope, known only when served.
+        limit = ScopedLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm, "?")
         if not self._watching:
             # So a limited view served by an app never set up fails loudly.
             flask.request_started.connect(self._check_set_up)
