@@ -82,6 +82,11 @@ def form(request: Any) -> HttpResponse:
     return HttpResponse(request.method.encode())
 
 
+@ratelimit("1/minute", methods=(name for name in ["POST"]))  # read once, at import
+def form_once(request: Any) -> HttpResponse:
+    return HttpResponse(request.method.encode())
+
+
 @ratelimit("2/minute")
 async def async_view(request: Any) -> HttpResponse:
     return HttpResponse(b"async")
@@ -222,6 +227,7 @@ class urls:
         path("shared-a", shared_a),
         path("shared-b", shared_b),
         path("form", form),
+        path("form-once", form_once),
         path("async", async_view),
         path("planned", planned),
         path("login", login),
@@ -473,6 +479,11 @@ def test_methods_limits_only_those_methods(client: Client) -> None:
     # GET is not limited by the decorator, nor by the default (the view has its own limit).
     gets = [client.get("/form") for _ in range(12)]
     assert {(r.status_code, r.content, tuple(rl(r))) for r in gets} == {(200, b"GET", ())}
+
+
+def test_methods_given_as_a_one_shot_iterable_still_limit_those_methods(client: Client) -> None:
+    assert [client.post("/form-once").status_code for _ in range(2)] == [200, 429]
+    assert [client.get("/form-once").status_code for _ in range(2)] == [200, 200]
 
 
 def test_class_based_view_with_method_decorator_on_dispatch(client: Client) -> None:

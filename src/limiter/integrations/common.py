@@ -213,6 +213,63 @@ class RouteLimit:
     def __repr__(self) -> str:
         return f"RouteLimit({self.rate!r}, scope={self.scope!r})"
 
+    def in_scope(self, scope: str) -> RouteLimit:
+        """This limit with its buckets under ``scope``: the same options, checked once."""
+        if not isinstance(scope, str) or not scope:
+            raise TypeError(f"name must be a non-empty str, got {scope!r}")
+        copy = RouteLimit.__new__(RouteLimit)
+        for slot in RouteLimit.__slots__:
+            setattr(copy, slot, getattr(self, slot))
+        copy.scope = scope
+        return copy
+
+
+class ScopedLimit:
+    """One limit decorator (Flask's ``rl.limit``, Django's ``ratelimit``): its
+    ``RouteLimit`` per scope.
+
+    The arguments are ``RouteLimit``'s, checked here, so a typo fails at
+    import (under the scope ``name``, else ``placeholder``). ``owner``: what
+    declared it (Flask's ``RateLimit``; ``None`` for none).
+    """
+
+    __slots__ = ("first", "name", "owner", "routes")
+
+    def __init__(
+        self,
+        owner: Any,
+        rate: RateSpec,
+        name: Optional[str],
+        key_func: Optional[KeyFunc],
+        cost: Cost,
+        methods: Optional[Iterable[str]],
+        deduct_when: Optional[DeductWhen],
+        algorithm: Optional[str],
+        placeholder: str,
+    ) -> None:
+        self.first = RouteLimit(
+            rate,
+            scope=placeholder if name is None else name,
+            key_func=key_func,
+            cost=cost,
+            methods=methods,
+            deduct_when=deduct_when,
+            algorithm=algorithm,
+        )
+        self.owner = owner
+        self.name = name
+        self.routes: Dict[str, RouteLimit] = {} if name is None else {name: self.first}
+
+    def route(self, scope: str) -> RouteLimit:
+        """The ``RouteLimit`` of ``scope`` (of ``name`` when given: it wins), built once
+        per scope so its guard and buckets stay the same."""
+        if self.name is not None:
+            scope = self.name
+        route = self.routes.get(scope)
+        if route is None:  # setdefault: threads building the same scope share one
+            route = self.routes.setdefault(scope, self.first.in_scope(scope))
+        return route
+
 
 #: Per limit, what its guard decided for an admitted request: headers or a pending charge.
 Pending = Union[HeaderList, Deferred]

@@ -44,6 +44,7 @@ from limiter.integrations.common import (
     Integration,
     RateSpec,
     RouteLimit,
+    ScopedLimit,
     check_store,
     view_scope,
 )
@@ -462,17 +463,10 @@ def ratelimit(
     ``TypeError``/``ValueError`` for a bad argument, here.
     Details: docs/django.md#views.
     """
-    limit_for = functools.partial(
-        RouteLimit,
-        rate,
-        key_func=key_func,
-        cost=cost,
-        methods=methods,
-        deduct_when=deduct_when,
-        algorithm=algorithm,
+    limit = ScopedLimit(
+        None, rate, name, key_func, cost, methods, deduct_when, algorithm, "ratelimit"
     )
-    limit_for(scope="ratelimit" if name is None else name)  # a typo fails at import
-    views = _Views(limit_for, name)
+    views = _Views(limit)
 
     def decorator(view: F) -> F:
         key = _method_key(_unwrap(view))
@@ -490,21 +484,16 @@ def ratelimit(
 
 
 class _Views:
-    """One ``ratelimit(...)``: a ``RouteLimit`` per scope, a call per decorated method."""
+    """One ``ratelimit(...)``: its ``ScopedLimit``, a call per decorated method."""
 
-    def __init__(self, limit_for: Callable[..., RouteLimit], name: Optional[str]) -> None:
-        self.limit_for = limit_for
-        self.name = name
-        self.routes: Dict[str, RouteLimit] = {}
+    def __init__(self, limit: ScopedLimit) -> None:
+        self.limit = limit
         self.calls: Dict[Tuple[Any, type], Callable[..., Any]] = {}
 
     def prepare(self, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
         """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
         inner = _unwrap(view)
-        scope = _scope(inner, self.name)
-        route = self.routes.get(scope)
-        if route is None:  # setdefault: threads building the same scope share one
-            route = self.routes.setdefault(scope, self.limit_for(scope=scope))
+        route = self.limit.route(_scope(inner, self.limit.name))
         if _is_async_view(inner):
             return _async_call((route,)), True
         store = getattr(route.rate, "store", None)

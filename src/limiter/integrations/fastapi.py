@@ -13,7 +13,6 @@ Design: docs/fastapi.md#how-it-works.
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import (
     TYPE_CHECKING,
@@ -212,16 +211,15 @@ class RateLimit:
         """
         # The call site until the routes name the limit (or if none uses it).
         bucket_scope = _caller_scope(1) if name is None else name
-        limit_for = functools.partial(
-            RouteLimit,
+        route = RouteLimit(
             rate,
+            scope=bucket_scope,
             key_func=key_func,
             cost=cost,
             methods=methods,
             deduct_when=deduct_when,
             algorithm=algorithm,
         )
-        route = limit_for(scope=bucket_scope)
         # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
         guards = [self.integration.guard(route)]
         rate_limit = _dependency(self.integration, guards, route.methods, self._key)
@@ -229,7 +227,7 @@ class RateLimit:
         def bind(routes: str) -> None:
             if name is not None or getattr(rate_limit, _BOUND, None) is not None:
                 return
-            guards[0] = self.integration.guard(limit_for(scope=routes))
+            guards[0] = self.integration.guard(route.in_scope(routes))
             setattr(rate_limit, _BOUND, routes)
 
         rate_limit.__name__ = f"rate_limit[{bucket_scope}]"

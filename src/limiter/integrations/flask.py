@@ -32,7 +32,7 @@ from limiter.http.rules import DeductWhen, is_async_callable
 from limiter.integrations.common import (
     Integration,
     RateSpec,
-    RouteLimit,
+    ScopedLimit,
     check_algorithm,
     check_deduct_when_signature,
     check_key_func,
@@ -96,75 +96,6 @@ Before = Callable[[], Optional[flask.Response]]
 After = Callable[[flask.Response], flask.Response]
 
 
-class _ViewLimit:
-    """One ``limit`` decorator's arguments and its ``RouteLimit`` per scope.
-
-    An unnamed limit's scope is known only when served; each ``RouteLimit`` is
-    built once per scope so guards and buckets stay the same.
-    """
-
-    __slots__ = (
-        "algorithm",
-        "cost",
-        "deduct_when",
-        "key_func",
-        "methods",
-        "name",
-        "owner",
-        "rate",
-        "routes",
-    )
-
-    def __init__(
-        self,
-        owner: RateLimit,
-        rate: RateSpec,
-        name: Optional[str],
-        key_func: Optional[KeyFunc],
-        cost: Cost,
-        methods: Optional[Iterable[str]],
-        deduct_when: Optional[DeductWhen],
-        algorithm: Optional[str],
-    ) -> None:
-        # Built now so a bad argument fails at import; "?" stands in for an unknown scope.
-        checked = RouteLimit(
-            rate,
-            scope="?" if name is None else name,
-            key_func=key_func,
-            cost=cost,
-            methods=methods,
-            deduct_when=deduct_when,
-            algorithm=algorithm,
-        )
-        self.algorithm = algorithm
-        self.owner = owner
-        self.name = name
-        self.rate = checked.rate
-        self.key_func = key_func
-        self.cost = cost
-        self.methods = checked.methods  # a one-shot iterable is read once
-        self.deduct_when = checked.deduct_when
-        self.routes: Dict[str, RouteLimit] = {} if name is None else {name: checked}
-
-    def route(self, scope: str) -> RouteLimit:
-        """The ``RouteLimit`` in ``scope``, unless ``name`` was given (it wins)."""
-        if self.name is not None:
-            scope = self.name
-        route = self.routes.get(scope)
-        if route is None:
-            built = RouteLimit(
-                self.rate,
-                scope=scope,
-                key_func=self.key_func,
-                cost=self.cost,
-                methods=self.methods,
-                deduct_when=self.deduct_when,
-                algorithm=self.algorithm,
-            )
-            route = self.routes.setdefault(scope, built)  # one per scope even if raced
-        return route
-
-
 def _class_scope(view_class: type) -> str:
     return f"{view_class.__module__}.{view_class.__qualname__}"
 
@@ -204,7 +135,7 @@ class _AppState:
                 f"the view {getattr(bare, '__qualname__', bare)!r} is under a bare @rl.limit: "
                 'the rate comes first, as in @rl.limit("5/minute")'
             )
-        limits: Iterable[_ViewLimit] = getattr(view, _LIMITS, ())
+        limits: Iterable[ScopedLimit] = getattr(view, _LIMITS, ())
         exempt = bool(getattr(view, _EXEMPT, False))
         view_class = getattr(view, "view_class", None)
         if isinstance(view_class, type):
@@ -389,7 +320,8 @@ class RateLimit:
         Raises ``TypeError``/``ValueError`` for a bad argument.
         Details: docs/flask.md#limit-exempt-and-default.
         """
-        limit = _ViewLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm)
+        # "?" stands in for an unnamed limit's scope, known only when served.
+        limit = ScopedLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm, "?")
         if not self._watching:
             # So a limited view served by an app never set up fails loudly.
             flask.request_started.connect(self._check_set_up)

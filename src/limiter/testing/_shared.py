@@ -14,12 +14,15 @@ from typing import (
     Callable,
     Coroutine,
     Dict,
+    Iterable,
     List,
     Optional,
     Sequence,
     Tuple,
     TypeVar,
 )
+
+from limiter.core.bucket import step
 
 if TYPE_CHECKING:
     from limiter.core.costs import Cost
@@ -74,6 +77,18 @@ class StoreDriver:
 
     def reset(self, store: Any, key: str) -> None:
         self.call(store, "reset", key)
+
+    def replay(
+        self, store: Any, prefix: str, policy: Any, requests: Iterable[Tuple[float, Any]]
+    ) -> None:
+        """Send ``requests`` (``(now, cost)``) for a fresh key under ``policy``; each result
+        must be what ``limiter.core.bucket.step`` computes (the property tests' body)."""
+        key = fresh_key(prefix)
+        state = None
+        for now, cost in requests:
+            state, expected = step(state, now, policy, cost)
+            assert_same_result(self.apply(store, key, policy, cost, now), expected)
+        self.reset(store, key)
 
     def flood(self, store: Any, checks: Sequence[Tuple[str, Any]]) -> int:
         """How many pass of ``checks`` (``(key, policy)``, cost 1 at ``T0``) sent at once.

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from limiter.core.bucket import step
 from limiter.core.concurrency import Concurrency
 from limiter.core.costs import Hold
 from limiter.core.limits import Limit
-from limiter.testing._shared import T0, StoreDriver, assert_same_result, fresh_key, property_test
+from limiter.testing._shared import T0, StoreDriver, property_test
 
 
 def _slots_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]]:
@@ -41,15 +40,14 @@ def _slots_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., N
         self: Any, policy: Concurrency, ops: List[Any], store: Any
     ) -> None:
         """The store computes what ``step`` computes for slots, expiry and clock steps included."""
-        key = fresh_key("slot-prop")
-        state = None
-        now = T0
-        for leases_on, action, holder in ops:
-            now += leases_on * policy.lease
-            cost: Any = 0 if action == "peek" else Hold(float(holder), action)
-            state, expected = step(state, now, policy, cost)
-            assert_same_result(self.apply(store, key, policy, cost, now), expected)
-        self.reset(store, key)
+
+        def requests() -> Iterator[Tuple[float, Any]]:
+            now = T0
+            for leases_on, action, holder in ops:
+                now += leases_on * policy.lease
+                yield now, (0 if action == "peek" else Hold(float(holder), action))
+
+        self.replay(store, "slot-prop", policy, requests())
 
     return strategies, test_slots_match_the_pure_step
 

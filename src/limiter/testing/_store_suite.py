@@ -20,7 +20,7 @@ from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
 from limiter.ratelimiter import RateLimiter
-from limiter.testing._shared import T0, assert_same_result, fresh_key, property_test
+from limiter.testing._shared import T0, property_test
 from limiter.testing._slot_suite import SlotConformance
 from limiter.testing._window_suite import WindowConformance
 
@@ -44,15 +44,14 @@ def _matches_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]
         self: Any, rate: float, burst: int, ops: List[Any], store: Any
     ) -> None:
         """The store computes exactly what ``limiter.core.bucket.step`` computes."""
-        limit = Limit(rate, burst)
-        key = fresh_key("prop")
-        state = None
-        now = T0
-        for dt, cost in ops:
-            now += dt
-            state, expected = step(state, now, limit, cost)
-            assert_same_result(self.apply(store, key, limit, cost, now), expected)
-        self.reset(store, key)
+
+        def requests() -> Iterator[Tuple[float, Any]]:
+            now = T0
+            for dt, cost in ops:
+                now += dt
+                yield now, cost
+
+        self.replay(store, "prop", Limit(rate, burst), requests())
 
     return strategies, test_matches_the_pure_step
 

@@ -10,19 +10,16 @@ boundary, and the store computing what ``limiter.core.bucket.step`` computes.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from limiter.core.bucket import step
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import Limit
 from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing._shared import (
     T0,
     StoreDriver,
-    assert_same_result,
-    fresh_key,
     property_test,
 )
 
@@ -48,16 +45,16 @@ def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[...,
         self: Any, policy: Any, ops: List[Any], store: Any
     ) -> None:
         """The store computes what ``step`` computes for a window, clock steps back included."""
-        key = fresh_key("window-prop")
-        state = None
-        now = T0
-        for periods_on, cost in ops:
-            now += periods_on * policy.period
-            if cost == "refund-taken":  # units taken a period ago: maybe the previous window's
-                cost = Refund(1, taken_at=now - policy.period)
-            state, expected = step(state, now, policy, cost)
-            assert_same_result(self.apply(store, key, policy, cost, now), expected)
-        self.reset(store, key)
+
+        def requests() -> Iterator[Tuple[float, Any]]:
+            now = T0
+            for periods_on, cost in ops:
+                now += periods_on * policy.period
+                if cost == "refund-taken":  # units taken a period ago: maybe the previous window's
+                    cost = Refund(1, taken_at=now - policy.period)
+                yield now, cost
+
+        self.replay(store, "window-prop", policy, requests())
 
     return strategies, test_windows_match_the_pure_step
 
