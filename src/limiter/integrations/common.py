@@ -329,10 +329,7 @@ class Decision:
     @property
     def awaits(self) -> bool:
         """True when a slot held is in an async-only store: give it back with ``arelease``."""
-        return any(
-            outcome.__class__ is Held and is_async_only(outcome.limiter.store)
-            for outcome in self._outcomes
-        )
+        return any(o.__class__ is Held and is_async_only(o.limiter.store) for o in self._outcomes)
 
     def release(self) -> None:
         """Give back the slots held (once; later calls do nothing)."""

@@ -499,7 +499,7 @@ class _Views:
         store = getattr(route.rate, "store", None)
         if store is not None and is_async_only(store):
             raise ValueError(
-                f"ratelimit: the synchronous view {scope} cannot await "
+                f"ratelimit: the synchronous view {route.scope} cannot await "
                 f"{type(store).__name__}, which is async only: decorate an async def view, "
                 f"or give the limiter a synchronous store"
             )
