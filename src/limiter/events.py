@@ -29,6 +29,10 @@ class Outcome(str, enum.Enum):
     #: A slot given back after its lease ran out (``Slot.give`` returned False):
     #: its holder worked longer than the lease, and the slot was free meanwhile.
     EXPIRED = "expired"
+    #: A slot given back in time (``Slot.give`` returned True).  Not a decision:
+    #: reported so that observers can count the slots held (taken minus given
+    #: back, ``"expired"`` included); the exporters count no decision for it.
+    GIVEN = "given"
 
     def __str__(self) -> str:
         return self.value

@@ -87,11 +87,12 @@ class Slot:
         self.held = action != "give" and result[0]
         if action == "give":
             slot_given(self.limiter.name, self.key)  # wakes a request waiting for it
-        if self.limiter.on_decision is not None:  # takes, and gives of expired leases
+        if self.limiter.on_decision is not None:  # takes and gives (renewals are not reported)
             if action == "take":
                 report(self.limiter, self.key, self.cost, result, 0.0)
-            elif action == "give" and not result[0]:
-                report(self.limiter, self.key, self.cost, result, 0.0, 0.0, Outcome.EXPIRED)
+            elif action == "give":
+                outcome = Outcome.GIVEN if result[0] else Outcome.EXPIRED
+                report(self.limiter, self.key, self.cost, result, 0.0, 0.0, outcome)
         return result
 
     def take(self) -> RateLimitResult:

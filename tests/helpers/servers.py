@@ -1,8 +1,9 @@
 """Real servers for the tests: uvicorn in a thread on a free loopback port, gunicorn in
-a subprocess."""
+a subprocess; and requests sent to them in a known arrival order."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import os
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import uvicorn
 
@@ -154,3 +155,29 @@ def gunicorn_process(
         except subprocess.TimeoutExpired:  # a busy machine: a worker still booting
             process.kill()
             process.wait(10)
+
+
+def in_arrival_order(
+    count: int,
+    send: Callable[[int], Any],
+    arrived: Callable[[int], None],
+    release: Callable[[], Any] = lambda: None,
+    timeout: float = 60.0,
+) -> List[Any]:
+    """Requests ``0 .. count - 1``, each ``send(number)`` in its own thread, in that order.
+
+    The next is sent only once ``arrived(number)`` has returned: it blocks
+    until the server has request ``number`` in hand (in the view, or queued
+    for its turn), so the server sees them arrive in order.  Then
+    ``release()`` (say, lets a slow view finish); returns what each
+    ``send`` returned, by number (an exception in one is raised here).
+    """
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        futures = []
+        try:
+            for number in range(count):
+                futures.append(pool.submit(send, number))
+                arrived(number)
+        finally:
+            release()
+        return [future.result(timeout) for future in futures]

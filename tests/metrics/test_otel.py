@@ -25,7 +25,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import limiter as limiter_package
-from limiter import RateLimiter
+from limiter import Concurrency, RateLimiter
 from limiter.adapters.wsgi import RateLimitMiddleware
 from limiter.backends.memory import MemoryStore
 from limiter.clock import ManualClock
@@ -326,6 +326,9 @@ class Recorder:
     def create_histogram(self, name: str, **options: Any) -> Instrument:
         return Instrument(self, name)
 
+    def create_up_down_counter(self, name: str, **options: Any) -> Instrument:
+        return Instrument(self, name)
+
     def create_observable_gauge(self, name: str, callbacks: Iterable[Any], **options: Any) -> None:
         self.callbacks.extend(callbacks)
 
@@ -356,6 +359,19 @@ def test_the_steady_state_reuses_the_same_attribute_dicts() -> None:
     durations = by_name["limiter.store.duration"]
     assert len(durations) == 4 and all(d is durations[0] for d in durations)
     assert [amount for name, amount, _ in recorder.calls if name == "limiter.decisions"] == [1] * 4
+
+
+def test_slots_held_reuse_one_attribute_dict_per_series() -> None:
+    recorder = Recorder()
+    observer = OTelMetrics(recorder)  # type: ignore[arg-type]
+    slots = RateLimiter(Concurrency(2), clock=ManualClock(T0), name="gw", on_decision=observer)
+    for _ in range(2):
+        with slots.slot("k"):
+            pass
+    held = [(amount, a) for name, amount, a in recorder.calls if name == "limiter.slots.held"]
+    assert [amount for amount, _ in held] == [1, -1, 1, -1]
+    assert held[0][1] == {"limiter": "gw", "policy": "default"}
+    assert all(attributes is held[0][1] for _, attributes in held)
 
 
 def test_concurrent_decisions_and_collections_count_exactly() -> None:

@@ -267,7 +267,7 @@ def test_a_local_give_wakes_a_task_waiting_for_the_slot(monkeypatch: pytest.Monk
     assert asyncio.run(main()).allowed
 
 
-def test_a_slot_reports_takes_and_expired_leases() -> None:
+def test_a_slot_reports_takes_and_gives_in_time_or_expired() -> None:
     events: List[DecisionEvent] = []
     clock = ManualClock()
     limiter = RateLimiter(
@@ -276,11 +276,11 @@ def test_a_slot_reports_takes_and_expired_leases() -> None:
     slot = limiter.slot("k")
     assert slot.take().allowed
     assert not limiter.slot("k").take().allowed
-    assert slot.give()  # in time: no event
+    assert slot.give()  # in time
     assert slot.take().allowed
     clock.advance(11)
     assert not slot.give()
-    assert [e.outcome for e in events] == ["allowed", "denied", "allowed", "expired"]
+    assert [e.outcome for e in events] == ["allowed", "denied", "given", "allowed", "expired"]
     assert {e.policy for e in events} == {"inflight"}
 
 

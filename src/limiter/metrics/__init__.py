@@ -5,7 +5,12 @@ the exporters, whose third-party dependencies are optional extras, are each
 imported by name when used.  What the exporters share lives here.
 """
 
-from typing import Tuple
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Tuple
+
+if TYPE_CHECKING:
+    from limiter.events import DecisionEvent
 
 #: Bucket bounds (seconds) of the store-latency histogram in every exporter:
 #: from an in-memory store's microseconds to a shared store's timeouts.
@@ -33,3 +38,33 @@ STORE_SECONDS_BUCKETS: Tuple[float, ...] = (
 #: Bucket bounds (seconds) of the wait histogram (adapters' ``max_wait``):
 #: from a slot handed over at once to a long queue.
 WAIT_SECONDS_BUCKETS: Tuple[float, ...] = (*STORE_SECONDS_BUCKETS[6:], 10.0, 30.0, 60.0)
+
+#: How an event of each outcome moves the slots held, if it concerns a slot:
+#: a take admitted (``"allowed"`` or ``"fallback"``) +1, a give -1.  Plain
+#: strings: an ``Outcome`` is one, and finds the same entry.
+_STEPS = {"allowed": 1, "fallback": 1, "given": -1, "expired": -1}
+_UNMOVED: Tuple[int, Tuple[str, ...]] = (0, ())
+_CONCURRENCY = "concurrency"
+
+
+def slots_moved(event: DecisionEvent) -> Tuple[int, Tuple[str, ...]]:
+    """How ``event`` moves its limiter's slots held: ``(step, policies)``.
+
+    ``step`` is +1 for a slot taken (an admitted take, ``"allowed"`` or
+    ``"fallback"``), -1 for one given back (``"given"``, or ``"expired"``:
+    its holder no longer holds it either), 0 otherwise; ``policies`` names
+    the ``Concurrency`` policies concerned (one slot of each), ``()`` for
+    any other event.  A ``Concurrency`` result in an admitting event is a
+    take: a limiter with one cannot ``check``, and renewals are not reported.
+    """
+    step = _STEPS.get(event[2])
+    result = event[3]
+    if step is None or result is None or (step > 0 and not result[0]):
+        return _UNMOVED
+    parts = result[6]
+    if not parts:  # one policy (the usual rate limiter: nothing more to read)
+        return (step, (result[7],)) if result[8] == _CONCURRENCY else _UNMOVED
+    for part in parts:  # several: a slot of each Concurrency one
+        if part[8] == _CONCURRENCY:
+            return step, tuple([part[7] for part in parts if part[8] == _CONCURRENCY])
+    return _UNMOVED

@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from limiter.events import DecisionEvent, Outcome
-from limiter.metrics import STORE_SECONDS_BUCKETS, WAIT_SECONDS_BUCKETS
+from limiter.metrics import STORE_SECONDS_BUCKETS, WAIT_SECONDS_BUCKETS, slots_moved
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -37,6 +37,7 @@ _FALLBACK_STATE = {
     Outcome.DENIED.value: 0,
     Outcome.SHADOW_DENIED.value: 0,
 }
+_GIVEN = Outcome.GIVEN.value
 
 
 class OTelMetrics:
@@ -91,6 +92,13 @@ class OTelMetrics:
         self._add: Callable[..., None] = decisions.add
         self._record: Callable[..., None] = duration.record
         self._add_error: Callable[..., None] = errors.add
+        self._add_held: Callable[..., None] = meter.create_up_down_counter(
+            "limiter.slots.held",
+            unit="{slot}",
+            description="Slots of Concurrency policies held (taken, not given back yet).",
+        ).add
+        # (limiter, policy) -> the attributes of its slots held.
+        self._held_attributes: Dict[Tuple[str, str], _Attributes] = {}
         # limiter -> store -> policy -> outcome -> plan: nested, so that a hit
         # builds no key tuple.
         self._plans: Dict[str, Dict[str, Dict[str, Dict[Any, _Plan]]]] = {}
@@ -112,6 +120,11 @@ class OTelMetrics:
 
     def __call__(self, event: DecisionEvent) -> None:
         """Record one decision (the ``on_decision`` hook)."""
+        step, policies = slots_moved(event)
+        if step:
+            self._held(event.limiter, policies, step)
+        if event.outcome == _GIVEN:  # a slot given back is not a decision
+            return
         try:
             plan = self._plans[event.limiter][event.store][event.policy][event.outcome]
         except KeyError:
@@ -154,6 +167,16 @@ class OTelMetrics:
             by_outcome = by_policy.setdefault(event.policy, {})
             # Another thread may have made it first: keep one dict per series.
             return by_outcome.setdefault(outcome, plan)
+
+    def _held(self, limiter: str, policies: Tuple[str, ...], step: int) -> None:
+        for policy in policies:
+            attributes = self._held_attributes.get((limiter, policy))
+            if attributes is None:
+                with self._lock:  # one dict per series, whichever thread makes it
+                    attributes = self._held_attributes.setdefault(
+                        (limiter, policy), {"limiter": str(limiter), "policy": str(policy)}
+                    )
+            self._add_held(step, attributes)
 
     def _observe_fallback(self, options: CallbackOptions) -> Iterable[Observation]:
         make = self._observation

@@ -19,7 +19,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 from limiter.events import DecisionEvent
-from limiter.metrics import STORE_SECONDS_BUCKETS, WAIT_SECONDS_BUCKETS
+from limiter.metrics import STORE_SECONDS_BUCKETS, WAIT_SECONDS_BUCKETS, slots_moved
 
 try:
     from prometheus_client import (
@@ -47,9 +47,10 @@ _BUCKETS = {"durations": BUCKETS, "waits": WAIT_SECONDS_BUCKETS}
 
 _FALLBACK = "fallback"
 _ERROR = "error"
+_GIVEN = "given"
 
 
-#: The five metrics: (attribute of ``_Metrics``, type, name, help, label names).
+#: The metrics: (attribute of ``_Metrics``, type, name, help, label names).
 _DEFINITIONS: Tuple[Tuple[str, Any, str, str, Tuple[str, ...]], ...] = (
     (
         "decisions",
@@ -86,17 +87,25 @@ _DEFINITIONS: Tuple[Tuple[str, Any, str, str, Tuple[str, ...]], ...] = (
         "Time requests waited for their turn (an adapter's max_wait), by limiter and outcome.",
         ("limiter", "outcome"),
     ),
+    (
+        "slots",
+        Gauge,
+        "limiter_slots_held",
+        "Slots of Concurrency policies this process holds (taken, not given back yet).",
+        ("limiter", "policy"),
+    ),
 )
 
 
 class _Metrics:
-    """The five metrics of one registry, and their labelled children by label values."""
+    """The metrics of one registry, and their labelled children by label values."""
 
     decisions: Counter
     durations: Histogram
     errors: Counter
     fallback: Gauge
     waits: Histogram
+    slots: Gauge
 
     def __init__(self, registry: CollectorRegistry) -> None:
         made: List[Any] = []  # unregistered again if a later name is taken
@@ -118,6 +127,7 @@ class _Metrics:
         # limiter -> (its gauge child, whether it reads 1): set only on a change.
         self.fallback_children: Dict[str, Tuple[Gauge, bool]] = {}
         self.wait_children: Dict[Tuple[str, str], Histogram] = {}
+        self.slot_children: Dict[Tuple[str, str], Gauge] = {}
 
 
 _lock = threading.Lock()
@@ -161,6 +171,11 @@ class PrometheusMetrics:
 
     def __call__(self, event: DecisionEvent) -> None:
         outcome = event.outcome
+        step, policies = slots_moved(event)
+        if step:
+            self._held(event.limiter, policies, step)
+        if outcome == _GIVEN:  # a slot given back is not a decision
+            return
         key = (event.limiter, event.policy, outcome)
         decisions = self._decisions.get(key)
         if decisions is None:
@@ -196,6 +211,14 @@ class PrometheusMetrics:
         if waits is None:
             waits = children[limiter, outcome] = self._metrics.waits.labels(limiter, outcome)
         waits.observe(seconds)
+
+    def _held(self, limiter: str, policies: Tuple[str, ...], step: int) -> None:
+        children = self._metrics.slot_children
+        for policy in policies:
+            held = children.get((limiter, policy))
+            if held is None:
+                held = children[limiter, policy] = self._metrics.slots.labels(limiter, policy)
+            held.inc(step)
 
     def _switch(self, limiter: str, active: bool, new: bool = False) -> None:
         """Set ``limiter``'s fallback gauge to ``active`` (``new``: only if it has none yet)."""
