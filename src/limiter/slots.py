@@ -8,6 +8,7 @@ async methods below only send it.
 from __future__ import annotations
 
 import random
+import time
 from typing import Any, Optional, Protocol, Tuple
 
 from limiter.core.costs import Hold
@@ -52,7 +53,7 @@ class Slot:
     holder took the slot and has not given it back.
     """
 
-    __slots__ = ("cost", "held", "holder", "key", "limiter", "result")
+    __slots__ = ("cost", "held", "holder", "key", "limiter", "quiet", "result")
 
     def __init__(self, limiter: _Owner, key: str, cost: Any) -> None:
         self.limiter = limiter
@@ -61,6 +62,9 @@ class Slot:
         self.holder = new_holder()
         self.held = False
         self.result: Optional[RateLimitResult] = None
+        #: True while its caller reports the take itself (an adapter's wait
+        #: reports one decision, with the time waited, not each try).
+        self.quiet = False
 
     def __repr__(self) -> str:
         return f"<Slot of {self.key!r} held={self.held}>"
@@ -69,7 +73,9 @@ class Slot:
         one, keys, policies, cost, now = self._plan(action)
         store: Any = self.limiter.store
         send = store.apply if one else store.apply_many
-        return self._answer(action, send(keys, policies, cost, now))
+        start = time.perf_counter()
+        result = send(keys, policies, cost, now)
+        return self._answer(action, result, time.perf_counter() - start)
 
     async def _asend(self, action: str) -> RateLimitResult:
         store: Any = self.limiter.store
@@ -77,22 +83,24 @@ class Slot:
             return self._send(action)
         one, keys, policies, cost, now = self._plan(action)
         send = store.aapply if one else store.aapply_many
-        return self._answer(action, await send(keys, policies, cost, now))
+        start = time.perf_counter()
+        result = await send(keys, policies, cost, now)
+        return self._answer(action, result, time.perf_counter() - start)
 
     def _plan(self, action: str) -> Any:
         return self.limiter._slot_plan(self.key, self.cost, Hold(self.holder, action))
 
-    def _answer(self, action: str, result: RateLimitResult) -> RateLimitResult:
+    def _answer(self, action: str, result: RateLimitResult, seconds: float) -> RateLimitResult:
         self.result = result
         self.held = action != "give" and result[0]
         if action == "give":
             slot_given(self.limiter.name, self.key)  # wakes a request waiting for it
         if self.limiter.on_decision is not None:  # takes and gives (renewals are not reported)
-            if action == "take":
-                report(self.limiter, self.key, self.cost, result, 0.0)
+            if action == "take" and not self.quiet:
+                report(self.limiter, self.key, self.cost, result, seconds)
             elif action == "give":
                 outcome = Outcome.GIVEN if result[0] else Outcome.EXPIRED
-                report(self.limiter, self.key, self.cost, result, 0.0, 0.0, outcome)
+                report(self.limiter, self.key, self.cost, result, seconds, 0.0, outcome)
         return result
 
     def take(self) -> RateLimitResult:

@@ -436,9 +436,9 @@ class Waits:
     ) -> RateLimitResult:
         """The result for ``key``, after waiting if need be (blocks this thread).
 
-        ``attempt`` makes one try (default: ``limiter``'s check of ``cost``,
-        and then this reports the decision to ``limiter.on_decision`` once,
-        with the seconds waited; a given ``attempt`` reports its own tries).
+        ``attempt`` makes one try without reporting it (default: ``limiter``'s
+        check of ``cost``; a slot's quiet take); this reports the decision to
+        ``limiter.on_decision`` once, with the seconds waited.
         """
         tries = _Tries(limiter, key, cost, attempt)
         first = None if self.lines.busy(tries.ident) else tries.once()
@@ -566,32 +566,31 @@ class _Tries:
         return result
 
     def once(self) -> RateLimitResult:
-        if self.attempt is not None:
-            result: RateLimitResult = self.attempt()
-            return result
         limiter = self.limiter
         # The class's check: an observer's copy would report every try.
+        attempt = self.attempt
         if limiter.on_decision is None:  # nothing to report: nothing to time
-            return type(limiter).check(limiter, self.key, self.cost)
+            return attempt() if attempt else type(limiter).check(limiter, self.key, self.cost)
         start = time.perf_counter()
         try:
-            return self._timed(start, type(limiter).check(limiter, self.key, self.cost))
+            result = attempt() if attempt else type(limiter).check(limiter, self.key, self.cost)
         except StoreError:
             report(limiter, self.key, self.cost, None, time.perf_counter() - start)
             raise
+        return self._timed(start, result)
 
     async def aonce(self) -> RateLimitResult:
-        if self.attempt is not None:
-            result: RateLimitResult = await self.attempt()
-            return result
-        limiter, start = self.limiter, time.perf_counter()
+        limiter, start, attempt = self.limiter, time.perf_counter(), self.attempt
         try:
-            return self._timed(start, await type(limiter).acheck(limiter, self.key, self.cost))
+            if attempt is not None:
+                result: RateLimitResult = await attempt()
+            else:
+                result = await type(limiter).acheck(limiter, self.key, self.cost)
         except StoreError:
             report(limiter, self.key, self.cost, None, time.perf_counter() - start)
             raise
+        return self._timed(start, result)
 
     def done(self, result: RateLimitResult, waited: float) -> RateLimitResult:
-        if self.attempt is None:
-            report(self.limiter, self.key, self.cost, result, self.seconds, waited)
+        report(self.limiter, self.key, self.cost, result, self.seconds, waited)
         return result

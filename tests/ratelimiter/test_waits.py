@@ -16,7 +16,7 @@ import pytest
 
 from limiter import Concurrency, Lockout, ManualClock, RateLimiter, RateLimitResult
 from limiter.events import DecisionEvent, Outcome
-from limiter.http.guard import Guard
+from limiter.http.guard import Guard, Held
 from limiter.http.options import MAX_QUEUE, Options
 from limiter.http.request import RequestInfo
 from limiter.http.responses import Response
@@ -412,3 +412,22 @@ def test_a_cancelled_waiter_leaves_the_line_and_holds_no_slot() -> None:
 
     asyncio.run(main())
     assert limiter.peek("k").remaining == 1
+
+
+def test_a_request_waiting_for_a_slot_is_reported_once_with_its_wait() -> None:
+    # Each try of the wait used to be reported as a denial, and the admission as
+    # not having waited: limiter_wait_seconds never saw a slot wait.
+    events: List[DecisionEvent] = []
+    clock = ManualClock()
+    limiter = RateLimiter(Concurrency(1, lease=3), clock=clock, on_decision=events.append)
+    guard = Guard(limiter, max_wait=5.0)
+    first = guard.decide(request())
+    assert isinstance(first, Held)  # holds the slot; its holder never gives it back
+    second = guard.decide(request())  # waits until the first one's lease has run out
+    assert isinstance(second, Held) and second.slot is not None and second.slot.held
+    assert [(e.outcome, e.waited) for e in events] == [
+        (Outcome.ALLOWED, 0.0),
+        (Outcome.ALLOWED, pytest.approx(3.0, abs=SLOT_POLL)),
+    ]
+    second.release()
+    assert [e.outcome for e in events[2:]] == [Outcome.GIVEN]

@@ -462,7 +462,11 @@ class Guard:
         """The time before the check (``deduct_when`` only) and the slot to take, if any."""
         limiter, key, cost, deduct_when = chosen
         at = None if deduct_when is None else limiter.clock.now()
-        return at, limiter.slot(key, cost) if limiter.holds_slots else None
+        if not limiter.holds_slots:
+            return at, None
+        slot = limiter.slot(key, cost)
+        slot.quiet = self.waits is not None  # a wait reports one decision, not each try
+        return at, slot
 
     def charge(self, request: RequestInfo, chosen: Selection) -> Verdict:
         """The check of ``chosen`` (a slot taken when its limiter holds slots) and its outcome."""
