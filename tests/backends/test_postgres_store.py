@@ -83,17 +83,20 @@ class TestPostgresStoreLocalTime(TestPostgresStore):
         return store
 
 
+@pytest.fixture(scope="class")
+def own_loop(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An event loop for the test class (``cls.loop``): an AsyncConnectionPool is
+    bound to the loop it opened in. (A module function: pytest 9 deprecates a
+    class-scoped fixture on an instance method, and 8.4 cannot take a classmethod.)"""
+    request.cls.loop = asyncio.new_event_loop()
+    yield
+    request.cls.loop.close()
+
+
+@pytest.mark.usefixtures("own_loop")
 class TestAsyncPostgresStore(StoreConformance):
     mode = "async"
     loop: asyncio.AbstractEventLoop
-
-    @pytest.fixture(autouse=True, scope="class")
-    @classmethod
-    def _loop(cls) -> Iterator[None]:
-        # An AsyncConnectionPool is bound to the loop it opened in.
-        cls.loop = asyncio.new_event_loop()
-        yield
-        cls.loop.close()
 
     @pytest.fixture(autouse=True)
     def _server(self, pg: PostgresServer) -> None:

@@ -179,7 +179,9 @@ def async_only_slots(server: RedisServer) -> RateLimiter:
 
 
 @pytest.mark.redis
-def test_django_an_async_view_gives_an_async_only_stores_slot_back(server: RedisServer) -> None:
+def test_django_an_async_view_gives_an_async_only_stores_slot_back(
+    server: RedisServer, current_loop: asyncio.AbstractEventLoop
+) -> None:
     # The response is closed in a thread (Django's ASGI handler, and AsyncClient,
     # run close() through sync_to_async): the slot must go back on the loop. It
     # used to be given back with the store's (missing) sync apply: held for the
@@ -201,11 +203,13 @@ def test_django_an_async_view_gives_an_async_only_stores_slot_back(server: Redis
         return [(await client.get("/")).status_code for _ in range(3)]
 
     with override_settings(ROOT_URLCONF=urls, MIDDLEWARE=[], RATE_LIMIT={}):
-        assert asyncio.run(three()) == [200, 200, 200]
+        assert current_loop.run_until_complete(three()) == [200, 200, 200]
 
 
 @pytest.mark.redis
-def test_django_refuses_an_async_only_store_where_it_cannot_await(server: RedisServer) -> None:
+def test_django_refuses_an_async_only_store_where_it_cannot_await(
+    server: RedisServer, current_loop: asyncio.AbstractEventLoop
+) -> None:
     slots = async_only_slots(server)
 
     def view(request: object) -> HttpResponse:
