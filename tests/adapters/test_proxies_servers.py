@@ -10,15 +10,12 @@ to its key.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Iterator, List, Tuple
+from typing import List, Tuple
 
 import httpx
 import pytest
-import waitress
 
-from helpers.servers import uvicorn_running, wait_until_up
+from helpers.servers import uvicorn_running, waitress_running
 from limiter import ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
@@ -77,19 +74,6 @@ async def asgi_hello(scope, receive, send):
         return
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"hello"})
-
-
-@contextlib.contextmanager
-def waitress_running(app, **options) -> Iterator[str]:
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=2, **options)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        wait_until_up(server.effective_port)
-        yield f"http://127.0.0.1:{server.effective_port}"
-    finally:
-        server.close()
-        thread.join(10)
 
 
 # -- item 8: the pinned header, through uvicorn ----------------------------------------
