@@ -546,8 +546,10 @@ class RateLimiter(Observed):
         ``TypeError`` here, at decoration time: the rate belongs in
         ``RateLimiter("5/minute")``.  A callable's keys are checked per call.
         ``cost`` (a number, or a mapping of limit names to tokens) is checked
-        here too (``validate_cost``).  With ``wait=True``, a limiter with a
-        ``lockout`` is a ``TypeError`` (see ``acquire``).
+        here too (``validate_cost``), and one that would take a slot of a
+        ``Concurrency`` policy is a ``TypeError`` (a call cannot hold a slot:
+        ``slot``).  With ``wait=True``, a limiter with a ``lockout`` is a
+        ``TypeError`` (see ``acquire``).
         """
         return waiting.throttle(self, key, cost, wait, timeout)
 

@@ -50,7 +50,8 @@ class Slot:
     lease from now.  As a context manager a refusal raises
     ``RateLimitExceeded`` and the slot is given back on exit, exception or
     not.  ``result`` is the last answer of the store; ``held`` whether this
-    holder took the slot and has not given it back.
+    holder took the slot and has not given it back.  On an async-only store
+    the sync methods are a ``TypeError``, taking nothing: use ``aslot``.
     """
 
     __slots__ = ("cost", "held", "holder", "key", "limiter", "quiet", "result")
@@ -70,8 +71,12 @@ class Slot:
         return f"<Slot of {self.key!r} held={self.held}>"
 
     def _send(self, action: str) -> RateLimitResult:
-        one, keys, policies, cost, now = self._plan(action)
         store: Any = self.limiter.store
+        if not callable(getattr(store, "apply", None)):
+            raise TypeError(
+                f"{store!r} is async only: use async with limiter.aslot(key) (atake, agive, arenew)"
+            )
+        one, keys, policies, cost, now = self._plan(action)
         send = store.apply if one else store.apply_many
         start = time.perf_counter()
         result = send(keys, policies, cost, now)

@@ -33,6 +33,7 @@ from typing import (
 )
 
 from limiter.clock import Clock, SystemClock, forward
+from limiter.core.concurrency import refuse_slot_shares
 from limiter.core.keys import refuse_rate_key
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
@@ -140,7 +141,7 @@ def throttle(
     if wait:
         refuse_waits_with_lockout(limiter)
     check_timeout(timeout)
-    limiter.validate_cost(cost)
+    refuse_slot_shares(limiter.name, limiter.limits, limiter.validate_cost(cost))
     if not (isinstance(key, str) or callable(key)):
         raise TypeError(f"key must be a str or a callable returning one, got {key!r:.100}")
     refuse_rate_key(key)

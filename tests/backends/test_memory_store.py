@@ -459,6 +459,28 @@ def test_eviction_never_lifts_a_lockout_under_a_flood_of_made_up_usernames():
     assert len(locked) == 10
 
 
+def test_eviction_never_frees_a_held_slot_under_a_flood_of_made_up_keys() -> None:
+    from limiter import Concurrency
+
+    clock = ManualClock(T0)
+    store = MemoryStore(max_keys=100)
+    slots = RateLimiter(Concurrency(1, lease=600), store=store, clock=clock)
+    held = slots.slot("victim")
+    assert held.take().allowed
+    flood = RateLimiter("5/minute", store=store, clock=clock, name="flood")
+    for i in range(300):  # each a bucket in use; evictions must pick them, not the slot
+        clock.advance(0.1)
+        assert flood.check(f"made-up-{i}").allowed
+    assert len(store) == 100
+    assert slots.slot("victim").take().allowed is False  # still 1 in flight
+    assert held.give() is True  # still held, not "expired"
+    # Bounded all the same: a store full of held slots evicts the oldest of them.
+    full = MemoryStore(max_keys=10)
+    each = RateLimiter(Concurrency(1, lease=600), store=full, clock=clock)
+    assert all(each.slot(f"u{i}").take().allowed for i in range(11))
+    assert len(full) == 10 and each.peek("u0").remaining == 1
+
+
 def test_a_store_at_its_cap_evicts_window_states_too() -> None:
     # Eviction asks state.keep_until when a state is forgotten: a sliding
     # window's (previous, current, until) once made a store at its cap fail.

@@ -1,8 +1,9 @@
 """``inspect``, ``reset`` and ``demo`` with window policies (``--algorithm``, issue 24).
 
 For a window ``inspect`` shows the count used and left and when the window
-ends, never tokens. The app module runs on a ManualClock, which the CLI then
-uses (``--limiter``), so every number is exact; ``--limit`` with
+ends, never tokens; for a ``Concurrency`` policy the slots held and free.
+The app module runs on a ManualClock, which the CLI then uses
+(``--limiter``), so every number is exact; ``--limit`` with
 ``--algorithm`` runs on the system clock and is bounded instead.
 """
 
@@ -20,7 +21,7 @@ from limiter import FixedWindow, RateLimiter
 from limiter.urls import STORAGE_URL_ENV
 
 APP = """
-from limiter import FixedWindow, ManualClock, Quota, RateLimiter, SlidingWindow
+from limiter import Concurrency, FixedWindow, ManualClock, Quota, RateLimiter, SlidingWindow
 
 clock = ManualClock(1_700_000_000.0)  # 20 s into a clock minute
 fixed = RateLimiter(FixedWindow(5, 60), store={url!r}, name="fixed", clock=clock)
@@ -32,6 +33,12 @@ mixed = RateLimiter(
     {{"burst": "5/minute", "window": SlidingWindow(100, 3600)}},
     store={url!r},
     name="mixed",
+    clock=clock,
+)
+slots = RateLimiter(
+    {{"rate": "60/minute", "inflight": Concurrency(2, lease=120)}},
+    store={url!r},
+    name="slots",
     clock=clock,
 )
 """
@@ -144,6 +151,26 @@ def test_a_bucket_and_a_window_side_by_side(
     assert (code, err) == (0, "")
     assert out.endswith("full buckets for burst (burst 5), window (count 100)\n")
     assert module.mixed.peek("user:42").remaining == 5
+
+
+def test_a_concurrency_policy_shows_its_slots_held_and_free(
+    app: Tuple[str, ModuleType], capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, module = app
+    held = [module.slots.slot("user:42") for _ in range(2)]
+    assert [slot.take().allowed for slot in held] == [True, True]
+    module.clock.advance(30)
+    out, _ = inspect(capsys, f"{name}:slots")
+    assert out.splitlines()[3:] == [
+        "limit     window       count  used  left  ends in  request now",
+        "inflight  lease 120 s      2     2     0   90.0 s  denied, in at most 90.0 s",
+        "a request of cost 1 now: denied, in 90.0 s",
+    ]
+    code, out, err = run(capsys, "reset", "--limiter", f"{name}:slots", "user:42")
+    assert (code, err) == (0, "")
+    assert out.endswith("full buckets for rate (burst 60), inflight (slots 2)\n")
+    assert module.slots.peek("user:42").results[1].remaining == 2
+    assert held[0].give() is False  # reset freed it
 
 
 def test_limit_with_algorithm_builds_the_same_window_as_the_app(

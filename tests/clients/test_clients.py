@@ -26,7 +26,7 @@ import httpx
 import pytest
 import requests
 
-from limiter import Lockout, ManualClock, MemoryStore, RateLimiter
+from limiter import Concurrency, Lockout, ManualClock, MemoryStore, RateLimiter
 from limiter.adapters.httpserver import rate_limited
 from limiter.clients._pacing import host_key, server_delay
 from limiter.clients.httpx import AsyncRateLimitTransport, RateLimitTransport
@@ -626,6 +626,10 @@ class AsyncOnly:
         ({"max_wait": "300"}, TypeError, "'300'"),
         ({"key": 42}, TypeError, "42"),
         ({"key": "5/minute"}, TypeError, "looks like a rate"),
+        # Refused here, not at the first request: a request cannot hold a slot
+        # nor wait out a lockout.
+        ({"limiter": RateLimiter(Concurrency(2))}, TypeError, "Concurrency"),
+        ({"limiter": RateLimiter(10, lockout=Lockout(3, 60, 60))}, TypeError, "lockout"),
     ],
 )
 def test_bad_arguments(make: Any, kwargs: Dict[str, Any], error: type, named: str):

@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple
 import pytest
 
 from limiter import (
+    Concurrency,
     Limit,
     ManualClock,
     MemoryStore,
@@ -106,6 +107,26 @@ def test_throttle_refuses_a_rate_as_key_at_decoration_time(rate: str) -> None:
         f"key {rate!r} looks like a rate: pass the rate to RateLimiter({rate!r}) "
         "(or a framework integration's limit()) and use a client key here"
     )
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_throttle_refuses_a_slot_limiter_at_decoration_time(wait: bool) -> None:
+    # A plain check cannot take a slot (nobody would give it back): told here,
+    # not at the first call; a cost that leaves the slots out is paced as ever.
+    limiter = RateLimiter({"rate": "2/second", "inflight": Concurrency(1)}, clock=ManualClock())
+    for cost in (1, {"inflight": 1}):
+        with pytest.raises(TypeError) as info:
+            limiter.throttle("k", cost=cost, wait=wait)
+        assert str(info.value) == (
+            f"{limiter.name!r} has a Concurrency policy ('inflight'): a call cannot hold "
+            "its slot; hold one with limiter.slot(key) around the call, or give it a cost of 0"
+        )
+
+    @limiter.throttle("k", cost={"rate": 1}, wait=wait)
+    def paced() -> int:
+        return limiter.peek("k").results[0].remaining
+
+    assert [paced(), paced()] == [1, 0]
 
 
 @pytest.mark.parametrize("wait", [True, False])

@@ -13,7 +13,15 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from limiter import Concurrency, ManualClock, RateLimiter, RateLimitExceeded, store_from_url
+from limiter import (
+    Concurrency,
+    DenyCache,
+    ManualClock,
+    MemoryStore,
+    RateLimiter,
+    RateLimitExceeded,
+    store_from_url,
+)
 from limiter.backends.sqlite import SQLiteStore
 from limiter.core.concurrency import slot_step
 from limiter.core.costs import Hold
@@ -118,6 +126,39 @@ def test_a_plain_check_on_a_slot_limiter_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"RateLimiter\.slot\(\)"):
         RateLimiter(Concurrency(1)).check("k")
     assert limiter.peek("k").allowed
+
+
+class AsyncOnly:
+    """An async-only store (as ``AsyncRedisStore``): no ``apply`` at all."""
+
+    def __init__(self) -> None:
+        self.memory = MemoryStore()
+
+    async def aapply(self, *args: Any) -> Any:
+        return self.memory.apply(*args)
+
+    async def aapply_many(self, *args: Any) -> Any:
+        return self.memory.apply_many(*args)
+
+    async def areset(self, key: str) -> None:
+        self.memory.reset(key)
+
+
+@pytest.mark.parametrize("rate", [Concurrency(1), {"rate": "2/minute", "inflight": Concurrency(1)}])
+@pytest.mark.parametrize("wrap", [AsyncOnly, lambda: DenyCache(AsyncOnly())])
+def test_a_sync_slot_on_an_async_only_store_is_a_type_error_naming_aslot(
+    rate: Any, wrap: Any
+) -> None:
+    limiter = RateLimiter(rate, store=wrap(), clock=ManualClock(T0))
+    for action in (limiter.slot("k").take, limiter.slot("k").give, limiter.slot("k").renew):
+        with pytest.raises(TypeError, match=r"async only: use async with limiter\.aslot"):
+            action()
+
+    async def held() -> int:
+        async with limiter.aslot("k"):
+            return (await limiter.apeek("k")).remaining
+
+    assert asyncio.run(held()) == 0
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,13 @@ housekeeping may hold the lock long enough to stall requests.
   at in order (a "second chance" clock): a full bucket is dropped (an absent
   key *is* a full bucket, so that changes no decision), a bucket still in use
   moves to the young generation; if none of a few is full, the oldest goes,
-  unless it is a locked-out key (``Lockout``): then the oldest that is no
-  lockout, looking at up to ``_LOCKED_PROBES`` entries.  A flood of made-up
-  keys evicts buckets and open runs, never a lockout; to evict one an
-  attacker must first lock out that many keys in a row himself (each
-  costing ``breaches`` refused requests), and the oldest lockout goes.
+  unless it is a locked-out key (``Lockout``) or holds slots
+  (``Concurrency``): then the oldest that is neither, looking at up to
+  ``_LOCKED_PROBES`` entries.  A flood of made-up keys evicts buckets and
+  open runs, never a lockout nor a held slot; to evict one an attacker must
+  first lock out (or hold slots of) that many keys in a row himself (each
+  costing ``breaches`` refused requests, or a request held open), and the
+  oldest of them goes.
   When the old generation is used up, the young one becomes old.
 * A sweep walks both order lists in slices of a couple of thousand keys,
   yielding the lock between slices, and deletes full (or idle) buckets in
@@ -54,16 +56,16 @@ from limiter.core.costs import Cost
 from limiter.core.limits import Limit, Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
-from limiter.core.state import State, forgettable, is_locked, keep_until
+from limiter.core.state import State, evicted_last, forgettable, keep_until
 
 _isfinite = math.isfinite
 _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 #: How many old entries one eviction looks at for a full bucket.
 _EVICTION_PROBES = 8
-#: How many old entries one eviction looks at for one that is no lockout (a
-#: locked-out key, whose state's real part is negative, goes last): an
-#: eviction lifts a lockout only when this many entries in a row are locked.
+#: How many old entries one eviction looks at for one that is no lockout nor
+#: held slots (``state.evicted_last``): an eviction lifts a lockout or frees
+#: slots only when this many entries in a row are such.
 _LOCKED_PROBES = 256
 #: Keys examined per lock hold while sweeping; keeps each hold near a millisecond.
 _SWEEP_SLICE = 2048
@@ -346,19 +348,19 @@ class MemoryStore:
                 self._keep_young(in_use)  # a second chance for those looked at
                 return
             in_use.append((key, packed))
-            if not is_locked(packed):  # no lockout
+            if not evicted_last(packed):  # no lockout nor held slots
                 if probes != _EVICTION_PROBES:
                     break  # the one looked further for
             elif len(in_use) == probes == _EVICTION_PROBES and all(
-                is_locked(entry[1]) for entry in in_use
+                evicted_last(entry[1]) for entry in in_use
             ):
-                # Locked-out keys go last: when all in reach are, look further,
-                # up to _LOCKED_PROBES entries, for one that is no lockout.
+                # Lockouts and held slots go last: when all in reach are, look further,
+                # up to _LOCKED_PROBES entries, for one that is neither.
                 probes = _LOCKED_PROBES
-        if in_use:  # nothing full in reach: the oldest that is no lockout goes
-            if is_locked(in_use[0][1]):
+        if in_use:  # nothing full in reach: the oldest that is neither goes
+            if evicted_last(in_use[0][1]):
                 for i, entry in enumerate(in_use):
-                    if not is_locked(entry[1]):
+                    if not evicted_last(entry[1]):
                         del in_use[i]
                         self._keep_young(in_use)
                         return

@@ -356,8 +356,9 @@ def _origin(report: Dict[str, Any], source: str) -> str:
 def _request_now(limit: Dict[str, Any]) -> str:
     if limit["allowed"]:
         return "allowed"
-    # A sliding window's wait is a bound (see _window).
-    bound = "at most " if limit["algorithm"] == "sliding-window" else ""
+    # A sliding window's wait is a bound (see _window), and a slot's (the last
+    # lease's end: a holder may give back before).
+    bound = "at most " if limit["algorithm"] in ("sliding-window", "concurrency") else ""
     return f"denied, in {bound}{_seconds(limit['retry_after'])}"
 
 
@@ -374,8 +375,15 @@ def _table(rows: List[Tuple[str, ...]], left: int = 1) -> List[str]:
     ]
 
 
-#: How the text names each algorithm of a window row.
-_SHORT = {"fixed-window": "fixed", "sliding-window": "sliding", "quota": "quota"}
+#: How the text names each algorithm of a window row (a ``Concurrency``'s period is its lease).
+_SHORT = {
+    "fixed-window": "fixed",
+    "sliding-window": "sliding",
+    "quota": "quota",
+    "concurrency": "lease",
+}
+#: What ``reset``'s text calls a limit's size.
+_SIZE = {"token-bucket": "burst", "concurrency": "slots"}
 
 
 def _inspect_text(report: Dict[str, Any], source: str) -> str:
@@ -426,8 +434,7 @@ def _inspect_text(report: Dict[str, Any], source: str) -> str:
 
 def _reset_text(report: Dict[str, Any], source: str) -> str:
     limits = ", ".join(
-        f"{lim['name']} ({'burst' if lim['algorithm'] == 'token-bucket' else 'count'} "
-        f"{lim['burst']})"
+        f"{lim['name']} ({_SIZE.get(lim['algorithm'], 'count')} {lim['burst']})"
         for lim in report["limits"]
     )
     key = printable(report["key"])

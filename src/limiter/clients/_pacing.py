@@ -25,8 +25,10 @@ from typing import (
     Union,
 )
 
+from limiter.core.concurrency import refuse_slot_shares
 from limiter.core.limits import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
+from limiter.waiting import refuse_waits_with_lockout
 
 #: A request's key: ``None`` (its host), a fixed string, or ``key(request) -> str``.
 KeySpec = Union[None, str, Callable[[Any], str]]
@@ -209,6 +211,9 @@ def _retry_after(text: Optional[str], reference: float) -> Optional[float]:
 def _check_limiter(limiter: object, owner: str) -> RateLimiter:
     if not isinstance(limiter, RateLimiter):
         raise TypeError(f"{owner}: limiter must be a limiter.RateLimiter, got {limiter!r:.100}")
+    # Each request waits for a cost of 1 (acquire): told here, not at the first request.
+    refuse_waits_with_lockout(limiter)
+    refuse_slot_shares(limiter.name, limiter.limits, limiter.validate_cost(1))
     return limiter
 
 

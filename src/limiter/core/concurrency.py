@@ -29,7 +29,7 @@ from which it may be forgotten.  No I/O, no clock.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, List, Literal, Optional, Tuple, Union
+from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple, Union
 
 from limiter.core._values import Frozen, bounded_float, check_name, show
 from limiter.core.costs import Charge, Hold, policy_cost
@@ -89,6 +89,24 @@ def slot_step(
     # rule 7; a give refused (its lease had expired) waits for nothing
     retry = min(live[1::2]) - now if not allowed and action != "give" else 0.0
     return state, _slot_result(policy, allowed, live, now, retry)
+
+
+def refuse_slot_shares(name: str, limits: Sequence[Any], shares: Any) -> None:
+    """Raise ``TypeError`` when ``shares`` would take a slot (rule 5), named at set-up.
+
+    ``shares``: ``RateLimiter.validate_cost``'s answer for limiter ``name``
+    with ``limits``.  A paced call (``throttle``, the outbound clients) is a
+    check, which cannot hold a slot: nobody would give it back.
+    """
+    if shares.__class__ is not tuple:
+        shares = (shares,) * len(limits)
+    for limit, share in zip(limits, shares):
+        if limit.kind == "concurrency" and share.__class__ is float and share > 0.0:
+            raise TypeError(
+                f"{name!r} has a Concurrency policy ({limit.name!r}): a call cannot "
+                "hold its slot; hold one with limiter.slot(key) around the call, or give "
+                "it a cost of 0"
+            )
 
 
 def _live(state: Optional[State], now: float, lease: float) -> Tuple[List[float], bool]:

@@ -105,9 +105,11 @@ def read_lockout(state: State) -> Tuple[bool, float, float]:
     return False, mark * _UNSCALE, state.imag  # type: ignore[union-attr]
 
 
-def is_locked(state: State) -> bool:
-    """True when ``state`` is a lockout's locked state (a store evicts those last)."""
-    return state.__class__ is complex and state.real < 0.0
+def evicted_last(state: State) -> bool:
+    """True when a store at its cap evicts ``state`` last: a lockout's locked state, or
+    leases (slots held: forgetting them admits more than the limit in flight)."""
+    cls = state.__class__
+    return (cls is complex and state.real < 0.0) or cls is Leases  # type: ignore[union-attr]
 
 
 Row = Tuple[float, float, Optional[Union[float, bytes]]]
