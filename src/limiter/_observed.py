@@ -70,6 +70,7 @@ class Observed:
                     self._clock_now_or_time(),
                     self._store_name,
                     0.0,  # waited
+                    0,  # slots
                 ),
             )
         )
@@ -101,6 +102,7 @@ class Observed:
                     self._clock_now_or_time(),
                     self._store_name,
                     0.0,  # waited
+                    0,  # slots
                 ),
             )
         )

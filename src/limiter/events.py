@@ -54,7 +54,10 @@ class DecisionEvent(NamedTuple):
     ``at``: the limiter clock's time of the decision, seconds.
     ``store``: the store's class name (``"RedisStore"``), a metric label.
     ``waited``: seconds the request waited before this decision (an
-    adapter's ``max_wait``); 0.0 when it did not wait.
+    adapter's ``max_wait``); 0.0 when it did not wait.  ``slots``: how the
+    decision moved the slots its holder holds (``RateLimiter.slot``): +1 a
+    slot taken, -1 one given back or lost to its lease, 0 otherwise (every
+    ``check``).
     """
 
     limiter: str
@@ -67,6 +70,7 @@ class DecisionEvent(NamedTuple):
     at: float
     store: str
     waited: float = 0.0
+    slots: int = 0
 
     @property
     def locked_out(self) -> bool:
@@ -115,6 +119,7 @@ def report(
     seconds: float,
     waited: float = 0.0,
     outcome: Optional[Outcome] = None,
+    slots: int = 0,
 ) -> None:
     """Tell ``limiter.on_decision`` (if any) of a decision made outside ``check``.
 
@@ -137,6 +142,7 @@ def report(
             outcome = Outcome.SHADOW_DENIED if limiter.shadow else Outcome.DENIED
     policy = "" if result is None else result.policy
     name, now = type(store).__name__, limiter.clock.now()
-    observer(
-        DecisionEvent(limiter.name, policy, outcome, result, cost, key, seconds, now, name, waited)
+    event = DecisionEvent(
+        limiter.name, policy, outcome, result, cost, key, seconds, now, name, waited, slots
     )
+    observer(event)

@@ -97,15 +97,19 @@ class Slot:
 
     def _answer(self, action: str, result: RateLimitResult, seconds: float) -> RateLimitResult:
         self.result = result
+        was_held = self.held
         self.held = action != "give" and result[0]
         if action == "give":
             slot_given(self.limiter.name, self.key)  # wakes a request waiting for it
-        if self.limiter.on_decision is not None:  # takes and gives (renewals are not reported)
-            if action == "take" and not self.quiet:
-                report(self.limiter, self.key, self.cost, result, seconds)
-            elif action == "give":
-                outcome = Outcome.GIVEN if result[0] else Outcome.EXPIRED
-                report(self.limiter, self.key, self.cost, result, seconds, 0.0, outcome)
+        if self.limiter.on_decision is None:
+            return result
+        # Takes and gives are reported; a renewal only when it took or lost the slot.
+        moved = self.held - was_held
+        if action == "give" or moved < 0:
+            outcome = Outcome.GIVEN if result[0] else Outcome.EXPIRED
+            report(self.limiter, self.key, self.cost, result, seconds, 0.0, outcome, moved)
+        elif (action == "take" and not self.quiet) or (action == "renew" and moved):
+            report(self.limiter, self.key, self.cost, result, seconds, slots=moved)
         return result
 
     def take(self) -> RateLimitResult:

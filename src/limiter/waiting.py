@@ -593,5 +593,6 @@ class _Tries:
         return self._timed(start, result)
 
     def done(self, result: RateLimitResult, waited: float) -> RateLimitResult:
-        report(self.limiter, self.key, self.cost, result, self.seconds, waited)
+        taken = int(result[0]) if self.attempt is not None else 0  # an attempt takes a slot
+        report(self.limiter, self.key, self.cost, result, self.seconds, waited, slots=taken)
         return result

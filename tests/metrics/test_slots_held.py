@@ -9,7 +9,7 @@ and the OpenTelemetry SDK's ``InMemoryMetricReader``, with exact values.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Tuple
 
 import pytest
 
@@ -185,27 +185,40 @@ def test_the_wsgi_adapter_holds_it_until_the_server_closes_the_response(
         assert exporters.held() == {("gw", "inflight"): left}
 
 
-def event(outcome: Outcome, result: Optional[Any]) -> DecisionEvent:
-    return DecisionEvent("l", "p", outcome, result, 1, "k", 0.0, 0.0, "S")
-
-
-def test_slots_moved_reads_only_admitted_takes_and_gives_of_concurrency_policies() -> None:
+def test_slots_moved_counts_what_a_holder_took_and_gave_back_never_a_check() -> None:
+    events: List[DecisionEvent] = []
     clock = ManualClock()
-    gw = RateLimiter({"rate": "1/minute", "inflight": Concurrency(1, lease=5)}, clock=clock)
+    gw = RateLimiter(
+        {"rate": "10/minute", "inflight": Concurrency(1, lease=5)},
+        clock=clock,
+        on_decision=events.append,
+    )
+
+    def moved() -> List[Tuple[str, int, Tuple[str, ...]]]:
+        seen = [(str(e.outcome), *slots_moved(e)) for e in events]
+        events.clear()
+        return seen
+
     taken = gw.slot("k")
-    admitted = taken.take()
-    refused = gw.slot("k").take()
-    assert slots_moved(event(Outcome.ALLOWED, admitted)) == (1, ("inflight",))
-    assert slots_moved(event(Outcome.FALLBACK, admitted)) == (1, ("inflight",))
-    assert slots_moved(event(Outcome.DENIED, refused)) == (0, ())
-    assert slots_moved(event(Outcome.SHADOW_DENIED, refused)) == (0, ())
-    assert slots_moved(event(Outcome.ERROR, None)) == (0, ())
-    clock.advance(6)  # its lease runs out
-    assert taken.give() is False
-    assert slots_moved(event(Outcome.EXPIRED, taken.result)) == (-1, ("inflight",))
-    clock.advance(60)  # a token again
-    again = gw.slot("k")
-    assert again.take().allowed and again.give() is True
-    assert slots_moved(event(Outcome.GIVEN, again.result)) == (-1, ("inflight",))
-    rate = RateLimiter("1/minute", clock=clock).check("k")
-    assert slots_moved(event(Outcome.ALLOWED, rate)) == (0, ())
+    assert taken.take().allowed and not gw.slot("k").take().allowed
+    assert moved() == [("allowed", 1, ("inflight",)), ("denied", 0, ())]
+    # A check charges the rate alone and takes no slot; a second take by the
+    # holder only renews its lease: neither moves the gauge.
+    assert gw.check("k", {"rate": 1}).allowed and taken.take().allowed
+    assert moved() == [("allowed", 0, ()), ("allowed", 0, ())]
+    clock.advance(6)  # its lease runs out: another holder takes the slot
+    other = gw.slot("k")
+    assert other.take().allowed
+    assert not taken.renew().allowed  # lost to its lease: the holder holds nothing now
+    assert taken.give() is False  # nothing more to give
+    assert moved() == [
+        ("allowed", 1, ("inflight",)),
+        ("expired", -1, ("inflight",)),
+        ("expired", 0, ()),
+    ]
+    assert other.give() is True
+    assert moved() == [("given", -1, ("inflight",))]
+    assert slots_moved(DecisionEvent("l", "", Outcome.ERROR, None, 1, "k", 0.0, 0.0, "S")) == (
+        0,
+        (),
+    )

@@ -39,10 +39,6 @@ STORE_SECONDS_BUCKETS: Tuple[float, ...] = (
 #: from a slot handed over at once to a long queue.
 WAIT_SECONDS_BUCKETS: Tuple[float, ...] = (*STORE_SECONDS_BUCKETS[6:], 10.0, 30.0, 60.0)
 
-#: How an event of each outcome moves the slots held, if it concerns a slot:
-#: a take admitted (``"allowed"`` or ``"fallback"``) +1, a give -1.  Plain
-#: strings: an ``Outcome`` is one, and finds the same entry.
-_STEPS = {"allowed": 1, "fallback": 1, "given": -1, "expired": -1}
 _UNMOVED: Tuple[int, Tuple[str, ...]] = (0, ())
 _CONCURRENCY = "concurrency"
 
@@ -50,16 +46,13 @@ _CONCURRENCY = "concurrency"
 def slots_moved(event: DecisionEvent) -> Tuple[int, Tuple[str, ...]]:
     """How ``event`` moves its limiter's slots held: ``(step, policies)``.
 
-    ``step`` is +1 for a slot taken (an admitted take, ``"allowed"`` or
-    ``"fallback"``), -1 for one given back (``"given"``, or ``"expired"``:
-    its holder no longer holds it either), 0 otherwise; ``policies`` names
-    the ``Concurrency`` policies concerned (one slot of each), ``()`` for
-    any other event.  A ``Concurrency`` result in an admitting event is a
-    take: a limiter with one cannot ``check``, and renewals are not reported.
+    ``step`` is the event's ``slots`` (+1 a slot taken, -1 one given back or
+    lost to its lease, 0 for every check); ``policies`` names the
+    ``Concurrency`` policies concerned (one slot of each), ``()`` when none moved.
     """
-    step = _STEPS.get(event[2])
+    step = event[10]
     result = event[3]
-    if step is None or result is None or (step > 0 and not result[0]):
+    if not step or result is None:
         return _UNMOVED
     parts = result[6]
     if not parts:  # one policy (the usual rate limiter: nothing more to read)
