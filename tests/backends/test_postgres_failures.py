@@ -154,7 +154,7 @@ def test_validation() -> None:
     with pytest.raises(ValueError, match="probe_after"):
         PostgresStore("dbname=x", fallback=MemoryStore(), probe_after=0)
     store: Any = PostgresStore("dbname=x", table="app.rates", fallback=MemoryStore())
-    assert store.names.apply == '"app"."rates_apply_v3"'
+    assert store.names.apply == '"app"."rates_apply_v4"'
     assert "table='app.rates'" in repr(store) and "MemoryStore" in repr(store)
 
 
