@@ -450,7 +450,9 @@ class Waits:
         act: Dict[str, Callable[[float], Any]] = {
             _TRY: lambda _: tries.once(),
             _SLEEP: limiter.clock.sleep,
-            _PARK: event.wait,
+            # A park ended early parks again for the rest: a thread blocks at
+            # most TIMEOUT_MAX at a time (a longer wait is an OverflowError).
+            _PARK: lambda seconds: event.wait(min(seconds, threading.TIMEOUT_MAX)),
         }
         sent = None
         with contextlib.closing(drive):

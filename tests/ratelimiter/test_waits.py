@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -247,6 +247,42 @@ def test_a_local_give_wakes_a_thread_waiting_for_the_slot(
     assert holder.give()
     thread.join(20)
     assert got and got[0].allowed and waiter.held
+
+
+def test_a_wait_longer_than_a_thread_may_block_parks_in_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # max_wait=1e10 is accepted; the second waiter parked 1e10 s at once, beyond
+    # threading.TIMEOUT_MAX, and its request failed with an OverflowError.
+    monkeypatch.setattr("limiter.waiting.SLOT_POLL", 3600.0)
+    limiter = RateLimiter({"inflight": Concurrency(1, lease=60)}, name="huge")
+    w = Waits(1e10, 10)
+    holder, first, second = limiter.slot("k"), limiter.slot("k"), limiter.slot("k")
+    assert holder.take().allowed
+    got: Dict[str, Any] = {}
+
+    def wait(name: str, slot: Any) -> None:
+        try:
+            got[name] = w.run(limiter, "k", 1, slot.take)
+        except Exception as exc:  # the test reports it
+            got[name] = exc
+
+    head = threading.Thread(target=wait, args=("first", first))
+    head.start()
+    while not w.lines.busy(("huge", "k")) and head.is_alive():
+        head.join(0.001)
+    behind = threading.Thread(target=wait, args=("second", second))
+    behind.start()
+    while w.waiting < 2 and behind.is_alive():
+        behind.join(0.001)
+    assert holder.give()
+    head.join(20)
+    assert got["first"].allowed and first.held
+    assert first.give()  # the second one's turn, and the slot
+    behind.join(20)
+    assert not isinstance(got.get("second"), Exception), got.get("second")
+    assert got["second"].allowed and second.held
+    assert w.waiting == 0
 
 
 def test_a_local_give_wakes_a_task_waiting_for_the_slot(monkeypatch: pytest.MonkeyPatch) -> None:
