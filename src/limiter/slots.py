@@ -100,7 +100,7 @@ class Slot:
         was_held = self.held
         self.held = action != "give" and result[0]
         if action == "give":
-            slot_given(self.limiter.name, self.key)  # wakes a request waiting for it
+            slot_given(self.limiter, self.key)  # wakes a request waiting for it
         if self.limiter.on_decision is None:
             return result
         # Takes and gives are reported; a renewal only when it took or lost the slot.

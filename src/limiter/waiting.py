@@ -230,15 +230,19 @@ _Sent = Tuple[float, Optional[RateLimitResult]]
 #: Returns the deciding result and the seconds waited.
 _WaitPlan = Generator[_Step, _Sent, Tuple[RateLimitResult, float]]
 _TRY_NOW: _Step = (_TRY, 0.0)
-#: A line's identity: (limiter name, client key).
-Ident = Tuple[str, str]
+#: A line's identity: (``id`` of the store, limiter name, key): limiters of one name on
+#: two stores share no slot (the waiters hold the store: its ``id`` is not reused).
+Ident = Tuple[int, str, str]
+
+
+def line_of(limiter: Any, key: str) -> Ident:
+    """The line of the requests waiting on ``key`` of ``limiter`` (a ``RateLimiter``)."""
+    return (id(limiter.store), limiter.name, key)
 
 
 class Ticket:
-    """One waiting request's place in its key's line; ``wake()`` ends its park early.
-
-    ``reset()`` (the shell's) makes the next park wait for a new ``wake()``.
-    """
+    """One waiting request's place in its key's line: ``wake()`` ends its park early;
+    ``reset()`` (the shell's) makes the next park wait for a new ``wake()``."""
 
     __slots__ = ("reset", "wake", "woken")
 
@@ -271,7 +275,7 @@ class _Line:
 
 
 class Lines:
-    """The waiting requests of a process by ``(limiter name, key)``, each key in arrival order.
+    """The waiting requests of a process by ``line_of(limiter, key)``, each in arrival order.
 
     ``LINES`` is the process's: every adapter's waits share it, so that a
     later arrival never overtakes an earlier one, and ``slot_given`` wakes
@@ -326,10 +330,10 @@ def _wake(ticket: Ticket) -> None:
 LINES = Lines()
 
 
-def slot_given(name: str, key: str) -> None:
-    """Tell this process's waiters that a slot of ``key`` (limiter ``name``) was given back."""
+def slot_given(limiter: Any, key: str) -> None:
+    """Tell this process's waiters that a slot of ``key`` of ``limiter`` was given back."""
     if LINES._lines:  # nobody waits: a dict's truth, nothing more
-        LINES.given((name, key))
+        LINES.given(line_of(limiter, key))
 
 
 class Waits:
@@ -450,8 +454,7 @@ class Waits:
         act: Dict[str, Callable[[float], Any]] = {
             _TRY: lambda _: tries.once(),
             _SLEEP: limiter.clock.sleep,
-            # A park ended early parks again for the rest: a thread blocks at
-            # most TIMEOUT_MAX at a time (a longer wait is an OverflowError).
+            # A thread blocks TIMEOUT_MAX at most (OverflowError beyond); the plan parks again.
             _PARK: lambda seconds: event.wait(min(seconds, threading.TIMEOUT_MAX)),
         }
         sent = None
@@ -508,7 +511,8 @@ class Waits:
         clock = tries.limiter.clock
         real = type(clock) is SystemClock
         now = forward(clock)
-        plan = self.plan(tries.ident, ticket, first, now(), _slack(tries.limiter))
+        slack = max((getattr(lim, "slack", 0.0) for lim in tries.limiter.limits), default=0.0)
+        plan = self.plan(tries.ident, ticket, first, now(), slack)
         with contextlib.closing(plan):
             try:
                 step = next(plan)
@@ -536,10 +540,6 @@ def _after_refusal(result: RateLimitResult, left: float, slack: float) -> Option
     return None if wait > left + slack else (_SLEEP, wait)
 
 
-def _slack(limiter: Waiter) -> float:
-    return max((getattr(lim, "slack", 0.0) for lim in limiter.limits), default=0.0)
-
-
 def _threadsafe(loop: Any, call: Callable[[], None]) -> Callable[[], None]:
     def wake() -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to wake
@@ -559,7 +559,7 @@ class _Tries:
         refuse_waits_with_lockout(limiter)
         self.limiter = limiter
         self.key = key
-        self.ident: Ident = (limiter.name, key)
+        self.ident = line_of(limiter, key)
         self.cost = cost
         self.attempt = attempt
         self.seconds = 0.0
@@ -569,9 +569,8 @@ class _Tries:
         return result
 
     def once(self) -> RateLimitResult:
-        limiter = self.limiter
         # The class's check: an observer's copy would report every try.
-        attempt = self.attempt
+        limiter, attempt = self.limiter, self.attempt
         if limiter.on_decision is None:  # nothing to report: nothing to time
             return attempt() if attempt else type(limiter).check(limiter, self.key, self.cost)
         start = time.perf_counter()

@@ -20,9 +20,9 @@ from limiter.http.guard import Guard, Held
 from limiter.http.options import MAX_QUEUE, Options
 from limiter.http.request import RequestInfo
 from limiter.http.responses import Response
-from limiter.waiting import SLOT_POLL, Lines, Ticket, Waits, slot_given
+from limiter.waiting import SLOT_POLL, Lines, Ticket, Waits, line_of, slot_given
 
-ID = ("api", "k")
+ID = (0, "api", "k")
 
 
 def refused(retry: float, kind: str = "bucket") -> RateLimitResult:
@@ -170,7 +170,7 @@ def test_beyond_max_queue_a_request_is_decided_at_once() -> None:
     next(plan_a)
     first = refused(1.0)
     with pytest.raises(StopIteration) as done:
-        next(w.plan(("api", "other"), ticket(), first, 0.0))
+        next(w.plan((0, "api", "other"), ticket(), first, 0.0))
     assert done.value.value == (first, 0.0)  # refused at once, not queued
     plan_c = w.plan(ID, ticket(), None, 0.0)  # untried: it tries once, as without waiting
     assert next(plan_c) == ("try", 0.0)
@@ -185,7 +185,7 @@ def test_a_slot_given_back_in_the_process_wakes_the_first_waiter() -> None:
     lines.join(ID, second)
     lines.given(ID)
     assert first.woken and not second.woken
-    slot_given("api", "k")  # the process's lines are not these: nothing happens
+    slot_given(RateLimiter("1/s", name="api"), "k")  # the process's lines are not these
     assert not second.woken
 
 
@@ -242,7 +242,7 @@ def test_a_local_give_wakes_a_thread_waiting_for_the_slot(
     got: List[Any] = []
     thread = threading.Thread(target=lambda: got.append(w.run(limiter, "k", 1, waiter.take)))
     thread.start()
-    while not w.lines.busy(("wake", "k")) and thread.is_alive():
+    while not w.lines.busy(line_of(limiter, "k")) and thread.is_alive():
         thread.join(0.001)  # until it queues
     assert holder.give()
     thread.join(20)
@@ -269,7 +269,7 @@ def test_a_wait_longer_than_a_thread_may_block_parks_in_pieces(
 
     head = threading.Thread(target=wait, args=("first", first))
     head.start()
-    while not w.lines.busy(("huge", "k")) and head.is_alive():
+    while not w.lines.busy(line_of(limiter, "k")) and head.is_alive():
         head.join(0.001)
     behind = threading.Thread(target=wait, args=("second", second))
     behind.start()
@@ -295,12 +295,34 @@ def test_a_local_give_wakes_a_task_waiting_for_the_slot(monkeypatch: pytest.Monk
         assert (await holder.atake()).allowed
         waiter = limiter.aslot("k")
         task = asyncio.ensure_future(w.arun(limiter, "k", 1, waiter.atake))
-        while not w.lines.busy(("awake", "k")):
+        while not w.lines.busy(line_of(limiter, "k")):
             await asyncio.sleep(0)
         assert await holder.agive()
         return await asyncio.wait_for(task, 20)
 
     assert asyncio.run(main()).allowed
+
+
+def test_limiters_of_one_name_on_different_stores_wait_in_different_lines() -> None:
+    # Two apps' limiters of the same policies share a name, not their slots; a
+    # request to the second one queued behind the first one's waiter and was
+    # refused with its refusal, a slot of its own free all along.
+    clock = ManualClock()
+    first = RateLimiter(Concurrency(1, lease=600), clock=clock)
+    other = RateLimiter(Concurrency(1, lease=600), clock=clock)
+    assert first.name == other.name
+
+    async def main() -> Tuple[RateLimitResult, RateLimitResult]:
+        assert (await first.aslot("k").atake()).allowed
+        head = asyncio.ensure_future(Waits(1.0, 10).arun(first, "k", 1, first.aslot("k").atake))
+        await asyncio.sleep(0)  # it waits for the first limiter's slot
+        mine = await Waits(0.5, 10).arun(other, "k", 1, other.aslot("k").atake)
+        return mine, await head
+
+    mine, head = asyncio.run(main())
+    assert mine.allowed and (mine.limit, mine.remaining) == (1, 0)
+    assert not head.allowed
+    assert clock.now() == pytest.approx(1.0)  # only the head waited: its max_wait
 
 
 def test_a_slot_reports_takes_and_gives_in_time_or_expired() -> None:
@@ -432,7 +454,7 @@ def test_a_cancelled_waiter_leaves_the_line_and_holds_no_slot() -> None:
         assert (await holder.atake()).allowed
         first, second = limiter.aslot("k"), limiter.aslot("k")
         head = asyncio.ensure_future(w.arun(limiter, "k", 1, first.atake))
-        while not w.lines.busy(("cancel", "k")):
+        while not w.lines.busy(line_of(limiter, "k")):
             await asyncio.sleep(0)
         behind = asyncio.ensure_future(w.arun(limiter, "k", 1, second.atake))
         while w.waiting < 2:
@@ -443,7 +465,7 @@ def test_a_cancelled_waiter_leaves_the_line_and_holds_no_slot() -> None:
         assert w.waiting == 1 and not first.held
         assert await holder.agive()
         assert (await asyncio.wait_for(behind, 20)).allowed and second.held
-        assert w.waiting == 0 and not w.lines.busy(("cancel", "k"))
+        assert w.waiting == 0 and not w.lines.busy(line_of(limiter, "k"))
         assert await second.agive()
 
     asyncio.run(main())
