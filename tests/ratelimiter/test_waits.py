@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import pytest
 
@@ -229,21 +229,43 @@ def test_a_lockout_limiter_cannot_wait() -> None:
         Guard(limiter, max_wait=1.0)
 
 
+def queued(w: Waits, limiter: RateLimiter, slot: Any, waiting: int) -> Tuple[Any, List[Any]]:
+    """A thread waiting in ``w`` for ``slot`` of "k", once ``waiting`` requests wait there:
+    the thread, and what its wait returned or raised."""
+    got: List[Any] = []
+
+    def wait() -> None:
+        try:
+            got.append(w.run(limiter, "k", 1, slot.take))
+        except Exception as exc:  # the test reports it
+            got.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    while not (w.waiting == waiting and w.lines.busy(line_of(limiter, "k"))):
+        if not thread.is_alive():
+            break
+        thread.join(0.001)  # until it queues
+    return thread, got
+
+
+def held(monkeypatch: pytest.MonkeyPatch, name: str) -> Tuple[RateLimiter, Any]:
+    """A limiter of one slot of "k", and its holder; a poll of an hour: only a wake
+    can let a waiter in before the test times out."""
+    monkeypatch.setattr("limiter.waiting.SLOT_POLL", 3600.0)
+    limiter = RateLimiter({"inflight": Concurrency(1, lease=60)}, name=name)
+    holder = limiter.slot("k")
+    assert holder.take().allowed
+    return limiter, holder
+
+
 def test_a_local_give_wakes_a_thread_waiting_for_the_slot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A poll of an hour: only the wake can let the waiter in before the test times out.
-    monkeypatch.setattr("limiter.waiting.SLOT_POLL", 3600.0)
-    limiter = RateLimiter({"inflight": Concurrency(1, lease=60)}, name="wake")
+    limiter, holder = held(monkeypatch, "wake")
     w = Waits(30.0, 10)
-    holder = limiter.slot("k")
-    assert holder.take().allowed
     waiter = limiter.slot("k")
-    got: List[Any] = []
-    thread = threading.Thread(target=lambda: got.append(w.run(limiter, "k", 1, waiter.take)))
-    thread.start()
-    while not w.lines.busy(line_of(limiter, "k")) and thread.is_alive():
-        thread.join(0.001)  # until it queues
+    thread, got = queued(w, limiter, waiter, 1)
     assert holder.give()
     thread.join(20)
     assert got and got[0].allowed and waiter.held
@@ -254,34 +276,18 @@ def test_a_wait_longer_than_a_thread_may_block_parks_in_pieces(
 ) -> None:
     # max_wait=1e10 is accepted; the second waiter parked 1e10 s at once, beyond
     # threading.TIMEOUT_MAX, and its request failed with an OverflowError.
-    monkeypatch.setattr("limiter.waiting.SLOT_POLL", 3600.0)
-    limiter = RateLimiter({"inflight": Concurrency(1, lease=60)}, name="huge")
+    limiter, holder = held(monkeypatch, "huge")
     w = Waits(1e10, 10)
-    holder, first, second = limiter.slot("k"), limiter.slot("k"), limiter.slot("k")
-    assert holder.take().allowed
-    got: Dict[str, Any] = {}
-
-    def wait(name: str, slot: Any) -> None:
-        try:
-            got[name] = w.run(limiter, "k", 1, slot.take)
-        except Exception as exc:  # the test reports it
-            got[name] = exc
-
-    head = threading.Thread(target=wait, args=("first", first))
-    head.start()
-    while not w.lines.busy(line_of(limiter, "k")) and head.is_alive():
-        head.join(0.001)
-    behind = threading.Thread(target=wait, args=("second", second))
-    behind.start()
-    while w.waiting < 2 and behind.is_alive():
-        behind.join(0.001)
+    first, second = limiter.slot("k"), limiter.slot("k")
+    head, got_first = queued(w, limiter, first, 1)
+    behind, got_second = queued(w, limiter, second, 2)
     assert holder.give()
     head.join(20)
-    assert got["first"].allowed and first.held
+    assert got_first[0].allowed and first.held
     assert first.give()  # the second one's turn, and the slot
     behind.join(20)
-    assert not isinstance(got.get("second"), Exception), got.get("second")
-    assert got["second"].allowed and second.held
+    assert not isinstance(got_second[0], Exception), got_second
+    assert got_second[0].allowed and second.held
     assert w.waiting == 0
 
 
