@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import io
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List
+from wsgiref.handlers import SimpleHandler
 
 import http_sfv
 import pytest
@@ -78,6 +80,23 @@ def test_wsgi_an_exception_in_the_app_gives_the_slot_back(slots: RateLimiter) ->
     with pytest.raises(RuntimeError):
         app(environ(), start_response)
     assert free(slots) == 1
+
+
+def test_wsgi_a_one_chunk_body_keeps_its_length_for_the_server(slots: RateLimiter) -> None:
+    # A server sets Content-Length from a body whose len() is 1 (PEP 3333); the
+    # iterable that holds the slot hid the length, so such a response went out
+    # without one (chunked, or the connection closed) only when it held a slot.
+    def hello(environ: Any, start: Any) -> List[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"hello"]
+
+    out = io.BytesIO()
+    request = {**environ(), "SERVER_PROTOCOL": "HTTP/1.1"}
+    handler = SimpleHandler(io.BytesIO(), out, io.StringIO(), request, multithread=False)
+    handler.run(wsgi.RateLimitMiddleware(hello, slots))
+    head, _, body = out.getvalue().partition(b"\r\n\r\n")
+    assert b"Content-Length: 5" in head.split(b"\r\n") and body == b"hello"
+    assert free(slots) == 1  # the handler closed it
 
 
 # -- ASGI ------------------------------------------------------------------------------

@@ -135,7 +135,8 @@ def _holding(app: WSGIApp, environ: Environ, start: StartResponse, held: Held) -
     except BaseException:
         held.release()
         raise
-    return _Releasing(body, held)
+    # A len() shows through: a server sets Content-Length from a one-chunk body (PEP 3333).
+    return (_SizedReleasing if hasattr(type(body), "__len__") else _Releasing)(body, held)
 
 
 class _Releasing:
@@ -158,6 +159,15 @@ class _Releasing:
                 close()
         finally:
             self._held.release()
+
+
+class _SizedReleasing(_Releasing):
+    """``_Releasing`` for a body with a ``len()`` (a list), which it gives too."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return len(self._body)  # type: ignore[arg-type]
 
 
 def _settling(start_response: StartResponse, deferred: Deferred) -> StartResponse:
