@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from limiter.backends.denycache import DenyCache
     from limiter.backends.memory import MemoryStore
     from limiter.backends.postgres import AsyncPostgresStore, PostgresStore
-    from limiter.backends.redis import AsyncRedisStore, PoolFullError, RedisStore
+    from limiter.backends.redis import AsyncRedisStore, RedisStore
     from limiter.backends.sqlite import SQLiteStore
     from limiter.clock import Clock, ManualClock, SystemClock
     from limiter.core.bucket import step
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from limiter.http.responses import DENIED_BODY, Response, default_on_limited
     from limiter.http.rules import Rule
     from limiter.ratelimiter import RateLimiter
-    from limiter.store import AsyncStore, Store, StoreError
+    from limiter.store import AsyncStore, PoolFullError, Store, StoreError
     from limiter.urls import redact_url, store_from_env, store_from_url
     from limiter.waiting import RateLimitExceeded
 
@@ -104,7 +104,7 @@ _LAZY = {
     "ManualClock": "limiter.clock",
     "MemoryStore": "limiter.backends.memory",
     "Outcome": "limiter.events",
-    "PoolFullError": "limiter.backends.redis",
+    "PoolFullError": "limiter.store",
     "PostgresStore": "limiter.backends.postgres",
     "Quota": "limiter.core.quota",
     "RateLimitExceeded": "limiter.waiting",

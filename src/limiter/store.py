@@ -23,6 +23,18 @@ class StoreError(Exception):
     """
 
 
+class PoolFullError(Exception):
+    """No connection of the store client's pool came free in time: all were in use.
+
+    A local resource limit (the pool's ``max_connections``), not a store
+    failure: never a ``StoreError``, so neither ``on_error="allow"`` nor the
+    fallback answers it.  Redis: after the client's ``socket_connect_timeout``
+    (else ``socket_timeout``), or a ``BlockingConnectionPool``'s own
+    ``timeout``; PostgreSQL: after ``pool_timeout``.  docs/stores.md, "A full
+    connection pool".
+    """
+
+
 @runtime_checkable
 class Store(Protocol):
     """A synchronous store.

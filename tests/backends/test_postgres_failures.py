@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from helpers.postgres_servers import APP_PASSWORD, PostgresServer, postgres_server
-from limiter import Limit, MemoryStore, StoreError
+from limiter import Limit, MemoryStore, PoolFullError, StoreError
 from limiter.backends.postgres import AsyncPostgresStore, PostgresStore
 from limiter.testing import T0
 
@@ -48,6 +48,45 @@ def test_a_stopped_server_is_a_store_error_and_the_fallback_answers(pg: Postgres
     # Back: a new connection answers (the pool replaced the broken ones).
     assert store.apply("k", Limit(1, 1), 1, T0).allowed
     store.close()
+
+
+def test_a_full_pool_is_no_store_error_and_no_fallback_answers_it(pg: PostgresServer) -> None:
+    # Every connection in use is a limit of this process, not an outage: the
+    # fail-open path (on_error="allow", the fallback) must not answer it.
+    store = PostgresStore(
+        pg.url(), table="full", max_connections=1, pool_timeout=0.2, fallback=MemoryStore()
+    )
+    two = Limit(1, 2)
+    try:
+        assert store.apply("k", two, 1, T0).remaining == 1
+        held = store.pool.getconn()
+        try:
+            with pytest.raises(PoolFullError, match="all 1 are in use") as info:
+                store.apply("k", two, 1, T0)
+            assert not isinstance(info.value, StoreError) and not store.using_fallback
+        finally:
+            store.pool.putconn(held)
+        assert store.apply("k", two, 1, T0).remaining == 0  # nothing was charged meanwhile
+    finally:
+        store.close()
+
+
+def test_the_async_stores_full_pool_is_no_store_error_either(pg: PostgresServer) -> None:
+    async def run() -> None:
+        store = AsyncPostgresStore(pg.url(), table="afull", max_connections=1, pool_timeout=0.2)
+        try:
+            assert (await store.aapply("k", Limit(1, 2), 1, T0)).remaining == 1
+            held = await store.pool.getconn()
+            try:
+                with pytest.raises(PoolFullError, match="all 1 are in use"):
+                    await store.aapply("k", Limit(1, 2), 1, T0)
+            finally:
+                await store.pool.putconn(held)
+            assert (await store.aapply("k", Limit(1, 2), 1, T0)).remaining == 0
+        finally:
+            await store.aclose()
+
+    asyncio.run(run())
 
 
 def test_a_read_only_server_is_a_store_error(pg: PostgresServer) -> None:

@@ -22,7 +22,7 @@ from limiter.backends.postgres import _sql
 from limiter.backends.postgres._libpq import execute_prepared
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
-from limiter.store import StoreError
+from limiter.store import PoolFullError, StoreError
 
 # A key is stored as text, which cannot hold NUL or a lone surrogate: those,
 # and "%" (so that the mapping stays one-to-one), are written %XXXX.
@@ -155,7 +155,15 @@ class _PostgresBase:
         if why is not None:
             raise StoreError(f"{self._kind}: {why}")
 
-    def _error(self, exc: BaseException) -> StoreError:
+    def _error(self, exc: BaseException) -> Exception:
+        """``exc`` as a ``StoreError``, or a ``PoolFullError`` when every connection
+        of the pool was in use for ``pool_timeout`` (a local limit, not an outage)."""
+        lent = _all_lent(self.pool) if type(exc).__name__ == "PoolTimeout" else 0
+        if lent:
+            return PoolFullError(
+                f"{self._kind}: no connection of the pool came free in time: "
+                f"all {lent} are in use (max_connections)"
+            )
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
         if self._secret:
             text = text.replace(self._secret, "***")
@@ -523,6 +531,15 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
             async with await self._connection() as conn:
                 cursor = await conn.execute(statement, params)
                 return (await cursor.fetchone()) if cursor.description else cursor.rowcount
+
+
+def _all_lent(pool: Any) -> int:
+    """How many connections ``pool`` (a psycopg_pool pool) lent out when it holds its
+    most and none is free, else 0: a pool that cannot reach the server holds fewer,
+    and that timeout is the server's."""
+    stats = pool.get_stats() if pool is not None else {}
+    full = stats and stats["pool_size"] >= stats["pool_max"] and not stats["pool_available"]
+    return int(stats["pool_max"]) if full else 0
 
 
 def _close_at_exit(store: Any) -> None:

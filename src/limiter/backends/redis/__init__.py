@@ -10,6 +10,6 @@ asyncio auto-pipeline in ``_pipeline``.
 from limiter.backends._wire import SCRIPT as SCRIPT
 from limiter.backends._wire import hash_tag as hash_tag
 from limiter.backends._wire import redis_key as redis_key
-from limiter.backends.redis._connection import PoolFullError as PoolFullError
 from limiter.backends.redis._store import AsyncRedisStore as AsyncRedisStore
 from limiter.backends.redis._store import RedisStore as RedisStore
+from limiter.store import PoolFullError as PoolFullError

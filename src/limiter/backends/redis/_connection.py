@@ -21,19 +21,9 @@ import sys
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Type, TypeVar
 
+from limiter.store import PoolFullError
+
 _T = TypeVar("_T")
-
-
-class PoolFullError(Exception):
-    """A check found the client's connection pool full for as long as the client's timeouts.
-
-    A local resource limit (``max_connections``), not a store failure: never a
-    ``StoreError``, so neither ``on_error="allow"`` nor the fallback applies.
-    Raised when no connection came free within the client's
-    ``socket_connect_timeout`` (else ``socket_timeout``), or at once after a
-    ``BlockingConnectionPool``'s own ``timeout``.  See docs/stores.md
-    "A full connection pool".
-    """
 
 
 def pool_full(exc: BaseException) -> Optional[bool]:

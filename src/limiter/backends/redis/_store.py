@@ -21,7 +21,6 @@ from limiter.backends._wire import (
 from limiter.backends.redis._config import is_cluster, warn_of_problems
 from limiter.backends.redis._connection import (
     Connections,
-    PoolFullError,
     await_pool,
     pool_full,
     pool_wait,
@@ -29,7 +28,7 @@ from limiter.backends.redis._connection import (
 )
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
-from limiter.store import StoreError
+from limiter.store import PoolFullError, StoreError
 
 # Passed as bytes, which clients send as they are (str and int are encoded per call).
 _SHA = SCRIPT_SHA.encode("ascii")
