@@ -692,6 +692,37 @@ def test_an_error_in_a_limits_key_func_propagates() -> None:
         site.send()
 
 
+def test_an_after_request_hook_replacing_the_response_gives_the_slot_back_on_its_close() -> None:
+    # A hook registered before init_app runs after the limiter's; the response it
+    # returns instead is the one the server closes, so the slot goes back then.
+    from flask import Response
+
+    from limiter import Concurrency, MemoryStore, RateLimiter
+
+    slots = RateLimiter(Concurrency(1, lease=30), store=MemoryStore(), clock=ManualClock(T0))
+    app = Flask(__name__)
+
+    @app.after_request
+    def replace(response: Response) -> Response:
+        return Response(b"replaced", response.status_code, response.headers)
+
+    rl = RateLimit(app, key_func=lambda r: "k")
+
+    @app.route("/")
+    @rl.limit(slots)
+    def index() -> str:
+        return "ok"
+
+    client = app.test_client()
+    with client.get("/") as response:
+        assert (response.status_code, response.get_data()) == (200, b"replaced")
+        assert response.headers["X-RateLimit-Remaining"] == "0"
+        assert slots.peek("k").remaining == 0  # held until the response is closed
+    assert slots.peek("k").remaining == 1
+    with client.get("/") as response:
+        assert response.status_code == 200
+
+
 # -- app.config and factories ---------------------------------------------------------
 
 

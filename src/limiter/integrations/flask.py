@@ -297,6 +297,7 @@ class RateLimit:
             app.before_request(_before_hook(state))
             app.after_request(_after_hook())
             app.teardown_request(_release_unsent)
+            flask.request_finished.connect(_release_on_close, app)
 
     def limit(
         self,
@@ -466,13 +467,18 @@ def _after_hook() -> After:
                 add = response.headers.add  # cheaper than extend's generic argument handling
                 for name, value in headers:
                     add(name, value)
-            if decision.holds:
-                # A slot is held until the server closes the response: its last chunk
-                # is sent (a streamed one too) or the client is gone.
-                response.call_on_close(decision.release)
         return response
 
     return add_headers
+
+
+def _release_on_close(sender: flask.Flask, response: flask.Response, **extra: Any) -> None:
+    """``request_finished``: hold the slots until the server closes ``response``, the one
+    every after hook returned (a later hook may replace the one the limiter's saw)."""
+    decision = flask.request.environ.get(_CARRIED)
+    if decision is not None:
+        # Held until its last chunk is sent (a streamed one too) or the client is gone.
+        response.call_on_close(decision.release)
 
 
 def _release_unsent(error: Optional[BaseException]) -> None:
