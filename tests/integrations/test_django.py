@@ -709,6 +709,40 @@ def test_errors_of_the_apps_callables_propagate(client: Client) -> None:
         client.get("/broken")
 
 
+def test_a_deduct_when_that_raises_gives_the_slot_back(tmp_path: Any) -> None:
+    # The exception replaces the response the slot's release would have been put on.
+    from limiter import Concurrency, RateLimiter, SQLiteStore
+
+    def broken(status: int) -> bool:
+        raise LookupError("deduct_when failed")
+
+    clock = ManualClock(T0)
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    slots = RateLimiter(Concurrency(1, lease=30), store=store, clock=clock)
+    limit = ratelimit(slots, key_func=lambda r: "k", deduct_when=broken)
+    sync_view = limit(lambda request: HttpResponse(b"ok"))
+
+    async def async_view(request: Any) -> HttpResponse:
+        return HttpResponse(b"ok")
+
+    class slot_urls:
+        urlpatterns: ClassVar[List[Any]] = [
+            path("sync", sync_view),
+            path("async", limit(async_view)),
+            path("default", plain),
+        ]
+
+    config = {"default": slots, "deduct_when": broken, "key_func": lambda r: "k", "clock": clock}
+    with rate_limited(config), override_settings(ROOT_URLCONF=slot_urls):
+        for where in ("/sync", "/async", "/default"):
+            with pytest.raises(LookupError, match="deduct_when failed"):
+                Client().get(where)
+            assert slots.peek("k").remaining == 1, where
+        with pytest.raises(LookupError, match="deduct_when failed"):
+            asyncio.run(AsyncClient().get("/default"))
+        assert slots.peek("k").remaining == 1
+
+
 @pytest.mark.parametrize(
     ("rate_limit", "message"),
     [

@@ -6,6 +6,7 @@ Bucket scopes and limiter names: docs/concepts.md#keys.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import (
     TYPE_CHECKING,
@@ -36,7 +37,7 @@ from limiter.http.rules import (
     then,
 )
 from limiter.ratelimiter import RateLimiter
-from limiter.store import is_async_only
+from limiter.store import StoreError, is_async_only
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -72,8 +73,6 @@ def check_algorithm(algorithm: object, param: str = "algorithm") -> Optional[str
 
 def _takes_one(func: object) -> Optional[bool]:
     """Whether ``func`` takes one positional argument; ``None`` if unreadable (builtins)."""
-    import inspect
-
     try:
         signature = inspect.signature(func)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -114,8 +113,6 @@ def check_deduct_when_signature(deduct_when: object) -> None:
     if takes is False:
         raise TypeError(f"{fix}; {_named(deduct_when)} cannot take one argument")
     if takes:
-        import inspect
-
         first = next(iter(inspect.signature(deduct_when).parameters.values()))
         if first.name in _RESPONSE_NAMES:
             raise TypeError(
@@ -282,8 +279,7 @@ async def asettle(outcomes: Iterable[Pending], status: int) -> HeaderList:
         if isinstance(outcome, Deferred):
             nonblocking = outcome.guard.nonblocking
             outcome = outcome.settle(status) if nonblocking else await outcome.asettle(status)
-        if not shown:
-            shown = outcome
+        shown = shown or outcome
     return shown
 
 
@@ -309,17 +305,26 @@ class Decision:
         self._outcomes = outcomes
 
     def headers(self, status: int) -> HeaderList:
-        """Settle charges with ``status``; return the first limit's non-empty headers."""
+        """Settle charges with ``status``; return the first limit's non-empty headers.
+
+        If settling raises (``deduct_when`` did), the slots go back: no response will."""
         shown: HeaderList = []
-        for outcome in self._outcomes:
-            headers = outcome.settle(status) if isinstance(outcome, Deferred) else outcome
-            if not shown:
-                shown = headers
+        try:
+            for outcome in self._outcomes:
+                headers = outcome.settle(status) if isinstance(outcome, Deferred) else outcome
+                shown = shown or headers
+        except BaseException:
+            self.release()
+            raise
         return shown
 
     async def aheaders(self, status: int) -> HeaderList:
         """``headers`` for asyncio (the store is awaited)."""
-        return await asettle(self._outcomes, status)
+        try:
+            return await asettle(self._outcomes, status)
+        except BaseException:
+            await self.arelease()
+            raise
 
     @property
     def holds(self) -> bool:
@@ -548,8 +553,6 @@ def _unreachable(owner: str, shown: str, store: Any, exc: Exception) -> Optional
             exc,
         )
         return None
-    from limiter.store import StoreError
-
     return StoreError(
         f"{owner}: the store {shown} does not answer at start-up: {exc} (start it or fix "
         f"the URL; check_store=False starts without checking)"
@@ -560,8 +563,6 @@ def check_store(owner: str, store: Any, shown: str) -> None:
     """Ping ``store`` if it has ``ping()``; raise ``StoreError`` naming ``owner`` and
     ``shown`` if it does not answer. A store with a ``fallback`` is only logged
     (WARNING, ``limiter.adapters``)."""
-    from limiter.store import StoreError
-
     ping = getattr(store, "ping", None)
     if not callable(ping):
         return
@@ -575,8 +576,6 @@ def check_store(owner: str, store: Any, shown: str) -> None:
 
 async def acheck_store(owner: str, store: Any, shown: str) -> None:
     """``check_store`` for asyncio: ``await store.aping()`` (or ``ping()``)."""
-    from limiter.store import StoreError
-
     aping = getattr(store, "aping", None)
     if not callable(aping):
         check_store(owner, store, shown)
