@@ -743,6 +743,35 @@ def test_a_deduct_when_that_raises_gives_the_slot_back(tmp_path: Any) -> None:
         assert slots.peek("k").remaining == 1
 
 
+class Timeout(BaseException):
+    """Stands for gevent's ``Timeout``: a ``BaseException`` cutting a request short."""
+
+
+def test_a_sync_request_cut_short_by_a_base_exception_gives_the_slot_back() -> None:
+    # The async paths give the slot back when cancelled; a sync worker's request
+    # cut short (gevent.Timeout) must too: its process goes on serving.
+    from limiter import Concurrency, RateLimiter
+
+    clock = ManualClock(T0)
+    slots = RateLimiter(Concurrency(1, lease=30), clock=clock)
+
+    def cut_short(request: Any) -> HttpResponse:
+        raise Timeout
+
+    class slot_urls:
+        urlpatterns: ClassVar[List[Any]] = [
+            path("view", ratelimit(slots, key_func=lambda r: "k")(cut_short)),
+            path("default", cut_short),
+        ]
+
+    config = {"default": slots, "key_func": lambda r: "k", "clock": clock}
+    with rate_limited(config), override_settings(ROOT_URLCONF=slot_urls):
+        for where in ("/view", "/default"):
+            with pytest.raises(Timeout):
+                Client().get(where)
+            assert slots.peek("k").remaining == 1, where
+
+
 @pytest.mark.parametrize(
     ("rate_limit", "message"),
     [

@@ -156,6 +156,13 @@ def _release_on_close(response: Any, decision: Decision) -> None:
         release()
 
 
+def _release_recorded(request: HttpRequest) -> None:
+    """Give back the slots of the decision ``process_view`` recorded on ``request``."""
+    recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+    if recorded is not None:
+        recorded.release()
+
+
 def _refuse_async_only(integration: Integration) -> None:
     """Raise ``ImproperlyConfigured`` when the synchronous middleware would need to await."""
     default = integration.default
@@ -219,7 +226,11 @@ class RateLimitMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        response = self.get_response(request)
+        try:
+            response = self.get_response(request)
+        except BaseException:  # no response (gevent's Timeout): process_view's slots go back
+            _release_recorded(request)
+            raise
         decision, guards = self._pending(request, response)
         if guards:
             decision = _decide(current().integration, guards, request)
@@ -380,6 +391,9 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
                 decision.headers(500)
                 decision.release()
                 raise
+        except BaseException:  # cut short (gevent's Timeout): no response, the slot goes back
+            decision.release()
+            raise
         if inspect.isawaitable(response):
             # An async view _is_async_view missed: finish when Django awaits it.
             return _finish(response, request, decision)
