@@ -790,6 +790,40 @@ def test_a_websocket_route_refuses_the_handshake_with_1013(clock: ManualClock) -
     assert refused.value.code == 1013
 
 
+def test_a_websocket_gives_its_slot_back_through_a_middleware_copying_the_scope(
+    clock: ManualClock,
+) -> None:
+    # A middleware added before init_app runs inside the limiter's; one that
+    # rewrites the path passes on a copy of the scope, where the slot was recorded.
+    from limiter import Concurrency, MemoryStore
+
+    slots = RateLimiter(Concurrency(1, lease=30), store=MemoryStore(), clock=clock)
+    app = FastAPI()
+
+    class Rewrite:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            path = scope["path"].replace("/v1", "", 1)
+            await self.app({**scope, "path": path, "raw_path": path.encode()}, receive, send)
+
+    app.add_middleware(Rewrite)
+    rl = RateLimit(app, key_func=lambda r: "k", clock=clock)
+
+    @app.websocket("/ws", dependencies=[Depends(rl.limit(slots))])
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text(str(slots.peek("k").remaining))
+        await websocket.close()
+
+    c = client(app)
+    for _ in range(2):
+        with c.websocket_connect("/v1/ws") as session:
+            assert session.receive_text() == "0"  # held for the connection's life
+        assert slots.peek("k").remaining == 1
+
+
 def test_importing_limiter_does_not_import_fastapi() -> None:
     code = (
         "import sys, limiter, limiter.adapters, limiter.adapters.asgi\n"

@@ -517,6 +517,9 @@ class _RateLimitMiddleware:
         if not self._named:
             self._name_limits()
         if scope["type"] != "http":
+            # Made here, not by the dependency: a middleware inside this one may pass
+            # the app a copy of the scope, which shares this list.
+            sockets = scope.setdefault(_HELD, []) if scope["type"] == "websocket" else []
             try:
                 if scope["type"] == "lifespan" and self.rate_limit.check_store:
                     send = self._checked_startup(send)
@@ -526,7 +529,7 @@ class _RateLimitMiddleware:
                     return
                 await self.app(scope, receive, send)
             finally:  # a WebSocket's slots are held for the life of the connection
-                await common.arelease(scope.pop(_HELD, ()))
+                await common.arelease(sockets)
             return
         outcomes: List[Pending] = []
         scope[self.key] = outcomes
