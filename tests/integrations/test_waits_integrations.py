@@ -54,3 +54,14 @@ def test_django_settings_take_max_wait_and_refuse_a_bad_one() -> None:
     assert (config.default.waits.max_wait, config.default.waits.max_queue) == (2.0, 5)
     with pytest.raises(ImproperlyConfigured, match=r"max_wait.*-1"):
         Config({"default": "2/second", "max_wait": -1})
+
+
+def test_flask_refuses_a_lockout_limiter_that_would_wait_when_it_decorates() -> None:
+    from limiter import Lockout, RateLimiter
+
+    app = flask.Flask(__name__)
+    rl = FlaskRateLimit(app, default="2/second", max_wait=1.0)
+    locking = RateLimiter("5/minute", lockout=Lockout(3, within=60, duration=600))
+    with pytest.raises(TypeError, match="has a lockout: waiting for tokens"):
+        rl.limit(locking)
+    assert FlaskRateLimit(app=None, default="2/second").limit(locking)  # no max_wait: fine

@@ -42,6 +42,7 @@ from limiter.integrations.common import (
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
+from limiter.waiting import refuse_waits_with_lockout
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -330,6 +331,8 @@ class RateLimit:
         _refuse_async("limit", rate=rate, key_func=key_func, cost=cost)
         if isinstance(rate, RateLimiter):
             _sync_store(rate.store, f"the store of {rate!r}")
+            if self._options.get("max_wait") is not None:  # known now: refused now
+                refuse_waits_with_lockout(rate)
 
         def decorate(view: F) -> F:
             if not callable(view):
