@@ -114,3 +114,33 @@ def test_a_url_store_works_and_fails_fast(pg: PostgresServer) -> None:
         assert "nope" not in str(info.value) and APP_PASSWORD not in str(info.value)
     finally:
         wrong.close()
+
+
+def test_a_password_with_unencoded_special_characters_reaches_libpq_whole() -> None:
+    # The URL parser takes the user information up to the last "@"; libpq would
+    # stop at the first, and reject "%rd" (echoing it in the pool's log).
+    store = store_from_url("postgresql://app:p@ss:w%rd/x@db/rates")
+    assert store.conninfo == (
+        "postgresql://app:p%40ss%3Aw%25rd%2Fx@db/rates?connect_timeout=2"
+        "&options=-c%20statement_timeout%3D250"
+    )
+    encoded = store_from_url("postgresql://app:p%40ss%3Aw%25rd%2Fx@db/rates")
+    assert encoded.conninfo == store.conninfo
+
+
+def test_a_password_with_special_characters_logs_in(
+    pg: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    password = "50%off@p:w/x"
+    with pg.admin() as conn:
+        conn.execute(f"CREATE ROLE odd LOGIN PASSWORD '{password}'")
+        conn.execute("GRANT ALL ON SCHEMA public TO odd")
+    with pg.admin("limiter") as conn:
+        conn.execute("GRANT ALL ON SCHEMA public TO odd")
+    store = store_from_url(f"postgresql://odd:{password}@127.0.0.1:{pg.port}/limiter?table=odd")
+    try:
+        store.ping()
+        assert store.apply("k", Limit(1, 2), 1, T0).allowed
+    finally:
+        store.close()
+    assert "50%off" not in caplog.text and "off@p" not in caplog.text

@@ -111,5 +111,19 @@ def connection_string(parsed: StoreURL, timeouts: Dict[str, Any]) -> str:
         options = f"{options} -c statement_timeout={math.ceil(statement * 1000)}".strip()
     if options:
         pairs.append("options=" + quote(options, safe=""))
-    head = parsed.url.partition("?")[0]
-    return head + "?" + "&".join(pairs)
+    return _head(parsed) + "?" + "&".join(pairs)
+
+
+def _head(parsed: StoreURL) -> str:
+    """The URL up to its query, the user information percent-encoded anew.
+
+    The parser takes it up to the last ``@``; libpq stops at the first, and
+    rejects a ``%`` that starts no escape, echoing the password in the error.
+    """
+    userinfo = ""
+    if parsed.username is not None or parsed.password is not None:
+        userinfo = quote(parsed.username or "", safe="")
+        if parsed.password is not None:
+            userinfo += ":" + quote(parsed.password, safe="")
+        userinfo += "@"
+    return f"{parsed.scheme}://{userinfo}{parsed.netloc}{parsed.path}"
