@@ -60,6 +60,17 @@ def test_keyword_options_override_the_url() -> None:
         store_from_url("postgres://db/rates", socket_timeout=1)
 
 
+def test_hosts_ipv6_sockets_and_ports_pass_through() -> None:
+    for url in (
+        "postgresql://app:pw@[::1]:5433/rates",
+        "postgresql://a:5432,[::1]:5433,c/rates",
+        "postgresql://%2Ftmp%2Fpg/rates",
+        "postgresql://app@/rates?host=/tmp/pg&port=5433",
+        "postgresql://:5433/rates?host=/tmp/pg",
+    ):
+        assert store_from_url(url).conninfo.startswith(url.partition("?")[0])
+
+
 def test_deny_cache_wraps_it() -> None:
     store = store_from_url("postgresql://db/rates?deny_cache=100")
     assert isinstance(store, DenyCache) and isinstance(store.store, PostgresStore)
@@ -75,6 +86,10 @@ def test_deny_cache_wraps_it() -> None:
         ("postgresql://db/rates?max_connections=0", "max_connections must be an integer >= 1"),
         ("postgresql://db/rates?statement_timeout=-1", "statement_timeout must be"),
         ("postgresql://db/rates?fallback=redis", "fallback must be 'memory'"),
+        ("postgresql://app:pw@db:notaport/rates", "the port of 'db' must be a number"),
+        ("postgresql://app:pw@[::1/rates", "unclosed '\\[' in the host '\\[::1'"),
+        ("postgresql://a,b:0/rates", "the port of 'b' must be a number from 1 to 65535"),
+        ("postgresql://db/rates?port=abc", "port must be a number from 1 to 65535, got 'abc'"),
     ],
 )
 def test_bad_urls_are_value_errors(url: str, expected: str) -> None:

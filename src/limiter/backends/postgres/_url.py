@@ -20,6 +20,8 @@ from limiter.backends._url import (
     store_options,
 )
 
+#: PostgreSQL's port.
+DEFAULT_PORT = 5432
 #: Seconds to wait for a new connection: libpq's shortest useful connect_timeout.
 DEFAULT_CONNECT_TIMEOUT = 2
 #: Seconds a check may run on the server (its statement_timeout), and may wait for
@@ -63,6 +65,7 @@ def postgres_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> 
     parsed.check_query(_KNOWN)
     if not parsed.netloc and "host" not in parsed.query:
         parsed.fail("a host is missing (postgresql://user:password@host:5432/dbname)")
+    _check_hosts(parsed)
     kwargs = _store_kwargs(parsed)
     timeouts = {name: options.pop(name) for name in _TIMEOUTS if name in options}
     store_options(options, _STORE_OPTIONS + _TIMEOUTS, f"a {parsed.scheme}://", kwargs)
@@ -71,6 +74,15 @@ def postgres_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> 
 
     store_class = AsyncPostgresStore if asyncio else PostgresStore
     return store_class(conninfo, **kwargs)
+
+
+def _check_hosts(parsed: StoreURL) -> None:
+    """``ValueError`` for a malformed host or port, which libpq would report at each connect."""
+    if parsed.netloc and "host" not in parsed.query:  # a query's host= replaces the URL's
+        parsed.hosts(DEFAULT_PORT)
+    for port in parsed.query.get("port", "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            parsed.fail(f"port must be a number from 1 to 65535, got {port!r}")
 
 
 def _store_kwargs(parsed: StoreURL) -> Dict[str, Any]:
