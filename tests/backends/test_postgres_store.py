@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import re
 import threading
 from decimal import Decimal
 from typing import Any, Iterator, List, Optional
@@ -449,6 +450,25 @@ def test_sweep_deletes_only_what_no_longer_matters(store: PostgresStore, admin: 
     assert swept.sweep(T0 + 6, max_age=0.5) == 1
     (left,) = admin.execute("SELECT key FROM swept").fetchone()
     assert left == "quota"
+
+
+def test_sweep_refuses_a_time_that_would_delete_live_rows(store: PostgresStore, admin: Any) -> None:
+    # In PostgreSQL NaN is above every number: keep_until <= NaN holds for all rows.
+    swept = PostgresStore(store.pool, table="swept_nan")
+    swept.install()
+    swept.apply("live", Limit(1, 3600), 1, T0)
+    bad = [
+        ({"now": float("nan")}, "now must be a finite number of seconds, got nan"),
+        ({"now": float("inf")}, "now must be a finite number of seconds, got inf"),
+        ({"now": "soon"}, "now must be a finite number of seconds, got 'soon'"),
+        ({"now": T0, "max_age": float("nan")}, "max_age must be a finite number of seconds >= 0"),
+        ({"now": T0, "max_age": -1.0}, "max_age must be a finite number of seconds >= 0, got -1"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            swept.sweep(**kwargs)
+    (left,) = admin.execute("SELECT count(*) FROM swept_nan").fetchone()
+    assert left == 1
 
 
 def test_start_cleanup_sweeps_the_table(store: PostgresStore, admin: Any) -> None:
