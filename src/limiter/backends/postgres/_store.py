@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import re
 import threading
 import weakref
@@ -98,6 +99,13 @@ class _PostgresBase:
             )
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections!r}")
+        if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, (int, float)):
+            raise TypeError(f"pool_timeout must be a number of seconds, got {pool_timeout!r:.100}")
+        if not (pool_timeout > 0 and math.isfinite(pool_timeout)):
+            # Else every check would time out at once: a StoreError, the fail-open path.
+            raise ValueError(
+                f"pool_timeout must be a finite number of seconds > 0, got {pool_timeout!r}"
+            )
         self.names = _sql.names(table)
         self.table = table
         self.prefix = row_key(prefix)
