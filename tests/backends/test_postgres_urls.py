@@ -71,6 +71,22 @@ def test_hosts_ipv6_sockets_and_ports_pass_through() -> None:
         assert store_from_url(url).conninfo.startswith(url.partition("?")[0])
 
 
+def test_a_statement_timeout_in_options_is_not_overridden_by_the_default() -> None:
+    store = store_from_url("postgresql://db/rates?options=-c%20statement_timeout%3D5s")
+    assert store.conninfo == (
+        "postgresql://db/rates?connect_timeout=2&options=-c%20statement_timeout%3D5s"
+    )
+    store = store_from_url("postgresql://db/rates?options=--statement-timeout%3D0", table="t")
+    assert store.conninfo.endswith("&options=--statement-timeout%3D0")
+    # Said outright, statement_timeout comes last, and libpq's last -c wins.
+    store = store_from_url(
+        "postgresql://db/rates?options=-c%20statement_timeout%3D5s&statement_timeout=1"
+    )
+    assert store.conninfo.endswith(
+        "&options=-c%20statement_timeout%3D5s%20-c%20statement_timeout%3D1000"
+    )
+
+
 def test_deny_cache_wraps_it() -> None:
     store = store_from_url("postgresql://db/rates?deny_cache=100")
     assert isinstance(store, DenyCache) and isinstance(store.store, PostgresStore)

@@ -9,6 +9,7 @@ in ``options``).  Every URL error is raised before psycopg is imported.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Dict, List
 from urllib.parse import quote
 
@@ -55,6 +56,8 @@ _LIBPQ_PARAMS = (
     "keepalives",
     "keepalives_idle",
 )
+#: ``options`` that set statement_timeout (``-c statement_timeout=``, ``--statement-timeout=``).
+_SETS_STATEMENT_TIMEOUT = re.compile(r"statement[_-]timeout\s*=", re.IGNORECASE)
 _KNOWN = (*_STORE_PARAMS, *_TIMEOUTS, *_LIBPQ_PARAMS, *DENY_CACHE_PARAMS)
 # Keyword options that go to the store (the others: a TypeError).
 _STORE_OPTIONS = (*_STORE_PARAMS, "probe_clock")
@@ -106,19 +109,21 @@ def connection_string(parsed: StoreURL, timeouts: Dict[str, Any]) -> str:
 
     ``connect_timeout`` (seconds, whole, at least 2) and ``statement_timeout``
     (seconds; 0: none) come from ``timeouts`` (keyword options), else the
-    query, else the defaults.
+    query, else the defaults; no default statement_timeout is added after
+    the URL's own ``options`` setting one (the last would win).
     """
     connect = timeouts.get("connect_timeout", parsed.seconds("connect_timeout"))
     statement = timeouts.get("statement_timeout", parsed.seconds("statement_timeout", zero=True))
     connect = DEFAULT_CONNECT_TIMEOUT if connect is None else max(2, math.ceil(connect))
-    statement = DEFAULT_STATEMENT_TIMEOUT if statement is None else statement
+    options = parsed.query.get("options", "")
+    if statement is None and _SETS_STATEMENT_TIMEOUT.search(options) is None:
+        statement = DEFAULT_STATEMENT_TIMEOUT
     pairs: List[str] = [
         f"{name}={quote(value, safe='')}"
         for name, value in parsed.query.items()
         if name in _LIBPQ_PARAMS and name != "options"
     ]
     pairs.append(f"connect_timeout={connect}")
-    options = parsed.query.get("options", "")
     if statement:
         options = f"{options} -c statement_timeout={math.ceil(statement * 1000)}".strip()
     if options:
