@@ -9,6 +9,7 @@ stopped and started again); and the integrations' start-up check on them.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Iterator
 
 import pytest
@@ -162,6 +163,20 @@ def test_passwords_are_never_shown(pg: PostgresServer) -> None:
             assert "wrong-Pa55word" not in str(info.value)
         finally:
             store.close()
+
+
+def test_a_connection_string_libpq_cannot_parse_is_a_value_error_hiding_the_password() -> None:
+    # libpq's own message quotes what it could not parse: here, the password's end.
+    for conninfo in (
+        "host=db dbname=app user=app password=my secret-Word",
+        "postgresql://app:50%off-Word@db/app",
+    ):
+        for store_class in (PostgresStore, AsyncPostgresStore):
+            with pytest.raises(ValueError, match="libpq cannot parse") as info:
+                store_class(conninfo)
+            assert "Word" not in str(info.value) and info.value.__cause__ is None
+    with pytest.raises(ValueError, match=re.escape("'postgresql://app:***@db/app?port=x=y'")):
+        PostgresStore("postgresql://app:pw@db/app?port=x=y")
 
 
 def test_the_async_store_fails_alike(pg: PostgresServer) -> None:

@@ -81,7 +81,7 @@ class _PostgresBase:
         if isinstance(conninfo, str):
             self.pool: Any = None  # ours, made at first use (and again after close())
             self.conninfo: Optional[str] = conninfo
-            self._secret = _password_of(conninfo)
+            self._secret = _password_of(conninfo, self._kind)
         elif callable(getattr(conninfo, "connection", None)):
             self.pool, self.conninfo, self._secret = conninfo, None, None
         else:
@@ -225,8 +225,9 @@ class _PostgresBase:
         )
 
 
-def _password_of(conninfo: str) -> Optional[str]:
-    """The password in ``conninfo``, to scrub from messages (``None``: none, or unparsable)."""
+def _password_of(conninfo: str, kind: str) -> Optional[str]:
+    """The password in ``conninfo``, to scrub from messages (``None``: none, or no psycopg);
+    ``ValueError`` if libpq cannot parse ``conninfo``."""
     try:
         from psycopg.conninfo import conninfo_to_dict
     except ImportError:
@@ -234,7 +235,14 @@ def _password_of(conninfo: str) -> Optional[str]:
     try:
         password = conninfo_to_dict(conninfo).get("password")
     except Exception:
-        return None
+        # Else every connection attempt fails, and libpq's message (in the pool's
+        # log) quotes where it stopped: often inside the password.  Not chained.
+        shown = f" ({redact_url(conninfo)!r})" if "://" in conninfo else ""
+        raise ValueError(
+            f"{kind}: libpq cannot parse the connection string{shown}: percent-encode a "
+            "URL's special characters, quote a key=value string's values holding spaces, "
+            "quotes or backslashes ('...'); psycopg.conninfo.make_conninfo does both"
+        ) from None
     return str(password) if password else None
 
 
@@ -282,7 +290,8 @@ class PostgresStore(_PostgresBase, StoreShell):
     One statement, one transaction per check (a PL/pgSQL function mirroring
     ``limiter.core``).  Every failure (connection, timeout, read-only server,
     a missing table or function) is a ``StoreError`` wrapping the cause.
-    ``TypeError``/``ValueError`` for a bad option, naming it.
+    ``TypeError``/``ValueError`` for a bad option, naming it, or a
+    connection string libpq cannot parse (its password not shown).
     See docs/stores.md "PostgreSQL".
     """
 
