@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import random
 import re
 import threading
 from decimal import Decimal
@@ -232,6 +233,25 @@ def test_any_key_is_its_own_row(store: PostgresStore) -> None:
     limit = Limit(0.001, 1)
     assert all(store.apply(prefix + k, limit, 1, T0).allowed for k in keys)
     assert not any(store.apply(prefix + k, limit, 1, T0).allowed for k in keys)
+
+
+def test_a_key_of_any_length_is_its_own_row(store: PostgresStore) -> None:
+    # A client may choose the key (an API key header): one too long for the
+    # table's index was a StoreError, the fail-open path, for every check of it.
+    noise = random.Random(25)
+    long_keys = [
+        "".join(chr(noise.randrange(33, 0x2FFF)) for _ in range(n)) for n in (700, 3000, 100_000)
+    ]
+    long_keys += [long_keys[1] + "x", "%" * 3000, "\x00" * 3000]
+    prefix = unique_prefix()
+    assert len({row_key(k, prefix) for k in long_keys}) == len(long_keys)
+    assert all(len(row_key(k, prefix).encode()) <= 2048 + 66 for k in long_keys)
+    assert row_key("a" * 2048) == "a" * 2048  # short enough: as is
+    limit = Limit(0.001, 1)
+    assert all(store.apply(prefix + k, limit, 1, T0).allowed for k in long_keys)
+    assert not any(store.apply(prefix + k, limit, 1, T0).allowed for k in long_keys)
+    store.reset(prefix + long_keys[2])
+    assert store.apply(prefix + long_keys[2], limit, 1, T0).allowed
 
 
 # -- one statement per check ---------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import math
 import re
 import threading
@@ -30,6 +31,9 @@ from limiter.store import PoolFullError, StoreError
 _SPECIAL = re.compile("[%\x00\ud800-\udfff]")
 _PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
+#: Bytes of a row key kept as is (its prefix and key): a longer key's row is its hash.
+MAX_ROW_KEY = 2048
+
 # ping(): a peek at a key no caller uses (a peek writes nothing).
 _PING_KEY = "\x00limiter.ping\x00"
 _PING_LIMIT = Limit(1, 1)
@@ -40,12 +44,21 @@ def _escape(match: Any) -> str:
 
 
 def row_key(key: str, prefix: str = "") -> str:
-    """The ``key`` column of ``key``'s row, one-to-one for any str; ``ValueError`` for a non-str."""
+    """The ``key`` column of ``key``'s row, one-to-one for any str; ``ValueError`` for a non-str.
+
+    A row key over ``MAX_ROW_KEY`` bytes is ``prefix`` and the SHA-256 of the rest.
+    """
     if not isinstance(key, str):
         raise ValueError(f"key must be a str, got {key!r:.100}")
     if _SPECIAL.search(key) is not None:
         key = _SPECIAL.sub(_escape, key)
-    return prefix + key
+    row = prefix + key
+    # A str of n characters is at most 4n bytes: most keys skip the encoding.
+    if len(row) > MAX_ROW_KEY // 4 and len(row.encode("utf-8")) > MAX_ROW_KEY:
+        # The primary key's btree refuses an entry over about 2.7 kB, failing every
+        # check of that key.  "%H" appears in no escaped key: no short row is hit.
+        return prefix + "%H" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return row
 
 
 def redact_conninfo(conninfo: str) -> str:
