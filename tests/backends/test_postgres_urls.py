@@ -113,6 +113,20 @@ def test_bad_urls_are_value_errors(url: str, expected: str) -> None:
         store_from_url(url)
 
 
+def test_keyword_timeouts_are_checked_as_the_querys() -> None:
+    # statement_timeout=-1 went to the server, which refused every connection.
+    for name, bad, problem in (
+        ("connect_timeout", -1, "connect_timeout must be a finite number of seconds > 0, got -1"),
+        ("connect_timeout", float("nan"), "connect_timeout must be a finite number of seconds"),
+        ("statement_timeout", -1, "statement_timeout must be a finite number of seconds >= 0"),
+        ("statement_timeout", float("inf"), "statement_timeout must be a finite number of sec"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            store_from_url("postgresql://app:pw@db/rates", **{name: bad})
+    with pytest.raises(TypeError, match="statement_timeout must be a number of seconds, got 'a'"):
+        store_from_url("postgresql://app:pw@db/rates", statement_timeout="a")
+
+
 def test_limiter_storage_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIMITER_STORAGE_URL", "postgres://app:s3cret@db/rates?table=rl")
     store = store_from_env()
