@@ -480,13 +480,14 @@ def test_sweep_refuses_a_time_that_would_delete_live_rows(store: PostgresStore, 
     bad = [
         ({"now": float("nan")}, "now must be a finite number of seconds, got nan"),
         ({"now": float("inf")}, "now must be a finite number of seconds, got inf"),
-        ({"now": "soon"}, "now must be a finite number of seconds, got 'soon'"),
-        ({"now": T0, "max_age": float("nan")}, "max_age must be a finite number of seconds >= 0"),
+        ({"now": T0, "max_age": float("nan")}, "max_age must be a finite number of seconds"),
         ({"now": T0, "max_age": -1.0}, "max_age must be a finite number of seconds >= 0, got -1"),
     ]
     for kwargs, message in bad:
         with pytest.raises(ValueError, match=re.escape(message)):
             swept.sweep(**kwargs)
+    with pytest.raises(TypeError, match="now must be a number of seconds, got 'soon'"):
+        swept.sweep(now="soon")  # type: ignore[arg-type]
     (left,) = admin.execute("SELECT count(*) FROM swept_nan").fetchone()
     assert left == 1
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import math
 import re
 import threading
 import weakref
@@ -22,6 +21,7 @@ from limiter.backends._url import redact_url
 from limiter.backends._wire import Argv, decode_result
 from limiter.backends.postgres import _sql
 from limiter.backends.postgres._libpq import execute_prepared
+from limiter.clock import finite_seconds
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
 from limiter.store import PoolFullError, StoreError
@@ -112,9 +112,7 @@ class _PostgresBase:
             )
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections!r}")
-        if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, (int, float)):
-            raise TypeError(f"pool_timeout must be a number of seconds, got {pool_timeout!r:.100}")
-        if not (pool_timeout > 0 and math.isfinite(pool_timeout)):
+        if finite_seconds(pool_timeout, "pool_timeout") <= 0:
             # Else every check would time out at once: a StoreError, the fail-open path.
             raise ValueError(
                 f"pool_timeout must be a finite number of seconds > 0, got {pool_timeout!r}"
