@@ -165,6 +165,28 @@ def test_passwords_are_never_shown(pg: PostgresServer) -> None:
             store.close()
 
 
+def test_a_refused_login_says_why(pg: PostgresServer) -> None:
+    # The pool only logs why it could not connect; its PoolTimeout says nothing.
+    async def aping(store: Any) -> None:
+        try:
+            await store.aping()
+        finally:
+            await store.aclose()
+
+    why = 'password authentication failed for user "app"'
+    for store_class in (PostgresStore, AsyncPostgresStore):
+        store = store_class(pg.url(password="wrong-Pa55word"), pool_timeout=0.5)
+        with pytest.raises(StoreError, match=why) as info:
+            if store_class is PostgresStore:
+                try:
+                    store.ping()
+                finally:
+                    store.close()
+            else:
+                asyncio.run(aping(store))
+        assert "wrong-Pa55word" not in str(info.value)
+
+
 def test_a_connection_string_libpq_cannot_parse_is_a_value_error_hiding_the_password() -> None:
     # libpq's own message quotes what it could not parse: here, the password's end.
     for conninfo in (

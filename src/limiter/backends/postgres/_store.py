@@ -20,7 +20,7 @@ from limiter.backends._shell import AsyncStoreShell, StoreShell
 from limiter.backends._url import redact_url
 from limiter.backends._wire import Argv, decode_result
 from limiter.backends.postgres import _sql
-from limiter.backends.postgres._libpq import execute_prepared
+from limiter.backends.postgres._libpq import connection_class, execute_prepared
 from limiter.clock import finite_seconds
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
@@ -130,6 +130,7 @@ class _PostgresBase:
         self._apply = _sql.apply_sql(self.names, synchronous_commit)
         self._statement = _sql.apply_statement(self.names, synchronous_commit)
         self._ready = False  # installed (or found installed) since the pool was made
+        self._refused: Optional[BaseException] = None  # why our pool's last connect failed
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
         )
@@ -184,6 +185,9 @@ class _PostgresBase:
                 f"all {lent} are in use (max_connections)"
             )
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
+        refused = self._refused if type(exc).__name__ == "PoolTimeout" else None
+        if refused is not None:
+            text += f" (the last connection attempt: {type(refused).__name__}: {refused})"
         if self._secret:
             text = text.replace(self._secret, "***")
         if type(exc).__name__ == "UndefinedFunction":
@@ -191,7 +195,15 @@ class _PostgresBase:
         return StoreError(text)
 
     def _pool_options(self) -> dict:  # type: ignore[type-arg]
+        ref = weakref.ref(self)
+
+        def remember(exc: Optional[BaseException]) -> None:
+            store = ref()
+            if store is not None:
+                store._refused = exc
+
         return dict(
+            connection_class=connection_class(self._asyncio, remember),
             min_size=1,
             max_size=self.max_connections,
             timeout=self.pool_timeout,
