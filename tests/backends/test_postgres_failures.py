@@ -9,6 +9,7 @@ stopped and started again); and the integrations' start-up check on them.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Iterator
 
 import pytest
@@ -164,6 +165,42 @@ def test_passwords_are_never_shown(pg: PostgresServer) -> None:
             store.close()
 
 
+def test_a_refused_login_says_why(pg: PostgresServer) -> None:
+    # The pool only logs why it could not connect; its PoolTimeout says nothing.
+    async def aping(store: Any) -> None:
+        try:
+            await store.aping()
+        finally:
+            await store.aclose()
+
+    why = 'password authentication failed for user "app"'
+    for store_class in (PostgresStore, AsyncPostgresStore):
+        store = store_class(pg.url(password="wrong-Pa55word"), pool_timeout=0.5)
+        with pytest.raises(StoreError, match=why) as info:
+            if store_class is PostgresStore:
+                try:
+                    store.ping()
+                finally:
+                    store.close()
+            else:
+                asyncio.run(aping(store))
+        assert "wrong-Pa55word" not in str(info.value)
+
+
+def test_a_connection_string_libpq_cannot_parse_is_a_value_error_hiding_the_password() -> None:
+    # libpq's own message quotes what it could not parse: here, the password's end.
+    for conninfo in (
+        "host=db dbname=app user=app password=my secret-Word",
+        "postgresql://app:50%off-Word@db/app",
+    ):
+        for store_class in (PostgresStore, AsyncPostgresStore):
+            with pytest.raises(ValueError, match="libpq cannot parse") as info:
+                store_class(conninfo)
+            assert "Word" not in str(info.value) and info.value.__cause__ is None
+    with pytest.raises(ValueError, match=re.escape("'postgresql://app:***@db/app?port=x=y'")):
+        PostgresStore("postgresql://app:pw@db/app?port=x=y")
+
+
 def test_the_async_store_fails_alike(pg: PostgresServer) -> None:
     async def main() -> None:
         store = AsyncPostgresStore(pg.url(), table="astopped", pool_timeout=0.5)
@@ -190,6 +227,13 @@ def test_validation() -> None:
         PostgresStore("dbname=x", prefix=1)
     with pytest.raises(ValueError, match="max_connections"):
         PostgresStore("dbname=x", max_connections=0)
+    # Else every check would time out at once, a StoreError (the fail-open path).
+    for wait in (0, -1.0, float("nan"), float("inf")):
+        problem = f"pool_timeout must be a finite number of seconds( > 0)?, got {wait!r}"
+        with pytest.raises(ValueError, match=problem):
+            PostgresStore("dbname=x", pool_timeout=wait)
+    with pytest.raises(TypeError, match="pool_timeout must be a number of seconds, got '1'"):
+        PostgresStore("dbname=x", pool_timeout="1")
     with pytest.raises(ValueError, match="probe_after"):
         PostgresStore("dbname=x", fallback=MemoryStore(), probe_after=0)
     store: Any = PostgresStore("dbname=x", table="app.rates", fallback=MemoryStore())

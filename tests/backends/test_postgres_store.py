@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import random
+import re
 import threading
 from decimal import Decimal
 from typing import Any, Iterator, List, Optional
@@ -233,6 +235,25 @@ def test_any_key_is_its_own_row(store: PostgresStore) -> None:
     assert not any(store.apply(prefix + k, limit, 1, T0).allowed for k in keys)
 
 
+def test_a_key_of_any_length_is_its_own_row(store: PostgresStore) -> None:
+    # A client may choose the key (an API key header): one too long for the
+    # table's index was a StoreError, the fail-open path, for every check of it.
+    noise = random.Random(25)
+    long_keys = [
+        "".join(chr(noise.randrange(33, 0x2FFF)) for _ in range(n)) for n in (700, 3000, 100_000)
+    ]
+    long_keys += [long_keys[1] + "x", "%" * 3000, "\x00" * 3000]
+    prefix = unique_prefix()
+    assert len({row_key(k, prefix) for k in long_keys}) == len(long_keys)
+    assert all(len(row_key(k, prefix).encode()) <= 2048 + 66 for k in long_keys)
+    assert row_key("a" * 2048) == "a" * 2048  # short enough: as is
+    limit = Limit(0.001, 1)
+    assert all(store.apply(prefix + k, limit, 1, T0).allowed for k in long_keys)
+    assert not any(store.apply(prefix + k, limit, 1, T0).allowed for k in long_keys)
+    store.reset(prefix + long_keys[2])
+    assert store.apply(prefix + long_keys[2], limit, 1, T0).allowed
+
+
 # -- one statement per check ---------------------------------------------------------
 
 
@@ -449,6 +470,26 @@ def test_sweep_deletes_only_what_no_longer_matters(store: PostgresStore, admin: 
     assert swept.sweep(T0 + 6, max_age=0.5) == 1
     (left,) = admin.execute("SELECT key FROM swept").fetchone()
     assert left == "quota"
+
+
+def test_sweep_refuses_a_time_that_would_delete_live_rows(store: PostgresStore, admin: Any) -> None:
+    # In PostgreSQL NaN is above every number: keep_until <= NaN holds for all rows.
+    swept = PostgresStore(store.pool, table="swept_nan")
+    swept.install()
+    swept.apply("live", Limit(1, 3600), 1, T0)
+    bad = [
+        ({"now": float("nan")}, "now must be a finite number of seconds, got nan"),
+        ({"now": float("inf")}, "now must be a finite number of seconds, got inf"),
+        ({"now": T0, "max_age": float("nan")}, "max_age must be a finite number of seconds"),
+        ({"now": T0, "max_age": -1.0}, "max_age must be a finite number of seconds >= 0, got -1"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            swept.sweep(**kwargs)
+    with pytest.raises(TypeError, match="now must be a number of seconds, got 'soon'"):
+        swept.sweep(now="soon")  # type: ignore[arg-type]
+    (left,) = admin.execute("SELECT count(*) FROM swept_nan").fetchone()
+    assert left == 1
 
 
 def test_start_cleanup_sweeps_the_table(store: PostgresStore, admin: Any) -> None:

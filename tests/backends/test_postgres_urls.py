@@ -60,6 +60,33 @@ def test_keyword_options_override_the_url() -> None:
         store_from_url("postgres://db/rates", socket_timeout=1)
 
 
+def test_hosts_ipv6_sockets_and_ports_pass_through() -> None:
+    for url in (
+        "postgresql://app:pw@[::1]:5433/rates",
+        "postgresql://a:5432,[::1]:5433,c/rates",
+        "postgresql://%2Ftmp%2Fpg/rates",
+        "postgresql://app@/rates?host=/tmp/pg&port=5433",
+        "postgresql://:5433/rates?host=/tmp/pg",
+    ):
+        assert store_from_url(url).conninfo.startswith(url.partition("?")[0])
+
+
+def test_a_statement_timeout_in_options_is_not_overridden_by_the_default() -> None:
+    store = store_from_url("postgresql://db/rates?options=-c%20statement_timeout%3D5s")
+    assert store.conninfo == (
+        "postgresql://db/rates?connect_timeout=2&options=-c%20statement_timeout%3D5s"
+    )
+    store = store_from_url("postgresql://db/rates?options=--statement-timeout%3D0", table="t")
+    assert store.conninfo.endswith("&options=--statement-timeout%3D0")
+    # Said outright, statement_timeout comes last, and libpq's last -c wins.
+    store = store_from_url(
+        "postgresql://db/rates?options=-c%20statement_timeout%3D5s&statement_timeout=1"
+    )
+    assert store.conninfo.endswith(
+        "&options=-c%20statement_timeout%3D5s%20-c%20statement_timeout%3D1000"
+    )
+
+
 def test_deny_cache_wraps_it() -> None:
     store = store_from_url("postgresql://db/rates?deny_cache=100")
     assert isinstance(store, DenyCache) and isinstance(store.store, PostgresStore)
@@ -75,11 +102,29 @@ def test_deny_cache_wraps_it() -> None:
         ("postgresql://db/rates?max_connections=0", "max_connections must be an integer >= 1"),
         ("postgresql://db/rates?statement_timeout=-1", "statement_timeout must be"),
         ("postgresql://db/rates?fallback=redis", "fallback must be 'memory'"),
+        ("postgresql://app:pw@db:notaport/rates", "the port of 'db' must be a number"),
+        ("postgresql://app:pw@[::1/rates", "unclosed '\\[' in the host '\\[::1'"),
+        ("postgresql://a,b:0/rates", "the port of 'b' must be a number from 1 to 65535"),
+        ("postgresql://db/rates?port=abc", "port must be a number from 1 to 65535, got 'abc'"),
     ],
 )
 def test_bad_urls_are_value_errors(url: str, expected: str) -> None:
     with pytest.raises(ValueError, match=expected):
         store_from_url(url)
+
+
+def test_keyword_timeouts_are_checked_as_the_querys() -> None:
+    # statement_timeout=-1 went to the server, which refused every connection.
+    for name, bad, problem in (
+        ("connect_timeout", -1, "connect_timeout must be a finite number of seconds > 0, got -1"),
+        ("connect_timeout", float("nan"), "connect_timeout must be a finite number of seconds"),
+        ("statement_timeout", -1, "statement_timeout must be a finite number of seconds >= 0"),
+        ("statement_timeout", float("inf"), "statement_timeout must be a finite number of sec"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            store_from_url("postgresql://app:pw@db/rates", **{name: bad})
+    with pytest.raises(TypeError, match="statement_timeout must be a number of seconds, got 'a'"):
+        store_from_url("postgresql://app:pw@db/rates", statement_timeout="a")
 
 
 def test_limiter_storage_url(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,3 +159,33 @@ def test_a_url_store_works_and_fails_fast(pg: PostgresServer) -> None:
         assert "nope" not in str(info.value) and APP_PASSWORD not in str(info.value)
     finally:
         wrong.close()
+
+
+def test_a_password_with_unencoded_special_characters_reaches_libpq_whole() -> None:
+    # The URL parser takes the user information up to the last "@"; libpq would
+    # stop at the first, and reject "%rd" (echoing it in the pool's log).
+    store = store_from_url("postgresql://app:p@ss:w%rd/x@db/rates")
+    assert store.conninfo == (
+        "postgresql://app:p%40ss%3Aw%25rd%2Fx@db/rates?connect_timeout=2"
+        "&options=-c%20statement_timeout%3D250"
+    )
+    encoded = store_from_url("postgresql://app:p%40ss%3Aw%25rd%2Fx@db/rates")
+    assert encoded.conninfo == store.conninfo
+
+
+def test_a_password_with_special_characters_logs_in(
+    pg: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    password = "50%off@p:w/x"
+    with pg.admin() as conn:
+        conn.execute(f"CREATE ROLE odd LOGIN PASSWORD '{password}'")
+        conn.execute("GRANT ALL ON SCHEMA public TO odd")
+    with pg.admin("limiter") as conn:
+        conn.execute("GRANT ALL ON SCHEMA public TO odd")
+    store = store_from_url(f"postgresql://odd:{password}@127.0.0.1:{pg.port}/limiter?table=odd")
+    try:
+        store.ping()
+        assert store.apply("k", Limit(1, 2), 1, T0).allowed
+    finally:
+        store.close()
+    assert "50%off" not in caplog.text and "off@p" not in caplog.text

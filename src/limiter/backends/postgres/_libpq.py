@@ -8,7 +8,7 @@ documented libpq wrapper), and raises psycopg's error for a failure.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Callable, List, Optional
 
 from limiter.backends.postgres._sql import Statement
 
@@ -44,3 +44,39 @@ def execute_prepared(conn: Any, statement: Statement, params: List[bytes]) -> by
 
         raise error_from_result(result, encoding=conn.info.encoding)
     return result.get_value(0, 0)  # type: ignore[no-any-return]
+
+
+def connection_class(asyncio: bool, remember: Callable[[Optional[BaseException]], None]) -> Any:
+    """A psycopg connection class (``AsyncConnection`` with ``asyncio``) whose ``connect``
+    tells ``remember`` how each attempt ended: the exception, or ``None``.
+
+    For a pool's ``connection_class``: psycopg_pool only logs why it could not
+    connect, and a caller's ``PoolTimeout`` says nothing of it.
+    """
+    import psycopg
+
+    base: Any = psycopg.AsyncConnection if asyncio else psycopg.Connection
+
+    class AsyncConnection(base):  # type: ignore[misc]
+        @classmethod
+        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = await super().connect(*args, **kwargs)
+            except Exception as exc:
+                remember(exc)
+                raise
+            remember(None)
+            return conn
+
+    class Connection(base):  # type: ignore[misc]
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = super().connect(*args, **kwargs)
+            except Exception as exc:
+                remember(exc)
+                raise
+            remember(None)
+            return conn
+
+    return AsyncConnection if asyncio else Connection

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence
 
+from limiter.clock import finite_seconds
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 
 #: The version in every function's name: a change of ``apply.sql`` that changes
@@ -239,14 +240,22 @@ def sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> 
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch!r}")
     if now is not None:
-        now = float(now)
+        now = _seconds(now, "now")  # NaN is above every number in SQL: all rows would go
     if max_age is None:
         horizon = float("-inf")
     elif now is None:
         raise ValueError("max_age needs now (the clock of the checks), got now=None")
     else:
-        horizon = now - float(max_age)
+        horizon = now - _seconds(max_age, "max_age", at_least_zero=True)
     return {"now": now, "horizon": horizon, "batch": batch}
+
+
+def _seconds(value: Any, name: str, at_least_zero: bool = False) -> float:
+    """``finite_seconds(value, name)``, and ``>= 0`` with ``at_least_zero``."""
+    seconds = finite_seconds(value, name)
+    if at_least_zero and seconds < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return seconds
 
 
 #: The privileges a store needs on its table: checks read and write, reset and sweep delete.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import re
 import threading
 import weakref
@@ -19,7 +20,8 @@ from limiter.backends._shell import AsyncStoreShell, StoreShell
 from limiter.backends._url import redact_url
 from limiter.backends._wire import Argv, decode_result
 from limiter.backends.postgres import _sql
-from limiter.backends.postgres._libpq import execute_prepared
+from limiter.backends.postgres._libpq import connection_class, execute_prepared
+from limiter.clock import finite_seconds
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
 from limiter.store import PoolFullError, StoreError
@@ -28,6 +30,9 @@ from limiter.store import PoolFullError, StoreError
 # and "%" (so that the mapping stays one-to-one), are written %XXXX.
 _SPECIAL = re.compile("[%\x00\ud800-\udfff]")
 _PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+#: Bytes of a row key kept as is (its prefix and key): a longer key's row is its hash.
+MAX_ROW_KEY = 2048
 
 # ping(): a peek at a key no caller uses (a peek writes nothing).
 _PING_KEY = "\x00limiter.ping\x00"
@@ -39,12 +44,21 @@ def _escape(match: Any) -> str:
 
 
 def row_key(key: str, prefix: str = "") -> str:
-    """The ``key`` column of ``key``'s row, one-to-one for any str; ``ValueError`` for a non-str."""
+    """The ``key`` column of ``key``'s row, one-to-one for any str; ``ValueError`` for a non-str.
+
+    A row key over ``MAX_ROW_KEY`` bytes is ``prefix`` and the SHA-256 of the rest.
+    """
     if not isinstance(key, str):
         raise ValueError(f"key must be a str, got {key!r:.100}")
     if _SPECIAL.search(key) is not None:
         key = _SPECIAL.sub(_escape, key)
-    return prefix + key
+    row = prefix + key
+    # A str of n characters is at most 4n bytes: most keys skip the encoding.
+    if len(row) > MAX_ROW_KEY // 4 and len(row.encode("utf-8")) > MAX_ROW_KEY:
+        # The primary key's btree refuses an entry over about 2.7 kB, failing every
+        # check of that key.  "%H" appears in no escaped key: no short row is hit.
+        return prefix + "%H" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return row
 
 
 def redact_conninfo(conninfo: str) -> str:
@@ -80,7 +94,7 @@ class _PostgresBase:
         if isinstance(conninfo, str):
             self.pool: Any = None  # ours, made at first use (and again after close())
             self.conninfo: Optional[str] = conninfo
-            self._secret = _password_of(conninfo)
+            self._secret = _password_of(conninfo, self._kind)
         elif callable(getattr(conninfo, "connection", None)):
             self.pool, self.conninfo, self._secret = conninfo, None, None
         else:
@@ -98,6 +112,11 @@ class _PostgresBase:
             )
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections!r}")
+        if finite_seconds(pool_timeout, "pool_timeout") <= 0:
+            # Else every check would time out at once: a StoreError, the fail-open path.
+            raise ValueError(
+                f"pool_timeout must be a finite number of seconds > 0, got {pool_timeout!r}"
+            )
         self.names = _sql.names(table)
         self.table = table
         self.prefix = row_key(prefix)
@@ -111,6 +130,7 @@ class _PostgresBase:
         self._apply = _sql.apply_sql(self.names, synchronous_commit)
         self._statement = _sql.apply_statement(self.names, synchronous_commit)
         self._ready = False  # installed (or found installed) since the pool was made
+        self._refused: Optional[BaseException] = None  # why our pool's last connect failed
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
         )
@@ -165,6 +185,9 @@ class _PostgresBase:
                 f"all {lent} are in use (max_connections)"
             )
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
+        refused = self._refused if type(exc).__name__ == "PoolTimeout" else None
+        if refused is not None:
+            text += f" (the last connection attempt: {type(refused).__name__}: {refused})"
         if self._secret:
             text = text.replace(self._secret, "***")
         if type(exc).__name__ == "UndefinedFunction":
@@ -172,7 +195,15 @@ class _PostgresBase:
         return StoreError(text)
 
     def _pool_options(self) -> dict:  # type: ignore[type-arg]
+        ref = weakref.ref(self)
+
+        def remember(exc: Optional[BaseException]) -> None:
+            store = ref()
+            if store is not None:
+                store._refused = exc
+
         return dict(
+            connection_class=connection_class(self._asyncio, remember),
             min_size=1,
             max_size=self.max_connections,
             timeout=self.pool_timeout,
@@ -217,8 +248,9 @@ class _PostgresBase:
         )
 
 
-def _password_of(conninfo: str) -> Optional[str]:
-    """The password in ``conninfo``, to scrub from messages (``None``: none, or unparsable)."""
+def _password_of(conninfo: str, kind: str) -> Optional[str]:
+    """The password in ``conninfo``, to scrub from messages (``None``: none, or no psycopg);
+    ``ValueError`` if libpq cannot parse ``conninfo``."""
     try:
         from psycopg.conninfo import conninfo_to_dict
     except ImportError:
@@ -226,7 +258,14 @@ def _password_of(conninfo: str) -> Optional[str]:
     try:
         password = conninfo_to_dict(conninfo).get("password")
     except Exception:
-        return None
+        # Else every connection attempt fails, and libpq's message (in the pool's
+        # log) quotes where it stopped: often inside the password.  Not chained.
+        shown = f" ({redact_url(conninfo)!r})" if "://" in conninfo else ""
+        raise ValueError(
+            f"{kind}: libpq cannot parse the connection string{shown}: percent-encode a "
+            "URL's special characters, quote a key=value string's values holding spaces, "
+            "quotes or backslashes ('...'); psycopg.conninfo.make_conninfo does both"
+        ) from None
     return str(password) if password else None
 
 
@@ -274,7 +313,8 @@ class PostgresStore(_PostgresBase, StoreShell):
     One statement, one transaction per check (a PL/pgSQL function mirroring
     ``limiter.core``).  Every failure (connection, timeout, read-only server,
     a missing table or function) is a ``StoreError`` wrapping the cause.
-    ``TypeError``/``ValueError`` for a bad option, naming it.
+    ``TypeError``/``ValueError`` for a bad option, naming it, or a
+    connection string libpq cannot parse (its password not shown).
     See docs/stores.md "PostgreSQL".
     """
 

@@ -9,6 +9,7 @@ in ``options``).  Every URL error is raised before psycopg is imported.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Dict, List
 from urllib.parse import quote
 
@@ -19,7 +20,10 @@ from limiter.backends._url import (
     StoreURL,
     store_options,
 )
+from limiter.clock import finite_seconds
 
+#: PostgreSQL's port.
+DEFAULT_PORT = 5432
 #: Seconds to wait for a new connection: libpq's shortest useful connect_timeout.
 DEFAULT_CONNECT_TIMEOUT = 2
 #: Seconds a check may run on the server (its statement_timeout), and may wait for
@@ -53,6 +57,8 @@ _LIBPQ_PARAMS = (
     "keepalives",
     "keepalives_idle",
 )
+#: ``options`` that set statement_timeout (``-c statement_timeout=``, ``--statement-timeout=``).
+_SETS_STATEMENT_TIMEOUT = re.compile(r"statement[_-]timeout\s*=", re.IGNORECASE)
 _KNOWN = (*_STORE_PARAMS, *_TIMEOUTS, *_LIBPQ_PARAMS, *DENY_CACHE_PARAMS)
 # Keyword options that go to the store (the others: a TypeError).
 _STORE_OPTIONS = (*_STORE_PARAMS, "probe_clock")
@@ -63,14 +69,33 @@ def postgres_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> 
     parsed.check_query(_KNOWN)
     if not parsed.netloc and "host" not in parsed.query:
         parsed.fail("a host is missing (postgresql://user:password@host:5432/dbname)")
+    _check_hosts(parsed)
     kwargs = _store_kwargs(parsed)
-    timeouts = {name: options.pop(name) for name in _TIMEOUTS if name in options}
+    timeouts = {name: _timeout(name, options.pop(name)) for name in _TIMEOUTS if name in options}
     store_options(options, _STORE_OPTIONS + _TIMEOUTS, f"a {parsed.scheme}://", kwargs)
     conninfo = connection_string(parsed, timeouts)
     from limiter.backends.postgres._store import AsyncPostgresStore, PostgresStore
 
     store_class = AsyncPostgresStore if asyncio else PostgresStore
     return store_class(conninfo, **kwargs)
+
+
+def _timeout(name: str, value: Any) -> float:
+    """A keyword ``connect_timeout`` (> 0) or ``statement_timeout`` (>= 0; 0: none), checked."""
+    seconds = finite_seconds(value, name)
+    if seconds < 0 or (seconds == 0 and name == "connect_timeout"):
+        bound = "> 0" if name == "connect_timeout" else ">= 0"
+        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    return seconds
+
+
+def _check_hosts(parsed: StoreURL) -> None:
+    """``ValueError`` for a malformed host or port, which libpq would report at each connect."""
+    if parsed.netloc and "host" not in parsed.query:  # a query's host= replaces the URL's
+        parsed.hosts(DEFAULT_PORT)
+    for port in parsed.query.get("port", "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            parsed.fail(f"port must be a number from 1 to 65535, got {port!r}")
 
 
 def _store_kwargs(parsed: StoreURL) -> Dict[str, Any]:
@@ -94,22 +119,38 @@ def connection_string(parsed: StoreURL, timeouts: Dict[str, Any]) -> str:
 
     ``connect_timeout`` (seconds, whole, at least 2) and ``statement_timeout``
     (seconds; 0: none) come from ``timeouts`` (keyword options), else the
-    query, else the defaults.
+    query, else the defaults; no default statement_timeout is added after
+    the URL's own ``options`` setting one (the last would win).
     """
     connect = timeouts.get("connect_timeout", parsed.seconds("connect_timeout"))
     statement = timeouts.get("statement_timeout", parsed.seconds("statement_timeout", zero=True))
     connect = DEFAULT_CONNECT_TIMEOUT if connect is None else max(2, math.ceil(connect))
-    statement = DEFAULT_STATEMENT_TIMEOUT if statement is None else statement
+    options = parsed.query.get("options", "")
+    if statement is None and _SETS_STATEMENT_TIMEOUT.search(options) is None:
+        statement = DEFAULT_STATEMENT_TIMEOUT
     pairs: List[str] = [
         f"{name}={quote(value, safe='')}"
         for name, value in parsed.query.items()
         if name in _LIBPQ_PARAMS and name != "options"
     ]
     pairs.append(f"connect_timeout={connect}")
-    options = parsed.query.get("options", "")
     if statement:
         options = f"{options} -c statement_timeout={math.ceil(statement * 1000)}".strip()
     if options:
         pairs.append("options=" + quote(options, safe=""))
-    head = parsed.url.partition("?")[0]
-    return head + "?" + "&".join(pairs)
+    return _head(parsed) + "?" + "&".join(pairs)
+
+
+def _head(parsed: StoreURL) -> str:
+    """The URL up to its query, the user information percent-encoded anew.
+
+    The parser takes it up to the last ``@``; libpq stops at the first, and
+    rejects a ``%`` that starts no escape, echoing the password in the error.
+    """
+    userinfo = ""
+    if parsed.username is not None or parsed.password is not None:
+        userinfo = quote(parsed.username or "", safe="")
+        if parsed.password is not None:
+            userinfo += ":" + quote(parsed.password, safe="")
+        userinfo += "@"
+    return f"{parsed.scheme}://{userinfo}{parsed.netloc}{parsed.path}"
