@@ -6,7 +6,9 @@ port (``helpers/redis_servers.py``) and the doc's blocks find it in ``REDIS_URL`
 (``"redis://127.0.0.1:<port>/0"``, also set in the environment), ``REDIS_HOST``
 and ``REDIS_PORT``.  Without a ``redis-server`` binary the whole doc is skipped
 with the reason (its blocks share one namespace), except under ``CI=true``.
-No block may count on a server at 6379.
+No block may count on a server at 6379.  ``# needs: postgres`` does the same
+with a throwaway PostgreSQL (``helpers/postgres_servers.py``): its URL, for the
+application's role, is ``POSTGRES_URL``.
 
 ``# needs: slowapi`` (or ``flask-limiter``, ``django-ratelimit``) names a peer
 library a block runs beside ours: they are in the ``full`` extra, and without
@@ -36,7 +38,7 @@ PEERS = {
     "flask-limiter": "flask_limiter",
     "django-ratelimit": "django_ratelimit",
 }
-KNOWN_NEEDS = {"redis", *PEERS}
+KNOWN_NEEDS = {"redis", "postgres", *PEERS}
 
 
 def python_blocks(path: Path) -> List[str]:
@@ -64,6 +66,15 @@ def docs_redis() -> Iterator[Any]:
     yield from redis_server()
 
 
+@pytest.fixture(scope="module")
+def docs_postgres() -> Iterator[Any]:
+    """One throwaway PostgreSQL for the docs; skips without initdb (fails if CI=true)."""
+    need_module("psycopg")
+    from helpers.postgres_servers import postgres_server
+
+    yield from postgres_server()
+
+
 @pytest.mark.usefixtures("current_loop")  # Python 3.9: redis.asyncio asks for the current loop
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_code_blocks_run(
@@ -83,6 +94,10 @@ def test_code_blocks_run(
         client.close()
         namespace.update(REDIS_URL=server.url, REDIS_HOST="127.0.0.1", REDIS_PORT=server.port)
         monkeypatch.setenv("REDIS_URL", server.url)
+    if "postgres" in needs:
+        url = request.getfixturevalue("docs_postgres").url()  # skips the doc without initdb
+        namespace.update(POSTGRES_URL=url)
+        monkeypatch.setenv("POSTGRES_URL", url)
     sys.modules.setdefault(namespace["__name__"], type(sys)(namespace["__name__"]))
     for number, block in enumerate(python_blocks(path), 1):
         code = compile(block, f"{path.name}[block {number}]", "exec")
