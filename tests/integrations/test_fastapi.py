@@ -824,6 +824,28 @@ def test_a_websocket_gives_its_slot_back_through_a_middleware_copying_the_scope(
         assert slots.peek("k").remaining == 1
 
 
+def test_a_websocket_slot_on_an_app_without_the_middleware_is_refused_not_leaked(
+    clock: ManualClock,
+) -> None:
+    # As for HTTP: without init_app nothing would give the slot back at the end.
+    from limiter import Concurrency, MemoryStore
+
+    slots = RateLimiter(Concurrency(1, lease=30), store=MemoryStore(), clock=clock)
+    app = FastAPI()
+    rl = RateLimit(key_func=lambda r: "k", clock=clock)  # init_app never called
+
+    @app.websocket("/ws", dependencies=[Depends(rl.limit(slots))])
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+
+    with (
+        pytest.raises(RuntimeError, match=r"without its middleware: call rl\.init_app"),
+        client(app).websocket_connect("/ws"),
+    ):
+        pass
+    assert slots.peek("k").remaining == 1  # given back
+
+
 def test_importing_limiter_does_not_import_fastapi() -> None:
     code = (
         "import sys, limiter, limiter.adapters, limiter.adapters.asgi\n"

@@ -320,7 +320,14 @@ async def _websocket(integration: Integration, guards: List[Guard], scope: Scope
     if decision.response is not None:
         raise WebSocketException(code=WEBSOCKET_CLOSE_CODE, reason="rate limited")
     if decision.holds:  # for the life of the connection: the middleware gives it back
-        scope.setdefault(_HELD, []).append(decision)  # first: aheaders may raise
+        held = scope.get(_HELD)
+        if held is None:  # no middleware: nothing would give the slot back
+            await decision.arelease()
+            raise RuntimeError(
+                "a RateLimit.limit() dependency holding a slot ran on an app without its "
+                "middleware: call rl.init_app(app) (or RateLimit(app)) when you build the app"
+            )
+        held.append(decision)  # first: aheaders may raise
     await decision.aheaders(101)
 
 
