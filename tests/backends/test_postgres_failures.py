@@ -236,6 +236,9 @@ def test_validation() -> None:
         PostgresStore("dbname=x", pool_timeout="1")
     with pytest.raises(ValueError, match="probe_after"):
         PostgresStore("dbname=x", fallback=MemoryStore(), probe_after=0)
+    for batch in (0, 2**31, 2**63):  # before any I/O: the server would refuse 2**31 and up
+        with pytest.raises(ValueError, match=r"batch must be from 1 to 2\*\*31 - 1"):
+            PostgresStore("dbname=x").sweep(batch=batch)
     store: Any = PostgresStore("dbname=x", table="app.rates", fallback=MemoryStore())
     assert store.names.apply == '"app"."rates_apply_v4"'
     assert "table='app.rates'" in repr(store) and "MemoryStore" in repr(store)

@@ -237,8 +237,8 @@ def sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> 
     """``sweep_sql``'s parameters, or the error for a bad ``batch`` or ``max_age``."""
     if isinstance(batch, bool) or not isinstance(batch, int):
         raise TypeError(f"batch must be an int, got {batch!r:.100}")
-    if batch < 1:
-        raise ValueError(f"batch must be at least 1, got {batch!r}")
+    if not 1 <= batch <= 2**31 - 1:  # a LIMIT the server takes as an integer
+        raise ValueError(f"batch must be from 1 to 2**31 - 1, got {batch!r}")
     if now is not None:
         now = _seconds(now, "now")  # NaN is above every number in SQL: all rows would go
     if max_age is None:
