@@ -67,6 +67,7 @@ class RateLimitOptions(IntegrationOptions, WebSocketOptions, total=False):
 #: A WebSocket's decisions holding slots, given back when the connection ends.
 _HELD = "limiter.fastapi.held"
 _MARK = "__limiter_rate_limit__"  # value: the RateLimit owning the dependency
+_NO_MIDDLEWARE = "ran on an app without its middleware: call rl.init_app(app) (or RateLimit(app))"
 _BIND = "__limiter_bind__"
 _BOUND = "__limiter_routes__"
 
@@ -288,10 +289,7 @@ def _dependency(
             if scope["type"] == "websocket":
                 await _websocket(integration, guards, scope)
                 return
-            raise RuntimeError(
-                "a RateLimit.limit() dependency ran on an app without its middleware: "
-                "call rl.init_app(app) (or RateLimit(app)) when you build the app"
-            )
+            raise RuntimeError(f"a RateLimit.limit() dependency {_NO_MIDDLEWARE}")
         if not enabled or (allowed is not None and scope["method"] not in allowed):
             return
         guard = guards[0]
@@ -323,10 +321,7 @@ async def _websocket(integration: Integration, guards: List[Guard], scope: Scope
         held = scope.get(_HELD)
         if held is None:  # no middleware: nothing would give the slot back
             await decision.arelease()
-            raise RuntimeError(
-                "a RateLimit.limit() dependency holding a slot ran on an app without its "
-                "middleware: call rl.init_app(app) (or RateLimit(app)) when you build the app"
-            )
+            raise RuntimeError(f"a RateLimit.limit() dependency holding a slot {_NO_MIDDLEWARE}")
         held.append(decision)  # first: aheaders may raise
     await decision.aheaders(101)
 
