@@ -133,6 +133,7 @@ def gunicorn_process(
          "--log-level", "warning", *options, app],
         pass_fds=[sock.fileno()],
         env={**os.environ, **(env or {}), "PYTHONPATH": path},
+        start_new_session=True,  # its own process group: the workers go with the master
     )  # fmt: skip
     sock.close()
     url = f"http://127.0.0.1:{port}"
@@ -150,11 +151,13 @@ def gunicorn_process(
         yield url, process
     finally:
         process.send_signal(signal.SIGINT)  # quick shutdown; SIGTERM waits for workers
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(10)
-        except subprocess.TimeoutExpired:  # a busy machine: a worker still booting
-            process.kill()
-            process.wait(10)
+        # A master killed after the wait left its worker running for ever (seen in CI,
+        # a worker blocked in a view): the whole group goes, whatever is left of it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
 
 
 def in_arrival_order(
