@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,3 +57,17 @@ def test_the_step_keeps_what_a_dict_of_leases_keeps(
             assert dict(zip(pairs[::2], pairs[1::2])) == model
         if not expected and action != "give":
             assert result.retry_after == min(model.values()) - now
+
+
+def test_a_hold_says_what_it_is_survives_pickling_and_refuses_bad_values() -> None:
+    import pickle
+
+    give = Hold(5.0, "give")
+    assert repr(give) == "Hold(5.0, 'give')" and float(give) == 0.0
+    assert repr(Hold(7.0)) == "Hold(7.0, 'take')" and float(Hold(7.0)) == 1.0
+    again = pickle.loads(pickle.dumps(give))
+    assert (again.__class__, again.holder, again.action) == (Hold, 5.0, "give")
+    with pytest.raises(ValueError, match="hold action must be 'take', 'give' or 'renew'"):
+        Hold(5.0, "steal")
+    with pytest.raises(ValueError, match="holder must be a whole float from 1 to 2\\*\\*53"):
+        Hold(0.5)

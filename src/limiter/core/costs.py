@@ -153,13 +153,13 @@ class Hold(float):
     def __reduce__(self) -> Tuple[Any, ...]:
         return (Hold, (self.holder, self.action))
 
+    def __repr__(self) -> str:
+        return f"Hold({self.holder!r}, {self.action!r})"
+
 
 def is_give(cost: object) -> bool:
     """True when ``cost`` gives a slot back: a step never refuses that as a whole."""
     return cost.__class__ is Hold and cost.action == "give"
-
-    def __repr__(self) -> str:
-        return f"Hold({self.holder!r}, {self.action!r})"
 
 
 #: What ``step_all`` and ``Store.apply_many`` accept as a cost: one number
