@@ -14,6 +14,7 @@ from typing import Any, Optional, Protocol, Tuple
 from limiter.core.costs import Hold
 from limiter.core.result import RateLimitResult
 from limiter.events import Outcome, report
+from limiter.store import is_async_only
 from limiter.waiting import RateLimitExceeded, slot_given
 
 
@@ -72,7 +73,7 @@ class Slot:
 
     def _send(self, action: str) -> RateLimitResult:
         store: Any = self.limiter.store
-        if not callable(getattr(store, "apply", None)):
+        if is_async_only(store):
             raise TypeError(
                 f"{store!r} is async only: use async with limiter.aslot(key) (atake, agive, arenew)"
             )
