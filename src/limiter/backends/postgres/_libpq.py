@@ -55,20 +55,22 @@ def connection_class(asyncio: bool, remember: Callable[[Optional[BaseException]]
     """
     import psycopg
 
-    base: Any = psycopg.AsyncConnection if asyncio else psycopg.Connection
+    if asyncio:
 
-    class AsyncConnection(base):  # type: ignore[misc]
-        @classmethod
-        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
-            try:
-                conn = await super().connect(*args, **kwargs)
-            except Exception as exc:
-                remember(exc)
-                raise
-            remember(None)
-            return conn
+        class AsyncConnection(psycopg.AsyncConnection):
+            @classmethod
+            async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    conn = await super().connect(*args, **kwargs)
+                except Exception as exc:
+                    remember(exc)
+                    raise
+                remember(None)
+                return conn
 
-    class Connection(base):  # type: ignore[misc]
+        return AsyncConnection
+
+    class Connection(psycopg.Connection):
         @classmethod
         def connect(cls, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -79,4 +81,4 @@ def connection_class(asyncio: bool, remember: Callable[[Optional[BaseException]]
             remember(None)
             return conn
 
-    return AsyncConnection if asyncio else Connection
+    return Connection

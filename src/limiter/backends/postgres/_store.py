@@ -178,14 +178,15 @@ class _PostgresBase:
     def _error(self, exc: BaseException) -> Exception:
         """``exc`` as a ``StoreError``, or a ``PoolFullError`` when every connection
         of the pool was in use for ``pool_timeout`` (a local limit, not an outage)."""
-        lent = _all_lent(self.pool) if type(exc).__name__ == "PoolTimeout" else 0
+        timed_out = type(exc).__name__ == "PoolTimeout"
+        lent = _all_lent(self.pool) if timed_out else 0
         if lent:
             return PoolFullError(
                 f"{self._kind}: no connection of the pool came free in time: "
                 f"all {lent} are in use (max_connections)"
             )
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
-        refused = self._refused if type(exc).__name__ == "PoolTimeout" else None
+        refused = self._refused if timed_out else None
         if refused is not None:
             text += f" (the last connection attempt: {type(refused).__name__}: {refused})"
         if self._secret:
