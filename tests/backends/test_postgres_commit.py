@@ -139,3 +139,17 @@ def test_a_store_never_closed_lets_the_interpreter_exit(pg: PostgresServer, mode
     assert done.stdout.split() == ["True", "done"]
     abandoned = [line for line in done.stderr.splitlines() if "error connecting in" not in line]
     assert abandoned == [], done.stderr
+
+
+@pytest.mark.parametrize("flag", ["server_time", "create", "unlogged"])
+def test_each_switch_is_a_bool_not_a_truthy_string(flag: str) -> None:
+    # create="no" once meant create=True: bool("no").
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'no'"):
+        PostgresStore("host=db", **{flag: "no"})
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, got 0"):
+        AsyncPostgresStore("host=db", **{flag: 0})
+    store = PostgresStore("host=db", **{flag: False})
+    if flag == "server_time":
+        assert "server_time=False" in repr(store)
+    else:
+        assert getattr(store, flag) is False

@@ -106,10 +106,14 @@ class _PostgresBase:
             raise TypeError(f"prefix must be a str, got {prefix!r:.100}")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int):
             raise TypeError(f"max_connections must be an int, got {max_connections!r:.100}")
-        if not isinstance(synchronous_commit, bool):
-            raise TypeError(
-                f"synchronous_commit must be True or False, got {synchronous_commit!r:.100}"
-            )
+        for flag, value in (
+            ("server_time", server_time),
+            ("create", create),
+            ("unlogged", unlogged),
+            ("synchronous_commit", synchronous_commit),
+        ):
+            if not isinstance(value, bool):  # "no" would be truthy
+                raise TypeError(f"{flag} must be True or False, got {value!r:.100}")
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections!r}")
         if finite_seconds(pool_timeout, "pool_timeout") <= 0:
@@ -120,13 +124,13 @@ class _PostgresBase:
         self.names = _sql.names(table)
         self.table = table
         self.prefix = row_key(prefix)
-        self.create = bool(create)
-        self.unlogged = bool(unlogged)
+        self.create = create
+        self.unlogged = unlogged
         self.synchronous_commit = synchronous_commit
         self.max_connections = max_connections
         self.pool_timeout = float(pool_timeout)
         self.fallback: Any = fallback
-        self._argv = Argv(bool(server_time))
+        self._argv = Argv(server_time)
         self._apply = _sql.apply_sql(self.names, synchronous_commit)
         self._statement = _sql.apply_statement(self.names, synchronous_commit)
         self._ready = False  # installed (or found installed) since the pool was made
