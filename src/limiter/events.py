@@ -1,8 +1,5 @@
-"""Decision events: what a ``RateLimiter`` tells its observers about each decision.
-
-``RateLimiter(..., on_decision=observer)`` calls ``observer(event)`` after
-every check; a limiter without an observer builds no event.  See
-docs/observability.md.
+"""Decision events: what a ``RateLimiter`` tells ``on_decision`` after each check
+(none built without an observer).  docs/observability.md.
 """
 
 from __future__ import annotations
@@ -26,12 +23,9 @@ class Outcome(str, enum.Enum):
     ERROR = "error"
     #: Decided by the store's in-memory fallback while the primary is down.
     FALLBACK = "fallback"
-    #: A slot given back after its lease ran out (``Slot.give`` returned False):
-    #: its holder worked longer than the lease, and the slot was free meanwhile.
+    #: A slot given back after its lease ran out (``Slot.give`` returned False).
     EXPIRED = "expired"
-    #: A slot given back in time (``Slot.give`` returned True).  Not a decision:
-    #: reported so that observers can count the slots held (taken minus given
-    #: back, ``"expired"`` included); the exporters count no decision for it.
+    #: A slot given back in time: no decision, reported so observers can count slots held.
     GIVEN = "given"
 
     def __str__(self) -> str:
@@ -45,19 +39,12 @@ class Outcome(str, enum.Enum):
 class DecisionEvent(NamedTuple):
     """One decision, as observers see it (immutable).
 
-    ``limiter``: the limiter's name.  ``policy``: the name of the limit that
-    decided (``result.policy``; ``""`` on error).  ``outcome``: an
-    ``Outcome``.  ``result``: the ``RateLimitResult`` (``None`` on error).
-    ``cost``: tokens asked, as passed to the check (a number, or a mapping of
-    limit names to tokens).  ``key``: the client key (never a metric label:
-    unbounded).  ``store_seconds``: wall time the store took, seconds.
-    ``at``: the limiter clock's time of the decision, seconds.
-    ``store``: the store's class name (``"RedisStore"``), a metric label.
-    ``waited``: seconds the request waited before this decision (an
-    adapter's ``max_wait``); 0.0 when it did not wait.  ``slots``: how the
-    decision moved the slots its holder holds (``RateLimiter.slot``): +1 a
-    slot taken, -1 one given back or lost to its lease, 0 otherwise (every
-    ``check``).
+    ``limiter``: its name; ``policy``: the deciding limit's name (``""`` on error);
+    ``outcome``: an ``Outcome``; ``result``: the ``RateLimitResult`` (``None`` on
+    error); ``cost``: as passed; ``key``: the client key (never a metric label);
+    ``store_seconds``: the store's wall time; ``at``: the limiter clock's time;
+    ``store``: the store's class name; ``waited``: seconds waited (``max_wait``);
+    ``slots``: +1 slot taken, -1 given back or expired, else 0.
     """
 
     limiter: str
@@ -79,17 +66,14 @@ class DecisionEvent(NamedTuple):
         return result is not None and result.locked_out
 
 
-#: ``observer(event) -> None``: called after each decision, in the caller's
-#: thread (or task).  It must be quick and must not raise: an exception from
-#: it propagates to the caller, like any application error.
+#: ``observer(event) -> None``, in the caller's thread; it must be quick, and
+#: an exception from it propagates to the caller.
 Observer = Callable[[DecisionEvent], None]
 
 
 def fan_out(*observers: Optional[Observer]) -> Optional[Observer]:
-    """One observer that calls each of ``observers`` in order (``None`` ones are left out).
-
-    ``None`` when none is left, the observer itself when one is.  A
-    ``TypeError`` names an argument that is neither callable nor ``None``.
+    """One observer calling each of ``observers`` in order (``None`` left out): ``None``
+    when none is left, the one itself when one.  ``TypeError`` for a non-callable.
     """
     chosen = []
     for observer in observers:
@@ -121,11 +105,8 @@ def report(
     outcome: Optional[Outcome] = None,
     slots: int = 0,
 ) -> None:
-    """Tell ``limiter.on_decision`` (if any) of a decision made outside ``check``.
-
-    ``limiter``: a ``RateLimiter``.  ``outcome`` defaults to what ``result``
-    says (``"error"`` for ``None``, ``"fallback"`` from a store's fallback).
-    Slots and the adapters' waits report through it.
+    """Tell ``limiter.on_decision`` (if any) of a decision made outside ``check``;
+    ``outcome`` defaults to what ``result`` says (``"error"`` for ``None``).
     """
     observer = limiter.on_decision
     if observer is None:

@@ -1,8 +1,5 @@
-"""``Slot``: one holder's slot of a limiter's ``Concurrency`` policies (``RateLimiter.slot``).
-
-Each operation is one round trip to the store: the plan (keys, policies,
-costs) comes from ``RateLimiter._slot_plan`` without I/O, and the sync and
-async methods below only send it.
+"""``Slot``: one holder's slot of a limiter's ``Concurrency`` policies; each operation
+is one round trip planned by ``RateLimiter._slot_plan``.
 """
 
 from __future__ import annotations
@@ -32,11 +29,8 @@ class _Owner(Protocol):
 
 
 def new_holder() -> float:
-    """A random holder number: a whole float from 1 to 2**53, exact in every store.
-
-    ``random``'s generator, seeded from the system and again in a forked
-    child: 53 bits make two holders of one key alike once in ~10**15 pairs,
-    and a holder number is never a secret (``secrets`` costs a system call).
+    """A random holder number: a whole float from 1 to 2**53, exact in every store
+    (never a secret, so ``random`` rather than ``secrets``).
     """
     return float(random.getrandbits(53) | 1)
 
@@ -44,15 +38,12 @@ def new_holder() -> float:
 class Slot:
     """A slot of ``key`` for one holder: ``with limiter.slot(key):`` (``aslot``: ``async with``).
 
-    ``take``/``atake`` take it (and the cost of the limiter's other policies),
-    all or nothing, and return the result, refusing or not; ``give``/``agive``
-    give it back and return whether it was still held (False: its lease had
-    expired and the slot was freed then); ``renew``/``arenew`` extend its
-    lease from now.  As a context manager a refusal raises
-    ``RateLimitExceeded`` and the slot is given back on exit, exception or
-    not.  ``result`` is the last answer of the store; ``held`` whether this
-    holder took the slot and has not given it back.  On an async-only store
-    the sync methods are a ``TypeError``, taking nothing: use ``aslot``.
+    ``take``/``atake`` take it and the other policies' cost, all or nothing, and
+    return the result; ``give``/``agive`` return whether it was still held (False:
+    its lease had expired); ``renew``/``arenew`` extend the lease from now.  As a
+    context manager a refusal raises ``RateLimitExceeded`` and the slot is given
+    back on exit.  ``result``: the store's last answer; ``held``: taken and not
+    given back.  On an async-only store the sync methods are a ``TypeError``.
     """
 
     __slots__ = ("cost", "held", "holder", "key", "limiter", "quiet", "result")

@@ -24,27 +24,20 @@ class StoreError(Exception):
 
 
 class PoolFullError(Exception):
-    """No connection of the store client's pool came free in time: all were in use.
+    """No connection of the store client's pool came free in time (its ``max_connections``).
 
-    A local resource limit (the pool's ``max_connections``), not a store
-    failure: never a ``StoreError``, so neither ``on_error="allow"`` nor the
-    fallback answers it.  Redis: after the client's ``socket_connect_timeout``
-    (else ``socket_timeout``), or a ``BlockingConnectionPool``'s own
-    ``timeout``; PostgreSQL: after ``pool_timeout``.  docs/stores.md, "A full
-    connection pool".
+    A local limit, never a ``StoreError``: neither ``on_error="allow"`` nor the
+    fallback answers it.  docs/stores.md, "A full connection pool".
     """
 
 
 @runtime_checkable
 class Store(Protocol):
-    """A synchronous store.
+    """A synchronous store: ``apply`` runs one ``step`` atomically and returns its result.
 
-    ``apply`` runs one ``step`` of ``cost`` tokens for ``key`` under ``limit``
-    atomically and returns its result.  ``now`` is in seconds; ``None`` asks the
-    store for its own time.  A denied request or ``cost == 0`` must leave the
-    state unchanged.  A ``Refund``, ``Charge`` or ``Hold`` (a ``Concurrency``
-    slot) cost goes to ``step`` as it is.
-    Raise ``StoreError`` when the backend fails.
+    ``now`` in seconds (``None``: the store's own time).  A denial or ``cost == 0``
+    leaves the state unchanged; a ``Refund``, ``Charge`` or ``Hold`` goes to
+    ``step`` as is.  Backend failures raise ``StoreError``.
     """
 
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
@@ -102,11 +95,9 @@ class SupportsAllow(Protocol):
 
 @runtime_checkable
 class Nonblocking(Protocol):
-    """Optional: a ``Store`` whose ``apply`` never waits on I/O (an in-process store).
-
-    Declare it with a class attribute ``nonblocking = True``; ``RateLimiter.acheck``
-    then calls ``apply`` directly.  A store that may wait (a socket, a file
-    lock) must not set it: it would stall the event loop.
+    """Optional: a ``Store`` whose ``apply`` never waits on I/O (class attribute
+    ``nonblocking = True``); ``acheck`` then calls it directly.  A store that may
+    wait must not set it: it would stall the event loop.
     """
 
     nonblocking: bool

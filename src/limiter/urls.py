@@ -1,9 +1,5 @@
-"""Stores from URLs: ``store_from_url("redis://cache:6379/0?prefix=app:")``.
-
-The scheme registry: each backend parses its part of a URL in its own module
-(``_memory_url``, ``_sqlite_url``, ``redis._url``, ``postgres._url``).
-Schemes, parameters and the fail-fast client defaults: docs/stores.md
-"Choosing a store by URL".
+"""Stores from URLs: ``store_from_url("redis://cache:6379/0?prefix=app:")``; each
+backend parses its own part.  docs/stores.md "Choosing a store by URL".
 """
 
 from __future__ import annotations
@@ -84,28 +80,16 @@ def _open(url: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
 
 
 def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
-    """The store a URL describes, ready to use (no connection is opened yet).
+    """The store a URL describes, ready to use (no connection opened yet; typed ``Any``).
 
-    Returns a ``MemoryStore``, ``SQLiteStore``, ``RedisStore``,
-    ``PostgresStore`` or (with ``asyncio=True``) ``AsyncRedisStore`` or
-    ``AsyncPostgresStore``, or one of the shared ones in a ``DenyCache``
-    (``deny_cache=N``): typed ``Any``, since which one depends on the string.
-
-    ``url``: ``memory://``, ``sqlite:///relative/path.db``,
-    ``redis://[user:password@]host[:port][/db]``, ``rediss://``,
-    ``redis+unix://``, ``redis+sentinel://``, ``redis+cluster://``, or the
-    same with ``valkey``, ``postgresql://user:password@host[:port]/dbname``
-    or ``postgres://``; query parameters and the fail-fast client defaults
-    (0.25 s timeouts, no retries): docs/stores.md "Choosing a store by URL".
-    ``asyncio=True``: the asyncio store of a Redis or PostgreSQL scheme.
-    ``options`` override the URL: the store's own arguments go to the store,
-    ``connect_timeout`` is the client's ``socket_connect_timeout``, any other
-    goes to the client constructor (``max_connections=...``).
-
-    ``ValueError`` for a malformed URL, an unknown scheme or query parameter;
-    ``ModuleNotFoundError`` naming the extra when the client library is
-    missing; what the store's constructor raises.  Messages show
-    ``redact_url(url)``.
+    ``url``: ``memory://``, ``sqlite:///path.db``, ``redis://[user:password@]host[:port][/db]``,
+    ``rediss://``, ``redis+unix://``, ``redis+sentinel://``, ``redis+cluster://``,
+    the same with ``valkey``, ``postgresql://`` or ``postgres://``; ``deny_cache=N``
+    wraps it in a ``DenyCache``.  ``asyncio=True``: the asyncio store of a Redis or
+    PostgreSQL scheme.  ``options`` override the URL (the store's arguments, else the
+    client constructor's; ``connect_timeout`` is ``socket_connect_timeout``).
+    ``ValueError`` for a malformed URL, unknown scheme or parameter;
+    ``ModuleNotFoundError`` naming the extra to install.  Messages redact the URL.
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {redact_url(url)}")
@@ -124,10 +108,8 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
 
 
 def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:
-    """The store ``LIMITER_STORAGE_URL`` describes (see ``store_from_url``), or ``None``.
-
-    ``None`` when the variable is unset or blank.  A value that is not a valid
-    store URL is a ``ValueError`` naming the variable (password redacted).
+    """The store ``LIMITER_STORAGE_URL`` describes, or ``None`` when unset or blank;
+    an invalid URL is a ``ValueError`` naming the variable.
     """
     url = os.environ.get(STORAGE_URL_ENV, "").strip()
     if not url:
@@ -139,9 +121,8 @@ def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:
 
 
 def resolve_store(store: Any = None, *, asyncio: bool = False) -> Any:
-    """The store to use, by precedence: ``store`` > ``LIMITER_STORAGE_URL`` > a new ``MemoryStore``.
-
-    ``store`` may be a store object (returned as is) or a URL string.
+    """The store to use: ``store`` (an object as is, or a URL) > ``LIMITER_STORAGE_URL``
+    > a new ``MemoryStore``.
     """
     if isinstance(store, str):
         return store_from_url(store, asyncio=asyncio)

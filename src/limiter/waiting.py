@@ -1,11 +1,6 @@
-"""Waiting instead of refusing: ``acquire``, ``aacquire``, ``throttle``, and the adapters' waits.
-
-``RateLimiter``'s methods of the first three names call these.  One plan
-(``_waits``) decides when to check, sleep or give up; the sync and async
-shells only run its checks and sleeps.  ``Waits`` is the adapters'
-``max_wait``/``max_queue`` (docs/concurrency.md), built the same way: one
-plan (``Waits.plan``), a sync shell (``Waits.run``) and an async one
-(``Waits.arun``).
+"""Waiting instead of refusing: ``acquire``, ``aacquire``, ``throttle`` and the
+adapters' ``max_wait``/``max_queue`` (``Waits``).  Each is one plan without I/O
+run by a sync and an async shell.  See docs/concurrency.md.
 """
 
 from __future__ import annotations
@@ -51,8 +46,8 @@ _Plan = Generator[Optional[float], Optional[RateLimitResult], RateLimitResult]
 class RateLimitExceeded(Exception):
     """Raised when a request may not proceed and waiting is not an option.
 
-    ``retry_after``: seconds until it could pass (``inf`` if it never can);
-    ``result``: the ``RateLimitResult`` that refused it.
+    ``retry_after``: seconds until it could pass (``inf``: never); ``result``: the
+    refusing ``RateLimitResult``.
     """
 
     def __init__(self, result: RateLimitResult) -> None:
@@ -204,9 +199,7 @@ def check_timeout(timeout: Optional[float]) -> None:
 def _give_up_if_late(
     result: RateLimitResult, waited: float, timeout: Optional[float], slack: float
 ) -> None:
-    # ``slack``: retry_after carries float rounding (0.1 s is 0.10000000000000003
-    # after a burst at 10/s); the bucket admits a client that waits it exactly,
-    # so a wait of exactly ``timeout`` must not be refused either.
+    # retry_after carries float rounding; a wait of exactly ``timeout`` passes.
     never = not math.isfinite(result.retry_after)
     if never or (timeout is not None and waited + result.retry_after > timeout + slack):
         raise RateLimitExceeded(result)
@@ -214,24 +207,19 @@ def _give_up_if_late(
 
 # -- the adapters' waits (max_wait, max_queue) ----------------------------
 
-#: Seconds between two tries of a request waiting for a slot: a slot given
-#: back in this process wakes it at once, one given back elsewhere (another
-#: worker, another host) is seen this late at worst.
+#: Seconds between tries for a slot: one given back in another process is seen this late.
 SLOT_POLL = 0.05
 #: Seconds of float rounding tolerated at a deadline.
 _EPSILON = 1e-9
 
 _TRY, _SLEEP, _PARK = "try", "sleep", "park"
-#: What a wait's plan asks its shell: (what, seconds). ``"try"``: make a try
-#: and send its result; ``"sleep"``: sleep; ``"park"``: sleep unless woken
-#: (``Ticket.wake``) first.  The shell always sends back ``(now, result)``.
+#: (``"try"``, ``"sleep"`` or ``"park"``, seconds); the shell sends back ``(now, result)``.
 _Step = Tuple[str, float]
 _Sent = Tuple[float, Optional[RateLimitResult]]
 #: Returns the deciding result and the seconds waited.
 _WaitPlan = Generator[_Step, _Sent, Tuple[RateLimitResult, float]]
 _TRY_NOW: _Step = (_TRY, 0.0)
-#: A line's identity: (``id`` of the store, limiter name, key): limiters of one name on
-#: two stores share no slot (the waiters hold the store: its ``id`` is not reused).
+#: (``id`` of the store, limiter name, key): the waiters hold the store, so no id is reused.
 Ident = Tuple[int, str, str]
 
 
@@ -241,15 +229,13 @@ def line_of(limiter: Any, key: str) -> Ident:
 
 
 class Ticket:
-    """One waiting request's place in its key's line: ``wake()`` ends its park early;
-    ``reset()`` (the shell's) makes the next park wait for a new ``wake()``."""
+    """One waiting request's place in its key's line (``wake()`` ends its park early)."""
 
     __slots__ = ("reset", "wake", "woken")
 
     def __init__(self, wake: Callable[[], None], reset: Callable[[], None] = lambda: None) -> None:
         self.wake = wake
         self.reset = reset
-        #: Set when woken (its turn came, or a slot was given back); the plan clears it.
         self.woken = False
 
 
@@ -260,7 +246,6 @@ class _Line:
 
     def __init__(self) -> None:
         self.tickets: Deque[Ticket] = collections.deque()
-        #: The last refusal of this key seen by a waiter, and when.
         self.last: Optional[RateLimitResult] = None
         self.last_at = 0.0
         #: Before this time the first waiter cannot pass (it sleeps on a rate's retry_after).
@@ -275,11 +260,8 @@ class _Line:
 
 
 class Lines:
-    """The waiting requests of a process by ``line_of(limiter, key)``, each in arrival order.
-
-    ``LINES`` is the process's: every adapter's waits share it, so that a
-    later arrival never overtakes an earlier one, and ``slot_given`` wakes
-    the first waiter of a key when a slot of it is given back.
+    """The process's waiting requests by ``line_of(limiter, key)``, in arrival order:
+    a later arrival never overtakes an earlier one, and ``slot_given`` wakes a key's first.
     """
 
     def __init__(self) -> None:
@@ -326,7 +308,6 @@ def _wake(ticket: Ticket) -> None:
     ticket.wake()
 
 
-#: The process's lines (see ``Lines``).
 LINES = Lines()
 
 
@@ -339,13 +320,10 @@ def slot_given(limiter: Any, key: str) -> None:
 class Waits:
     """The adapters' waiting: a refused request waits up to ``max_wait`` seconds for its turn.
 
-    At most ``max_queue`` requests wait in it at once (the rest are decided
-    at once, as without waiting); waiters of one key are served in arrival
-    order within the process (``LINES``).  A refusal by a rate waits its
-    ``retry_after`` (refused at once when that ends after ``max_wait``); one
-    for want of a slot waits until a slot of the key is given back in this
-    process (``slot_given``) or ``SLOT_POLL`` seconds pass, and tries again,
-    until ``max_wait``.  ``run`` blocks the calling thread, ``arun`` awaits.
+    At most ``max_queue`` wait at once (the rest are decided at once); one key's
+    waiters are served in arrival order.  A rate's refusal waits its
+    ``retry_after`` (refused at once if past ``max_wait``); a slot's waits until a
+    slot is given back here or ``SLOT_POLL`` seconds pass, then tries again.
     """
 
     __slots__ = ("_count", "_lock", "lines", "max_queue", "max_wait")
@@ -384,11 +362,9 @@ class Waits:
         now: float,
         slack: float = 0.0,
     ) -> _WaitPlan:
-        """One request's wait, from ``now``: no I/O, no clock (the shell sends ``now``).
-
-        ``first``: its first try's refusal, or ``None`` when others already
-        wait on ``ident`` (it queues without trying, so as not to overtake
-        them).  Returns the deciding result and the seconds waited.
+        """One request's wait from ``now`` (no I/O, no clock).  ``first``: its first try's
+        refusal, or ``None`` to queue behind others without trying.  Returns the
+        deciding result and the seconds waited.
         """
         start = now
         deadline = now + self.max_wait
@@ -439,11 +415,8 @@ class Waits:
         cost: Any,
         attempt: Optional[Callable[[], RateLimitResult]] = None,
     ) -> RateLimitResult:
-        """The result for ``key``, after waiting if need be (blocks this thread).
-
-        ``attempt`` makes one try without reporting it (default: ``limiter``'s
-        check of ``cost``; a slot's quiet take); this reports the decision to
-        ``limiter.on_decision`` once, with the seconds waited.
+        """The result for ``key``, after waiting if need be (blocks this thread); the
+        decision is reported to ``limiter.on_decision`` once, with the seconds waited.
         """
         tries = _Tries(limiter, key, cost, attempt)
         first = None if self.lines.busy(tries.ident) else tries.once()
@@ -505,9 +478,7 @@ class Waits:
     def _driven(
         self, tries: _Tries, ticket: Ticket, first: Optional[RateLimitResult]
     ) -> Generator[_Step, Any, Tuple[RateLimitResult, float]]:
-        """``plan`` with the clock read for it: yields a try (send its result), a
-        sleep, or a park on ``ticket``'s event (only on a ``SystemClock``; another
-        clock sleeps instead), skipped when the ticket was woken already."""
+        """``plan`` with the clock read for it: a try, a sleep, or a park on ``ticket``."""
         clock = tries.limiter.clock
         real = type(clock) is SystemClock
         now = forward(clock)
@@ -530,8 +501,7 @@ class Waits:
 
 
 def _after_refusal(result: RateLimitResult, left: float, slack: float) -> Optional[_Step]:
-    """What the first waiter does after ``result`` refused it, ``left`` seconds before
-    its deadline: sleep a rate's ``retry_after``, park for a slot, or (``None``) give up."""
+    """After a refusal ``left`` s before the deadline: a sleep, a park, or ``None`` (give up)."""
     wait = result.retry_after
     if not math.isfinite(wait):
         return None

@@ -1,8 +1,6 @@
-"""The failure policy shared by the shared stores (Redis, SQLite): a fallback with probing.
-
-``Failover`` is the one path every operation of a shared store takes: through
-a ``Breaker`` (with a fallback) or a ``Health`` (without), which log outages
-on ``limiter.stores``.  Behaviour: docs/stores.md "Fallback".
+"""The failure policy of the shared stores (Redis, SQLite): ``Failover`` through a
+``Breaker`` (with a fallback) or a ``Health`` (without), logging outages on
+``limiter.stores``.  docs/stores.md "Fallback".
 """
 
 from __future__ import annotations
@@ -40,11 +38,8 @@ def _cause(error: BaseException) -> str:
 
 
 class Health:
-    """Logs a store's outages; used as is by a store without a fallback.
-
-    ``failed`` logs the first failure of an outage at ERROR (at most one per
-    ``ERROR_LOG_INTERVAL`` seconds), ``succeeded`` its end at WARNING.
-    Thread-safe; a healthy ``succeeded`` reads one attribute.
+    """Logs a store's outages: the first failure at ERROR (at most once per
+    ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  Thread-safe.
     """
 
     serves_fallback = False
@@ -105,10 +100,9 @@ class Health:
 class Breaker(Health):
     """When to skip the primary store and serve from the fallback.
 
-    ``probe_after`` (seconds) is the first wait after a failure; each failed
-    probe doubles it, up to ``max_probe_after``.  ``clock`` has ``now()`` in
-    seconds (default: ``time.monotonic``).  ``TypeError``/``ValueError`` for
-    bad arguments.  Thread-safe; ``failing`` is true exactly while ``down``.
+    ``probe_after`` seconds after a failure, doubling per failed probe up to
+    ``max_probe_after``, on ``clock`` (``now()`` in seconds; default
+    ``time.monotonic``).  ``TypeError``/``ValueError`` for bad arguments.  Thread-safe.
     """
 
     serves_fallback = True
@@ -137,10 +131,8 @@ class Breaker(Health):
         return self._probe_at is not None
 
     def skip_primary(self) -> bool:
-        """True when this call should go straight to the fallback.
-
-        When the primary is down and a probe is due, the caller becomes the
-        probe (False) and every other caller keeps skipping until it reports.
+        """True when this call should go to the fallback; when a probe is due, the caller
+        becomes the probe (False) and others keep skipping until it reports.
         """
         if self._probe_at is None:  # the healthy path: no lock, no clock
             return False
@@ -198,12 +190,9 @@ class Breaker(Health):
 
 
 class Failover:
-    """The one failure path of a shared store: each operation goes to the primary or the fallback.
-
-    ``run(primary, fallback)`` (``arun`` for coroutines) calls ``primary()``; a
-    ``StoreError`` marks it down and ``fallback()`` answers (``None``: the
-    error is raised); any other exception propagates.  With ``asyncio=True``,
-    ``afallback`` is ``fallback`` as an ``AsyncView``.
+    """The one failure path of a shared store: ``run(primary, fallback)`` (``arun``
+    for coroutines) calls ``primary()``; a ``StoreError`` marks it down and
+    ``fallback()`` answers (``None``: raised); other exceptions propagate.
     """
 
     def __init__(
@@ -264,10 +253,8 @@ class Failover:
         return result
 
     def failed_over(self, error: BaseException) -> bool:
-        """Record that the primary raised ``error``; whether the fallback answers instead.
-
-        Anything but a ``StoreError`` (a cancelled call, a bad argument) neither
-        failed nor succeeded.
+        """Record that the primary raised ``error``; whether the fallback answers (anything
+        but a ``StoreError`` counts as neither failure nor success).
         """
         health = self.health
         if not isinstance(error, StoreError):

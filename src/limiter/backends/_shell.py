@@ -1,12 +1,9 @@
-"""The operations the shared stores (Redis, PostgreSQL) share around their I/O.
+"""What the shared stores (Redis, PostgreSQL) share around their I/O.
 
-A store encodes its arguments (``_one``, ``_many``, ``_key``: errors before
-any I/O), sends them (``_send``: the reply in ``limiter.backends._wire``'s
-language, or a ``StoreError``) and deletes a key (``_delete``); the shells
-decode the reply and take every operation through the store's ``Failover``
-(``_failover``), with its fallback answering while the server is down.
-``StoreShell`` is the sync half, ``AsyncStoreShell`` the asyncio one; a store
-lists its own base first, so that its hooks override the shells' stubs.
+A store encodes (``_one``, ``_many``, ``_key``: errors before any I/O), sends
+(``_send``: a ``_wire`` reply or ``StoreError``) and deletes (``_delete``); the
+shells decode and route every operation through the store's ``Failover``.  A
+store lists its own base first, so its hooks override the shells' stubs.
 """
 
 from __future__ import annotations
@@ -91,10 +88,8 @@ class StoreShell(_Hooks):
         return result
 
     def reset(self, key: str) -> None:
-        """Forget ``key``, in the fallback too.
-
-        The server's delete is tried even while the fallback answers, so that a
-        reset never succeeds silently; ``StoreError`` if the server fails.
+        """Forget ``key``, in the fallback too; the server's delete is tried even while the
+        fallback answers (``StoreError`` if it fails).
         """
         target = self._key(key)
         if self.fallback is not None:

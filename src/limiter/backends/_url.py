@@ -1,8 +1,5 @@
-"""What every store URL shares: its syntax, its redaction, the fail-fast defaults.
-
-``StoreURL`` takes a URL apart (scheme, user information, hosts, path, query)
-and reads its query values; each backend decides what they mean.
-``redact_url`` hides the secrets in every message about a URL.
+"""What every store URL shares: ``StoreURL`` (the syntax and query values, each
+backend deciding what they mean), ``redact_url`` and the fail-fast defaults.
 """
 
 from __future__ import annotations
@@ -26,15 +23,10 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-# -- redaction ---------------------------------------------------------------
-
-
 def split_userinfo(url: str) -> Tuple[str, Optional[str], str]:
-    """``(scheme + "://", userinfo or None, the rest)``: the split both parsing and redaction use.
-
-    The user information is what precedes the last ``@`` before the query, so a
-    password with an unencoded ``@``, ``:`` or ``/`` still ends up whole in it.
-    A URL whose text after ``://`` starts with ``/`` has none (``sqlite:///a@b.db``).
+    """``(scheme + "://", userinfo or None, the rest)``, for parsing and redaction alike:
+    the user information precedes the last ``@`` before the query, so a password
+    with an unencoded ``@``, ``:`` or ``/`` stays whole.
     """
     scheme_end = url.find("://")
     head_start = 0 if scheme_end < 0 else scheme_end + 3
@@ -57,23 +49,16 @@ def split_userinfo(url: str) -> Tuple[str, Optional[str], str]:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password and secret query values replaced by ``***``.
-
-    A query value is secret when its name has ``password``, ``token`` or
-    ``secret`` in it (``sentinel_password=``, ``auth_token=``).
-
-    Safe to log or show: ``redact_url("redis://app:s3cret@cache:6379/0")`` is
-    ``"redis://app:***@cache:6379/0"``.  Every message about a store URL
-    shows it this way.  Anything that is not a string is returned as its ``repr``,
-    cut to 100 characters.
+    """``url`` with its password and secret query values (names holding ``password``,
+    ``token`` or ``secret``) replaced by ``***``; a non-string is its ``repr``, cut
+    to 100 characters.  ``redact_url("redis://app:s3cret@cache:6379/0")`` is
+    ``"redis://app:***@cache:6379/0"``.
     """
     if not isinstance(url, str):
         return f"{url!r:.100}"
     head, userinfo, rest = split_userinfo(url)
     if userinfo is None and _may_hide_a_password(rest):
-        # "user:pa?ss=1@host": parsed as a query, but it may be an unencoded
-        # password.  A display string can afford to hide too much; the query
-        # after the host still has its own secrets hidden below.
+        # "user:pa?ss=1@host" may be an unencoded password: hiding too much is fine.
         head += rest[: rest.index(":") + 1] + "***@"
         rest = rest[rest.rindex("@") + 1 :]
     elif userinfo is not None:
@@ -280,13 +265,10 @@ def fallback_store(value: Any, parsed: Optional[StoreURL] = None) -> Any:
 
 
 def deny_cache_options(parsed: StoreURL, options: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """``DenyCache``'s arguments from ``deny_cache`` and ``deny_cache_max_stale``, or ``None``.
-
-    ``deny_cache=N`` (an integer >= 1) wraps the store in a ``DenyCache`` of
-    ``N`` entries; ``deny_cache_max_stale`` (seconds > 0, or ``none``) is its
-    ``max_stale`` and needs ``deny_cache``.  The keyword options of the same
-    names override the query (``deny_cache=None``: no cache) and are removed
-    from ``options``, so they never reach the client.
+    """``DenyCache``'s arguments from ``deny_cache`` (int >= 1) and
+    ``deny_cache_max_stale`` (seconds > 0 or ``none``; needs ``deny_cache``), or
+    ``None``.  Keyword options of those names override the query and are removed
+    from ``options``.
     """
     kwargs: Dict[str, Any] = {}
     if "deny_cache" in parsed.query:

@@ -1,75 +1,11 @@
 """``DenyCache``: a store wrapper that answers repeated denials without asking the store.
 
-Under attack most checks are denials, and on a shared store each costs a
-round trip.  A denial takes nothing from the bucket, so until its
-``retry_after`` has passed the same check (same key, same limits, same cost)
-is denied again, with fields that follow from the first answer and the time
-elapsed: ``remaining``, ``reset_after`` and ``retry_after`` are what
-``limiter.core.bucket.step`` computes from the debt the store reported
-(``reset_after`` of a denial is the bucket's debt at that time).  So the
-wrapper remembers each denial and replays it through ``step`` (``step_all``
-for several limits): ``bucket.py`` stays the only place with the arithmetic.
-
-When a replayed answer is the store's answer
----------------------------------------------
-A replay is served only for a check with the same key (or keys), equal limits
-and the same positive ``int``/``float`` cost as the remembered denial, in the
-same clock domain, no earlier than it and before its deadline.  Anything else
-goes to the store: peeks (cost 0), refunds, other costs, other limits, other
-cost types.  What only the store can know is bounded rather than guessed:
-
-* Time.  A caller's ``now`` (an injected clock) is used as is, as the store
-  would use it.  With ``now=None`` the store reads its own clock (Redis's
-  ``TIME``); the wrapper times the replay on ``time.monotonic()`` from just
-  *before* the store call, so it counts the store's answer as older than it
-  is: a replayed ``retry_after`` is short by at most one round trip (plus the
-  drift between the two clocks, parts per million of the elapsed time), and
-  the replay stops at the earliest moment the store could admit.  A replayed
-  denial is never one the store would have admitted.  A store applies a
-  ``now`` that lags the key's last update at that update's time
-  (``limiter.core.limits.CLOCK_TOLERANCE``), so a denial whose ``now`` is behind
-  one already sent through this wrapper is not remembered; one behind a
-  reading of another process (skewed clocks) is replayed from ``now``: still
-  denied rightly, with a ``retry_after`` short by up to that skew.
-* Other writers.  Another process can change the bucket in between.  One
-  that charges the key (a smaller cost passes where this one does not) only
-  makes the bucket emptier: the replayed denial stays right and its
-  ``retry_after`` errs short (the client comes back early and the store
-  answers).  One that *resets* or *refunds* the key makes the replay wrong:
-  this process keeps denying that key until the remembered deadline, at most
-  ``min(retry_after, max_stale)`` seconds after the store's answer.  That is
-  the bounded staleness; ``max_stale`` (default 1 second, ``None``: only
-  ``retry_after``) caps it.  A reset or refund through this wrapper (any
-  thread or task) drops the key's entry at once, and a denial that was in
-  flight meanwhile is not remembered.
-* Floats.  A replay computes from the store's reported debt, so a field may
-  differ from the store's by one subtraction's rounding (~1e-16 of the window,
-  never shown by the headers); near the moment the key could pass, the store is asked.
-* Quotas, windows and slots.  A denial under a ``limiter.Quota``,
-  ``FixedWindow``, ``SlidingWindow`` or ``Concurrency`` (alone or beside token
-  buckets) is never remembered: its ``reset_after`` is no debt, windows are on
-  the store's clock, and a slot may be given back any moment.  Such checks
-  always go to the store.
-* Lockouts.  With a ``limiter.Lockout`` among the limits, every denial is a
-  breach the store must count, so an ordinary denial is never remembered.
-  The refusal of a locked-out key is: until the lockout ends every check is
-  refused, counts nothing and takes nothing, so it is replayed (the
-  lockout's time left, the limits' peeks) until its ``retry_after`` or
-  ``max_stale``, whichever is first.  A reset through the wrapper (of any
-  of the keys) drops it at once; one elsewhere is seen within ``max_stale``.
-* Costs that are no plain positive number: a peek, a ``Charge``, one cost
-  per limit (a list or tuple) are never replayed nor remembered; a
-  ``Refund``, alone or among per-limit costs, drops the keys' entries.
-* Outages.  The inner store's ``StoreError`` passes through unchanged; an
-  answer of its fallback (this process's bucket, not the shared one) is not
-  remembered.  Denials remembered before the outage are still replayed.
-
-Memory and concurrency
-----------------------
-At most ``max_keys`` entries (one per key or key tuple; a full cache drops
-expired entries first, then the oldest: docs/stores.md, "Deny cache").
-Lookups are one ``OrderedDict.get``; changes take a ``threading.Lock``, never
-across an ``await``: safe from threads and asyncio tasks alike.
+A denial takes nothing, so until its ``retry_after`` the same check (same keys,
+limits and positive cost, same clock domain) is denied again; the wrapper
+replays it through ``limiter.core.bucket.step`` from the debt the store
+reported, so ``bucket.py`` stays the only place with the arithmetic.  What is
+replayed, the staleness bound ``min(retry_after, max_stale)`` and what never
+is: docs/stores.md, "Deny cache".
 """
 
 from __future__ import annotations
@@ -94,9 +30,8 @@ _monotonic = time.monotonic
 
 #: How many of the oldest entries an insertion into a full cache checks for expiry.
 _PURGE_SCAN = 16
-#: A replay stops this many roundings (ulps of twice the largest window) before
-#: the moment it computes the key may pass: the store's own arithmetic may put
-#: that moment a rounding or two earlier (see "Floats" above).
+#: Ulps (of twice the largest window) kept from a threshold: the store's
+#: arithmetic may differ from a replay's by a rounding or two.
 _MARGIN_ULPS = 16
 
 _CacheKey = Union[str, Tuple[str, ...]]
@@ -139,14 +74,9 @@ class _Denial:
 
 
 def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -> bool:
-    """Whether no rounding of the store's own arithmetic could give another ``result``.
-
-    A replay computes from the reported debts, the store from its stored state:
-    the two may differ by a rounding or two (~1e-16 of a window).  That changes
-    nothing unless a value sits that close to a threshold: a limit's admission
-    (``after`` against ``window + slack``), a whole token of ``remaining``, or,
-    with several limits, a tie for the most restrictive one (``combine``).
-    Then the store is asked.
+    """Whether no rounding of the store's own arithmetic could give another ``result``:
+    False when an admission, a whole token of ``remaining`` or a tie between limits
+    is within a few ulps (then the store is asked).
     """
     parts = result[6] or (result,)
     locked = result[8] == "lockout"
@@ -221,21 +151,13 @@ _Plan = Union[RateLimitResult, _Call]
 class DenyCache:
     """Wrap a (shared) store so that repeated denials are answered in this process.
 
-    ``DenyCache(RedisStore(client), max_keys=10_000)``: a check that the store
-    denied is answered from memory, with the fields the store would give at
-    that time, until the key may pass again (its ``retry_after``) or
-    ``max_stale`` seconds have passed, whichever is first; then the store is
-    asked again.  Everything else goes to the store (``store``), whose
-    ``StoreError`` passes through unchanged.  A key reset elsewhere may still
-    be denied here for up to ``min(retry_after, max_stale)`` seconds (the
-    module docstring says when a replay is exactly the store's answer).
-
-    ``store``: a ``Store`` and/or ``AsyncStore``; the wrapper offers the same
-    ones (those the store lacks are ``None`` on the instance) and is
-    ``Nonblocking`` when the store is.  ``max_keys``: entries kept (an integer
-    >= 1; default 10,000).  ``max_stale``: seconds (> 0, or ``None``: no cap
-    beyond ``retry_after``; default 1.0) a denial may be replayed.  Thread-safe
-    and asyncio-safe.
+    A denied check is replayed from memory with the fields the store would give,
+    until its ``retry_after`` or ``max_stale`` seconds have passed; everything else
+    goes to ``store``, whose ``StoreError`` passes through.  ``store``: a ``Store``
+    and/or ``AsyncStore`` (the wrapper offers the same sides; ``Nonblocking`` when
+    it is).  ``max_keys``: entries kept (int >= 1).  ``max_stale``: seconds > 0, or
+    ``None`` for no cap beyond ``retry_after``.  Bad values: ``TypeError``/``ValueError``.
+    Thread- and asyncio-safe.  See docs/stores.md, "Deny cache".
     """
 
     nonblocking: bool
@@ -255,20 +177,18 @@ class DenyCache:
             raise ValueError(
                 f"max_stale must be None or a number of seconds > 0, got {max_stale!r}"
             )
-        #: The wrapped store.
         self.store = store
         self._max_keys = max_keys
         self._max_stale = math.inf if max_stale is None else float(max_stale)
         self._entries: OrderedDict[_CacheKey, _Denial] = OrderedDict()
-        # Store key -> the apply_many key tuples that hold it, so reset(key) finds them.
+        # Store key -> the apply_many key tuples holding it, for reset(key).
         self._members: Dict[str, Set[Tuple[str, ...]]] = {}
         self._lock = threading.Lock()
         # Bumped by every reset or refund through the wrapper: a denial whose store
         # call overlapped one may predate it and is not remembered.
         self._epoch = 0
-        # The latest ``now`` a caller passed (injected clocks; see _after).  Updated
-        # without the lock: a lost update only makes it lower, which _after's test
-        # tolerates (the store's answer is then still conservative, see "Time").
+        # The latest injected ``now``; updated without the lock: a lost update only
+        # makes it lower, which _after tolerates.
         self._latest = -math.inf
         self.nonblocking = is_nonblocking(store)
         # Offer exactly the store's sides: RateLimiter and the adapters tell a
@@ -317,8 +237,6 @@ class DenyCache:
             self._members.clear()
             self._epoch += 1
 
-    # -- the Store side ------------------------------------------------------
-
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """The store's ``apply``, or the replay of its last denial of this check."""
         plan = self._plan((key,), (limit,), cost, now)
@@ -349,8 +267,6 @@ class DenyCache:
     def close(self) -> None:
         """The wrapped store's ``close()`` (``None`` on the instance when it has none)."""
         self.store.close()
-
-    # -- the AsyncStore side -------------------------------------------------
 
     async def aapply(
         self, key: str, limit: Policy, cost: float, now: Optional[float]
@@ -385,8 +301,6 @@ class DenyCache:
         """The wrapped store's ``aping()`` (``None`` on the instance when it has none)."""
         await self.store.aping()
 
-    # -- the cache -------------------------------------------------------------
-
     def _plan(
         self,
         keys: Sequence[str],
@@ -395,12 +309,10 @@ class DenyCache:
         now: Optional[float],
         many: bool = False,
     ) -> _Plan:
-        """What a check does, decided without I/O: a replayed result, or the store call's plan.
+        """What a check does, decided without I/O: a replayed result, or the store call.
 
-        ``keys`` is ``apply``'s one key (``many`` False) or ``apply_many``'s
-        keys, what a refund forgets.  A denial is remembered under the key (a
-        ``str`` only) or the tuple of keys (``ckey``; ``None``: never) and the
-        answer noted under the key whatever its type (``noted``).
+        A denial is remembered under the ``str`` key or the tuple of keys (never for
+        other types); a refund's ``keys`` are forgotten after the call.
         """
         ckey: Optional[_CacheKey]
         noted: Optional[_CacheKey]
@@ -462,12 +374,7 @@ class DenyCache:
         cost: Cost,
         now: Optional[float],
     ) -> Optional[RateLimitResult]:
-        """The store's answer now, replayed from the denial remembered for ``ckey``.
-
-        The one check both sides (``apply``/``aapply``, ``apply_many``/``aapply_many``)
-        make before any I/O.  ``ckey``: ``None`` for a key that is never remembered;
-        ``many``: an ``apply_many`` check.  ``None``: ask the store.
-        """
+        """The replay of ``ckey``'s remembered denial now, or ``None``: ask the store."""
         if ckey is None:
             return None
         entry = self._entries.get(ckey)
@@ -517,9 +424,7 @@ class DenyCache:
             return
         for limit in limits:
             if limit.standalone and limit.kind != "bucket":
-                # A quota's or window's reset_after is no debt, and its windows
-                # are on the store's clock (not time.monotonic()); a slot may be
-                # given back any moment (a concurrency policy): never replayed.
+                # No debt, the store's clock, or a slot given back any moment.
                 return
         locked = not limits[-1].standalone
         if locked and result[8] != "lockout":
@@ -529,18 +434,14 @@ class DenyCache:
         injected = now is not None
         if injected:
             if not (now.__class__ is float or now.__class__ is int) or now < self._latest:
-                # Behind a reading already sent: the store may have applied this
-                # check at that later time (limiter.core.limits.CLOCK_TOLERANCE), and
-                # its debt is then not this ``now``'s.
+                # The store may have applied it at that later time (CLOCK_TOLERANCE).
                 return
             at = now
         parts = result[6] if many else (result,)
         if len(parts) != len(limits):
             return  # not a result this wrapper can replay: never guess
-        # A denial's reset_after is the bucket's debt; a lockout's is its time left.
         debts = tuple(part[3] for part in parts)
         until = at + min(result[4], self._max_stale)
-        # A plain positive number (_positive_cost), no sequence.
         entry = _Denial(limits, cost, debts, at, until, injected, many, locked)  # type: ignore[arg-type]
         with self._lock:
             if self._epoch != epoch:
@@ -556,10 +457,8 @@ class DenyCache:
                     self._members.setdefault(member, set()).add(ckey)  # type: ignore[arg-type]
 
     def _make_room(self, injected_now: Optional[float]) -> None:
-        # Caller holds the lock and the cache is full: expired entries first
-        # (among the oldest, which expire first when max_stale bounds them), then
-        # the oldest.  An entry on the caller's clock can be judged only against a
-        # reading of that clock (``injected_now``, the new entry's).
+        # Caller holds the lock.  An entry on the caller's clock can be judged
+        # only against a reading of that clock (``injected_now``).
         entries = self._entries
         mono = _monotonic()
         oldest = list(itertools.islice(entries.items(), _PURGE_SCAN))
@@ -584,10 +483,8 @@ class DenyCache:
                         del self._members[member]
 
     def _forget(self, *keys: str) -> None:
-        """Drop every entry that holds one of ``keys`` (a reset or refund through the wrapper).
-
-        The epoch moves on too, so a denial whose store call overlapped the
-        reset or refund (and may predate it) is not remembered.
+        """Drop every entry that holds one of ``keys`` and bump the epoch, so a denial
+        whose store call overlapped this reset or refund is not remembered.
         """
         with self._lock:
             self._epoch += 1

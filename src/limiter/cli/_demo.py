@@ -1,9 +1,4 @@
-"""``demo``: a small rate-limited JSON API and a page to watch it (docs/cli.md).
-
-The standard library's ``ThreadingHTTPServer`` behind ``rate_limited``; the
-routes are in docs/adapters.md "The demo".  The JSON API is under ``/api/``
-so that a browser opening the page spends no token.
-"""
+"""``demo``: a small rate-limited JSON API and a page to watch it (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -79,8 +74,7 @@ def _shape(limit: Any) -> str:
 
 
 def _describe_limits(limiter: RateLimiter, rate: Optional[str] = None) -> str:
-    """``"5/minute burst 5"``: each limit as written (``rate``, if one) with its burst
-    (``"5/minute fixed window"`` for a window)."""
+    """``"5/minute burst 5"``: each limit as written with its burst or window kind."""
     if rate is not None and len(limiter.limits) == 1:
         return f"{' '.join(rate.split())} {_shape(limiter.limits[0])}"
     parts = []
@@ -113,11 +107,8 @@ def demo_handler(
 ) -> Type[BaseHTTPRequestHandler]:
     """The demo's handler class: ``/api/`` limited per client IP, ``EXEMPT_PATHS`` not.
 
-    ``description`` is the limit as ``/api/`` reports it (default: ``_describe_limits``);
-    ``header_style`` is the adapters' option (``"x"``, ``"draft"`` or ``"both"``);
-    ``metrics``: the ``PrometheusMetrics`` ``/metrics`` serves (``None``: a 404
-    that names the extra to install).  ``top``: the ``TopOffenders`` that
-    ``/top`` reports as JSON (``?n=`` keys, default 10; ``None``: a 404).
+    ``header_style``: the adapters' option; ``metrics``/``top``: what ``/metrics``
+    and ``/top`` serve (``None``: a 404).
     """
     client_key = ClientIP()
     described = _describe_limits(limiter) if description is None else description
@@ -223,12 +214,8 @@ def _full(limit: Dict[str, Any]) -> bool:
 
 
 def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, Dict[str, Any]]:
-    """``/api/bucket``: ``key``'s buckets (or windows), peeked (nothing taken), for the chart.
-
-    ``tokens`` and ``burst`` are those of the limit with the least left (the
-    one that refuses first; for a window, what is left of its count, and the
-    count), ``algorithm`` its own; ``full`` is whether every limit is full (the
-    page stops polling then).  A store that fails without a fallback is a 503.
+    """``/api/bucket``: ``key``'s limits peeked for the chart: ``tokens``/``burst`` of
+    the one with the least left, ``full`` when all are full; 503 when the store fails.
     """
     try:
         result = limiter.peek(key)
@@ -278,11 +265,8 @@ _PAGE_TEXTS = {
 
 
 def _page(described: str, burst: int, kind: str = "bucket") -> bytes:
-    """``demo.html`` (no external asset) for a limit: its text, its burst (the chart's
-    scale), the burst button's default size (burst + ``EXTRA_REQUESTS``) and, by
-    the ``kind`` of the limit charted first, what the page says it shows.
-
-    tests/cli/test_demo_page.py reads its counters and data-* attributes.
+    """``demo.html`` for a limit (tests/cli/test_demo_page.py reads its counters and
+    data-* attributes).
     """
     from importlib.resources import files  # Python >= 3.9
 
@@ -322,10 +306,7 @@ class _Brief(logging.Formatter):
 
 @contextlib.contextmanager
 def _brief_logging() -> Iterator[None]:
-    """Show the limiter's log records (a store failing, answering again) on one line each.
-
-    Undone on the way out, so ``main()`` called in a test leaves logging as it was.
-    """
+    """Show the limiter's log records on one line each; undone on the way out."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Brief("limiter demo: %(levelname)s: %(message)s"))
     logger = logging.getLogger("limiter")

@@ -1,8 +1,5 @@
-"""``inspect`` and ``reset``: the operator's tools (docs/cli.md).
-
-They import the application's ``RateLimiter`` (``--limiter module:attribute``)
-or build its twin (same limits and name, so the same keys) on the shared store,
-never its fallback, and ``peek`` or ``reset`` one key; no stored state exits 3.
+"""``inspect`` and ``reset``: the operator's tools (docs/cli.md); they act on the
+shared store (never its fallback) through the app's limiter or its twin.
 """
 
 from __future__ import annotations
@@ -269,13 +266,8 @@ def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
 
 
 def _window(limit: Any, result: RateLimitResult) -> Dict[str, Any]:
-    """A window's (or a ``Quota``'s) state from a peek's result: the count used and left,
-    when the current window ends, and until nothing is counted (``full_in``).
-
-    A request of cost 1 passes when one unit is left. Refused, a fixed window
-    (a quota) lets it in at its end; a sliding window when the previous
-    window's weight has fallen enough, which a peek does not tell: its
-    ``retry_after`` is then the sure bound ``full_in``.
+    """A window's (or ``Quota``'s) state from a peek's result; a refused sliding
+    window's ``retry_after`` is the sure bound ``full_in``.
     """
     count, remaining, reset = limit.burst, result.remaining, result.reset_after
     ends_in: Optional[float] = reset

@@ -1,8 +1,5 @@
-"""What the outbound clients share: argument checks, per-host keys, server hints, pauses.
-
-No HTTP library is imported here: headers come in as a ``get(name)`` function
-(``httpx.Headers.get``, requests' ``CaseInsensitiveDict.get``), both of which
-join repeated fields with ``", "``.
+"""What the outbound clients share: argument checks, per-host keys, server hints,
+pauses.  Headers come in as a ``get(name)`` joining repeats with ``", "``.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ from limiter.waiting import refuse_waits_with_lockout
 KeySpec = Union[None, str, Callable[[Any], str]]
 HeaderGet = Callable[[str], Optional[str]]
 
-# What a request's plan (``Pacer.plan``) asks its shell to do: an index into
-# the shell's actions (sleep, acquire, refund, send, discard) and the arguments.
+# (index into the shell's actions, arguments): Pacer.plan's steps.
 SLEEP, ACQUIRE, REFUND, SEND, DISCARD = range(5)
 Step = Tuple[int, Tuple[Any, ...]]
 
@@ -51,9 +47,7 @@ _UNIX_TIME_FLOOR = 1e9
 # At or above this, a Unix time in milliseconds (10**12 ms is 2001; 10**12 s
 # would be the year 33658).
 _UNIX_MS_FLOOR = 1e12
-# Seconds: a longer hint is garbage, skipped like one that does not parse, even
-# with max_wait=None (about 32 years; time.sleep overflows past 2**31 s on a
-# 32-bit time_t, past about 9.2e9 s on a 64-bit one).
+# Seconds: a longer hint is garbage (time.sleep overflows past 2**31 s on a 32-bit time_t).
 _LONGEST_HINT = 1e9
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
@@ -62,11 +56,8 @@ _PAUSES_SWEEP_AT = 1024
 
 
 def host_key(scheme: str, host: str, port: Optional[int]) -> str:
-    """The default key of a request: ``host`` lowercased, with ``:port`` unless it is the default.
-
-    ``"https://API.example.com:443/x"`` and ``"https://api.example.com/y"``
-    share ``"api.example.com"``; ``"http://127.0.0.1:8080/"`` is
-    ``"127.0.0.1:8080"``; an IPv6 host gets its brackets back (``"[::1]:8080"``).
+    """The default key of a request: the host lowercased, with ``:port`` unless default
+    (``"127.0.0.1:8080"``, ``"[::1]:8080"``, ``"api.example.com"``).
     """
     host = host.lower()
     if ":" in host:
@@ -130,13 +121,8 @@ def _split(text: str, sep: str) -> List[str]:
 
 
 def _draft_wait(text: Optional[str]) -> Optional[float]:
-    """Seconds from a draft ``RateLimit`` field: the largest ``t`` of the items with ``r=0``.
-
-    ``RateLimit: "default";r=0;t=3, "daily";r=40;t=7200`` gives 3: only an
-    exhausted policy (``r=0``) explains a refusal.  No exhausted item with a
-    valid ``t``: ``None``.  Other parameters (``qu``, ``pk``) are ignored, as
-    the draft says; an item without ``r`` but with ``a`` is read as ``a`` and
-    ``w`` (the editors' proposed rename of ``r`` and ``t``, docs/headers.md).
+    """Seconds from a draft ``RateLimit`` field: the largest ``t`` of items with ``r=0``
+    (``a``/``w`` read as ``r``/``t``), else ``None``.
     """
     if text is None:
         return None
@@ -158,21 +144,16 @@ def _draft_wait(text: Optional[str]) -> Optional[float]:
 def server_delay(get: HeaderGet, now: float) -> Optional[float]:
     """Seconds the server asks a client to wait, from the first hint found, or ``None``.
 
-    In this order: ``Retry-After``, ``RateLimit`` (draft), ``RateLimit-Reset``,
-    ``X-RateLimit-Reset`` (the two draft fields not on a response with an
-    ``Age`` above 0, from a cache); a hint that does not parse or asks for more than
-    10**9 seconds is skipped.  Absolute times are measured against the
-    response's ``Date``, else ``now`` (Unix seconds); one past is 0.  The
-    rules: docs/policies.md "Outbound clients".
+    ``Retry-After``, ``RateLimit``, ``RateLimit-Reset``, ``X-RateLimit-Reset`` in
+    that order (the drafts' not with ``Age`` > 0); absolute times against ``Date``,
+    else ``now``.  docs/policies.md "Outbound clients".
     """
     server_now = _http_date(get("Date"))
     reference = now if server_now is None else server_now
     delay = _hint(_retry_after(get("Retry-After"), reference))
     if delay is not None:
         return delay
-    # The draft's fields count from when the response was made: on one served
-    # from a cache (``Age`` above 0) they are stale, and the draft says to
-    # ignore them (draft-11, section 7.3, "Caching").
+    # Stale from a cache: the draft says to ignore them (draft-11, 7.3).
     if not (_seconds(get("Age")) or 0.0) > 0.0:
         delay = _hint(_draft_wait(get("RateLimit")))
         if delay is not None:
@@ -189,10 +170,8 @@ def server_delay(get: HeaderGet, now: float) -> Optional[float]:
 
 
 def _retry_after(text: Optional[str], reference: float) -> Optional[float]:
-    """``Retry-After`` in seconds: delay-seconds, or an HTTP-date less ``reference``.
-
-    Repeated fields arrive joined (``"3, 5"``): when every one is a number of
-    seconds, the longest is the wait.
+    """``Retry-After`` in seconds (delay-seconds, or an HTTP-date less ``reference``);
+    of repeated numbers, the longest.
     """
     if text is None:
         return None
@@ -218,10 +197,8 @@ def _check_limiter(limiter: object, owner: str) -> RateLimiter:
 
 
 class Pacer:
-    """One client's pacing: its limiter, key choice, retry policy and per-key pauses.
-
-    Thread-safe; shared by every request of one transport or adapter, so a
-    pause one response asks for holds the concurrent requests to that key too.
+    """One client's pacing: limiter, key choice, retry policy and per-key pauses.
+    Thread-safe; a pause one response asks for holds concurrent requests too.
     """
 
     def __init__(
@@ -306,12 +283,10 @@ class Pacer:
     def _turn(
         self, key: str, budget: float, give_up: bool
     ) -> Generator[Step, Any, Optional[float]]:
-        """The steps until ``key`` is not paused and its token is taken; returns the budget left.
+        """The steps until ``key`` is unpaused and its token taken; returns the budget left.
 
-        ``budget``: seconds of pauses this call may still wait, inherited ones
-        included.  A longer pause is not waited: with ``give_up`` (a retry)
-        ``None`` is returned, nothing taken; without (a first attempt) the
-        token is taken and the request sent despite the pause.
+        A pause longer than ``budget`` is not waited: with ``give_up`` (a retry) returns
+        ``None``, nothing taken; else the request is sent despite it.
         """
         now = self.limiter.clock.now
         while True:
@@ -328,17 +303,12 @@ class Pacer:
             yield ACQUIRE, (key,)
             if self._pause_left(key, now()) == 0.0:
                 return budget
-            # A pause began while this request waited for its token: give the
-            # token back and wait out the pause, or every waiter would be sent
-            # together the moment it ends.
+            # Else every waiter would be sent together the moment the pause ends.
             yield REFUND, (key,)
 
     def plan(self, key: str, retries: int, reply: List[Any]) -> Iterator[Step]:
-        """One request's steps, without I/O; ``reply[0]`` is then the response the caller gets.
-
-        Its turn (``SLEEP``, ``ACQUIRE``, ``REFUND``), then ``SEND`` (the shell
-        puts the response in ``reply[0]``); a response to retry is
-        ``DISCARD``-ed and the turn comes again, at most ``retries`` times.
+        """One request's steps without I/O (turn, ``SEND``, ``DISCARD`` and again, at most
+        ``retries`` times); ``reply[0]`` is then the caller's response.
         """
         budget = yield from self._turn(key, self.budget(), False)
         while True:
@@ -380,10 +350,8 @@ class Pacer:
         return reply[0]
 
     def pause(self, key: str, status: int, get: HeaderGet) -> Optional[float]:
-        """Read a response: the seconds ``key`` is now paused for, or ``None`` (no retry).
-
-        ``None`` unless ``respect_server``, ``status`` is 429 or 503 and a hint
-        asks for at most ``max_wait`` seconds (a longer one pauses nothing).
+        """Seconds ``key`` is now paused for after a response, or ``None`` (no retry):
+        only with ``respect_server``, a 429 or 503, and a hint within ``max_wait``.
         """
         if not self.respect_server or status not in RETRY_STATUSES:
             return None

@@ -1,13 +1,5 @@
-"""httpx transports that wait for a ``RateLimiter``'s tokens and obey the server's 429s.
-
-Extra ``httpx`` (``pip install "tokenlimiter[httpx]"``)::
-
-    from limiter.clients.httpx import RateLimitTransport
-
-    client = httpx.Client(transport=RateLimitTransport(RateLimiter("5/second")))
-
-``AsyncRateLimitTransport`` is the same for ``httpx.AsyncClient``.  See
-docs/policies.md "Outbound clients".
+"""httpx transports that wait for a ``RateLimiter``'s tokens and obey the server's
+429s (extra ``httpx``).  See docs/policies.md "Outbound clients".
 """
 
 from __future__ import annotations
@@ -87,29 +79,23 @@ class _Paced(Generic[Transport]):
             raise TypeError(
                 f"{owner}: {pacer.limiter.store!r} is async only: use AsyncRateLimitTransport"
             )
-        #: The limiter whose tokens each request takes.
         self.limiter = pacer.limiter
-        #: The transport that sends the requests.
         self.transport: Transport = _wrapped(owner, transport, self._base, self._default)
 
 
 class RateLimitTransport(_Paced[httpx.BaseTransport], httpx.BaseTransport):
     """An ``httpx`` transport that paces requests with ``limiter`` before sending them.
 
-    Each request waits on ``limiter.clock`` until its key is not paused and
-    one token is taken, then goes to ``transport`` (default: a new
-    ``httpx.HTTPTransport()``).  ``key``: ``None`` (the request's host), a
-    ``str`` (one bucket) or ``key(request) -> str``.  ``respect_server``: a 429
-    or 503 with a hint (``Retry-After``, ``RateLimit``...) of at most
-    ``max_wait`` seconds (default 300; ``None``: no cap) pauses the key and
-    is retried, up to ``max_retries`` times, then returned as it came;
-    ``max_wait`` also bounds one call's pauses in total.  A streamed body is
-    not retried.
+    Each request waits on ``limiter.clock`` until its key is unpaused and a token is
+    taken, then goes to ``transport`` (default: a new ``httpx.HTTPTransport()``).
+    ``key``: ``None`` (the host), a ``str`` or ``key(request) -> str``.
+    ``respect_server``: a 429 or 503 whose hint is at most ``max_wait`` seconds
+    (default 300; ``None``: no cap, also bounding one call's pauses) pauses the key
+    and is retried up to ``max_retries`` times; a streamed body is not retried.
+    ``RateLimitExceeded`` only if the limiter can never admit; ``TypeError`` for
+    wrong types or an async-only store, ``ValueError`` for out-of-range values.
 
-    ``RateLimitExceeded`` only if the limiter can never admit a request.
-    ``TypeError`` for wrong argument types or an async-only store,
-    ``ValueError`` for out-of-range values.  See docs/policies.md
-    "Outbound clients".
+        client = httpx.Client(transport=RateLimitTransport(RateLimiter("5/second")))
     """
 
     _base = httpx.BaseTransport
@@ -132,11 +118,8 @@ class RateLimitTransport(_Paced[httpx.BaseTransport], httpx.BaseTransport):
 
 
 class AsyncRateLimitTransport(_Paced[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
-    """``RateLimitTransport`` for ``httpx.AsyncClient``; waits with ``await clock.asleep``.
-
-    Same arguments and behaviour; ``transport`` is an
-    ``httpx.AsyncBaseTransport`` (default: a new ``httpx.AsyncHTTPTransport()``).
-    The limiter's store may be synchronous or asyncio.
+    """``RateLimitTransport`` for ``httpx.AsyncClient`` (``transport``: an
+    ``httpx.AsyncBaseTransport``); the store may be synchronous or asyncio.
     """
 
     _base = httpx.AsyncBaseTransport

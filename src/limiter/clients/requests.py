@@ -1,11 +1,5 @@
-"""A requests adapter that waits for a ``RateLimiter``'s tokens and obeys the server's 429s.
-
-Extra ``requests`` (``pip install "tokenlimiter[requests]"``)::
-
-    from limiter.clients.requests import RateLimitAdapter
-
-    session = requests.Session()
-    session.mount("https://", RateLimitAdapter(RateLimiter("5/second")))
+"""A requests adapter that waits for a ``RateLimiter``'s tokens and obeys the
+server's 429s (extra ``requests``).
 """
 
 from __future__ import annotations
@@ -39,16 +33,13 @@ def _discard(response: requests.Response) -> None:
 class RateLimitAdapter(HTTPAdapter):
     """A ``requests`` transport adapter that paces requests with ``limiter``.
 
-    Mount it on a ``requests.Session`` for the prefixes to pace.  Each request
-    (each hop of a redirect) waits on ``limiter.clock`` until its key is not
-    paused and one token is taken, then goes to ``HTTPAdapter.send``.
-    ``key``, ``respect_server``, ``max_retries`` and ``max_wait`` work as on
-    ``limiter.clients.httpx.RateLimitTransport``; a generator or file body
-    is not retried.  ``connection_retries`` is ``HTTPAdapter``'s
-    ``max_retries`` (urllib3's, default 0); other keywords go to
-    ``HTTPAdapter``.  ``TypeError`` for wrong argument types or an async-only
-    store, ``ValueError`` for out-of-range values.  See docs/policies.md
-    "Outbound clients".
+    Mount it on a ``requests.Session``; each request (each redirect hop) waits as
+    ``limiter.clients.httpx.RateLimitTransport`` does, with the same ``key``,
+    ``respect_server``, ``max_retries`` and ``max_wait``; a generator or file body
+    is not retried.  ``connection_retries`` is ``HTTPAdapter``'s ``max_retries``;
+    other keywords go to ``HTTPAdapter``.  ``TypeError``/``ValueError`` as there.
+
+        session.mount("https://", RateLimitAdapter(RateLimiter("5/second")))
     """
 
     def __init__(
@@ -70,7 +61,6 @@ class RateLimitAdapter(HTTPAdapter):
             )
         super().__init__(max_retries=connection_retries, **kwargs)
         self._pacer = pacer
-        #: The limiter whose tokens each request takes.
         self.limiter = pacer.limiter
 
     def send(
@@ -82,10 +72,8 @@ class RateLimitAdapter(HTTPAdapter):
         cert: Any = None,
         proxies: Any = None,
     ) -> requests.Response:
-        """Wait for ``request``'s turn, send it, and retry it as the server asks.
-
-        The other arguments go to ``HTTPAdapter.send`` untouched (typed ``Any``:
-        their types differ across requests versions).
+        """Wait for ``request``'s turn, send it, and retry it as the server asks (the other
+        arguments go to ``HTTPAdapter.send``).
         """
         pacer = self._pacer
         url: str = request.url or ""

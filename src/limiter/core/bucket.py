@@ -44,9 +44,7 @@ from limiter.core.state import State, bucket_state
 
 _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
-# Results are built with ``tuple.__new__`` (hot path: see CONTRIBUTING.md "Hot paths"),
-# read once into a global like ``math.trunc``: a global call costs less than a
-# module or class attribute's.
+# Hot path (CONTRIBUTING.md "Hot paths"): a global call costs less than an attribute's.
 _new_result = tuple.__new__
 _trunc = math.trunc
 _isfinite = math.isfinite
@@ -73,17 +71,11 @@ def step(
 ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
     """Apply one request of ``cost`` tokens at time ``now`` (seconds) to a bucket.
 
-    Returns ``(new_state, result)``.  ``state`` is ``None`` for a key never seen.
-    When the request takes nothing (denied, or ``cost == 0``) the very same
-    ``state`` object is returned, so a store can skip the write; the
-    exceptions are a clock stepped back by more than ``CLOCK_TOLERANCE`` and a
-    deficit beyond this limit's ``max_debt`` (one burst owed), whose
-    re-anchored state must be stored.  A ``Refund`` or ``Charge`` is always
-    admitted (see ``Refund`` and ``Charge``); in debt, a request is denied
-    until refilling has repaid it.  A ``now`` at most ``CLOCK_TOLERANCE`` behind the state's
-    ``updated_at`` is taken as ``updated_at``.  With ``detail=False`` the result
-    is just the decision, a ``bool``: the same algorithm, without building a
-    ``RateLimitResult`` (``RateLimiter.allow``'s fast path).
+    Returns ``(new_state, result)``; ``state`` is ``None`` for a key never seen.
+    When nothing is taken (denied, or a peek) the same ``state`` object comes back
+    so a store can skip the write, except after re-anchoring (rules 6, 7).  With
+    ``detail=False`` the result is the ``bool`` decision alone.  Raises as
+    ``validate_cost`` (rule 3).
     """
     # One function on purpose, longer than most: every check runs it, and each
     # helper call would cost more than a rule (CONTRIBUTING.md "Hot paths").
@@ -114,9 +106,7 @@ def step(
             debt = 0.0
     ceiling = limit.ceiling  # window + slack
     if debt > ceiling:  # rules 5 and 6
-        # In debt (a Charge), or written under a larger limit: denied until
-        # repaid.  A bucket never owes more than one burst; a deeper state is
-        # stored at that bound (like a re-anchoring) so refilling starts there.
+        # A deeper state is stored at the bound so refilling starts there.
         if debt > limit.max_debt:
             debt = limit.max_debt
             state = bucket_state(debt, now)
@@ -155,13 +145,8 @@ def step(
 
 
 def _read(state: Optional[State], now: float, limit: Limit) -> Tuple[Optional[State], float, float]:
-    """``(state, debt, now)``: ``state`` read at ``now`` under ``limit`` (rules 6, 7 and 9).
-
-    ``debt`` is the deficit after refilling, at most ``max_debt``; ``now`` is
-    the state's ``updated_at`` when the reading lags it by at most
-    ``CLOCK_TOLERANCE``; ``state`` is re-anchored (a new state, to be stored)
-    after a clock stepped back or at the ``max_debt`` bound.  ``step`` inlines
-    the usual case (``now`` at or after ``updated_at``).
+    """``(state, debt, now)``: ``state`` read at ``now`` under ``limit`` (rules 6, 7, 9);
+    ``state`` is a new one to store when re-anchored.  ``step`` inlines the usual case.
     """
     if state is None:
         return None, 0.0, now
@@ -169,9 +154,7 @@ def _read(state: Optional[State], now: float, limit: Limit) -> Tuple[Optional[St
     updated_at = state.imag  # type: ignore[union-attr]
     if now < updated_at:
         if now < updated_at - CLOCK_TOLERANCE:
-            # Backwards clock: keep the deficit as it was, re-anchored at ``now``,
-            # stored even on denial (same tokens, new frame); were it not, the
-            # key would wait for the old reading.
+            # Stored even on denial: else the key would wait for the old reading.
             state = bucket_state(debt, now)
         else:
             # Read before a later reading was applied: apply at that time (no
@@ -190,11 +173,7 @@ def _read(state: Optional[State], now: float, limit: Limit) -> Tuple[Optional[St
 def _settle(
     state: Optional[State], now: float, limit: Limit, cost: float, detail: bool
 ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
-    """``step`` for a ``Refund`` or a ``Charge``: always admitted, never denied.
-
-    A refund lowers the debt, never below 0 (a full bucket); a charge raises
-    it, never above ``limit.max_debt``.  The clock rules are ``step``'s.
-    """
+    """``step`` for a ``Refund`` or ``Charge``: always admitted (rules 4, 5)."""
     if not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     state, debt, now = _read(state, now, limit)
@@ -229,30 +208,21 @@ def _settle(
 
 
 def tokens_left(debt: float, limit: Policy) -> float:
-    """The tokens a bucket holding ``debt`` seconds of deficit has, before ``step`` truncates them.
-
-    ``(window - debt + slack) * rate`` (rule 8's slack included): ``step``'s
-    ``remaining`` is its integer part, clamped to 0 and ``burst`` (inline
-    there: the hot path).
+    """The tokens held at ``debt`` seconds of deficit, slack included (rule 8), before
+    ``step`` truncates and clamps them into ``remaining``.
     """
     return (limit.window - debt + limit.slack) * limit.rate
 
 
 def admission_excess(debt: float, cost: float, limit: Policy) -> float:
-    """Seconds by which a request of ``cost`` tokens at ``debt`` misses ``step``'s threshold.
-
-    ``debt + cost * interval - window - slack``: at most 0 admits (rule 1,
-    with rule 8's slack); ``DenyCache`` asks how close to 0 it lies.
-    """
+    """Seconds by which ``cost`` at ``debt`` misses ``step``'s threshold (<= 0 admits; rule 8)."""
     return debt + cost * limit.interval - limit.window - limit.slack
 
 
 def next_token_in(result: RateLimitResult) -> float:
-    """Seconds until the policy of ``result`` holds one more whole token (0.0 when full).
+    """Seconds until ``result``'s policy holds one more whole token (0.0 when full).
 
-    A bucket refills a token every ``window / limit`` seconds, the last at
-    ``reset_after``; a quota or a lockout gives all back at ``reset_after``.
-    The draft headers' ``t`` is this, rounded up.
+    A quota or lockout gives all back at ``reset_after``.  The draft headers' ``t``.
     """
     limit = result[1]
     missing = limit - result[2]
@@ -264,11 +234,8 @@ def next_token_in(result: RateLimitResult) -> float:
 
 
 def peek_view(limit: Policy, result: RateLimitResult) -> Tuple[float, float]:
-    """``(tokens, wait)`` of ``limit``'s bucket from a peek's ``result`` (what the CLI shows).
-
-    ``tokens``: the exact tokens held, from 0 to ``burst``; ``wait``: seconds
-    until a request of cost 1 passes (at most ``limit.slack``: it passes now,
-    the test ``step`` makes).
+    """``(tokens, wait)`` of ``limit``'s bucket from a peek's ``result`` (the CLI's view):
+    exact tokens from 0 to ``burst``, and seconds until a cost of 1 passes.
     """
     exact = (result[5] - result[3]) * limit.rate
     exact = min(max(exact, 0.0), float(limit.burst))

@@ -18,17 +18,11 @@ _isfinite = math.isfinite
 def validate_cost(cost: object) -> float:
     """``cost`` as a float number of tokens >= 0, or an error that names it.
 
-    Every real number is accepted whatever its type or size: ``int`` of any
-    length, ``float``, ``fractions.Fraction``, ``decimal.Decimal``.  A value
-    too large for a float becomes ``inf`` (``step`` denies any cost above the
-    burst with ``retry_after = inf``, so a client-chosen huge cost is simply
-    refused, never an ``OverflowError``); a positive value too small for a
-    float becomes the smallest positive float, never a free peek; a value
-    that a float would round down onto a whole number (``2**53 + 1``, or
-    ``Fraction(10**20 + 1, 10**19)``) becomes the next float up, so that it
-    still exceeds a burst of that whole number (``cost > burst`` exactly when
-    the float is).  ``bool`` and anything that is not a number is a
-    ``TypeError``; NaN and negative values are a ``ValueError``.
+    Any real number (``int``, ``float``, ``Fraction``, ``Decimal``): too large for a
+    float becomes ``inf``; a positive one too small, the smallest float; one a float
+    would round down onto a whole number, the next float up (so ``cost > burst``
+    exactly when the float is).  ``bool`` or a non-number: ``TypeError``; NaN or
+    negative: ``ValueError``.  docs/concepts.md, "Exact semantics".
     """
     value: Any
     cls = cost.__class__
@@ -52,26 +46,12 @@ def validate_cost(cost: object) -> float:
 
 
 class Refund(float):
-    """A cost that gives tokens back: ``Refund(2)`` returns 2 tokens to a bucket.
+    """A cost that gives ``tokens`` back (``Refund(2)``), always admitted, never beyond burst.
 
-    ``step`` applies it as a negative cost, always admitted, and a bucket
-    never holds more than ``burst`` after it (the debt stops at 0).  Its
-    value is ``-tokens``; ``tokens`` is checked by ``validate_cost`` (a
-    negative or NaN amount is a ``ValueError``).  It is the only negative
-    cost: ``validate_cost`` refuses a negative number, so no cost a client
-    sends can become one.  ``RateLimiter.refund`` makes it.
-
-    ``taken_at`` (seconds, the time of the check that took the units) ties
-    the refund to the window that took them: on a ``Quota`` a refund taken
-    before the current window's start gives nothing back (the units were
-    forgiven at the boundary; the new window owes nothing).  Without it
-    (``None``) a quota refund goes to the current window, whatever took the
-    units: pass ``taken_at`` whenever a refund may cross a boundary
-    (``RateLimiter.refund(..., taken_at=)``; ``deduct_when`` does).  A token
-    bucket ignores it: a refund never fills one beyond its burst, so after a
-    reset or a refill to full it gives nothing back.  Not part of equality.
-    ``step`` honours it, and so does every store (the Redis script is sent
-    it: ``limiter.backends._wire``).
+    The only negative cost (its value is ``-tokens``; ``tokens`` as ``validate_cost``).
+    ``taken_at`` (seconds, when the check took the units): on a ``Quota`` a refund
+    from before the current window gives nothing back; ``None`` refunds the current
+    window.  A token bucket ignores it.  Not part of equality.
     """
 
     __slots__ = ("taken_at",)
@@ -104,17 +84,10 @@ class Refund(float):
 
 
 class Charge(float):
-    """A cost taken unconditionally: ``Charge(350)`` takes 350 tokens, even from an empty bucket.
+    """A cost taken unconditionally (``Charge(350)``), even from an empty bucket.
 
-    ``step`` always admits it; a bucket it empties goes into debt (it owes
-    tokens), and later requests are denied until refilling has repaid the
-    debt.  The debt is bounded: a bucket never owes more than one burst
-    (``Limit.max_debt``); a charge beyond that is taken up to the bound.  On
-    a ``Quota`` the units used may go up to twice the count (the window's
-    end forgives them).  ``tokens`` is checked by ``validate_cost``: any real
-    number >= 0, too large a one becoming ``inf`` (so the bound).
-    ``RateLimiter.charge`` makes it: the way to settle a cost known only
-    after the response.
+    A bucket goes into debt, at most one burst (``Limit.max_debt``), and denies until
+    refilled; a ``Quota``'s units go up to twice the count.  ``tokens`` as ``validate_cost``.
     """
 
     __slots__ = ()
@@ -129,10 +102,8 @@ class Charge(float):
 class Hold(float):
     """A slot of a ``Concurrency`` policy taken, given back or renewed by ``holder``.
 
-    ``action`` is ``"take"`` (worth 1.0), ``"give"`` or ``"renew"`` (0.0);
-    ``holder`` is the number the taker drew (an integer below 2**53, exact in
-    every store).  ``RateLimiter.slot`` makes them; a store sends them to
-    the concurrency step as they are (``limiter.core.concurrency``).
+    ``action``: ``"take"`` (worth 1.0), ``"give"`` or ``"renew"`` (0.0); ``holder``:
+    an integer below 2**53.  ``RateLimiter.slot`` makes them.
     """
 
     __slots__ = ("action", "holder")
@@ -170,10 +141,8 @@ Cost = Union[float, Sequence[float]]
 def validate_costs(cost: object, count: int) -> Union[float, Tuple[float, ...]]:
     """``cost`` checked for ``count`` limits, before a store takes a lock or a round trip.
 
-    A number is ``validate_cost``'s float (a ``Refund`` or ``Charge`` is
-    returned as it is); a list or tuple must hold exactly ``count`` such
-    numbers (``ValueError`` otherwise) and comes back as a tuple.  Errors
-    name the bad value as ``validate_cost``'s do.
+    A number as ``validate_cost`` (a ``Refund``/``Charge`` as is); a list or tuple
+    must hold exactly ``count`` of them (``ValueError``) and comes back a tuple.
     """
     if cost.__class__ is tuple or cost.__class__ is list:
         items: Sequence[object] = cost  # type: ignore[assignment,unused-ignore]
@@ -192,12 +161,8 @@ def check_count(costs: Sequence[object], count: int) -> None:
 
 
 def cost_or_inf(cost: object, burst: int) -> float:
-    """``validate_cost(cost)``, or ``inf`` when it is above ``burst``.
-
-    A cost above the burst is denied whatever its value, even within the
-    slack of ``burst`` (as ``inf``, ``after`` is ``inf`` and is never admitted).
-    ``validate_cost``'s float exceeds ``burst`` exactly when ``cost`` does.
-    A ``Refund`` is its negative float.
+    """``validate_cost(cost)``, or ``inf`` when above ``burst`` (never admitted, slack or
+    not); a ``Refund`` is its negative float.
     """
     if cost.__class__ is Refund or cost.__class__ is Charge:
         return float(cost)  # type: ignore[arg-type,unused-ignore]
@@ -206,11 +171,8 @@ def cost_or_inf(cost: object, burst: int) -> float:
 
 
 def policy_cost(cost: object, burst: int, now: float) -> float:
-    """``cost_or_inf(cost, burst)``, then ``now`` checked: a ``Quota``'s and a ``Lockout``'s step.
-
-    ``cost``'s errors first (as ``step``), then a ``ValueError`` for a ``now``
-    that is not a finite number of seconds, unless ``cost`` is a ``Refund`` or
-    a ``Charge``.
+    """``cost_or_inf(cost, burst)``, then ``ValueError`` for a ``now`` that is not finite
+    (unless ``cost`` is a ``Refund`` or ``Charge``): a ``Quota``'s and ``Lockout``'s step.
     """
     value = cost_or_inf(cost, burst)
     if (cls := cost.__class__) is not Refund and cls is not Charge and not _isfinite(now):
@@ -219,12 +181,9 @@ def policy_cost(cost: object, burst: int, now: float) -> float:
 
 
 def counted_cost(cost: object, count: int, now: float) -> Tuple[float, bool, Optional[float]]:
-    """``(value, forced, taken_at)`` of ``cost`` for a counting step (quota, windows).
-
-    ``value`` is ``policy_cost(cost, count, now)`` (``step``'s errors, in its
-    order); ``forced`` for a ``Charge``, ``taken_at`` a ``Refund``'s.  A
-    ``now`` that is no finite number is a ``ValueError`` for a ``Refund`` or
-    ``Charge`` too: windows are found from ``now`` whatever the cost.
+    """``(value, forced, taken_at)`` of ``cost`` for a counting step (quota, windows):
+    ``policy_cost``'s value, True for a ``Charge``, a ``Refund``'s ``taken_at``.
+    A non-finite ``now`` is a ``ValueError`` for every cost.
     """
     value = policy_cost(cost, count, now)
     cls = cost.__class__
@@ -236,12 +195,7 @@ def counted_cost(cost: object, count: int, now: float) -> Tuple[float, bool, Opt
 
 
 def checked_cost(cost: object) -> float:
-    """``validate_cost(cost)``, but a ``Refund`` or ``Charge`` is returned as it is.
-
-    The rule for one cost wherever costs are checked before a store is asked
-    (``validate_costs``, ``RateLimiter``'s mappings, SQLite): a Refund is
-    negative and a Charge unconditional on purpose, and ``step`` settles both.
-    """
+    """``validate_cost(cost)``, but a ``Refund`` or ``Charge`` is returned as it is."""
     if (cls := cost.__class__) is Refund or cls is Charge or cls is Hold:
         return cost  # type: ignore[return-value,unused-ignore]
     return validate_cost(cost)

@@ -17,18 +17,11 @@ def step_all(
 ) -> Tuple[List[Optional[State]], RateLimitResult]:
     """Apply one request to several buckets at once: all admit it, or none is charged.
 
-    ``states[i]`` is the state of the bucket under ``limits[i]``.  ``cost`` is
-    one cost charged to every limit, or a list or tuple of one cost per limit
-    (``ValueError`` when its length differs): each limit must be able to pay
-    its own amount (0 takes nothing from that one).  Returns the new states
-    (same objects where nothing changed) and a result that reports the most
-    restrictive limit (``combine``): on denial, the one with the longest
-    ``retry_after``; when allowed, the one with the fewest tokens left.  Its
-    ``results`` holds one result per limit, in order; on denial those of the
-    limits that would have admitted the request are peeks (nothing was taken).
-    A ``Lockout`` may come last (its cost is ignored); see the comment below.
-    A ``Hold`` giving slots back is never refused as a whole: every lease
-    goes, and the result refuses when one had lapsed already.
+    ``states[i]`` is the state under ``limits[i]``; ``cost`` is one cost for all or
+    a list/tuple of one per limit (``ValueError`` on a length mismatch).  Returns
+    the new states (same objects where unchanged) and ``combine``'s result; on
+    denial, the admitting limits' ``results`` are peeks.  A ``Lockout`` may come
+    last (rules below); a ``Hold`` giving slots back is never refused as a whole.
     """
     # Lockout rules.  Its state is absent (no breach), an open run or a lock
     # (state.lockout_state): keep_until is the run's or lockout's end either way.

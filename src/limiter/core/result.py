@@ -41,27 +41,17 @@ class RateLimitResult(NamedTuple):
 
 
 def combine(results: Sequence[RateLimitResult]) -> RateLimitResult:
-    """The result that reports several limits' ``results`` (one per limit, in order).
+    """The result reporting several limits' ``results``: the most restrictive one.
 
-    It is the most restrictive one: when any denies, the denial with the
-    longest ``retry_after`` (then the fewest tokens left); when all admit, the
-    one with the fewest tokens left (then the longest ``reset_after``).  Its
-    ``results`` field holds all of them.  ``step_all`` reports with it, and so
-    does the Redis store, whose script returns one result per limit.
-
-    A lockout's result last in ``results`` (``step_all`` with a ``Lockout``)
-    is the result when it refuses, with the ``limit`` and ``window`` of the
-    most restrictive other result and the longest ``retry_after`` of its own
-    and the other denials' (its ``results`` then hold all of them, the
-    lockout's own last), and is left out when it does not refuse.
+    Any denial: the longest ``retry_after`` (then fewest tokens); all admit: the
+    fewest tokens left (then longest ``reset_after``).  A refusing lockout (last)
+    is the result, with the most restrictive limit's ``limit`` and ``window`` and
+    the longest ``retry_after``; one not refusing is left out.
     """
     last = results[-1]
     if last[8] == "lockout":
         if not last[0]:
-            # The limit and window of the most restrictive limit, so that
-            # X-RateLimit-Limit shows the request limit, not a breach count;
-            # and the longest wait of the lockout's and the limits' denials
-            # (a quota's boundary, or inf for a cost above a burst).
+            # So that X-RateLimit-Limit shows the request limit, not a breach count.
             others = results[:-1]
             worst = min(others, key=lambda r: (r.remaining, -r.reset_after))
             retry = max([last[4]] + [r[4] for r in others if not r[0]])

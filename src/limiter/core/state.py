@@ -1,30 +1,18 @@
-"""The state codec: how each policy's state is stored, read, and how long it must be kept.
+"""The state codec: how each policy's state is stored, read, and how long it is kept.
 
-A policy's state is one ``complex`` (32 bytes; a tuple of two floats takes
-104), or, for the one policy that needs three numbers, a tuple of three
-floats: stores keep it, expire it and sweep it without knowing the policy,
-and this module alone builds or reads one (``bucket.py``'s hot path inlines
-``bucket_state`` and ``read_bucket``, citing them).
+A state is one ``complex`` (32 bytes), or a tuple for the policies needing more;
+stores keep, expire and sweep it without knowing the policy:
 
-* A token bucket: ``complex(debt, updated_at)``, seconds (rule 9 of ``bucket.py``).
-* A count in a window (a ``Quota``, a ``FixedWindow``):
-  ``complex(used * 2**-600, end)``: the units used in the window ending at ``end``.
-* A lockout: ``complex(breaches * 2**-600, run_end)`` for an open run of
-  breaches, ``complex(-2**-600, until)`` when locked out.
-* A ``SlidingWindow``: ``(previous, current, until)``, the units counted in
-  the previous and the current window, and the end of the window after the
-  current one (when both are forgotten).
-* A ``Concurrency`` policy's leases: ``(holder, expiry, ..., until)``, a
-  pair per slot held (in the order taken), then the last expiry (or the
-  time the last slot was given back).
+* A token bucket: ``complex(debt, updated_at)``, seconds (``bucket.py`` rule 9).
+* A count in a window (``Quota``, ``FixedWindow``): ``complex(used * 2**-600, end)``.
+* A lockout: ``complex(breaches * 2**-600, run_end)`` for an open run,
+  ``complex(-2**-600, until)`` when locked out.
+* A ``SlidingWindow``: ``(previous, current, until)``.
+* A ``Concurrency`` policy: ``(holder, expiry, ..., until)``, a pair per slot held.
 
-The scaled counts are far below half a unit in the last place of any time,
-so ``keep_until`` (``real + imag``) is the bucket's "full again" time, the
-window's end and the lockout's run or lock end alike, and scaling by a
-power of two gives the counts back exactly.  ``None`` is a key never seen.
-A store with columns keeps ``to_row``'s three values (the third ``None``
-but for a sliding window, and ``bytes`` for leases).  A tuple's last
-number is always when it may be forgotten.
+The scaled counts are below half an ulp of any time, so ``keep_until``
+(``real + imag``, or a tuple's last number) is when any state may be forgotten.
+``None`` is a key never seen.  ``to_row`` gives three values for a store with columns.
 """
 
 from __future__ import annotations
@@ -116,11 +104,8 @@ Row = Tuple[float, float, Optional[Union[float, bytes]]]
 
 
 def to_row(state: State) -> Row:
-    """Any policy's ``state`` as three values for a store with columns.
-
-    ``(real, imag, None)`` for a complex state, a sliding window's three
-    numbers, and for leases ``(slots held, until, the pairs as bytes)``
-    (little-endian doubles).
+    """Any policy's ``state`` as three values: ``(real, imag, None)``, a sliding window's
+    numbers, or leases' ``(slots held, until, pairs as little-endian doubles)``.
     """
     cls = state.__class__
     if cls is Leases:
@@ -152,10 +137,8 @@ def from_row(first: object, second: object, third: object = None) -> State:
 
 
 def forgettable(state: State, now: float, horizon: float) -> bool:
-    """True when a store may drop ``state`` at ``now``: ``keep_until(state) <= now``, or idle.
-
-    Idle: its time (a bucket's ``updated_at``, a quota's or lockout's end) is
-    before ``horizon`` (``MemoryStore.sweep``'s ``now - max_age``; ``-inf``: never).
+    """True when a store may drop ``state`` at ``now``: ``keep_until(state) <= now``, or
+    its time is before ``horizon`` (``now - max_age``; ``-inf``: never).
     """
     if state.__class__ is not complex:
         at = state[-1]  # type: ignore[index]
@@ -165,11 +148,8 @@ def forgettable(state: State, now: float, horizon: float) -> bool:
 
 
 def keep_until(state: State) -> float:
-    """When ``state`` stops mattering (seconds): a store may forget it from then on.
-
-    A bucket is full again, a quota's window or a lockout's run or lock is
-    over: an absent key means the same (Redis's ``PX``, SQLite's ``full_at``
-    column, ``MemoryStore.sweep``); a sliding window's ``until``.
+    """When ``state`` stops mattering (seconds): an absent key means the same from then
+    (Redis's ``PX``, SQLite's ``full_at``, ``MemoryStore.sweep``).
     """
     if state.__class__ is not complex:
         return state[-1]  # type: ignore[index]

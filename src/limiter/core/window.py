@@ -147,16 +147,12 @@ def fixed_step(
 class FixedWindow(_Window):
     """At most ``count`` units per window of ``period`` seconds, counted afresh in each window.
 
-    ``FixedWindow(10, 60)`` admits 10 requests per minute, the minutes
-    aligned to the epoch on the limiter's clock (``anchor="epoch"``: as
-    Envoy, Kong and the Redis INCR-per-window recipes count); with
-    ``anchor="first"`` a key's window starts at its first request, as
-    limits' fixed window (flask-limiter, slowapi) does.  All or nothing per
-    request, any real cost (a cost above ``count`` is never admitted:
-    ``retry_after`` inf); denied, ``retry_after`` is the time to the
-    window's end.  ``count`` is an int from 1 to 2**53, ``period`` seconds
-    from 0.001 to 2**40; a wrong type is a ``TypeError``, a wrong value a
-    ``ValueError``.  ``name`` labels the policy in headers.
+    ``anchor="epoch"`` (default) aligns windows to the epoch on the limiter's clock;
+    ``"first"`` starts a key's window at its first request.  All or nothing; a cost
+    above ``count`` is never admitted (``retry_after`` inf); a denial's
+    ``retry_after`` is the window's end.  ``count``: int from 1 to 2**53;
+    ``period``: seconds from 0.001 to 2**40; ``TypeError``/``ValueError`` otherwise.
+    ``name`` labels the policy in headers.  See docs/concepts.md, "Windows".
     """
 
     kind: ClassVar[Literal["fixed-window"]] = "fixed-window"
@@ -247,16 +243,11 @@ def count_step(
 ) -> Tuple[Optional[State], Any]:
     """Apply ``cost`` to the units ``state`` counts, the current window being ``[start, end)``.
 
-    Rules 2 to 7.  A live state counts in its own window (a reading just
-    before a boundary applied after it); one whose window lies beyond the
-    current one and starts more than ``CLOCK_TOLERANCE`` after ``now`` keeps
-    its units, moved to the current window (stored even on denial).
-    ``cost`` is checked (a float, inf above the count, negative for a
-    Refund); ``forced`` for a Charge; ``taken_at`` a Refund's.  ``state`` is
-    returned as it is when nothing changes.  Returns ``(state, result)``, or
-    ``(state, allowed)`` without ``detail`` (``step``'s convention).  A
-    ``Quota``'s step too, with its calendar window.  ``used`` given: the
-    units counted in ``[start, end)`` already (``FixedWindow._first`` read them).
+    Rules 2 to 7 (a ``Quota``'s step too).  ``cost`` is checked (inf above the
+    count, negative for a Refund); ``forced`` for a Charge; ``taken_at`` a Refund's;
+    ``used``: the units already counted in ``[start, end)``.  Returns ``(state,
+    result)``, or ``(state, allowed)`` without ``detail``; ``state`` unchanged is
+    returned as is.
     """
     if used is not None:
         pass
@@ -339,15 +330,9 @@ def sliding_step(
 class SlidingWindow(_Window):
     """At most ``count`` units in any ``period`` seconds, by the sliding-window counter.
 
-    The estimate of the last ``period`` seconds is the current window's
-    units plus the previous window's, weighted by the share of the previous
-    window still within them (windows aligned to the epoch): the
-    approximation Cloudflare and limits' ``sliding-window-counter`` use,
-    with one state of three numbers per key.  A request of cost ``c`` is
-    admitted when ``floor(estimate) + c <= count``, all or nothing;
-    ``retry_after`` is the exact time until it would be admitted if no
-    other arrives, ``reset_after`` until nothing is counted.  Same types
-    and ranges as ``FixedWindow``.
+    Admits a cost ``c`` when ``floor(estimate) + c <= count`` (rule 2), all or
+    nothing; ``retry_after`` is exact.  Same types and ranges as ``FixedWindow``.
+    See docs/concepts.md, "The sliding-window counter".
     """
 
     kind: ClassVar[Literal["sliding-window"]] = "sliding-window"
@@ -438,10 +423,8 @@ def _sliding_retry(
 ) -> float:
     """When (seconds) a denied request of ``cost`` would pass, no other arriving (rule 7).
 
-    The estimate must fall below ``F = floor(count - cost) + 1``: within the
-    current window as the previous one's weight falls, else in the next one
-    as the current one's does.  Solved for the estimate at the instant
-    itself, so at it (``+ TIME_EPSILON``, as ``slide`` reads) it is below.
+    Solved for the estimate to fall below ``floor(count - cost) + 1`` in the
+    current window, else in the next.
     """
     if not cost <= policy.count:  # rule 3 (inf)
         return math.inf

@@ -74,11 +74,9 @@ def _no_decision(request: RequestInfo) -> Verdict:
 
 
 class Deferred:
-    """An admitted, charged request whose charge may be given back (``deduct_when``).
-
-    ``settle(status)``, when the response starts, refunds the cost unless
-    ``deduct_when(status)`` holds and returns the headers to add. Only the
-    first call settles; later ones return the same headers.
+    """An admitted, charged request whose charge may be given back (``deduct_when``):
+    ``settle(status)`` refunds it unless ``deduct_when(status)``, once, and returns
+    the headers to add.
     """
 
     __slots__ = ("at", "cost", "deduct_when", "guard", "key", "limiter", "result", "settled")
@@ -99,8 +97,7 @@ class Deferred:
         self.cost = cost
         self.deduct_when = deduct_when
         self.result = result
-        # Read before the check: the headers say where the bucket stood then, and
-        # the refund goes only to the quota window that took the charge.
+        # Read before the check: the refund goes only to the window that took it.
         self.at = limiter.clock.now() if at is None else at
         self.settled: Optional[HeaderList] = None
 
@@ -149,13 +146,9 @@ def _kept_always(status: int) -> bool:
 
 
 class Held(Deferred):
-    """An admitted request holding a slot of its limiter's ``Concurrency`` policies.
-
-    A ``Deferred`` (``settle`` gives its headers, refunding the other
-    policies' cost when ``deduct_when`` says so); ``release``/``arelease``
-    give the slot back when the response has ended, the app failed or the
-    client went away. Only the first call gives it back; a store failure is
-    logged and the lease frees the slot.
+    """An admitted request holding a ``Concurrency`` slot: a ``Deferred`` whose
+    ``release``/``arelease`` give the slot back once (a store failure is logged and
+    the lease frees it).
     """
 
     __slots__ = ("slot",)
@@ -204,11 +197,10 @@ PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Verdi
 
 
 class Guard:
-    """The decision every adapter delegates to: ``Guard(limiter, options)`` or
-    ``Guard(limiter, **options)``, built once per adapter.
+    """The decision every adapter delegates to, built once: ``Guard(limiter, options)``.
 
-    ``decide(request)`` returns a ``Verdict``. Only ``StoreError`` goes to
-    ``on_error``; every other exception propagates (docs/adapters.md#errors).
+    ``decide(request)`` returns a ``Verdict``.  Only ``StoreError`` goes to
+    ``on_error``; other exceptions propagate (docs/adapters.md#errors).
     """
 
     __slots__ = (
@@ -272,8 +264,7 @@ class Guard:
 
     def _precompute(self) -> None:
         """What the decision reads per request besides the options."""
-        #: True when no store waits on I/O and no callable is ``async``: async
-        #: code may call ``decide``. Never True with limiter functions.
+        #: True when async code may call ``decide`` (never with limiter functions).
         limiters = self.limiters()
         # Waiting (max_wait) must not block the event loop: adecide, never decide.
         self.nonblocking: bool = (
@@ -347,10 +338,7 @@ class Guard:
     def decide_peer(
         self, peer: Optional[str], native: _N, to_request: Callable[[_N], RequestInfo]
     ) -> Verdict:
-        """``decide(to_request(native))``, building the request only when needed.
-
-        For ``peer_decider``'s guards; an uncached or trusted ``peer`` takes ``decide``.
-        """
+        """``decide(to_request(native))``, building the request only when needed."""
         # Hot path (CONTRIBUTING.md): RequestInfo is built only for on_limited.
         limiter = self._plain
         key = self._peer_keys.get(peer)  # type: ignore[arg-type]
@@ -391,9 +379,8 @@ class Guard:
         return limiter, key_func, cost_func, cost, deduct_when
 
     def select(self, request: RequestInfo) -> Optional[Selection]:
-        """The ``Selection`` for ``request``, or ``None`` when not limited.
-
-        Raises ``TypeError`` when a callable is ``async``: use ``aselect``.
+        """The ``Selection`` for ``request``, or ``None`` when not limited; ``TypeError``
+        when a callable is ``async`` (use ``aselect``).
         """
         if self.is_async:
             raise TypeError(
@@ -511,8 +498,7 @@ class Guard:
         at: Optional[float] = None,
         slot: Optional[Slot] = None,
     ) -> Verdict:
-        """The ``Verdict`` for ``result``, the check of ``chosen`` (``at``: the time before
-        it; ``slot``: the slot it took, held until the response ends: a ``Held``)."""
+        """The ``Verdict`` for ``result``; ``at``: the time before the check, ``slot``: its slot."""
         limiter, key, cost, deduct_when = chosen
         if result.allowed:
             if slot is not None and slot.held:
@@ -554,10 +540,7 @@ class Guard:
         return self.build(result, limiter.clock.now(), self.header_style)
 
     def failed(self, limiter: Optional[RateLimiter] = None) -> Verdict:
-        """Apply ``on_error`` to the ``StoreError`` being handled; call it in ``except``.
-
-        ``limiter`` (default: the guard's) is named in the log record.
-        """
+        """Apply ``on_error`` to the ``StoreError`` being handled; call it in ``except``."""
         now = time.monotonic()
         if now >= self._next_log:
             self._next_log = now + ERROR_LOG_INTERVAL

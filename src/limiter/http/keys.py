@@ -125,15 +125,11 @@ class ClientIP:
     """A key function returning ``"ip:<address>"`` for the client of a request.
 
     The client is the socket peer; ``header`` (``"x-forwarded-for"`` or
-    ``"forwarded"``, required with ``trusted_proxies``) is read only from a
-    peer in ``trusted_proxies`` (IPs, CIDRs or ``"unix"``), walked right to
-    left. IPv6 clients are grouped by their ``/ipv6_prefix`` (0-128). No
-    usable peer gives ``UNKNOWN_CLIENT``. Never raises on request data;
-    raises ``TypeError``/``ValueError`` for a bad argument (a CIDR with host
-    bits included). The trust model, rule by rule: docs/proxies.md#the-rule.
-
-    ``peer_keys`` maps recent untrusted peers to their keys (at most 4096);
-    the adapters read it, nothing may write it.
+    ``"forwarded"``) is read only from a peer in ``trusted_proxies`` (IPs, CIDRs or
+    ``"unix"``), right to left.  IPv6 clients are grouped by ``/ipv6_prefix``
+    (0-128); no usable peer gives ``UNKNOWN_CLIENT``.  Never raises on request
+    data; ``TypeError``/``ValueError`` for a bad argument.  docs/proxies.md#the-rule.
+    ``peer_keys`` (read-only) caches recent untrusted peers' keys.
     """
 
     __slots__ = (
@@ -224,9 +220,8 @@ class ClientIP:
         return self.from_headers(key, request.headers.get_all)
 
     def from_headers(self, peer_key: str, get_all: Callable[[str], List[str]]) -> str:
-        """The client key named by a trusted peer's ``header``, else ``peer_key``.
-
-        ``get_all(name)`` returns every line of a header (``[]`` when absent).
+        """The client key named by a trusted peer's ``header``, else ``peer_key``
+        (``get_all(name)``: every line of a header, ``[]`` when absent).
         """
         if self.header is None:
             return peer_key
@@ -256,13 +251,11 @@ class ClientIP:
 
 
 class AllowList:
-    """Clients that are never limited nor charged: ``AllowList(["10.0.0.0/8"], client_ip)``.
+    """Clients never limited nor charged: ``AllowList(["10.0.0.0/8"], client_ip)``.
 
-    ``entries``: IPs and CIDRs, one string or an iterable. The client is found
-    by ``client_ip``'s trust model and its full address compared. A request
-    with no usable address, or whose trusted proxy sent no usable header, is
-    never on the list. False when empty. Raises ``TypeError``/``ValueError``
-    for bad entries (a CIDR with host bits included).
+    ``entries``: IPs and CIDRs (a string or an iterable), compared with the full
+    client address found by ``client_ip``'s trust model; no usable address is never
+    listed.  False when empty.  ``TypeError``/``ValueError`` for bad entries.
     """
 
     __slots__ = ("_client", "_contains", "entries")
@@ -319,11 +312,8 @@ def client_ip(
     ipv6_prefix: int = 64,
     header: Optional[str] = None,
 ) -> str:
-    """The default key: ``"ip:<client address>"``, found as by ``ClientIP``.
-
-    For key functions that want the client IP inside a larger key; the last
-    32 option sets are cached. Raises ``TypeError``/``ValueError`` for a bad
-    option, as ``ClientIP`` does.
+    """The default key: ``"ip:<client address>"``, found as by ``ClientIP`` (the last
+    32 option sets cached; its errors for a bad option).
     """
     proxies = _proxy_entries(trusted_proxies)
     try:
@@ -335,13 +325,11 @@ def client_ip(
 
 
 def header_key(name: str, *, prefix: Optional[str] = None) -> KeyFunc:
-    """A key function for a header such as ``X-API-Key``: ``"<name>:<value>"``.
+    """A key function for a header such as ``X-API-Key``: ``prefix + value``.
 
-    ``name`` matches case-insensitively; the key is ``prefix + value``,
-    ``prefix`` defaulting to the lower-cased name and a colon. Repeated lines
-    are joined with ``", "``; a missing or empty header gives ``None`` (the
-    client IP). Key only on a header the app checks, or clients rotate values
-    for fresh buckets. Raises ``TypeError``/``ValueError`` for a bad name or prefix.
+    ``name`` is case-insensitive; ``prefix`` defaults to the lower-cased name and a
+    colon; repeated lines join with ``", "``; missing or empty gives ``None`` (the
+    client IP).  ``TypeError``/``ValueError`` for a bad name or prefix.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a header name (str), got {name!r}")

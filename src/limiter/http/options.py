@@ -96,10 +96,7 @@ def check_options(
 
 
 class WebSocketOptions(TypedDict, total=False):
-    """The options on inbound WebSocket messages (the ASGI adapter, FastAPI's ``RateLimit``).
-
-    See docs/adapters.md#websocket-messages; ``MessageLimits`` checks them.
-    """
+    """The options on inbound WebSocket messages (docs/adapters.md#websocket-messages)."""
 
     ws_messages_per_connection: Union[str, RateLimiter, None]
     ws_messages_per_key: Union[str, RateLimiter, None]
@@ -120,9 +117,8 @@ CLOSE_CODES = (1008, 1013)
 def websocket_options(
     owner: str, options: Mapping[str, Any]
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """``options`` split into the ``GuardOptions`` and the ``WebSocketOptions``.
-
-    Raises ``TypeError`` naming ``owner`` and a close match for an unknown name.
+    """``options`` split into ``GuardOptions`` and ``WebSocketOptions``; ``TypeError``
+    naming ``owner`` and a close match for an unknown name.
     """
     check_options(owner, options, ASGI_OPTION_NAMES)
     guard = {k: v for k, v in options.items() if k not in WEBSOCKET_OPTION_NAMES}
@@ -161,14 +157,12 @@ def _message_limiter(
 
 
 class MessageLimits:
-    """``WebSocketOptions`` checked and built once; read-only (docs/adapters.md#websocket-messages).
+    """``WebSocketOptions`` checked and built once; read-only.
 
-    ``per_connection``/``per_key``: the limiters (``None``: no such limit).
-    A ``ws_messages_per_key`` rate string gets ``store`` and ``clock`` (the
-    handshake's: workers sharing a store share these buckets too); a
-    ``ws_messages_per_connection`` one gets ``clock`` and a ``MemoryStore``
-    of its own (a connection lives in one process). ``shadow``: their shadow
-    views (``mode="shadow"``). Raises ``TypeError``/``ValueError``.
+    ``per_connection``/``per_key``: the limiters or ``None``.  A per-key rate string
+    shares the handshake's store and clock; a per-connection one gets a
+    ``MemoryStore`` of its own.  ``shadow``: their shadow views.  Raises
+    ``TypeError``/``ValueError``.
     """
 
     __slots__ = ("by_bytes", "close_code", "drop", "limiters", "per_connection", "per_key")
@@ -189,7 +183,6 @@ class MessageLimits:
         self.per_key = _message_limiter(
             "ws_messages_per_key", get("ws_messages_per_key"), store, clock, shadow
         )
-        #: The limiters given (none: the adapter limits no message).
         self.limiters = tuple(lim for lim in (self.per_connection, self.per_key) if lim is not None)
         unused = sorted(set(options) - {"ws_messages_per_connection", "ws_messages_per_key"})
         if unused and not self.limiters:
@@ -260,8 +253,7 @@ def _on_limited(on_limited: object) -> OnLimited:
 
 
 def _check_unit_names(units: Mapping[str, str], limiters: Sequence[object]) -> None:
-    """Refuse a ``quota_units`` name that is no limit of ``limiters`` (a typo would
-    silently advertise the default unit). Limiter functions' limits are unknown: skipped."""
+    """Refuse a ``quota_units`` name that is no limit of ``limiters`` (functions skipped)."""
     known_limiters = [lim for lim in limiters if isinstance(lim, RateLimiter)]
     if not units or len(known_limiters) < len(limiters):
         return
@@ -299,10 +291,8 @@ def check_max_queue(max_queue: object) -> int:
 
 
 def _waits(max_wait: object, max_queue: object, limiters: Sequence[object]) -> Optional[Waits]:
-    """The ``Waits`` of ``max_wait``/``max_queue`` (``None``: refuse at once).
-
-    A limiter with a lockout cannot wait (each try would count as a breach):
-    ``TypeError``, as ``acquire`` says.
+    """The ``Waits`` of ``max_wait``/``max_queue`` (``None``: refuse at once); a limiter
+    with a lockout is a ``TypeError``.
     """
     seconds = check_max_wait(max_wait)
     if seconds is None:
@@ -343,11 +333,10 @@ COPIED = (
 class Options:
     """The adapter options (docs/adapters.md#options), checked and precomputed once; read-only.
 
-    ``owner`` names the caller in errors. ``encoded``: headers as latin-1
-    ``bytes`` pairs (ASGI). ``limiter``: the adapter's, if known, to check a
-    ``cost`` mapping and names against. ``sync``: a synchronous adapter's name
-    (``"WSGI"``), which refuses ``async def`` callables and async-only stores.
-    Raises ``TypeError``/``ValueError`` naming the option and the value.
+    ``owner`` names the caller in errors; ``encoded``: headers as latin-1 ``bytes``
+    pairs (ASGI); ``limiter``: the adapter's, to check a ``cost`` mapping against;
+    ``sync``: a synchronous adapter's name (refuses ``async def`` callables and
+    async-only stores).  Raises ``TypeError``/``ValueError``.
     """
 
     __slots__ = (*COPIED, "encoded", "is_async", "sync")
@@ -373,7 +362,6 @@ class Options:
         self.header_style = _header_style(get("header_style", "x"))
         self.enabled = _enabled(get("enabled", True))
         self.mode: str = check_mode(get("mode", "enforce"))
-        #: Each rule's limiter, a shadow view in shadow mode.
         self.rule_limiters: Tuple[LimiterSpec, ...] = tuple(
             shadowed(rule.limiter) if (rule.mode or self.mode) == "shadow" else rule.limiter
             for rule in self.rules
@@ -391,11 +379,9 @@ class Options:
             _check_unit_names(units, [limiter, *(rule.limiter for rule in self.rules)])
         self._builders(units, encoded)
         self._cost(get("cost", 1), limiters)
-        #: The waiting of ``max_wait``/``max_queue``; ``None``: a refusal is sent at once.
         self.waits: Optional[Waits] = _waits(
             get("max_wait"), get("max_queue"), [*limiters, *(rule.limiter for rule in self.rules)]
         )
-        #: True when any request callable is ``async def``.
         self.is_async: bool = any(is_async_callable(func) for func in self.callables())
         self.sync = sync
         if sync is not None:
@@ -416,7 +402,6 @@ class Options:
         self.build_text = text
 
     def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
-        #: The ``cost`` function, or ``None`` and ``cost`` is the fixed cost.
         self.cost_func: Optional[Callable[[RequestInfo], Any]] = cost if callable(cost) else None
         if callable(cost):
             self.cost: CostSpec = 1
@@ -440,9 +425,8 @@ class Options:
 
 
 def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) -> None:
-    """Refuse what a synchronous ``adapter`` cannot run.
-
-    Raises ``ValueError`` for an async-only store, ``TypeError`` when ``is_async``.
+    """Refuse what a synchronous ``adapter`` cannot run: ``ValueError`` for an async-only
+    store, ``TypeError`` when ``is_async``.
     """
     for limiter in limiters:
         if is_async_only(limiter.store):
@@ -457,10 +441,7 @@ def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) 
 
 
 def flag_of(value: object, name: str) -> bool:
-    """``value`` (a predicate's answer) as a bool; an awaitable is a ``TypeError``.
-
-    A coroutine is truthy: taken as an answer it would exempt every request.
-    """
+    """``value`` as a bool; an awaitable is a ``TypeError`` (a coroutine would exempt all)."""
     if value.__class__ is bool:
         return value
     if inspect.isawaitable(value):
@@ -480,10 +461,8 @@ def bad_key(key: object) -> NoReturn:
 
 
 def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
-    """A cost function's answer checked as ``cost``: a number, or a mapping for ``limiter``.
-
-    Checked before the store is asked, so a bad answer propagates even when the
-    store is down. Raises ``TypeError``/``ValueError``.
+    """A cost function's answer checked as ``cost`` before the store is asked
+    (``TypeError``/``ValueError``).
     """
     if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
         return validate_cost(cost)
@@ -501,9 +480,8 @@ async def awaited(value: Any) -> Any:
 
 
 def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
-    """A limiter function's answer checked as a ``RateLimiter`` taking ``cost``.
-
-    Raises ``TypeError`` (``ValueError`` for a mapping it does not take).
+    """A limiter function's answer checked as a ``RateLimiter`` taking ``cost``
+    (``TypeError``; ``ValueError`` for a mapping it does not take).
     """
     if not isinstance(limiter, RateLimiter):
         raise TypeError(

@@ -57,14 +57,9 @@ class Headers(HeaderView):
 class RequestInfo:
     """One request, as every adapter sees it; what ``key_func``, ``exempt`` and ``cost`` receive.
 
-    ``method``: ``"GET"``, ``"POST"``, ...  ``path``: the URL path,
-    percent-decoded, without the query string.  ``headers``: a ``HeaderView``
-    (a mapping or list of pairs is wrapped in ``Headers``).  ``peer``: the
-    socket peer's address as the server reports it (``"203.0.113.7"``), or
-    ``None`` when there is none (a Unix socket, WSGI without ``REMOTE_ADDR``).
-    ``native``: the protocol's own object (the WSGI environ, the ASGI scope,
-    the ``BaseHTTPRequestHandler``), for key functions that need more and
-    accept being tied to one adapter.
+    ``method``; ``path``: percent-decoded, no query string; ``headers``: a
+    ``HeaderView``; ``peer``: the socket peer's address, or ``None`` (a Unix
+    socket); ``native``: the protocol's own object (environ, scope, handler).
     """
 
     __slots__ = ("headers", "method", "native", "path", "peer")

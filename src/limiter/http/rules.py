@@ -128,16 +128,12 @@ def path_pattern(path: str) -> re.Pattern[str]:
 class Rule:
     """Limit requests to ``path`` (and ``methods``) with ``limiter``.
 
-    ``path``: exact (``"/login"``), a prefix (``"/api/*"``: ``/api`` and all
-    below it), with ``{param}`` segments (``"/users/{id}/export"``), or ``"*"``;
-    the query string never counts. ``methods``: ``None`` matches all;
-    ``"GET"`` also matches ``HEAD``. ``limiter``: a ``RateLimiter`` or a
-    function of the request returning one. ``key_func``, ``cost``,
-    ``deduct_when`` and ``mode`` left ``None`` use the middleware's; a cost
-    mapping is checked against ``limiter`` now.
-
-    Raises ``TypeError`` for a wrong type, ``ValueError`` for a wrong value.
-    Guide: docs/policies.md#per-route-rules.
+    ``path``: exact (``"/login"``), a prefix (``"/api/*"``: ``/api`` and below),
+    with ``{param}`` segments, or ``"*"``; the query string never counts.
+    ``methods``: ``None`` matches all; ``"GET"`` also matches ``HEAD``.
+    ``limiter``: a ``RateLimiter`` or a function of the request returning one.
+    Options left ``None`` use the middleware's.  ``TypeError``/``ValueError`` for a
+    wrong type or value.  docs/policies.md#per-route-rules.
     """
 
     __slots__ = (
@@ -189,11 +185,8 @@ class Rule:
 
 
 def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Dict[str, float]:
-    """A copy of ``cost`` checked by each ``RateLimiter`` among ``limiters``.
-
-    Raises ``TypeError``/``ValueError`` prefixed with the limiter's name.
-    Functions are skipped: their limiters are checked per request. A copy,
-    so the mapping checked is the mapping charged.
+    """A copy of ``cost`` (the mapping charged) checked by each ``RateLimiter`` among
+    ``limiters`` (functions skipped); errors are prefixed with the limiter's name.
     """
     for limiter in limiters:
         if isinstance(limiter, RateLimiter):
@@ -205,10 +198,8 @@ def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Di
 
 
 def plain_mapping(cost: Mapping[str, float]) -> Dict[str, float]:
-    """A copy of ``cost`` whose values pass ``validate_cost`` as a scalar ``cost=`` does.
-
-    So a ``Refund`` is a ``ValueError`` here too and a ``Charge`` a plain cost:
-    no mapping gives tokens back or admits unconditionally.
+    """A copy of ``cost`` whose values pass ``validate_cost`` as a scalar ``cost=``
+    does: no mapping gives tokens back or admits unconditionally.
     """
     checked = {}
     for name, value in cost.items():
@@ -220,10 +211,8 @@ def plain_mapping(cost: Mapping[str, float]) -> Dict[str, float]:
 
 
 def method_set(methods: Optional[Iterable[str]]) -> Optional[FrozenSet[str]]:
-    """``methods`` upper-cased as a set, ``"HEAD"`` added to ``"GET"``; ``None`` stays ``None``.
-
-    HEAD runs the GET view, so leaving it out would let the work run unlimited.
-    Raises ``TypeError`` for anything but strings.
+    """``methods`` upper-cased as a set, ``"HEAD"`` added to ``"GET"`` (it runs the GET
+    view); ``None`` stays ``None``; ``TypeError`` for anything but strings.
     """
     if methods is None:
         return None

@@ -1,12 +1,5 @@
-"""OpenTelemetry metrics: an ``on_decision`` observer recording through the OpenTelemetry API.
-
-::
-
-    limiter = RateLimiter("10/s", name="api", on_decision=OTelMetrics())
-
-The instruments (those of ``limiter.metrics.prometheus``), their attributes
-and costs: docs/observability.md "OpenTelemetry".  ``opentelemetry-api`` is
-imported when an ``OTelMetrics`` is made (extra ``otel``).
+"""OpenTelemetry metrics: an ``on_decision`` observer (extra ``otel``), with the
+instruments of ``limiter.metrics.prometheus``.  docs/observability.md "OpenTelemetry".
 """
 
 from __future__ import annotations
@@ -41,13 +34,12 @@ _GIVEN = Outcome.GIVEN.value
 
 
 class OTelMetrics:
-    """An ``on_decision`` observer recording decisions on OpenTelemetry instruments.
+    """An ``on_decision`` observer recording on a meter ``"limiter"`` of
+    ``meter_provider`` (``None``: the global one), for any number of limiters.
+    ``ImportError`` without opentelemetry-api; ``TypeError`` for a provider without
+    ``get_meter``.  Thread-safe.
 
-    Records on a meter named ``"limiter"`` of ``meter_provider`` (an
-    ``opentelemetry.metrics.MeterProvider``, or ``None`` for the global one).
-    One instance may observe any number of limiters.  ``ImportError`` without
-    opentelemetry-api; ``TypeError`` for a provider without ``get_meter``.
-    Thread-safe.
+        limiter = RateLimiter("10/s", name="api", on_decision=OTelMetrics())
     """
 
     def __init__(self, meter_provider: Optional[MeterProvider] = None) -> None:
@@ -99,8 +91,7 @@ class OTelMetrics:
         ).add
         # (limiter, policy) -> the attributes of its slots held.
         self._held_attributes: Dict[Tuple[str, str], _Attributes] = {}
-        # limiter -> store -> policy -> outcome -> plan: nested, so that a hit
-        # builds no key tuple.
+        # Nested, so that a hit builds no key tuple.
         self._plans: Dict[str, Dict[str, Dict[str, Dict[Any, _Plan]]]] = {}
         self._lock = threading.Lock()
         # limiter -> 1 (fallback) or 0, and its gauge attributes; written under

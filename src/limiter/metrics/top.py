@@ -1,18 +1,6 @@
-"""Top offenders: which keys were denied most in the last ``window`` seconds.
-
-``TopOffenders`` is an ``on_decision`` observer (``limiter.events``) that
-counts the keys of chosen outcomes (denials by default) in bounded memory,
-whatever the traffic: at most ``capacity`` counters per time slice, so
-``capacity * slices`` counters in all, however many distinct keys go by::
-
-    top = TopOffenders(capacity=100, window=300.0)
-    limiter = RateLimiter("10/s", on_decision=top)
-    ...
-    top.top(10)  # [Offender(key='10.0.0.7', count=4210, error=0), ...]
-
-Space-Saving per time slice: ``count - error <= true count <= count``, and
-every key with more than ``total / capacity`` events is reported.  The
-algorithm, its bounds and costs: docs/observability.md "How it counts".
+"""Top offenders: the keys denied most in the last ``window`` seconds, in bounded
+memory (Space-Saving per time slice: ``count - error <= true count <= count``).
+See docs/observability.md "How it counts".
 """
 
 from __future__ import annotations
@@ -49,9 +37,8 @@ class _Slice:
         self.counts: Dict[str, int] = {}
         # Only keys that replaced another have an error; absent means 0.
         self.errors: Dict[str, int] = {}
-        # One entry (count, key) per counted key, its count as last pushed: a
-        # lower bound of the key's count, refreshed only when it reaches the
-        # top.  An increment then costs a dict update instead of a heap push.
+        # (count as last pushed, key): a lower bound refreshed only at the top,
+        # so an increment costs a dict update instead of a heap push.
         self.heap: List[Tuple[int, str]] = []
         self.total = 0
 
@@ -63,9 +50,7 @@ class _Slice:
             counts[key] = 1
             heapq.heappush(heap, (1, key))
             return
-        # Full: find the smallest counter.  The top entry is it once its
-        # pushed count is current, since every entry is <= its key's count;
-        # each refresh follows at least one increment, hence O(log n) amortized.
+        # The top entry is the smallest once its pushed count is current: O(log n) amortized.
         while True:
             low, victim = heap[0]
             current = counts[victim]
@@ -113,18 +98,16 @@ def _count_arg(value: Any, what: str) -> int:
 
 
 class TopOffenders:
-    """Keys of the chosen outcomes counted over the last ``window`` seconds, in bounded memory.
+    """An ``on_decision`` observer counting keys of chosen outcomes over the last ``window`` s.
 
-    ``capacity``: counters per slice (int >= 1); keys whose count in the
-    window exceeds ``total / capacity`` are always reported.  ``window``:
-    seconds (finite, > 0).  ``slices``: how many parts the window is cut into
-    (int >= 1); more slices expire old events more smoothly and use more
-    memory (``capacity * slices`` counters at most).  ``outcomes``: which
-    outcomes count (strs or ``Outcome`` members; default the denials).
-    ``clock``: what queries read to expire old slices; give the clock of the
-    limiters that feed it (default ``SystemClock``).  ``TypeError`` or
-    ``ValueError`` for bad arguments.  As an observer, it counts ``event.key``
-    at ``event.at``.  Thread-safe.
+    ``capacity``: counters per slice (int >= 1); a key above ``total / capacity`` is
+    always reported.  ``window``: seconds (finite, > 0).  ``slices``: int >= 1
+    (at most ``capacity * slices`` counters).  ``outcomes``: strs or ``Outcome``
+    members (default: denials).  ``clock``: the feeding limiters' (default
+    ``SystemClock``).  ``TypeError``/``ValueError`` for bad arguments.  Thread-safe.
+
+        top = TopOffenders(capacity=100, window=300.0)
+        limiter = RateLimiter("10/s", on_decision=top)
     """
 
     def __init__(
@@ -201,9 +184,7 @@ class TopOffenders:
 
     def __call__(self, event: DecisionEvent) -> None:
         """The ``on_decision`` observer: counts ``event.key`` at ``event.at`` if tracked."""
-        # Most events are not counted (allowed): decide that first and fast.
-        # An Outcome member is found by identity: hashing one runs Enum's
-        # __hash__ in Python, three times slower than the whole test.
+        # By identity first: Enum's __hash__ runs in Python, slower than the whole test.
         outcome = event.outcome
         counted = self._by_id.get(id(outcome))
         if counted is None:
@@ -217,10 +198,8 @@ class TopOffenders:
         self._count(event.key, index)
 
     def add(self, key: str, at: Optional[float] = None) -> None:
-        """Count one event of ``key`` at time ``at`` (seconds; default ``clock.now()``).
-
-        An event older than the live slices is not counted.  A time that is
-        not a finite number counts as ``clock.now()``: an observer must not raise.
+        """Count one event of ``key`` at ``at`` (seconds; default and non-finite:
+        ``clock.now()``); one older than the live slices is not counted.
         """
         try:
             index = int((self._clock.now() if at is None else at) // self._width)
@@ -244,11 +223,7 @@ class TopOffenders:
                 counts[key] = count + 1
 
     def top(self, n: int = 10) -> List[Offender]:
-        """The ``n`` keys with the highest counts in the window, highest first.
-
-        Ties go to the smaller error, then to the key in string order; ``n=0``
-        gives ``[]``.
-        """
+        """The ``n`` keys with the highest counts, highest first (ties: smaller error, then key)."""
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, got {n!r}")
         if n < 0:
@@ -257,11 +232,8 @@ class TopOffenders:
             return self._top(n)
 
     def as_dict(self, n: int = 10) -> Dict[str, Any]:
-        """``top(n)`` and the window's totals, ready for ``json.dumps``.
-
-        ``{"window_seconds": float, "total": int, "capacity": int,
-        "offenders": [{"key": str, "count": int, "error": int}, ...]}``, all
-        read at one instant.
+        """``top(n)`` and the totals, read at one instant, for ``json.dumps``:
+        ``{"window_seconds", "total", "capacity", "offenders": [{"key", "count", "error"}]}``.
         """
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, got {n!r}")
@@ -282,8 +254,6 @@ class TopOffenders:
         with self._lock:
             self._live.clear()
             self._newest = None
-
-    # -- under the lock -------------------------------------------------------
 
     def _move_head(self, head: int) -> None:
         self._head = head

@@ -1,32 +1,7 @@
-"""Test helpers: the ``limiter_clock`` pytest fixture and the conformance suites.
-
-Installed as a pytest plugin (entry point ``pytest11``), so any project that
-installs ``tokenlimiter`` gets the fixture::
-
-    def test_login_limit(limiter_clock):
-        limiter = RateLimiter("5/minute", clock=limiter_clock)
-        ...
-        limiter_clock.advance(12)
-
-``StoreConformance`` is the behaviour every store must show.  Mix it into a
-test class and say how to build the store::
-
-    class TestMyStore(StoreConformance):
-        def make_store(self):
-            return MyStore(...)
-
-``AdapterConformance`` is the behaviour every web adapter must show.  Say how
-to wrap an app and how to send it one request::
-
-    class TestMyAdapter(AdapterConformance):
-        def make_app(self, limiter, **options):
-            return MyMiddleware(hello_app, limiter, **options)
-
-        def request(self, app, method, path, headers, peer):
-            ...  # -> (status, headers, body)
-
-Without pytest, ``T0`` still works and the rest raise ``ImportError``.  See
-docs/testing.md.
+"""Test helpers: the ``limiter_clock`` pytest fixture (a plugin, entry point
+``pytest11``) and the conformance suites ``StoreConformance`` and
+``AdapterConformance``.  Without pytest, ``T0`` still works and the rest raise
+``ImportError``.  See docs/testing.md.
 """
 
 # The plugin: pytest imports it in every run of every project that installs

@@ -1,10 +1,8 @@
 """The Redis and Valkey clients a store URL asks for, fail-fast, and ``LazyCluster``.
 
-redis-py or valkey-py is imported here only, when a store is built.
-Credentials go in a credential provider, so they are in no ``repr`` or log;
-retries are ``Retry(NoBackoff(), 0)`` everywhere (the store's breaker retries).
-The clients' own ``from_url`` knows neither our schemes nor our query fields,
-lets the query win over keyword arguments and needs passwords percent-encoded.
+The client library is imported here only, when a store is built; credentials go
+in a credential provider (in no ``repr`` or log); retries are
+``Retry(NoBackoff(), 0)`` everywhere (the store's breaker retries).
 """
 
 from __future__ import annotations
@@ -62,11 +60,8 @@ class Library:
         return provider(username, "" if password is None and username else password)
 
     def cluster_retries_are_legacy(self) -> bool:
-        """Whether the cluster client retries ``cluster_error_retry_attempts`` times.
-
-        redis-py 6 made its ``retry`` the one policy of a cluster client (the
-        old argument now warns); redis-py 4-5 and valkey-py 6 retry
-        ``cluster_error_retry_attempts`` times (default 3), whatever ``retry``.
+        """Whether the cluster client retries ``cluster_error_retry_attempts`` times
+        (redis-py 4-5, valkey-py 6) rather than by its ``retry`` (redis-py >= 6).
         """
         if self.package != "redis":
             return True
@@ -75,11 +70,8 @@ class Library:
 
 
 class LazyCluster:
-    """A cluster client (``RedisCluster``/``ValkeyCluster``) built on first use.
-
-    The sync cluster clients connect in their constructor; this lets a store
-    start while its cluster is down (each call then tries to build it again).
-    Thread-safe.
+    """A sync cluster client built (and so connected) on first use, so a store can
+    start while its cluster is down.  Thread-safe.
     """
 
     def __init__(self, factory: Callable[[], Any], description: str) -> None:

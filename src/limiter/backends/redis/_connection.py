@@ -1,14 +1,8 @@
-"""The sync Redis store's fast path: EVALSHA sent on the store's own redis-py connections.
+"""The sync Redis store's fast path: EVALSHA on the store's own redis-py connections.
 
-On loopback, about two thirds of a check through ``redis.Redis.evalsha`` is
-the client's command machinery (pool checkout, retry wrapper, callbacks); a
-pool checkout per call cost about 30 us more than a held connection (redis-py
-8.1).  So the check, packed once, goes on connections made with the client's
-class and settings, held in a per-process free list (one thread per
-connection; a fork starts an empty list).  A failed connection is
-disconnected; an idle one the server closed is found by ``poll()`` and
-reconnected.  Which clients qualify and what users see: docs/stores.md
-"The fast path".
+A pool checkout per call cost ~30 us more than a held connection, so checks go
+on connections of the client's class and settings, in a per-process free list.
+Which clients qualify: docs/stores.md "The fast path".
 """
 
 from __future__ import annotations
@@ -44,9 +38,9 @@ def pool_full(exc: BaseException) -> Optional[bool]:
 
 
 def pool_wait(client: Any) -> Optional[float]:
-    """How long a check may wait for a pool connection: the client's connect (else socket)
-    timeout, or ``None`` (no bound: the client has neither, as the warning at construction
-    says)."""
+    """How long a check may wait for a pool connection: the client's connect (else
+    socket) timeout, or ``None`` (no bound).
+    """
     try:
         return _pool_wait(client)
     except Exception:  # a client whose attributes cannot be read: no bound, as for none
@@ -144,12 +138,9 @@ def _library_class(client: Any, asyncio: bool = False) -> Optional[type]:
 
 
 def plain_client(client: Any, *, asyncio: bool = False) -> bool:
-    """Whether ``client``'s checks may skip its ``execute_command`` (nobody watches it).
-
-    True for a ``redis.Redis`` or ``valkey.Valkey`` (``asyncio``: their asyncio
-    twins and Cluster clients), or a subclass, whose ``evalsha``, ``eval`` and ``execute_command``
-    are the library's own: not overridden, set on the instance, replaced
-    (sentry-sdk) or wrapped (OpenTelemetry, ddtrace), so a tracer sees every check.
+    """Whether ``client``'s checks may skip its ``execute_command``: a redis/valkey
+    client (or subclass) whose ``evalsha``, ``eval`` and ``execute_command`` are the
+    library's own, not overridden, patched or wrapped (so a tracer sees every check).
     """
     base = _library_class(client, asyncio)
     if base is None:
@@ -182,11 +173,8 @@ class _Held:
 
 
 class Connections:
-    """Packed commands sent on the store's own connections, one at a time each.
-
-    Build it with ``for_client``.  ``execute`` returns the reply as the client
-    would and raises the client library's own exceptions.  Thread-safe and
-    fork-safe.
+    """Packed commands sent on the store's own connections (build with ``for_client``).
+    ``execute`` raises the client library's own exceptions.  Thread- and fork-safe.
     """
 
     def __init__(
@@ -266,9 +254,7 @@ class Connections:
                 if held.poll() if held.poll is not None else _can_read(conn):
                     conn.disconnect()  # closed by the server while idle, or stray bytes
 
-            # Sent once: a check that may have reached the server is never sent
-            # again (a retry could take its tokens twice).  Connecting follows
-            # the client's retry policy (redis-py's connect() applies it).
+            # Sent once: a retry could take its tokens twice.
             if getattr(conn, "_sock", None) is None:
                 conn.connect()
             conn.send_packed_command((packed,))  # chunks (bytes would be read as ints)
@@ -291,9 +277,8 @@ class Connections:
         return reply
 
     def close(self) -> None:
-        """Disconnect this process's connections; the next ``execute`` connects again.
-
-        A connection in use by another thread is disconnected when its command ends.
+        """Disconnect this process's connections (one in use: when its command ends); the
+        next ``execute`` connects again.
         """
         if self._pid != _getpid():
             self._forked()  # the parent's sockets are the parent's to close
@@ -302,9 +287,7 @@ class Connections:
         _drain(free)
 
     def _forked(self) -> None:
-        # The parent's connections and sockets stay the parent's: the child
-        # drops them unused (redis-py's finalizer then closes the child's copy
-        # of the descriptor without shutting the socket down).
+        # The child drops the parent's connections unused (never shut down).
         self._free = []
         self._pid = _getpid()
 

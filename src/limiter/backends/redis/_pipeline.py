@@ -1,16 +1,10 @@
 """Auto-pipelining of one Lua script's calls on a ``redis.asyncio`` (or valkey-py) client.
 
-A call made while nothing is in flight is sent at once in the caller's task;
-calls made meanwhile queue and go out together when it ends, as one
-non-transactional pipeline on one connection of the client's pool, sent once.
-One call or batch is in flight at a time: measured against a batch per tick
-in parallel, this sends fewer, fuller batches (64 tasks: one of 64 rather
-than 63 + 1) and was 1.2-1.3x faster with 16 and 64 tasks.  On a Cluster
-client the same happens per node (a lane per node owning the call's slot),
-and a reply that says the command did not run there (``MOVED``, ``ASK``,
-``TRYAGAIN``, ``CLUSTERDOWN``) sends that command again where it belongs.
-Per-entry errors, ``NOSCRIPT``, redirects and cancellation: docs/stores.md
-"Auto-pipelining (asyncio)".
+A call made while nothing is in flight is sent at once; calls made meanwhile
+go out together when it ends, as one pipeline (one call or batch in flight at
+a time: fewer, fuller batches, measured 1.2-1.3x faster).  On a Cluster, one
+lane per node, redirects sent again.  Errors, ``NOSCRIPT``, redirects and
+cancellation: docs/stores.md "Auto-pipelining (asyncio)".
 """
 
 from __future__ import annotations
@@ -44,11 +38,10 @@ class _Loop:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, node: Any = None) -> None:
         self.loop = loop
-        #: True while a call or a batch is in flight (then calls queue).
         self.busy = False
         #: Calls waiting for the next batch: (packed EVALSHA, arguments, future).
         self.queue: List[Tuple[bytes, List[Any], asyncio.Future[Any]]] = []
-        #: The batches' tasks, referenced until done (the loop holds tasks weakly).
+        # Referenced until done: the loop holds tasks weakly.
         self.tasks: Set[asyncio.Task[None]] = set()
         #: Cluster: the node this lane sends to, and (root state) the lanes by node name.
         self.node = node
@@ -60,12 +53,8 @@ _Outcome = Tuple[bool, Any]
 
 
 class _Batches:
-    """What the single-server and the Cluster pipelines share: packing, queueing,
-    batching, and a batch's trip (``NOSCRIPT`` sent again as ``EVAL``).
-
-    A subclass picks the lane of a call (``_lane``), and a lane's connection
-    (``_connect``, ``_release``; ``_exchange`` and ``_settle`` when it sends
-    or answers otherwise).
+    """What the single-server and Cluster pipelines share: packing, queueing, batching
+    and a batch's trip; a subclass picks a call's lane and a lane's connection.
     """
 
     def __init__(self, script: str, sha: bytes) -> None:
@@ -101,11 +90,8 @@ class _Batches:
     async def _trip(
         self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
     ) -> List[_Outcome]:
-        """``commands``' outcomes, in one write on one connection to ``node``.
-
-        With ``args`` (the commands' arguments), a ``NOSCRIPT`` reply is sent
-        again as ``EVAL`` on the same connection: the script cache was flushed,
-        or the server restarted or failed over; ``EVAL`` runs and caches it.
+        """``commands``' outcomes, in one write on one connection to ``node``; with ``args``,
+        a ``NOSCRIPT`` reply is sent again as ``EVAL`` on that connection.
         """
         try:
             # A full pool (the client's other users hold every connection) is
@@ -170,8 +156,7 @@ class _Batches:
                     outcomes = _failed(exc, len(queue))
                 finally:
                     _resolve(queue, outcomes)
-                # The callers just woken run first (their wake-ups were queued
-                # before this task's): their next calls join the next batch.
+                # The callers just woken run first: their next calls join the next batch.
                 await asyncio.sleep(0)
         finally:
             state.busy = False
@@ -182,10 +167,9 @@ class _Batches:
 class ScriptPipeline(_Batches):
     """Sends calls of one script (``EVALSHA``) issued in one event-loop tick as one pipeline.
 
-    ``pool``: the client's connection pool; ``script``: the Lua source (sent
-    with ``EVAL`` after ``NOSCRIPT``); ``sha``: its SHA-1 in hex, as bytes.
-    ``await run(args)`` returns the reply or raises the client's exception
-    (never ``NOSCRIPT``).
+    ``pool``: the client's pool; ``script``: the Lua source; ``sha``: its SHA-1 hex
+    as bytes.  ``await run(args)`` returns the reply or raises the client's
+    exception (never ``NOSCRIPT``).
     """
 
     def __init__(self, pool: Any, script: str, sha: bytes) -> None:
@@ -201,10 +185,8 @@ class ScriptPipeline(_Batches):
 
     @classmethod
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[ScriptPipeline]:
-        """A pipeline on ``client``'s pool, or ``None`` when it has no pool this can use.
-
-        ``None`` for a single-connection client, an instrumented one
-        (``plain_client``) and anything without redis-py's asyncio pool.
+        """A pipeline on ``client``'s pool, or ``None`` (a single-connection client, an
+        instrumented one, or no redis-py asyncio pool).
         """
         if getattr(client, "connection", None) is not None:
             return None
@@ -273,10 +255,8 @@ def _copy(exc: BaseException) -> BaseException:
 
 
 async def _round_trip(connection: Any, commands: List[bytes]) -> List[_Outcome]:
-    """Send ``commands`` in one write and read one reply each.
-
-    An error reply is that entry's outcome; any other failure is every
-    unanswered entry's, and the connection is dropped (no reply left unread).
+    """Send ``commands`` in one write and read one reply each; an error reply is that
+    entry's outcome, any other failure every unanswered entry's (connection dropped).
     """
     outcomes: List[_Outcome] = []
     try:
@@ -326,18 +306,12 @@ class _Redirected(Exception):
 
 
 class ClusterPipeline(_Batches):
-    """``ScriptPipeline`` for a ``redis.asyncio`` (or valkey-py) Cluster client: a lane per node.
+    """``ScriptPipeline`` for a Cluster client: a lane per node owning the call's slot.
 
-    A call goes to the lane of the node that owns its first key's slot in the
-    client's slot table (every key of one call shares a hash tag); each lane
-    batches as ``ScriptPipeline`` does, on a connection of that node.  A
-    command whose reply is ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN``
-    did not run: its caller, in its own task (the lane goes on), sends it
-    again where it belongs, up to ``_ROUNDS`` times (the slot table updated by
-    the client's own code; ``ASKING`` before it on the same connection).  A
-    failure of a connection is the outcome of every command not yet answered
-    on it (never sent again) and asks the client for a topology refresh, run
-    before the next call.
+    A ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` reply means the command
+    did not run: its caller sends it again where it belongs, up to ``_ROUNDS`` times.
+    A failed connection fails every unanswered command on it (never resent) and
+    asks the client for a topology refresh.
     """
 
     def __init__(self, client: Any, script: str, sha: bytes) -> None:

@@ -117,31 +117,21 @@ class _RedisBase:
 
 
 class RedisStore(_RedisBase, StoreShell):
-    """Bucket state in Redis or Valkey, for many processes and hosts.  Implements ``Store``.
+    """Bucket state in Redis or Valkey, one EVALSHA per check.  Implements ``Store``.
 
     ``client``: a ``redis.Redis``, ``RedisCluster``, Sentinel master client or
-    valkey-py equivalent; give it ``socket_timeout``, ``socket_connect_timeout``
-    and ``retry=Retry(NoBackoff(), 0)`` so that a check fails fast (a client
-    that may wait long is reported once, a WARNING on ``limiter.stores``).
-    ``prefix``: prepended to every Redis key (``apply_many``'s keys must share
-    a hash tag on a cluster: ``ValueError`` otherwise).  ``server_time``: with
-    ``now=None``, read the server's ``TIME`` (True) or ``time.time()`` (False).
-    ``fallback``: a store that answers while Redis fails; Redis is probed again
-    after ``probe_after`` seconds, doubling up to ``max_probe_after``, on
-    ``probe_clock`` (anything with ``now()``; default ``time.monotonic``).
-
-    One round trip (EVALSHA) per check.  Every failure, a malformed reply
-    included, is a ``StoreError`` wrapping the cause (an outage for the
-    fallback); a full pool is ``PoolFullError``.  ``TypeError`` for a client
-    without ``evalsha`` or a non-str prefix.  The fast path, timeouts and
-    failures: docs/stores.md "Redis and Valkey".
+    valkey-py equivalent, ideally with short timeouts and no retries.  ``prefix``:
+    prepended to every key.  ``server_time``: with ``now=None``, the server's
+    ``TIME`` (True) or ``time.time()``.  ``fallback``: a store answering while Redis
+    fails, probed again after ``probe_after`` s doubling to ``max_probe_after`` on
+    ``probe_clock``.  Failures are ``StoreError`` (a full pool ``PoolFullError``);
+    ``TypeError`` for a client without ``evalsha`` or a non-str prefix.
+    docs/stores.md "Redis and Valkey".
     """
 
     def ping(self) -> None:
-        """Check that the server answers and runs the check script, or raise ``StoreError``.
-
-        A peek at a reserved key that writes nothing; never answered by the
-        fallback.  Call it at start-up.
+        """Check that the server answers and runs the script, or raise ``StoreError``
+        (a peek writing nothing; never the fallback's).  Call it at start-up.
         """
         rkeys, args = self._one(_PING_KEY, _PING_LIMIT, 0, None)
         self._failover.run(lambda: decode_result(self._send(rkeys, args), _PING_LIMIT, self._kind))
@@ -153,9 +143,8 @@ class RedisStore(_RedisBase, StoreShell):
             raise self._error(exc) from exc
 
     def close(self) -> None:
-        """Disconnect the store's own connections (the fast path's); safe to call again.
-
-        The client stays open; the store stays usable and connects again.
+        """Disconnect the store's own (fast-path) connections; idempotent, and the store
+        stays usable.  The client stays open.
         """
         conns = self._conns
         if conns is not None:
@@ -214,13 +203,10 @@ class RedisStore(_RedisBase, StoreShell):
 class AsyncRedisStore(_RedisBase, AsyncStoreShell):
     """``RedisStore`` for ``redis.asyncio`` clients (and valkey-py's).  Implements ``AsyncStore``.
 
-    Same arguments and behaviour as ``RedisStore``; ``fallback`` may be sync
-    or async.  ``pipelining`` (default True): checks issued while one is in
-    flight go out together as one pipeline (on a Cluster client, one per
-    master), each with its own result or ``StoreError``; a check may then
-    wait up to twice ``socket_timeout``.
-    ``TypeError`` for a non-bool ``pipelining``.  See docs/stores.md
-    "Auto-pipelining (asyncio)".
+    ``fallback`` may be sync or async.  ``pipelining`` (bool, default True): checks
+    issued while one is in flight go out as one pipeline (one per master on a
+    Cluster), each with its own result or error; a check may then wait up to twice
+    ``socket_timeout``.  docs/stores.md "Auto-pipelining (asyncio)".
     """
 
     _kind = "AsyncRedisStore"
@@ -264,11 +250,8 @@ class AsyncRedisStore(_RedisBase, AsyncStoreShell):
         client = self.client
         try:
             if self._cluster and getattr(client, "_initialize", False) is True:
-                # redis-py's asyncio cluster client (7, 8), cold or after it
-                # closed itself: commands sent while it initializes meet MOVED,
-                # and every reinitialize_steps-th MOVED closes every connection,
-                # in-flight checks' included ("Connection lost"), which starts
-                # it again.  Checks wait for the one initialization instead.
+                # redis-py's asyncio cluster client: commands sent while it
+                # initializes meet MOVED, and enough MOVED close every connection.
                 await client.initialize()
             try:
                 return await client.evalsha(_SHA, numkeys, *rkeys, *args)
