@@ -229,6 +229,23 @@ def test_an_earlier_now_goes_to_the_store() -> None:
     assert not denied.allowed
 
 
+def test_a_denial_before_a_refunds_now_goes_to_the_store() -> None:
+    """The store applies a denial at an earlier now at the latest time it saw (the
+    clock tolerance), a refund's too: a replay from the earlier now would count the
+    debt down 0.185 s too soon (hypothesis found it)."""
+    counting = Counting()
+    cache = DenyCache(counting)
+    limit = Limit(0.5, 18)
+    cache.apply("k", limit, Charge(50), T0)
+    cache.apply("k", limit, Refund(2), T0 + 1.748)
+    denied = cache.apply("k", limit, 1, T0 + 1.232)  # 0.516 s before the refund
+    calls = counting.calls
+    again = cache.apply("k", limit, 1, T0 + 1.417)
+    assert again == counting.inner.apply("k", limit, 1, T0 + 1.417)
+    assert counting.calls == calls + 1
+    assert not denied.allowed and again.reset_after == denied.reset_after
+
+
 @pytest.mark.parametrize("lift", ["reset", "refund"])
 def test_a_reset_or_refund_through_the_wrapper_lifts_the_denial(lift: str) -> None:
     _, cached, _, clock = pair("1/minute")

@@ -324,9 +324,12 @@ class DenyCache:
         replayed = self._replay(ckey, many, limits, cost, now)
         if replayed is not None:
             return replayed
-        if _refunds(cost):
-            return _Call(keys, limits, cost, now, None, 0, 0.0, many)
+        # A refund notes nothing, but its now counts as the latest seen: a later
+        # denial at an earlier now was applied at the refund's time (the clock
+        # tolerance), which a replay from the earlier now would not see.
         epoch, at = self._before(now)
+        if _refunds(cost):
+            return _Call(keys, limits, cost, now, None, epoch, at, many)
         return _Call(keys, limits, cost, now, noted, epoch, at, many)
 
     def _run(self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any) -> RateLimitResult:
