@@ -45,7 +45,8 @@ from helpers.window_runs import (
 from limiter import Limit, Lockout, Quota, StoreError
 from limiter.backends.postgres import AsyncPostgresStore, PostgresStore, row_key
 from limiter.core.bucket import step
-from limiter.core.state import State
+from limiter.core.many import step_all
+from limiter.core.state import State, from_row, keep_until, to_row
 from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 
@@ -200,18 +201,31 @@ def test_window_states_as_stored(store: PostgresStore) -> None:
     assert read_row(s, "s") == (2.0, 1.0, hour + 180, hour + 180)
 
 
-def test_a_key_of_another_kind_of_policy_is_a_store_error(store: PostgresStore) -> None:
+def test_a_key_of_another_kind_of_policy_is_read_as_step_reads_it(store: PostgresStore) -> None:
+    # Another shape's state reads as nothing (limiter.core.state): the key
+    # starts afresh, and keeps that row until the new policy writes its own.
     s = shared(store)
-    s.apply("k", SlidingWindow(5, 60), 1, T0)
-    s.apply("b", Limit(1, 5), 1, T0)
-    for key, policy in (("k", FixedWindow(5, 60)), ("k", Limit(1, 5)), ("b", SlidingWindow(5, 60))):
-        with pytest.raises(StoreError, match="another kind of policy"):
-            s.apply(key, policy, 1, T0)
-    with pytest.raises(StoreError, match="another kind of policy"):
-        s.apply_many(["a", "k"], [FixedWindow(5, 60), Limit(1, 5)], 1, T0)
-    # Nothing was written by the refused calls.
-    assert read_row(s, "a") is None
-    assert s.apply("k", SlidingWindow(5, 60), 0, T0).remaining == 4
+    sliding, bucket, fixed = SlidingWindow(5, 60), Limit(1, 5), FixedWindow(5, 60)
+    cases = [("k", sliding, fixed, 1), ("j", sliding, bucket, 1), ("b", bucket, sliding, 1)]
+    cases += [("d", sliding, fixed, 6), ("p", bucket, sliding, 0)]  # denied, a peek: no write
+    for key, writer, reader, cost in cases:
+        s.apply(key, writer, 1, T0)
+        written = read_row(s, key)
+        state, expected = step(from_row(*written[:3]), T0 + 1, reader, cost)
+        fresh = step(None, T0 + 1, reader, cost)[1]
+        assert s.apply(key, reader, cost, T0 + 1) == expected == fresh, key
+        if cost in (0, 6):
+            assert read_row(s, key) == written, key
+        else:
+            assert read_row(s, key) == (*to_row(state), keep_until(state)), key
+    s.apply("m", sliding, 1, T0)
+    limits = [fixed, bucket]
+    states = [None, from_row(*read_row(s, "m")[:3])]
+    new_states, expected = step_all(states, T0 + 1, limits, 1)
+    assert s.apply_many(["n", "m"], limits, 1, T0 + 1) == expected
+    assert [read_row(s, k) for k in ("n", "m")] == [
+        (*to_row(x), keep_until(x)) for x in new_states
+    ]
 
 
 def test_windows_on_the_server_clock(store: PostgresStore, pg: PostgresServer) -> None:

@@ -1,4 +1,4 @@
-"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v4(keys, argv)``, per check.
+"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v5(keys, argv)``, per check.
 
 Imports neither psycopg nor psycopg_pool at module level, so that
 ``import limiter`` works without them; the argument and the reply are the

@@ -41,7 +41,11 @@
 -- and keep_until(state) (a + b, or c for a sliding window's three numbers).
 -- A Concurrency's row is (key, slots held, until, NULL, until) and its
 -- leases [holder, expiry, ...] in the leases column, NULL in every other
--- policy's row (a key of one read by the other: misfit, an error).  A
+-- policy's row.  A row of another shape than the policy reads (three numbers
+-- but for a sliding window, leases but for a Concurrency: another kind of
+-- policy wrote the key under the same limiter name) is read as missing, as
+-- limiter.core.state's readers and bucket.lua's misfit do: the key starts
+-- afresh, and its row stays until the new policy writes its own.  A
 -- missing row is a key never seen.  The keys of a call are locked
 -- (transaction-scoped advisory locks, in one global order, so that two calls
 -- never deadlock) before they are read: a new key has no row to lock.
@@ -349,9 +353,8 @@ BEGIN
       d := NULL; u := NULL; v := NULL;
       SELECT t.a, t.b, t.c, t.leases INTO d, u, v, ls FROM @TABLE@ AS t WHERE t.key = keys[i];
       IF FOUND AND ((v IS NOT NULL) <> (ascii(parts[2 * i + 1]) = 115)
-                    OR (ls IS NOT NULL) <> (ascii(parts[2 * i + 1]) = 99)) THEN  -- misfit
-        RAISE EXCEPTION 'limiter: key % holds the state of another kind of policy', keys[i]
-          USING ERRCODE = 'data_exception';
+                    OR (ls IS NOT NULL) <> (ascii(parts[2 * i + 1]) = 99)) THEN
+        d := NULL; u := NULL; v := NULL; ls := NULL;  -- misfit: read as missing
       END IF;
       ds[i] := d; us[i] := u; vs[i] := v; lss[i] := ls::text;
     END LOOP;
@@ -394,7 +397,7 @@ BEGIN
     END IF;
 
     <<step>>
-    BEGIN
+    LOOP  -- left by EXIT step; CONTINUE step steps again (a misfit read as missing)
       IF ascii(costtext) IN (33, 45, 103, 114, 116) THEN  -- readcost: "!", "-" or a slot's
         IF ascii(costtext) = 33 THEN
           mode := 1; cost := substr(costtext, 2)::float8;
@@ -475,9 +478,10 @@ BEGIN
 
       kind := ascii(spec);
       IF d IS NOT NULL AND ((v IS NOT NULL) <> (kind = 115) OR (ls IS NULL) = (kind = 99)) THEN
-        -- misfit: three numbers are a sliding window's state, leases a Concurrency's.
-        RAISE EXCEPTION 'limiter: key % holds the state of another kind of policy', keys[i]
-          USING ERRCODE = 'data_exception';
+        -- misfit: three numbers are a sliding window's state, leases a Concurrency's;
+        -- another shape is read as missing (a bucket's step too: stepped again).
+        d := NULL; u := NULL; v := NULL; ls := NULL;
+        CONTINUE step;
       END IF;
       IF kind = 99 THEN  -- "c": a Concurrency policy (SLOTS); its leases to write in ls
         res := @SLOTS@(ls, tnow, spec, counttext, costtext);
@@ -674,18 +678,19 @@ BEGIN
       ELSE  -- a product that may underflow
         res := ARRAY[@MUL@(wa, @QSCALE@), wb, NULL, ok, remaining, rst, retry];
       END IF;
-    END;
+      EXIT step;
+    END LOOP;
 
     IF n = 1 THEN  -- finish: write the state, and the reply
       IF res[1] IS NOT NULL THEN
-        UPDATE @TABLE@ SET a = res[1], b = res[2], c = res[3],
+        UPDATE @TABLE@ SET a = res[1], b = res[2], c = res[3], leases = NULL,
                            keep_until = coalesce(res[3], res[1] + res[2])
           WHERE ctid = tid;  -- the row read above, which the lock keeps
         IF NOT FOUND THEN  -- a new key, or a sweep deleted the row meanwhile
           INSERT INTO @TABLE@ AS t (key, a, b, c, keep_until)
             VALUES (keys[1], res[1], res[2], res[3], coalesce(res[3], res[1] + res[2]))
             ON CONFLICT (key) DO UPDATE SET a = excluded.a, b = excluded.b, c = excluded.c,
-                                            keep_until = excluded.keep_until;
+                                            leases = NULL, keep_until = excluded.keep_until;
         END IF;
       END IF;
       RETURN array_to_string(res[4:7], ' ');
