@@ -171,7 +171,6 @@ class Concurrency(Frozen):
     """
 
     kind: ClassVar[Literal["concurrency"]] = "concurrency"
-    standalone: ClassVar[Literal[True]] = True
 
     limit: int
     lease: float
