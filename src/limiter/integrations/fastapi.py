@@ -152,10 +152,10 @@ class RateLimit:
         given["header_style"] = header_style
         self.integration = Integration(
             "RateLimit",
+            asyncio=True,  # a store URL gives an async store
             default=default,
             store=store,
             clock=clock,
-            asyncio=True,
             algorithm=algorithm,
             **given,
         )
