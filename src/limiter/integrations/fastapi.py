@@ -26,7 +26,6 @@ from typing import (
     Optional,
     Set,
     Tuple,
-    TypeVar,
     Union,
 )
 
@@ -50,14 +49,12 @@ from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import DeductWhen
 from limiter.integrations import common
-from limiter.integrations.common import Integration, Pending, RateSpec, RouteLimit, acheck_store
+from limiter.integrations.common import F, Integration, Pending, RateSpec, RouteLimit, acheck_store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 __all__ = ["RateLimit"]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RateLimitOptions(IntegrationOptions, WebSocketOptions, total=False):
