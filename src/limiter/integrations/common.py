@@ -176,11 +176,11 @@ class RouteLimit:
         rate: RateSpec,
         *,
         scope: str,
+        algorithm: Optional[str] = None,
         key_func: Optional[KeyFunc] = None,
         cost: Cost = 1,
         methods: Optional[Iterable[str]] = None,
         deduct_when: Optional[DeductWhen] = None,
-        algorithm: Optional[str] = None,
     ) -> None:
         self.rate = check_rate(rate, algorithm)
         self.algorithm = algorithm
@@ -248,11 +248,11 @@ class ScopedLimit:
         self.first = RouteLimit(
             rate,
             scope=placeholder if name is None else name,
+            algorithm=algorithm,
             key_func=key_func,
             cost=cost,
             methods=methods,
             deduct_when=deduct_when,
-            algorithm=algorithm,
         )
         self.owner = owner
         self.name = name

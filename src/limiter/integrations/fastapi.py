@@ -212,11 +212,11 @@ class RateLimit:
         route = RouteLimit(
             rate,
             scope=bucket_scope,
+            algorithm=algorithm,
             key_func=key_func,
             cost=cost,
             methods=methods,
             deduct_when=deduct_when,
-            algorithm=algorithm,
         )
         # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
         guards = [self.integration.guard(route)]

@@ -303,12 +303,12 @@ class RateLimit:
         self,
         rate: RateSpec,
         *,
+        algorithm: Optional[str] = None,
+        name: Optional[str] = None,
         key_func: Optional[KeyFunc] = None,
         cost: Cost = 1,
         methods: Optional[Iterable[str]] = None,
-        name: Optional[str] = None,
         deduct_when: Optional[DeductWhen] = None,
-        algorithm: Optional[str] = None,
     ) -> Callable[[F], F]:
         """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
 
