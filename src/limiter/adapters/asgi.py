@@ -128,12 +128,7 @@ class RateLimitMiddleware:
     docs/adapters.md#asgi.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        limiter: LimiterSpec,
-        **options: Unpack[ASGIOptions],
-    ) -> None:
+    def __init__(self, app: ASGIApp, limiter: LimiterSpec, **options: Unpack[ASGIOptions]) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI callable, got {app!r}")
         self.app = app

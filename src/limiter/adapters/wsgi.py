@@ -81,12 +81,7 @@ class RateLimitMiddleware:
     Options: docs/adapters.md#options; WSGI details: docs/adapters.md#wsgi.
     """
 
-    def __init__(
-        self,
-        app: WSGIApp,
-        limiter: LimiterSpec,
-        **options: Unpack[GuardOptions],
-    ) -> None:
+    def __init__(self, app: WSGIApp, limiter: LimiterSpec, **options: Unpack[GuardOptions]) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {app!r}")
         self.app = app

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import operator
 import sys
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 F = TypeVar("F", bound="Frozen")
 
@@ -125,6 +125,9 @@ class Frozen:
     interval: float
     slack: float
     max_debt: float
+
+    #: False only for a policy that counts the others' denials (a ``Lockout``).
+    standalone: ClassVar[bool] = True
 
     def identity(self) -> tuple[Any, ...]:
         raise NotImplementedError

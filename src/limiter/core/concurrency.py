@@ -171,7 +171,6 @@ class Concurrency(Frozen):
     """
 
     kind: ClassVar[Literal["concurrency"]] = "concurrency"
-    standalone: ClassVar[Literal[True]] = True
 
     limit: int
     lease: float
@@ -187,15 +186,6 @@ class Concurrency(Frozen):
         check_name(name)
         self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
 
-    @property
-    def label(self) -> str:
-        """This policy in a limiter's default name (``"3 inflight/60s"``)."""
-        return f"{self.limit}inflight/{self.lease:g}s"
-
-    def numbered(self, i: int) -> Concurrency:
-        """This policy named apart as the ``i``-th of a limiter's policies."""
-        return self.renamed(f"{self.limit}inflight#{i}")
-
     def identity(self) -> Tuple[Any, ...]:
         """What makes two concurrency policies equal: ``(limit, lease)``."""
         return (self.limit, self.lease)
@@ -206,6 +196,15 @@ class Concurrency(Frozen):
 
     #: As ``FixedWindow.step_function``.
     step_function = staticmethod(slot_step)
+
+    def numbered(self, i: int) -> Concurrency:
+        """This policy named apart as the ``i``-th of a limiter's policies."""
+        return self.renamed(f"{self.limit}inflight#{i}")
+
+    @property
+    def label(self) -> str:
+        """This policy in a limiter's default name (``"3inflight/60s"``)."""
+        return f"{self.limit}inflight/{self.lease:g}s"
 
     def __repr__(self) -> str:
         return f"Concurrency({self.limit!r}, lease={self.lease!r}, name={self.name!r})"

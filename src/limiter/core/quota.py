@@ -63,7 +63,6 @@ class Quota(Frozen):
     """
 
     kind: ClassVar[Literal["quota"]] = "quota"
-    standalone: ClassVar[Literal[True]] = True
 
     count: int
     per: str

@@ -156,7 +156,6 @@ class FixedWindow(_Window):
     """
 
     kind: ClassVar[Literal["fixed-window"]] = "fixed-window"
-    standalone: ClassVar[Literal[True]] = True
 
     anchor: str
 
@@ -336,7 +335,6 @@ class SlidingWindow(_Window):
     """
 
     kind: ClassVar[Literal["sliding-window"]] = "sliding-window"
-    standalone: ClassVar[Literal[True]] = True
 
     def __init__(self, count: int, period: float, name: str = "default") -> None:
         self._setup(count, period, name)

@@ -19,6 +19,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TypeVar,
     Union,
 )
 
@@ -45,15 +46,15 @@ if TYPE_CHECKING:
 #: A rate string, a ``RateLimiter``, or a function of the request returning either.
 RateSpec = Union[str, RateLimiter, Callable[[RequestInfo], Any]]
 
+#: A view (or endpoint): what a limit decorator takes and returns as it is.
+F = TypeVar("F", bound=Callable[..., Any])
+
 #: Distinct rate strings one scope's limit function may return: a function
 #: returning one per client would create limiters without bound.
 MAX_RATES_PER_SCOPE = 256
 
 
 _DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
-
-#: What ``algorithm=`` names, as ``RateLimiter`` takes it.
-ALGORITHM_NAMES = tuple(ALGORITHMS)
 
 
 def check_algorithm(algorithm: object, param: str = "algorithm") -> Optional[str]:
@@ -175,11 +176,11 @@ class RouteLimit:
         rate: RateSpec,
         *,
         scope: str,
+        algorithm: Optional[str] = None,
         key_func: Optional[KeyFunc] = None,
         cost: Cost = 1,
         methods: Optional[Iterable[str]] = None,
         deduct_when: Optional[DeductWhen] = None,
-        algorithm: Optional[str] = None,
     ) -> None:
         self.rate = check_rate(rate, algorithm)
         self.algorithm = algorithm
@@ -247,11 +248,11 @@ class ScopedLimit:
         self.first = RouteLimit(
             rate,
             scope=placeholder if name is None else name,
+            algorithm=algorithm,
             key_func=key_func,
             cost=cost,
             methods=methods,
             deduct_when=deduct_when,
-            algorithm=algorithm,
         )
         self.owner = owner
         self.name = name

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 from types import FunctionType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.core import checks  # type: ignore[import-untyped]
@@ -41,6 +41,7 @@ from limiter.integrations._django_settings import current
 from limiter.integrations.common import (
     NOT_LIMITED,
     Decision,
+    F,
     Integration,
     RateSpec,
     RouteLimit,
@@ -51,8 +52,6 @@ from limiter.integrations.common import (
 from limiter.store import is_async_only
 
 __all__ = ["RateLimitMiddleware", "ratelimit"]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: Set on every view ``ratelimit`` wraps; ``functools.wraps`` copies it outwards,
 #: so the middleware sees it under other decorators.

@@ -26,7 +26,6 @@ from typing import (
     Optional,
     Set,
     Tuple,
-    TypeVar,
     Union,
 )
 
@@ -50,14 +49,12 @@ from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import DeductWhen
 from limiter.integrations import common
-from limiter.integrations.common import Integration, Pending, RateSpec, RouteLimit, acheck_store
+from limiter.integrations.common import F, Integration, Pending, RateSpec, RouteLimit, acheck_store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 __all__ = ["RateLimit"]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RateLimitOptions(IntegrationOptions, WebSocketOptions, total=False):
@@ -152,10 +149,10 @@ class RateLimit:
         given["header_style"] = header_style
         self.integration = Integration(
             "RateLimit",
+            asyncio=True,  # a store URL gives an async store
             default=default,
             store=store,
             clock=clock,
-            asyncio=True,
             algorithm=algorithm,
             **given,
         )
@@ -215,11 +212,11 @@ class RateLimit:
         route = RouteLimit(
             rate,
             scope=bucket_scope,
+            algorithm=algorithm,
             key_func=key_func,
             cost=cost,
             methods=methods,
             deduct_when=deduct_when,
-            algorithm=algorithm,
         )
         # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
         guards = [self.integration.guard(route)]

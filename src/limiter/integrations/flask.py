@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Union
 
 import flask
 from flask.views import MethodView
@@ -30,6 +30,7 @@ from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import Response
 from limiter.http.rules import DeductWhen, is_async_callable
 from limiter.integrations.common import (
+    F,
     Integration,
     RateSpec,
     ScopedLimit,
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 __all__ = ["RateLimit"]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: Key of the per-app state in ``app.extensions`` (flask-limiter owns ``"limiter"``).
 EXTENSION = "tokenlimiter"
@@ -304,12 +303,12 @@ class RateLimit:
         self,
         rate: RateSpec,
         *,
+        algorithm: Optional[str] = None,
+        name: Optional[str] = None,
         key_func: Optional[KeyFunc] = None,
         cost: Cost = 1,
         methods: Optional[Iterable[str]] = None,
-        name: Optional[str] = None,
         deduct_when: Optional[DeductWhen] = None,
-        algorithm: Optional[str] = None,
     ) -> Callable[[F], F]:
         """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
 

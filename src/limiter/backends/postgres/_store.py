@@ -84,12 +84,12 @@ class _PostgresBase:
         create: bool = True,
         unlogged: bool = False,
         synchronous_commit: bool = False,
-        max_connections: int = 10,
-        pool_timeout: float = 1.0,
         fallback: Optional[Any] = None,
         probe_after: float = 0.5,
         max_probe_after: float = 30.0,
         probe_clock: Optional[Any] = None,
+        max_connections: int = 10,
+        pool_timeout: float = 1.0,
     ) -> None:
         if isinstance(conninfo, str):
             self.pool: Any = None  # ours, made at first use (and again after close())
