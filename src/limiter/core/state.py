@@ -25,6 +25,21 @@ power of two gives the counts back exactly.  ``None`` is a key never seen.
 A store with columns keeps ``to_row``'s three values (the third ``None``
 but for a sliding window, and ``bytes`` for leases).  A tuple's last
 number is always when it may be forgotten.
+
+A policy reads only states of its own shape: a complex (a bucket, a count,
+a lockout), a sliding window's three numbers, leases.  A state of another
+shape (a key another kind of policy wrote under the same limiter name: a
+deployment changed its policy) reads as nothing held, over since ever
+(``-inf``): the key starts afresh, as a new key, and the state stays until
+the new policy writes its own.  The ``read_*`` functions below apply this
+rule; ``bucket.step`` and ``memory.admit``, reading a bucket inline, catch
+the ``AttributeError`` of a tuple's ``.imag`` (free unless raised) as
+``read_bucket`` does.  The Redis script (``misfit``) reads such a key as
+missing.  The complex shapes are
+not told apart: a bucket's state read as a count is a window over at its
+``updated_at``, a count's read as a bucket owes next to nothing, both
+starting afresh but for a clock behind the state's time (the tolerance,
+rule 7 of ``bucket.py``, rule 6 of ``window.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ _SCALE = 2.0**-600
 _UNSCALE = 2.0**600
 #: The real part of a locked-out key's state: negative marks it.
 _LOCKED = -(2.0**-600)
+_NEVER = -math.inf
 
 
 def bucket_state(debt: float, updated_at: float) -> State:
@@ -48,8 +64,11 @@ def bucket_state(debt: float, updated_at: float) -> State:
 
 
 def read_bucket(state: State) -> Tuple[float, float]:
-    """``(debt, updated_at)`` of a bucket's ``state``."""
-    return state.real, state.imag  # type: ignore[union-attr]
+    """``(debt, updated_at)`` of a bucket's ``state``; (0.0, -inf), full, for another shape's."""
+    try:
+        return state.real, state.imag  # type: ignore[union-attr]
+    except AttributeError:  # a tuple (no cost unless raised)
+        return 0.0, _NEVER
 
 
 def count_state(used: float, end: float) -> State:
@@ -58,8 +77,11 @@ def count_state(used: float, end: float) -> State:
 
 
 def read_count(state: State) -> Tuple[float, float]:
-    """``(used, end)`` of a quota's or fixed window's ``state``."""
-    return state.real * _UNSCALE, state.imag  # type: ignore[union-attr]
+    """``(used, end)`` of a quota's or fixed window's ``state``; (0.0, -inf) for another shape's."""
+    try:
+        return state.real * _UNSCALE, state.imag  # type: ignore[union-attr]
+    except AttributeError:  # a tuple (no cost unless raised)
+        return 0.0, _NEVER
 
 
 def sliding_state(previous: float, current: float, until: float) -> State:
@@ -68,8 +90,13 @@ def sliding_state(previous: float, current: float, until: float) -> State:
 
 
 def read_sliding(state: State) -> Tuple[float, float, float]:
-    """``(previous, current, until)`` of a sliding window's ``state``."""
-    return state  # type: ignore[return-value]
+    """``(previous, current, until)`` of a sliding window's ``state``.
+
+    ``(0.0, 0.0, -inf)`` for a state of another shape (a complex, leases).
+    """
+    if state.__class__ is tuple:
+        return state  # type: ignore[return-value]
+    return 0.0, 0.0, _NEVER
 
 
 class Leases(tuple):  # type: ignore[type-arg]
@@ -85,8 +112,13 @@ def leases_state(pairs: Sequence[float], now: float) -> State:
 
 
 def read_leases(state: State) -> Tuple[float, ...]:
-    """The ``(holder, expiry, ...)`` pairs of a concurrency policy's ``state``."""
-    return state[:-1]  # type: ignore[index]
+    """The ``(holder, expiry, ...)`` pairs of a concurrency policy's ``state``.
+
+    ``()`` (no slot held) for a state of another shape.
+    """
+    if state.__class__ is not Leases:
+        return ()
+    return state[:-1]
 
 
 def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
@@ -98,11 +130,16 @@ def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
 
 
 def read_lockout(state: State) -> Tuple[bool, float, float]:
-    """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked)."""
-    mark = state.real  # type: ignore[union-attr]
+    """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked).
+
+    ``(False, 0.0, -inf)`` for a state of another shape.
+    """
+    if state.__class__ is not complex:
+        return False, 0.0, _NEVER
+    mark = state.real
     if mark < 0.0:
-        return True, 0.0, state.imag  # type: ignore[union-attr]
-    return False, mark * _UNSCALE, state.imag  # type: ignore[union-attr]
+        return True, 0.0, state.imag
+    return False, mark * _UNSCALE, state.imag
 
 
 def evicted_last(state: State) -> bool:
