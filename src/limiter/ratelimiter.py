@@ -11,6 +11,7 @@ from limiter import cleanup, waiting
 from limiter._observed import Observed
 from limiter.backends.memory import MemoryStore
 from limiter.clock import Clock, SystemClock
+from limiter.core.concurrency import refuse_slot_cost
 from limiter.core.costs import Charge, Hold, Refund
 from limiter.core.keys import MAX_KEY_LENGTH, refuse_rate_key
 from limiter.core.limits import Policy
@@ -377,9 +378,13 @@ class RateLimiter(Observed):
 
         ``with limiter.slot(key):`` takes the slot and ``cost`` from the other policies,
         all or nothing (``RateLimitExceeded``), and gives the slot back at the end.
-        See docs/concurrency.md.
+        A slot is one unit: a cost asking a ``Concurrency`` policy for other than one
+        is a ``ValueError`` here.  See docs/concurrency.md.
         """
-        return Slot(self, key, self._named.validate(cost))
+        shares = self._named.validate(cost)
+        if cost is not _ONE:
+            refuse_slot_cost(self.limits, cost, shares)
+        return Slot(self, key, shares)
 
     def aslot(self, key: str, cost: CostSpec = 1) -> Slot:
         """``slot`` for ``async with limiter.aslot(key):`` (the store's async methods)."""

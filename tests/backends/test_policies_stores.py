@@ -17,7 +17,18 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
-from limiter import Charge, Limit, Lockout, MemoryStore, Quota
+from limiter import (
+    Charge,
+    Concurrency,
+    FixedWindow,
+    Limit,
+    Lockout,
+    ManualClock,
+    MemoryStore,
+    Quota,
+    RateLimiter,
+    SlidingWindow,
+)
 from limiter.backends.sqlite import SQLiteStore
 from limiter.core.costs import Cost
 from limiter.core.result import RateLimitResult
@@ -161,6 +172,39 @@ def test_a_charge_puts_the_tokens_into_debt_and_the_wait_is_exact(stores: Stores
     assert refused.retry_after == pytest.approx(66.0, abs=1e-6)
     assert not stores.apply_many(KEYS, LIMITS, (1, 1), T0 + 100 + 65.99).allowed
     assert stores.apply_many(KEYS, LIMITS, (1, 1), T0 + 100 + 66).allowed
+
+
+# -- a policy changed under one limiter name ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
+)
+def test_a_key_another_kind_of_policy_wrote_starts_afresh(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # A deployment changes its policy, keeping the limiter's name and store:
+    # each key starts afresh under the new policy (limiter.core.state), where
+    # memory and SQLite raised AttributeError or TypeError and Redis a StoreError.
+    if kind == "memory":
+        store: Any = MemoryStore()
+    elif kind == "sqlite":
+        store = SQLiteStore(tmp_path / "limits.db")
+    else:
+        from helpers.redis_servers import unique_prefix
+        from limiter.backends.redis import RedisStore
+
+        store = RedisStore(request.getfixturevalue("server").client(), prefix=unique_prefix())
+    clock = ManualClock(T0)
+    policies = [SlidingWindow(3, 60), "3/minute", Concurrency(3), FixedWindow(3, 60), "3/minute"]
+    for policy in policies:
+        limiter = RateLimiter(policy, store=store, name="api", clock=clock)
+        if limiter.holds_slots:
+            slots = [limiter.slot("k") for _ in range(4)]
+            assert [slot.take().allowed for slot in slots] == [True] * 3 + [False], policy
+        else:
+            assert [limiter.check("k").allowed for _ in range(4)] == [True] * 3 + [False], policy
+        clock.advance(1)
 
 
 # -- lockouts -----------------------------------------------------------------------------

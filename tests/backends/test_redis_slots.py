@@ -278,18 +278,28 @@ def test_a_plain_cost_is_refused_before_any_round_trip() -> None:
         store.apply("k", policy, Refund(1), T0)
 
 
-def test_a_key_of_another_kind_is_a_store_error(client: redis.Redis) -> None:
+def test_a_key_of_another_kind_is_read_as_step_reads_it(client: redis.Redis) -> None:
+    # Another shape's state reads as nothing (limiter.core.state), leases too.
     store = RedisStore(client, prefix=unique_prefix())
     store.apply("s", SlidingWindow(5, 60), 1, T0)
     store.apply("c", Concurrency(2), Hold(1.0), T0)
     for key, policy, cost in (
+        ("s", Concurrency(2), 0),
         ("s", Concurrency(2), Hold(1.0)),
+        ("c", SlidingWindow(5, 60), 0),
         ("c", SlidingWindow(5, 60), 1),
         ("c", Limit(1, 5), 1),
         ("c", FixedWindow(5, 60), 1),
     ):
-        with pytest.raises(StoreError, match="another kind of policy"):
-            store.apply(key, policy, cost, T0)
+        written = read_state(client, redis_key(key, store.prefix))
+        expected_state, expected = step(written, T0 + 1, policy, cost)
+        assert (
+            store.apply(key, policy, cost, T0 + 1)
+            == expected
+            == step(None, T0 + 1, policy, cost)[1]
+        )
+        assert read_state(client, redis_key(key, store.prefix)) == expected_state
+        store.apply("c", Concurrency(2), Hold(1.0), T0)  # leases again
     for raw in ("c", "c1 2", "c1 x 3"):
         client.set(redis_key("bad", store.prefix), raw)
         with pytest.raises(StoreError, match="corrupt"):

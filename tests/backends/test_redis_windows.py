@@ -7,7 +7,7 @@ Refunds with and without ``taken_at``) for ``FixedWindow`` (both anchors)
 and ``SlidingWindow``, alone and beside a bucket, a second window and a
 lockout, and compares every result field and every stored state.  Then
 exact admitted counts from threads and asyncio, the server's clock, and
-the error for a key another kind of policy wrote.  (Processes:
+a key another kind of policy wrote read as new, as ``step`` reads it.  (Processes:
 test_redis_store.py; pipelining and Cluster: their own modules.)
 """
 
@@ -38,6 +38,8 @@ from helpers.window_runs import (
 )
 from limiter import Limit, Lockout, StoreError
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
+from limiter.core.bucket import step
+from limiter.core.many import step_all
 from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.testing import T0
 
@@ -151,15 +153,29 @@ def test_window_states_as_stored(client: redis.Redis) -> None:
     assert 89_000 < client.pttl(redis_key("s", store.prefix)) <= 90_000
 
 
-def test_a_key_of_another_kind_of_policy_is_a_store_error(client: redis.Redis) -> None:
+def test_a_key_of_another_kind_of_policy_is_read_as_step_reads_it(client: redis.Redis) -> None:
+    # Another shape's state reads as nothing (limiter.core.state): the key
+    # starts afresh, and keeps that state until the new policy writes its own.
     store = RedisStore(client, prefix=unique_prefix())
-    store.apply("k", SlidingWindow(5, 60), 1, T0)
-    store.apply("b", Limit(1, 5), 1, T0)
-    for key, policy in (("k", FixedWindow(5, 60)), ("k", Limit(1, 5)), ("b", SlidingWindow(5, 60))):
-        with pytest.raises(StoreError, match="another kind of policy"):
-            store.apply(key, policy, 1, T0)
-    with pytest.raises(StoreError, match="another kind of policy"):
-        store.apply_many(["{k}a", "k"], [FixedWindow(5, 60), Limit(1, 5)], 1, T0)
+    sliding, bucket, fixed = SlidingWindow(5, 60), Limit(1, 5), FixedWindow(5, 60)
+    cases = [("k", sliding, fixed, 1), ("j", sliding, bucket, 1), ("b", bucket, sliding, 1)]
+    cases += [("d", sliding, fixed, 6), ("p", bucket, sliding, 0)]  # denied, a peek: no write
+    for key, writer, reader, cost in cases:
+        store.apply(key, writer, 1, T0)
+        written = read_state(client, redis_key(key, store.prefix))
+        expected_state, expected = step(written, T0 + 1, reader, cost)
+        assert (
+            store.apply(key, reader, cost, T0 + 1)
+            == expected
+            == step(None, T0 + 1, reader, cost)[1]
+        )
+        assert read_state(client, redis_key(key, store.prefix)) == expected_state
+    store.apply("m", sliding, 1, T0)
+    keys, limits = ["n", "m"], [fixed, bucket]
+    states = [None, read_state(client, redis_key("m", store.prefix))]
+    new_states, expected = step_all(states, T0 + 1, limits, 1)
+    assert store.apply_many(keys, limits, 1, T0 + 1) == expected
+    assert [read_state(client, redis_key(key, store.prefix)) for key in keys] == new_states
     client.set(redis_key("c", store.prefix), "1 2 x")
     with pytest.raises(StoreError, match="corrupt"):
         store.apply("c", SlidingWindow(5, 60), 1, T0)

@@ -111,6 +111,46 @@ def test_flask_a_later_limit_that_raises_gives_the_earlier_slot_back() -> None:
     assert slots.peek("k").remaining == 1
 
 
+@pytest.mark.parametrize("path", ["/", "/stream", "/boom"])
+def test_flask_a_teardown_handler_that_raises_gives_the_slot_back(path: str) -> None:
+    # A teardown handler registered after init_app runs before the limiter's;
+    # when it raises, Flask runs no other teardown handler and the server never
+    # gets the response whose close would give the slot back: the slot was
+    # held for its whole lease (the next request a 429).
+    slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
+    app = Flask(__name__)
+    rl = RateLimit(app, key_func=lambda r: "k")
+    failing = [True]
+
+    @app.teardown_request
+    def broken(error: object) -> None:
+        if failing[0]:
+            raise RuntimeError("a teardown handler failed")
+
+    @app.route("/")
+    @rl.limit(slots)
+    def index() -> str:
+        return "ok"
+
+    @app.route("/stream")
+    @rl.limit(slots)
+    def stream() -> Response:
+        return Response(iter([b"first", b"last"]))
+
+    @app.route("/boom")
+    @rl.limit(slots)
+    def boom() -> str:
+        raise LookupError("the view failed")
+
+    client = app.test_client()
+    with pytest.raises(RuntimeError, match="a teardown handler failed"):
+        client.get(path)
+    assert slots.peek("k").remaining == 1
+    failing[0] = False
+    with client.get("/") as response:
+        assert response.status_code == 200
+
+
 async def cancelled(call: Awaitable[object], started: Callable[[], bool]) -> None:
     """Run ``call`` until ``started()``, then cancel it as a server does on a disconnect."""
     task = asyncio.ensure_future(call)

@@ -65,3 +65,26 @@ def test_flask_refuses_a_lockout_limiter_that_would_wait_when_it_decorates() -> 
     with pytest.raises(TypeError, match="has a lockout: waiting for tokens"):
         rl.limit(locking)
     assert FlaskRateLimit(app=None, default="2/second").limit(locking)  # no max_wait: fine
+
+
+def test_django_refuses_a_lockout_limiter_that_would_wait_when_it_decorates() -> None:
+    from django.http import HttpResponse
+    from django.test import RequestFactory, override_settings
+
+    from limiter import Lockout, RateLimiter
+    from limiter.integrations.django import ratelimit
+
+    def view(request: object) -> HttpResponse:
+        return HttpResponse("ok")
+
+    locking = RateLimiter("5/minute", lockout=Lockout(3, within=60, duration=600))
+    # Refused here, where it was refused at the view's first request (a 500).
+    shown = r"'0.0833333/s:5\+lockout:3/60s:600s' has a lockout: waiting"
+    with override_settings(RATE_LIMIT={"max_wait": 1.0}), pytest.raises(TypeError, match=shown):
+        ratelimit(locking)
+    limited = ratelimit(locking)(view)  # no max_wait: fine
+    assert limited(RequestFactory().get("/")).status_code == 200
+    # Settings given max_wait after the decoration: refused when served, as before.
+    refused = pytest.raises(TypeError, match="has a lockout: waiting for tokens")
+    with override_settings(RATE_LIMIT={"max_wait": 1.0}), refused:
+        limited(RequestFactory().get("/"))

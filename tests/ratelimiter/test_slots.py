@@ -119,6 +119,30 @@ def test_rate_and_slots_are_all_or_nothing() -> None:
     assert limiter.peek("k").results[1].remaining == 1  # the refusal took no slot
 
 
+def test_a_slot_is_one_unit_and_a_cost_meaning_more_is_refused_at_the_call() -> None:
+    # Concurrency alone: a cost can only mean slots, and a slot is one (the cost
+    # was ignored: slot("k", 2) took one slot of 3, and so did 0 and 1.5).
+    slots = RateLimiter(Concurrency(3), clock=ManualClock(T0))
+    for cost, shown in ((2, "2"), (0, "0"), (1.5, "1.5"), ({"default": 2}, "2")):
+        with pytest.raises(ValueError, match=rf"one unit.*'default'.*not a cost of {shown};"):
+            slots.slot("k", cost)
+    assert [slots.slot("k", cost).take().remaining for cost in (1, 1.0, {"default": 1})] == [
+        2,
+        1,
+        0,
+    ]
+    # Beside a rate, a number is the rate's cost and the slot is one; naming
+    # the Concurrency policy with anything but 1 is refused.
+    limiter = RateLimiter({"rate": "10/minute", "inflight": Concurrency(3)}, clock=ManualClock(T0))
+    for cost in ({"inflight": 2}, {"rate": 1, "inflight": 0}):
+        with pytest.raises(ValueError, match=r"one unit.*'inflight'.*not a cost of (2|0)"):
+            limiter.slot("k", cost)
+    assert [x.remaining for x in limiter.slot("k", 4).take().results] == [6, 2]
+    assert [x.remaining for x in limiter.slot("k", {"rate": 2}).take().results] == [4, 1]
+    taken = limiter.slot("k", {"rate": 1, "inflight": 1}).take()
+    assert [x.remaining for x in taken.results] == [3, 0]
+
+
 def test_a_plain_check_on_a_slot_limiter_is_a_type_error() -> None:
     limiter = RateLimiter({"rate": "2/minute", "inflight": Concurrency(1)})
     with pytest.raises(TypeError, match=r"RateLimiter\.slot\(\)"):

@@ -59,6 +59,7 @@ from limiter.core.result import RateLimitResult
 from limiter.core.state import State, evicted_last, forgettable, keep_until
 
 _isfinite = math.isfinite
+_INF = math.inf
 _ONE = 1  # ``cost is _ONE``: CPython's cached small int, the default cost
 
 #: How many old entries one eviction looks at for a full bucket.
@@ -96,7 +97,10 @@ def admit(
     if state is None:
         return None
     if cost is _ONE and _isfinite(now) and limit.__class__ is Limit:  # now finite
-        updated_at = state.imag  # type: ignore[union-attr]
+        try:
+            updated_at = state.imag  # type: ignore[union-attr]
+        except AttributeError:  # a tuple: another shape's state, step's case (state.read_bucket)
+            updated_at = _INF
         if now >= updated_at:
             debt = state.real - (now - updated_at)  # type: ignore[union-attr]
             ceiling = limit.ceiling

@@ -26,6 +26,8 @@ rules, cited by number in the code (the why of each: docs/concepts.md):
 9. The state is ``complex(debt, updated_at)`` (``state.bucket_state``): the
    seconds of refill the bucket lacked at ``updated_at``; it is full again
    at ``state.keep_until``.  ``step`` builds and reads it inline (hot path).
+   A state of another shape (another kind of policy wrote the key) is a
+   full bucket, left as it is unless the request takes tokens (``state``).
 10. A ``Quota`` or ``Lockout`` given to ``step`` is handed to its own ``step``.
 
 No I/O, no clock; stores call ``step`` under their own atomicity, and
@@ -96,20 +98,22 @@ def step(
         charge = cost * limit.interval
     if not _isfinite(now):
         raise ValueError(f"now must be a finite number of seconds, got {now!r}")
-    if state is None:
-        debt = 0.0
-    elif now < (updated_at := state.imag):  # type: ignore[union-attr]  # rule 7: _read
-        state, debt, now = _read(state, now, limit)
-    else:  # _read's usual case, inline (hot path)
-        debt = state.real - (now - updated_at)  # type: ignore[union-attr]
-        if debt < 0.0:
+    try:  # free unless raised (3.11): the AttributeError of a tuple's .imag
+        if state is None:
             debt = 0.0
+        elif now < (updated_at := state.imag):  # type: ignore[union-attr]  # rule 7: _read
+            state, debt, now = _read(state, now, limit)
+        else:  # _read's usual case, inline (hot path)
+            debt = state.real - (now - updated_at)  # type: ignore[union-attr]
+            if debt < 0.0:
+                debt = 0.0
+    except AttributeError:  # a tuple: another shape's state, a full bucket (rule 9)
+        state, debt, now = _read(state, now, limit)
     ceiling = limit.ceiling  # window + slack
     if debt > ceiling:  # rules 5 and 6
         # A deeper state is stored at the bound so refilling starts there.
         if debt > limit.max_debt:
-            debt = limit.max_debt
-            state = bucket_state(debt, now)
+            state = bucket_state(debt := limit.max_debt, now)
         if cost == 0:  # a peek is admitted, in debt too
             return _settle(state, now, limit, 0.0, detail)
     after = debt + charge
@@ -137,10 +141,10 @@ def step(
         remaining = limit.burst
     elif remaining < 0:  # in debt
         remaining = 0
-    retry = after - window  # inf for a cost above burst (made inf above)
+    # retry_after: after - window, inf for a cost above burst (made inf above)
     return state, _new_result(
         RateLimitResult,
-        (False, limit.burst, remaining, debt, retry, window, (), limit.name, "bucket"),
+        (False, limit.burst, remaining, debt, after - window, window, (), limit.name, "bucket"),
     )
 
 
@@ -148,10 +152,10 @@ def _read(state: Optional[State], now: float, limit: Limit) -> Tuple[Optional[St
     """``(state, debt, now)``: ``state`` read at ``now`` under ``limit`` (rules 6, 7, 9);
     ``state`` is a new one to store when re-anchored.  ``step`` inlines the usual case.
     """
-    if state is None:
-        return None, 0.0, now
-    debt = state.real  # type: ignore[union-attr]
-    updated_at = state.imag  # type: ignore[union-attr]
+    if state.__class__ is not complex:  # None, or another shape's state (read_bucket)
+        return state, 0.0, now
+    debt = state.real
+    updated_at = state.imag
     if now < updated_at:
         if now < updated_at - CLOCK_TOLERANCE:
             # Stored even on denial: else the key would wait for the old reading.

@@ -109,6 +109,31 @@ def refuse_slot_shares(name: str, limits: Sequence[Any], shares: Any) -> None:
             )
 
 
+def refuse_slot_cost(limits: Sequence[Any], cost: Any, shares: Any) -> None:
+    """Raise ``ValueError`` when ``cost`` asks a ``Concurrency`` policy for other than one slot.
+
+    A slot is one unit per holder: ``RateLimiter.slot``'s ``cost`` goes to the
+    other policies.  Refused: a mapping naming a ``Concurrency`` policy with
+    anything but 1, and any cost but 1 on a limiter whose ``limits`` are all
+    ``Concurrency`` policies (nothing else could take it).  ``shares`` is
+    ``RateLimiter.validate_cost``'s answer for ``cost``.
+    """
+    named = hasattr(cost, "keys")  # a mapping: the policies it names
+    if not named and any(limit.kind != "concurrency" for limit in limits):
+        return  # a number is the other policies' cost
+    for i, limit in enumerate(limits):
+        if limit.kind != "concurrency" or (named and limit.name not in cost):
+            continue
+        value = cost[limit.name] if named else cost
+        share = shares[i] if shares.__class__ is tuple else shares
+        if share.__class__ is not float or share != 1.0:
+            raise ValueError(
+                f"a slot is one unit: Concurrency policy {limit.name!r} takes one per "
+                f"holder, not a cost of {show(value)}; hold more slots with more holders, "
+                "and give the other policies their cost by name"
+            )
+
+
 def _live(state: Optional[State], now: float, lease: float) -> Tuple[List[float], bool]:
     """The live ``[holder, expiry, ...]`` of ``state`` at ``now``, and whether any was dropped."""
     if state is None:

@@ -13,6 +13,14 @@ stores keep, expire and sweep it without knowing the policy:
 The scaled counts are below half an ulp of any time, so ``keep_until``
 (``real + imag``, or a tuple's last number) is when any state may be forgotten.
 ``None`` is a key never seen.  ``to_row`` gives three values for a store with columns.
+
+A policy reads only states of its own shape (a complex; a sliding window's three
+numbers; leases).  Another shape (another kind of policy wrote the key under the
+same limiter name) reads as nothing held, over since ever (``-inf``): the key
+starts afresh and the state stays until the new policy writes its own.  The
+``read_*`` functions apply this rule; ``bucket.step`` and ``memory.admit`` catch
+the ``AttributeError`` of a tuple's ``.imag``; bucket.lua and apply.sql read such
+a key as missing.  Complex shapes are not told apart (docs/policies.md).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ _SCALE = 2.0**-600
 _UNSCALE = 2.0**600
 #: The real part of a locked-out key's state: negative marks it.
 _LOCKED = -(2.0**-600)
+_NEVER = -math.inf
 
 
 def bucket_state(debt: float, updated_at: float) -> State:
@@ -36,8 +45,11 @@ def bucket_state(debt: float, updated_at: float) -> State:
 
 
 def read_bucket(state: State) -> Tuple[float, float]:
-    """``(debt, updated_at)`` of a bucket's ``state``."""
-    return state.real, state.imag  # type: ignore[union-attr]
+    """``(debt, updated_at)`` of a bucket's ``state``; (0.0, -inf), full, for another shape's."""
+    try:
+        return state.real, state.imag  # type: ignore[union-attr]
+    except AttributeError:  # a tuple (no cost unless raised)
+        return 0.0, _NEVER
 
 
 def count_state(used: float, end: float) -> State:
@@ -46,8 +58,11 @@ def count_state(used: float, end: float) -> State:
 
 
 def read_count(state: State) -> Tuple[float, float]:
-    """``(used, end)`` of a quota's or fixed window's ``state``."""
-    return state.real * _UNSCALE, state.imag  # type: ignore[union-attr]
+    """``(used, end)`` of a quota's or fixed window's ``state``; (0.0, -inf) for another shape's."""
+    try:
+        return state.real * _UNSCALE, state.imag  # type: ignore[union-attr]
+    except AttributeError:  # a tuple (no cost unless raised)
+        return 0.0, _NEVER
 
 
 def sliding_state(previous: float, current: float, until: float) -> State:
@@ -56,8 +71,13 @@ def sliding_state(previous: float, current: float, until: float) -> State:
 
 
 def read_sliding(state: State) -> Tuple[float, float, float]:
-    """``(previous, current, until)`` of a sliding window's ``state``."""
-    return state  # type: ignore[return-value]
+    """``(previous, current, until)`` of a sliding window's ``state``.
+
+    ``(0.0, 0.0, -inf)`` for a state of another shape (a complex, leases).
+    """
+    if state.__class__ is tuple:
+        return state  # type: ignore[return-value]
+    return 0.0, 0.0, _NEVER
 
 
 class Leases(tuple):  # type: ignore[type-arg]
@@ -73,8 +93,13 @@ def leases_state(pairs: Sequence[float], now: float) -> State:
 
 
 def read_leases(state: State) -> Tuple[float, ...]:
-    """The ``(holder, expiry, ...)`` pairs of a concurrency policy's ``state``."""
-    return state[:-1]  # type: ignore[index]
+    """The ``(holder, expiry, ...)`` pairs of a concurrency policy's ``state``.
+
+    ``()`` (no slot held) for a state of another shape.
+    """
+    if state.__class__ is not Leases:
+        return ()
+    return state[:-1]
 
 
 def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
@@ -86,11 +111,16 @@ def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
 
 
 def read_lockout(state: State) -> Tuple[bool, float, float]:
-    """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked)."""
-    mark = state.real  # type: ignore[union-attr]
+    """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked).
+
+    ``(False, 0.0, -inf)`` for a state of another shape.
+    """
+    if state.__class__ is not complex:
+        return False, 0.0, _NEVER
+    mark = state.real
     if mark < 0.0:
-        return True, 0.0, state.imag  # type: ignore[union-attr]
-    return False, mark * _UNSCALE, state.imag  # type: ignore[union-attr]
+        return True, 0.0, state.imag
+    return False, mark * _UNSCALE, state.imag
 
 
 def evicted_last(state: State) -> bool:

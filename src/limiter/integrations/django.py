@@ -20,6 +20,7 @@ from types import FunctionType
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.conf import settings  # type: ignore[import-untyped]
 from django.core import checks  # type: ignore[import-untyped]
 from django.core.exceptions import (  # type: ignore[import-untyped]
     BadRequest,
@@ -49,7 +50,9 @@ from limiter.integrations.common import (
     check_store,
     view_scope,
 )
+from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
+from limiter.waiting import refuse_waits_with_lockout
 
 __all__ = ["RateLimitMiddleware", "ratelimit"]
 
@@ -473,12 +476,16 @@ def ratelimit(
     covers ``HEAD``). ``algorithm``: ``None`` for ``settings.RATE_LIMIT``'s
     (``"algorithm"``, default ``"token-bucket"``). The store and other options come from
     ``settings.RATE_LIMIT``; the middleware is optional. Raises
-    ``TypeError``/``ValueError`` for a bad argument, here.
+    ``TypeError``/``ValueError`` for a bad argument, here, and ``TypeError``
+    for a limiter with a ``Lockout`` when the settings set ``max_wait``
+    (settings changed later: when served).
     Details: docs/django.md#views.
     """
     limit = ScopedLimit(
         None, rate, name, key_func, cost, methods, deduct_when, algorithm, "ratelimit"
     )
+    if isinstance(rate, RateLimiter) and _settings_wait():  # known now: refused now
+        refuse_waits_with_lockout(rate)
     views = _Views(limit)
 
     def decorator(view: F) -> F:
@@ -494,6 +501,14 @@ def ratelimit(
     if callable(rate) and not isinstance(rate, type) and not hasattr(rate, "limits"):
         setattr(decorator, _BARE, rate)
     return decorator
+
+
+def _settings_wait() -> bool:
+    """True when ``settings.RATE_LIMIT`` sets ``max_wait`` (read raw; checked when served)."""
+    if not settings.configured:
+        return False
+    source = getattr(settings, "RATE_LIMIT", None)
+    return isinstance(source, dict) and source.get("max_wait") is not None
 
 
 class _Views:

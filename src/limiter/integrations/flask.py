@@ -298,6 +298,8 @@ class RateLimit:
             app.after_request(_after_hook())
             app.teardown_request(_release_unsent)
             flask.request_finished.connect(_release_on_close, app)
+            if not getattr(app.wsgi_app, "_limiter_releases", False):
+                app.wsgi_app = _releasing(app.wsgi_app)  # type: ignore[method-assign]
 
     def limit(
         self,
@@ -481,6 +483,29 @@ def _release_on_close(sender: flask.Flask, response: flask.Response, **extra: An
     if decision is not None:
         # Held until its last chunk is sent (a streamed one too) or the client is gone.
         response.call_on_close(decision.release)
+
+
+def _releasing(wsgi_app: Any) -> Any:
+    """``wsgi_app`` giving back the request's slots when it raises.
+
+    A teardown handler that raises (one registered after ``init_app`` runs
+    first) stops Flask's others, the limiter's among them, and no response
+    reaches the server to be closed: without this the slots were held for
+    their whole lease.  Giving back twice does nothing.
+    """
+
+    def wsgi(environ: Dict[str, Any], start_response: Any) -> Any:
+        try:
+            return wsgi_app(environ, start_response)
+        except BaseException:
+            for name in (_DECISION, _CARRIED):
+                decision = environ.pop(name, None)
+                if decision is not None:
+                    decision.release()
+            raise
+
+    wsgi._limiter_releases = True  # type: ignore[attr-defined]
+    return wsgi
 
 
 def _release_unsent(error: Optional[BaseException]) -> None:

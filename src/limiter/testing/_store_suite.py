@@ -14,11 +14,13 @@ import pytest
 
 from limiter.clock import ManualClock
 from limiter.core.bucket import step
-from limiter.core.costs import Charge, Refund
+from limiter.core.concurrency import Concurrency
+from limiter.core.costs import Charge, Hold, Refund
 from limiter.core.limits import Limit
 from limiter.core.lockout import Lockout
 from limiter.core.quota import Quota
 from limiter.core.result import RateLimitResult
+from limiter.core.window import FixedWindow, SlidingWindow
 from limiter.ratelimiter import RateLimiter
 from limiter.testing._shared import T0, property_test
 from limiter.testing._slot_suite import SlotConformance
@@ -375,6 +377,42 @@ class StoreConformance(WindowConformance, SlotConformance):
         self.reset(store, "k:lock")
         lifted = self.apply_many(store, keys, limits, 1, T0 + 30)
         assert (lifted.allowed, lifted.locked_out) == (True, False)
+
+    def test_a_key_another_kind_of_policy_wrote_starts_afresh(self, store: Any) -> None:
+        """A state of another shape reads as a new key's (``limiter.core.state``): same answers."""
+        # A state's shape: a bucket's, a window's or a quota's two numbers, a
+        # sliding window's three, or leases.
+        writers = [(Limit(1, 5), 1), (SlidingWindow(5, 60), 2), (Concurrency(2), Hold(9.0))]
+        readers = [
+            Limit(1, 3),
+            FixedWindow(3, 60),
+            FixedWindow(3, 60, "first"),
+            Quota(3, "hour"),
+            SlidingWindow(3, 60),
+            Concurrency(3),
+        ]
+
+        def shape(policy: Any) -> str:
+            return {"sliding-window": "three", "concurrency": "leases"}.get(policy.kind, "two")
+
+        def run(key: str, policy: Any) -> List[RateLimitResult]:
+            costs = [Hold(float(h)) if shape(policy) == "leases" else 1 for h in range(1, 5)]
+            return [self.apply(store, key, policy, cost, T0 + 1) for cost in costs]
+
+        for w, (writer, cost) in enumerate(writers):
+            for r, reader in enumerate(readers):
+                if shape(reader) != shape(writer):
+                    self.apply(store, f"k{w}:{r}", writer, cost)
+                    seen = run(f"k{w}:{r}", reader)
+                    assert seen == run(f"new{w}:{r}", reader), (writer, reader)
+                    assert [x.allowed for x in seen] == [True] * 3 + [False], (writer, reader)
+        # Beside other keys too (one call: Redis's and PostgreSQL's other path).
+        self.apply(store, "m:a", Limit(1, 5))
+        self.apply(store, "m:b", Concurrency(2), Hold(9.0))
+        limits = [SlidingWindow(3, 60), Limit(1, 3)]
+        seen = [self.apply_many(store, ["m:a", "m:b"], limits) for _ in range(4)]
+        assert seen == [self.apply_many(store, ["n:a", "n:b"], limits) for _ in range(4)]
+        assert [x.allowed for x in seen] == [True] * 3 + [False]
 
     def test_concurrent_checks_admit_exactly_burst(self, store: Any) -> None:
         assert self.flood(store, [("hot", Limit(1, 50))] * 200) == 50

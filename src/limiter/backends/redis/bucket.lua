@@ -108,8 +108,8 @@
 --   be the server's TIME.  A fixed window's state is a quota's; a sliding
 --   window's is "previous current until" (PX: the time to until), the one
 --   state of three numbers: a key of two read by a sliding window, or of
---   three by any other policy, is an error reply (another kind of policy
---   wrote it), as step would fail in Python.
+--   three by any other policy, is read as missing (another kind of policy
+--   wrote it: the key starts afresh), as limiter.core.state's readers do.
 -- * A lockout (limiter.core.lockout.Lockout) comes as "l<within>/<duration>
 --   breaches", only ever as the last key (alone, it reports its status and
 --   takes nothing).  Its state is "breaches*2^-600 run_end" for an open run
@@ -223,15 +223,14 @@ local function load(key)
   end
 end
 
--- An error reply when key's state (d, and v: its third number) is not of the
--- kind spec's policy reads: three numbers are a sliding window's ("s"), and
--- only its, leases ('c') a concurrency policy's ("c"), and only its (read_sliding,
--- read_count and read_leases would fail on the others in Python).
-local function misfit(key, d, v, spec)
+-- True when a state (d, and v: its third number) is not of the shape spec's
+-- policy reads: three numbers are a sliding window's ("s"), and only its,
+-- leases ('c') a concurrency policy's ("c"), and only its.  Such a key is
+-- read as missing (limiter.core.state: another shape's state reads as
+-- nothing, so the key starts afresh), and kept unless the step writes.
+local function misfit(d, v, spec)
   local b = byte(spec)
-  if (v ~= nil) ~= (b == 115) or (d == 'c') ~= (b == 99) then
-    return redis.error_reply('limiter: key ' .. key .. ' holds the state of another kind of policy')
-  end
+  return (v ~= nil) ~= (b == 115) or (d == 'c') ~= (b == 99)
 end
 
 -- Mirrors limiter.core.state.keep_until: the key expires when the bucket is full
@@ -707,10 +706,7 @@ if n == 1 then
   local key = KEYS[1]
   local d, u, us, v = load(key)
   if d == false then return u end
-  if d ~= nil then
-    local wrong = misfit(key, d, v, rate1)
-    if wrong then return wrong end
-  end
+  if d ~= nil and misfit(d, v, rate1) then d, u, us, v = nil, nil, nil, nil end
   local c, mode, taken = readcost(cost)
   return finish(key, step(d, u, us, v, rate1, burst1, c, mode, taken))
 end
@@ -726,10 +722,7 @@ end
 for i = 1, n do
   local d, u, us, v = load(KEYS[i])
   if d == false then return u end
-  if d ~= nil then
-    local wrong = misfit(KEYS[i], d, v, limits[i][1])
-    if wrong then return wrong end
-  end
+  if d ~= nil and misfit(d, v, limits[i][1]) then d, u, us, v = nil, nil, nil, nil end
   debts[i], stamps[i], texts[i], thirds[i] = d, u, us, v
 end
 local costs, modes, takens = {}, {}, {}
