@@ -339,19 +339,25 @@ def test_installing_beside_a_table_another_role_owns(pg: PostgresServer) -> None
         owner.close()
 
 
-def test_a_key_of_another_kind_of_policy_is_a_store_error(store: PostgresStore) -> None:
+def row_state(store: PostgresStore, key: str) -> Optional[State]:
+    """``key``'s row as the core's state (None: no row)."""
+    row = read_row(store, key)
+    if row is None:
+        return None
+    a, b, c, leases, _ = row
+    if leases is not None:
+        return Leases((*leases, b))
+    return complex(a, b) if c is None else (a, b, c)
+
+
+def test_a_key_of_another_kind_of_policy_is_read_as_step_reads_it(store: PostgresStore) -> None:
+    # Another shape's state reads as nothing (limiter.core.state), leases too:
+    # the key starts afresh, and its row stays until the new policy writes.
     s = shared(store)
-    send(s, ["c"], [Concurrency(2)], Hold(1.0), T0)
-    s.apply("b", Limit(1, 5), 1, T0)
-    s.apply("l", Lockout(), 0, T0)  # a lockout alone: no row
-    with s.pool.connection() as conn:  # a lockout's row, written through a breach
-        conn.execute(
-            f"INSERT INTO {s.names.table} VALUES (%s, 1e-180, %s, NULL, %s)",
-            (row_key("l", s.prefix), T0 + 30, T0 + 30),
-        )
-    wrong = [
+    cases = [
         (["c"], [Limit(1, 5)], 1.0),
         (["c"], [FixedWindow(5, 60)], 1.0),
+        (["c"], [SlidingWindow(5, 60)], 0),
         (["b"], [Concurrency(2)], Hold(1.0)),
         (["b"], [Concurrency(2)], 0),
         (["l"], [Concurrency(2)], 0),
@@ -359,10 +365,21 @@ def test_a_key_of_another_kind_of_policy_is_a_store_error(store: PostgresStore) 
         (["c", "b"], [Concurrency(2), Concurrency(2)], Hold(1.0, "give")),
         (["b", "c"], [Limit(1, 5), Lockout()], (1.0, 0.0)),
     ]
-    for keys, policies, cost in wrong:
-        with pytest.raises(Exception, match="another kind of policy"):
-            call(s, keys, wire(T0, policies, cost))
-    check_leases(s, "c", Leases((1.0, T0 + 60, T0 + 60)))
+    for keys, policies, cost in cases:
+        with s.pool.connection() as conn:
+            conn.execute(f"DELETE FROM {s.names.table}")
+            conn.execute(  # a lockout's row, as a breach writes it
+                f"INSERT INTO {s.names.table} VALUES (%s, 1e-180, %s, NULL, %s)",
+                (row_key("l", s.prefix), T0 + 30, T0 + 30),
+            )
+        send(s, ["c"], [Concurrency(2)], Hold(1.0), T0)
+        s.apply("b", Limit(1, 5), 1, T0)
+        states = [row_state(s, k) for k in keys]
+        new_states, result = expected(states, T0 + 1, policies, cost)
+        assert send(s, keys, policies, cost, T0 + 1) == result, (keys, policies)
+        if len(keys) == 1:  # the one key is another kind's: as a new key
+            assert result == expected([None], T0 + 1, policies, cost)[1]
+        assert [row_state(s, k) for k in keys] == new_states, (keys, policies)
 
 
 def test_a_plain_cost_on_a_concurrency_policy_is_refused_by_the_function_too(

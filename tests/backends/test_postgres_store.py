@@ -64,22 +64,10 @@ def admin(pg: PostgresServer) -> Iterator[Any]:
         yield conn
 
 
-#: apply.sql still refuses a key another kind of policy wrote (a StoreError,
-#: "holds the state of another kind of policy"); the other stores read it as
-#: a new key (limiter.core.state).  Strict: passing, it fails, so the marker goes.
-_FOREIGN_STATE = pytest.mark.xfail(
-    strict=True, reason="apply.sql does not yet read another shape's state as absent"
-)
-
-
 class TestPostgresStore(StoreConformance):
     @pytest.fixture(autouse=True)
     def _server(self, pg: PostgresServer) -> None:
         self.url = pg.url()
-
-    @_FOREIGN_STATE
-    def test_a_key_another_kind_of_policy_wrote_starts_afresh(self, store: Any) -> None:
-        super().test_a_key_another_kind_of_policy_wrote_starts_afresh(store)
 
     def make_store(self) -> PostgresStore:
         return PostgresStore(self.url, prefix=unique_prefix(), max_connections=16, pool_timeout=30)
@@ -118,10 +106,6 @@ class TestAsyncPostgresStore(StoreConformance):
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
-
-    @_FOREIGN_STATE
-    def test_a_key_another_kind_of_policy_wrote_starts_afresh(self, store: Any) -> None:
-        super().test_a_key_another_kind_of_policy_wrote_starts_afresh(store)
 
     def make_store(self) -> AsyncPostgresStore:
         # The conformance flood sends 1,000 checks at once: they wait for a connection.

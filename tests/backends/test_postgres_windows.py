@@ -42,7 +42,7 @@ from helpers.window_runs import (
     window_sequence,
     window_sequence_all,
 )
-from limiter import Limit, Lockout, Quota, StoreError
+from limiter import Limit, Lockout, Quota
 from limiter.backends.postgres import AsyncPostgresStore, PostgresStore, row_key
 from limiter.core.bucket import step
 from limiter.core.many import step_all
