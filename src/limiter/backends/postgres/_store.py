@@ -106,12 +106,8 @@ class _PostgresBase:
             raise TypeError(f"prefix must be a str, got {prefix!r:.100}")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int):
             raise TypeError(f"max_connections must be an int, got {max_connections!r:.100}")
-        for flag, value in (
-            ("server_time", server_time),
-            ("create", create),
-            ("unlogged", unlogged),
-            ("synchronous_commit", synchronous_commit),
-        ):
+        switches = dict(server_time=server_time, create=create, unlogged=unlogged)
+        for flag, value in {**switches, "synchronous_commit": synchronous_commit}.items():
             if not isinstance(value, bool):  # "no" would be truthy
                 raise TypeError(f"{flag} must be True or False, got {value!r:.100}")
         if max_connections < 1:
