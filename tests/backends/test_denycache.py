@@ -246,6 +246,22 @@ def test_a_denial_before_a_refunds_now_goes_to_the_store() -> None:
     assert not denied.allowed and again.reset_after == denied.reset_after
 
 
+def test_a_call_far_behind_the_latest_now_forgets_the_keys_denial() -> None:
+    """More than CLOCK_TOLERANCE behind, the store re-anchors the bucket even on a
+    denial (bucket.py rule 7): the denial remembered at the later now would deny a
+    check the store admits (found by a deep property run)."""
+    bare, cache = MemoryStore(), DenyCache(MemoryStore())
+    limit = Limit(1.0, 5)
+    for store in (bare, cache):
+        store.apply("k", limit, 5, T0)
+    for now in (T0 + 0.5, T0 - 1.9, T0 + 1.45):  # denied, denied (re-anchored), admitted
+        assert cache.apply("k", limit, 3, now) == bare.apply("k", limit, 3, now)
+    assert bare.apply("j", limit, 5, T0) == cache.apply_many(["j"], [limit], 5, T0).results[0]
+    assert not cache.apply_many(["j"], [limit], 3, T0 + 0.5).allowed  # remembered
+    cache.apply("j", limit, 3, T0 - 1.9)  # another entry of j's: forgotten too
+    assert cache.apply_many(["j"], [limit], 3, T0 + 1.45).allowed
+
+
 @pytest.mark.parametrize("lift", ["reset", "refund"])
 def test_a_reset_or_refund_through_the_wrapper_lifts_the_denial(lift: str) -> None:
     _, cached, _, clock = pair("1/minute")
@@ -450,7 +466,7 @@ def test_bad_costs_still_reach_the_store() -> None:
     second=st.booleans(),
     ops=st.lists(
         st.tuples(
-            st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.25, 1 / 3, 1.0, 2.5]),
+            st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.25, 1 / 3, 1.0, 2.5, -0.5, -2.5]),
             st.sampled_from([1, 1, 1, 2, 3, 0.5, 40]),
         ),
         min_size=1,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Se
 from limiter.clock import finite_seconds
 from limiter.core.bucket import admission_excess, step, tokens_left
 from limiter.core.costs import Cost, Refund
-from limiter.core.limits import Policy
+from limiter.core.limits import CLOCK_TOLERANCE, Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State, bucket_state, lockout_state
@@ -351,9 +351,17 @@ class DenyCache:
         return self._done(plan, result)
 
     def _settle(self, call: _Call) -> None:
-        """After the store call, answered or not: a refund's keys are forgotten."""
-        if call.noted is None and _refunds(call.cost):
-            self._forget(*call.keys)  # tokens given back: a denial may be wrong now
+        """After the store call, answered or not: a refund's keys are forgotten, and so
+        are those of a call more than ``CLOCK_TOLERANCE`` behind the latest ``now``.
+        """
+        now = call.now
+        if (call.noted is None and _refunds(call.cost)) or (
+            isinstance(now, (int, float)) and now < self._latest - CLOCK_TOLERANCE
+        ):
+            # Tokens given back, or the clock stepped back: the store re-anchored the
+            # bucket at that now, even on denial (bucket.py rule 7), so a denial
+            # remembered at a later now may deny what the store admits.
+            self._forget(*call.keys)
 
     def _done(self, call: _Call, result: RateLimitResult) -> RateLimitResult:
         """The store's ``result`` of ``call``, noted (a denial is remembered)."""
