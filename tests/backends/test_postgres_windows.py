@@ -34,6 +34,7 @@ from helpers.step_strategies import (
 from helpers.window_runs import (
     boundary_pairs,
     fixed_sequence,
+    read_as_new,
     rounded_to_the_moment,
     slide_pairs,
     tasks_admit_exactly_count,
@@ -210,22 +211,15 @@ def test_a_key_of_another_kind_of_policy_is_read_as_step_reads_it(store: Postgre
     cases += [("d", sliding, fixed, 6), ("p", bucket, sliding, 0)]  # denied, a peek: no write
     for key, writer, reader, cost in cases:
         s.apply(key, writer, 1, T0)
-        written = read_row(s, key)
-        state, expected = step(from_row(*written[:3]), T0 + 1, reader, cost)
-        fresh = step(None, T0 + 1, reader, cost)[1]
-        assert s.apply(key, reader, cost, T0 + 1) == expected == fresh, key
-        if cost in (0, 6):
-            assert read_row(s, key) == written, key
-        else:
-            assert read_row(s, key) == (*to_row(state), keep_until(state)), key
+        read_as_new(s, key, reader, cost, lambda k: from_row(*read_row(s, k)[:3]))
+        row = read_row(s, key)
+        assert row[3] == keep_until(from_row(*row[:3]))
     s.apply("m", sliding, 1, T0)
     limits = [fixed, bucket]
     states = [None, from_row(*read_row(s, "m")[:3])]
     new_states, expected = step_all(states, T0 + 1, limits, 1)
     assert s.apply_many(["n", "m"], limits, 1, T0 + 1) == expected
-    assert [read_row(s, k) for k in ("n", "m")] == [
-        (*to_row(x), keep_until(x)) for x in new_states
-    ]
+    assert [read_row(s, k) for k in ("n", "m")] == [(*to_row(x), keep_until(x)) for x in new_states]
 
 
 def test_windows_on_the_server_clock(store: PostgresStore, pg: PostgresServer) -> None:

@@ -31,7 +31,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from helpers.redis_servers import RedisServer, free_port, unique_prefix
-from helpers.redis_state import check_stored, check_stored_until, read_state
+from helpers.redis_state import check_stored, check_stored_until, read_state, read_state_of
+from helpers.window_runs import read_as_new
 from limiter import Concurrency, Limit, Lockout, RateLimiter, RateLimitExceeded, StoreError
 from limiter.backends.denycache import DenyCache
 from limiter.backends.redis import AsyncRedisStore, RedisStore, redis_key
@@ -291,14 +292,8 @@ def test_a_key_of_another_kind_is_read_as_step_reads_it(client: redis.Redis) -> 
         ("c", Limit(1, 5), 1),
         ("c", FixedWindow(5, 60), 1),
     ):
-        written = read_state(client, redis_key(key, store.prefix))
-        expected_state, expected = step(written, T0 + 1, policy, cost)
-        assert (
-            store.apply(key, policy, cost, T0 + 1)
-            == expected
-            == step(None, T0 + 1, policy, cost)[1]
-        )
-        assert read_state(client, redis_key(key, store.prefix)) == expected_state
+        stored = read_state_of(client, store)
+        read_as_new(store, key, policy, cost, stored)
         store.apply("c", Concurrency(2), Hold(1.0), T0)  # leases again
     for raw in ("c", "c1 2", "c1 x 3"):
         client.set(redis_key("bad", store.prefix), raw)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from limiter.backends._wire import ttl_ms
 from limiter.core.state import Leases, State, from_row, keep_until
@@ -29,6 +29,13 @@ def read_state(client: redis.Redis, rkey: str) -> Optional[State]:
     """The state ``rkey`` holds (``None``: no key)."""
     raw = client.get(rkey)
     return None if raw is None else parse_state(raw)
+
+
+def read_state_of(client: redis.Redis, store: Any) -> Callable[[str], Optional[State]]:
+    """``read_state`` of ``store``'s key for a key (its prefix applied)."""
+    from limiter.backends.redis import redis_key
+
+    return lambda key: read_state(client, redis_key(key, store.prefix))
 
 
 def _elapsed_ms(since: Optional[float]) -> int:

@@ -9,6 +9,7 @@
 * ``threads_admit_exactly_count``, ``threads_beside_a_bucket_and_a_lockout``
   and ``tasks_admit_exactly_count``: exact admitted counts under
   concurrency.
+* ``read_as_new``: a key another kind of policy wrote answers as a new key.
 """
 
 from __future__ import annotations
@@ -194,3 +195,16 @@ async def tasks_admit_exactly_count(store: Any) -> None:
         )
         counts.append(sum(r.allowed for r in results))
     assert counts == [100] * len(HOURLY)
+
+
+def read_as_new(
+    store: Any, key: str, policy: Any, cost: Any, read: Callable[[str], Optional[State]]
+) -> None:
+    """``key`` holds another kind of policy's state: ``policy`` answers at ``T0 + 1`` as
+    ``step`` does from it, which is a new key's answer, and the key then holds ``step``'s
+    state (``read``: the state a key holds).
+    """
+    written = read(key)
+    state, expected = step(written, T0 + 1, policy, cost)
+    assert store.apply(key, policy, cost, T0 + 1) == expected == step(None, T0 + 1, policy, cost)[1]
+    assert read(key) == state, (key, policy)
