@@ -51,9 +51,8 @@ def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
 def validate_units(units: object, param: str = "quota_units") -> Dict[str, str]:
     """``units`` (limit names to quota units) as a plain ``dict``; ``None`` is ``{}``.
 
-    Each name follows ``Limit.name``'s rule, each unit is one of
-    ``QUOTA_UNITS``. Raises ``TypeError`` for a wrong type, ``ValueError`` for
-    an unknown unit or a bad name, each naming ``param`` and the value.
+    Each unit is one of ``QUOTA_UNITS``.  ``TypeError`` for a wrong type,
+    ``ValueError`` for an unknown unit or a bad name, naming ``param``.
     """
     if units is None:
         return {}
@@ -163,11 +162,10 @@ def rate_limit_headers(
       (``"content-bytes"`` adds ``qu="content-bytes"``).
     * ``"both"``: all of the above.
 
-    A denied result that can pass later adds ``Retry-After`` (whole seconds, at
-    least 1). Raises ``ValueError`` for a bad style, a ``policy`` that is not
-    non-empty printable ASCII without ``"`` or ``\\``, an unknown unit, or a
-    non-finite ``now``; ``TypeError`` for a wrong type. Field by field:
-    docs/headers.md.
+    A denied result that can pass later adds ``Retry-After`` (whole seconds,
+    >= 1).  ``ValueError`` for a bad style, ``policy`` (non-empty printable
+    ASCII without ``"`` or ``\\``), unit or ``now``; ``TypeError`` for a wrong
+    type.  Field by field: docs/headers.md.
     """
     if result.__class__ is not RateLimitResult and not isinstance(result, RateLimitResult):
         raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
@@ -190,8 +188,7 @@ def build_headers(
     policy: Optional[str] = None,
     units: Optional[Mapping[str, str]] = None,
 ) -> List[Tuple[str, str]]:
-    """``rate_limit_headers`` for callers that validated ``style`` and ``units`` once
-    (the adapters).
+    """``rate_limit_headers`` with ``style`` and ``units`` validated once (the adapters).
 
     ``style=None`` keeps only ``Retry-After`` on a denied result.
     """
