@@ -150,17 +150,11 @@ def rate_limit_headers(
 ) -> List[Tuple[str, str]]:
     """The headers that tell a client where it stands, as ``(name, value)`` pairs.
 
-    ``now`` is the current Unix time in seconds. ``style``:
-
-    * ``"x"``: ``X-RateLimit-Limit`` (burst), ``X-RateLimit-Remaining`` (whole
-      tokens), ``X-RateLimit-Reset`` (Unix seconds, rounded up, when full);
-      with several limits, the most restrictive one.
-    * ``"draft"``: ``RateLimit-Policy: "<name>";q=<burst>;w=<seconds>`` and
-      ``RateLimit: "<name>";r=<remaining>;t=<seconds>``, one item per limit
-      (draft-ietf-httpapi-ratelimit-headers-10 and -11); ``policy`` renames a
-      single limit; ``quota_units`` maps limit names to the draft's units
-      (``"content-bytes"`` adds ``qu="content-bytes"``).
-    * ``"both"``: all of the above.
+    ``now``: Unix seconds.  ``style``: ``"x"`` (``X-RateLimit-Limit``,
+    ``-Remaining``, ``-Reset``; the most restrictive limit), ``"draft"``
+    (``RateLimit-Policy`` and ``RateLimit``, one item per limit; ``policy``
+    renames a single limit, ``quota_units`` maps limit names to the draft's
+    units) or ``"both"``.
 
     A denied result that can pass later adds ``Retry-After`` (whole seconds,
     >= 1).  ``ValueError`` for a bad style, ``policy`` (non-empty printable
