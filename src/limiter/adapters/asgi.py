@@ -116,16 +116,13 @@ def _encode(headers: Iterable[Any]) -> List[Tuple[bytes, bytes]]:
 class RateLimitMiddleware:
     """Rate-limit an ASGI app: ``app = RateLimitMiddleware(app, limiter)``.
 
-    ``limiter``: a ``RateLimiter`` (async stores are awaited) or a function,
-    ``async def`` allowed, of the ``RequestInfo`` returning one. Allowed
-    responses get the rate-limit headers; limited requests get the 429
-    without calling the app, and a limited WebSocket handshake is refused
-    (code 1013 if the server cannot send a response); the ``ws_*`` options
-    limit an admitted WebSocket's inbound messages. Other scopes pass
-    through. Raises ``TypeError``/``ValueError`` for a bad option, here; only
-    a ``StoreError`` goes to ``on_error``, any other exception propagates.
-    Options: docs/adapters.md#options and #websocket-messages; ASGI details:
-    docs/adapters.md#asgi.
+    ``limiter``: a ``RateLimiter`` or a function (``async def`` allowed) of the
+    ``RequestInfo`` returning one.  Allowed responses get the rate-limit
+    headers; limited requests the 429 without calling the app, a limited
+    WebSocket handshake a refusal (code 1013 without a response); ``ws_*``
+    options limit inbound messages.  ``TypeError``/``ValueError`` for a bad
+    option, here; only a ``StoreError`` goes to ``on_error``.  Options:
+    docs/adapters.md#options, #websocket-messages, #asgi.
     """
 
     def __init__(self, app: ASGIApp, limiter: LimiterSpec, **options: Unpack[ASGIOptions]) -> None:
@@ -320,10 +317,8 @@ def _retry_after(result: RateLimitResult) -> Optional[float]:
 class _Socket:
     """One admitted WebSocket connection whose inbound messages are charged.
 
-    ``receive``/``send`` wrap the server's for the app. No lock: between
-    testing the flags below and calling the server's ``send`` there is no
-    ``await``, so a task of the app sending meanwhile cannot slip a message
-    in after a close.
+    ``receive``/``send`` wrap the server's.  No lock: no ``await`` between
+    testing the flags and the server's ``send``, so nothing slips in after a close.
     """
 
     __slots__ = ("_gone", "_receive", "_send", "closed", "connection_key", "guard", "key", "limits")

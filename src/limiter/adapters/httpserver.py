@@ -67,14 +67,11 @@ def rate_limited(
 ) -> Callable[[H], H]:
     """Class decorator limiting every request a ``BaseHTTPRequestHandler`` subclass serves.
 
-    Returns a subclass (same name) that decides once the headers are parsed,
-    before any ``do_<METHOD>``; allowed responses get the rate-limit headers
-    at ``end_headers()``, limited requests the 429 (``Connection: close`` if
-    they had a body). Thread-safe under ``ThreadingHTTPServer``; stores must
-    be synchronous. Raises ``TypeError``/``ValueError`` for a bad option,
-    here; only a ``StoreError`` goes to ``on_error``, any other exception
-    propagates out of the handler.
-    Options: docs/adapters.md#options; details: docs/adapters.md#httpserver.
+    Returns a subclass (same name) deciding before any ``do_<METHOD>``: allowed
+    responses get the rate-limit headers at ``end_headers()``, limited requests
+    the 429.  Stores must be synchronous.  ``TypeError``/``ValueError`` for a
+    bad option, here; only a ``StoreError`` goes to ``on_error``.
+    Options: docs/adapters.md#options, #httpserver.
     """
     guard = Guard(
         limiter, Options(options, owner="rate_limited", sync="http.server", limiter=limiter)

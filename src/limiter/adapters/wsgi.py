@@ -72,13 +72,11 @@ def request_info(environ: Environ) -> RequestInfo:
 class RateLimitMiddleware:
     """Rate-limit a WSGI app: ``app = RateLimitMiddleware(app, limiter)``.
 
-    ``limiter``: a ``RateLimiter`` with a synchronous store, or a function of
-    the ``RequestInfo`` returning one. Allowed responses get the rate-limit
-    headers after their own; limited requests get the 429 (no body for
-    ``HEAD``) without calling ``app``. Raises ``TypeError``/``ValueError``
-    for a bad option, here; only a ``StoreError`` goes to ``on_error``, any
-    other exception propagates.
-    Options: docs/adapters.md#options; WSGI details: docs/adapters.md#wsgi.
+    ``limiter``: a ``RateLimiter`` with a synchronous store, or a function of the
+    ``RequestInfo`` returning one.  Allowed responses get the rate-limit headers;
+    limited requests the 429 without calling ``app``.  ``TypeError``/``ValueError``
+    for a bad option, here; only a ``StoreError`` goes to ``on_error``.
+    Options: docs/adapters.md#options, #wsgi.
     """
 
     def __init__(self, app: WSGIApp, limiter: LimiterSpec, **options: Unpack[GuardOptions]) -> None:

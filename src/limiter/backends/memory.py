@@ -1,47 +1,7 @@
 """``MemoryStore``: bucket state in this process, behind one lock.
 
-Memory and pauses are the constraints that shape this file.  A flood of
-distinct keys (one per spoofed address, say) must not grow the process
-without bound, each tracked key should cost well under 200 bytes, and no
-housekeeping may hold the lock long enough to stall requests.
-
-* A key's state is the bucket's own ``complex`` (see ``limiter.core.bucket``), stored
-  as is: 32 bytes.
-* Keys live in two dicts, a young and an old generation, instead of an ordered
-  LRU list: ``OrderedDict`` costs about 80 more bytes a key, and a plain dict
-  used as a FIFO degrades to linear scans over its deleted slots.  Each
-  generation has a list of its keys in arrival order (8 bytes a key; stale
-  entries are skipped), so nothing ever has to copy a whole dict under the
-  lock.  A key seen again moves from old to young.
-* When the store is full, the oldest entries of the old generation are looked
-  at in order (a "second chance" clock): a full bucket is dropped (an absent
-  key *is* a full bucket, so that changes no decision), a bucket still in use
-  moves to the young generation; if none of a few is full, the oldest goes,
-  unless it is a locked-out key (``Lockout``) or holds slots
-  (``Concurrency``): then the oldest that is neither, looking at up to
-  ``_LOCKED_PROBES`` entries.  A flood of made-up keys evicts buckets and
-  open runs, never a lockout nor a held slot; to evict one an attacker must
-  first lock out (or hold slots of) that many keys in a row himself (each
-  costing ``breaches`` refused requests, or a request held open), and the
-  oldest of them goes.
-  When the old generation is used up, the young one becomes old.
-* A sweep walks both order lists in slices of a couple of thousand keys,
-  yielding the lock between slices, and deletes full (or idle) buckets in
-  place: deleting never resizes a dict, where moving keys would (a resize of
-  a million-key dict holds the lock for tens of milliseconds).
-* ``reset`` deletes a key but cannot find its order-list entries, and a key
-  reset then seen again is listed twice.  So reset, the generation swap and
-  sweep rebuild an order list from its dict (``list(dict)``: C speed, the
-  dict's insertion order is the arrival order, each key once) when the lists
-  hold more than ``2 * len(store) + _ORDER_SLACK`` entries.  A rebuild copies
-  at most the live keys after at least as many resets, so it is amortized
-  O(1) (a million-key store copies its keys in about 10 ms, at most once per
-  million resets), and outside a running sweep the order lists never hold
-  more than ``3 * len(store) + _ORDER_SLACK`` entries: memory stays
-  proportional to the live keys under any mix of checks, resets, evictions
-  and sweeps.
-
-Every operation on a request's path is O(1) (amortized for ``reset``).
+Bounded by ``max_keys``; how it evicts and sweeps without stalling requests:
+docs/stores.md, "How MemoryStore stays small and fast".
 """
 
 from __future__ import annotations
@@ -79,20 +39,14 @@ def admit(
 ) -> Optional[bool]:
     """``step(table[key], now, limit, cost, detail=False)``, applied to ``table`` in place.
 
-    Returns whether the request of ``cost`` tokens at ``now`` (seconds) is
-    admitted, having stored the new state in ``table[key]`` when ``step``
-    returns a new one; ``None``, changing nothing, when ``key`` is not in
-    ``table`` (the caller decides what a new key costs, e.g. an eviction).
-    The same decisions and states as ``step``, and the same errors.
+    Whether admitted (``now`` in seconds), with ``step``'s decisions, states and
+    errors; ``None``, changing nothing, when ``key`` is not in ``table``.
     """
-    # The usual request (cost 1, a clock that has not gone back, a state
-    # under this limit) without step's call, its result tuple and the store's
-    # write-back test: MemoryStore.allow's hot path (CONTRIBUTING.md, "Hot
-    # paths").  Each operation is step's, in step's order, so the floats
-    # are the same; everything else is left to step.  The one place outside
-    # limiter.core that reads a bucket's state inline (state.read_bucket,
-    # state.bucket_state; rule 9 of limiter.core.bucket): a call would cost
-    # more than the rest of it.
+    # MemoryStore.allow's hot path (CONTRIBUTING.md, "Hot paths"): the usual
+    # request without step's call and result tuple.  Each operation is step's,
+    # in step's order, so the floats are the same.  The one place outside
+    # limiter.core that reads a bucket's state inline (rule 9 of
+    # limiter.core.bucket): a call would cost more than the rest of it.
     state = table.get(key)
     if state is None:
         return None
@@ -124,13 +78,10 @@ def admit(
 class MemoryStore:
     """In-process store: dicts guarded by a lock.  Implements ``Store`` and ``AsyncStore``.
 
-    ``max_keys`` (default 1,000,000; ``None`` for no bound) caps the number of
-    tracked keys.  When a new key arrives at the cap, an old key is dropped,
-    full buckets first, then the least recently used; a dropped key that was
-    not full starts over with a full bucket.  ``len(store)`` is the number of
-    tracked keys, and memory stays proportional to it whatever the mix of
-    checks, resets, evictions and sweeps.  Safe to share between threads and
-    between limiters (give them distinct ``RateLimiter(name=...)``).
+    ``max_keys`` (default 1,000,000; ``None``: no bound) caps ``len(store)``,
+    the tracked keys: at the cap full buckets go first, then the least recently
+    used (which start over full).  Safe to share between threads and limiters
+    (give them distinct ``RateLimiter(name=...)``).  Guide: docs/stores.md.
     """
 
     #: ``apply`` never waits on I/O, so asyncio callers may call it directly.
@@ -216,17 +167,13 @@ class MemoryStore:
     ) -> Tuple[Callable[[str, float], RateLimitResult], Callable[[str, float], bool]]:
         """``(check, allow)`` of a one-limit ``RateLimiter`` on this store, as functions.
 
-        Each takes ``(key, cost=1)`` like ``RateLimiter.check`` and ``.allow``
-        and gives the very same answers.  A key that is a ``str`` of at most
-        ``max_length`` characters starting with a character from ``"A"`` to
-        ``"z"`` is stored as ``prefix + key``; any other goes through
-        ``storage_key`` (which hashes long keys and refuses rates).  ``now``
-        reads the clock in seconds (``None``: ``time.time``).
+        Each takes ``(key, cost=1)`` and answers as ``RateLimiter.check`` and
+        ``.allow``.  A short ``str`` key from ``"A"`` to ``"z"`` is stored as
+        ``prefix + key``, any other through ``storage_key``; ``now`` reads the
+        clock in seconds (``None``: ``time.time``).
         """
-        # The limiter's check and the store's apply in one frame, where they
-        # were two calls: see CONTRIBUTING.md "Hot paths".  The key test is
-        # RateLimiter.check's (unchained: two fewer stack operations); the
-        # body is apply's (allow's for allow).
+        # The limiter's check and the store's apply in one frame (CONTRIBUTING.md
+        # "Hot paths"); the key test is RateLimiter.check's, unchained.
         lock = self._lock
         clock = time.time if now is None else now
         # A policy's own step function where it has one: one frame fewer than
@@ -321,12 +268,8 @@ class MemoryStore:
         self._compact_if_stale()  # stale entries of the young list would live on
 
     def _compact_if_stale(self) -> None:
-        # Caller holds the lock.  Every key of a generation is in its order list
-        # (at or after ``_old_pos`` for the old one); the rest of the entries are
-        # stale (reset, swept, moved, evicted, or a duplicate of a key reset and
-        # seen again) and keep their key strings alive.  Past the threshold,
-        # rebuild each list from its dict, whose insertion order is the arrival
-        # order, each key once.
+        # Caller holds the lock.  Stale order-list entries keep their key strings
+        # alive: past the threshold, rebuild each list from its dict (arrival order).
         young, old = self._young, self._old
         live = len(young) + len(old)
         if len(self._young_order) + len(self._old_order) > 2 * live + _ORDER_SLACK:
@@ -411,12 +354,9 @@ class MemoryStore:
     def sweep(self, now: Optional[float] = None, max_age: Optional[float] = None) -> int:
         """Delete keys whose bucket is full at ``now`` (seconds; ``None``: ``time.time()``).
 
-        Those deletions change no decision.  With ``max_age`` (seconds), keys not
-        updated for longer are deleted too, even if not yet full: a key idle for
-        ``max_age`` then comes back to a full bucket.  Works through each
-        generation's order list in slices of a few thousand keys and yields
-        between them, so a concurrent check waits about a millisecond at most.
-        Returns the number of keys deleted.
+        With ``max_age`` (seconds), keys idle longer go too (they come back
+        full).  Yields the lock between slices: a check waits about a
+        millisecond at most.  Returns the number of keys deleted.
         """
         # One function: how long the lock is held per slice is easier to check
         # when the whole walk is in one place.

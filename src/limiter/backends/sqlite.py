@@ -1,11 +1,8 @@
 """``SQLiteStore``: bucket state in one SQLite file, shared by the processes of one host.
 
-For several worker processes without Redis (``gunicorn -w 4``): each check is
-one ``BEGIN IMMEDIATE`` transaction (read the states, ``limiter.core.bucket.step``
-in Python, write what changed), so checks from every process are serialized
-by SQLite's write lock.  The file is in WAL mode with ``synchronous=NORMAL``:
-readers never block, and a commit does not wait for the disk (a power cut may
-forget the last few checks, which for rate limiting is harmless).
+Each check is one ``BEGIN IMMEDIATE`` transaction (read, ``step`` in Python,
+write), serialized across processes by SQLite's write lock.  Guide:
+docs/stores.md#sqlite.
 """
 
 from __future__ import annotations
@@ -37,12 +34,9 @@ Algorithm = Callable[
 ]
 
 _SCHEMA = (
-    # key is a BLOB (UTF-8 with surrogates passed through) so any str is a key.
-    # debt, updated_at and extra hold limiter.core.state.to_row(state): a
-    # bucket's debt and updated_at, a count's or lockout's scaled count and
-    # end, a sliding window's three numbers (the names are kept so that
-    # existing files still open; _MIGRATE adds extra to a file made before
-    # it); full_at is keep_until(state), kept for the purge and its index.
+    # key is a BLOB (UTF-8, surrogates passed through) so any str is a key.
+    # debt, updated_at, extra hold state.to_row(state) (names kept so existing
+    # files open; _MIGRATE adds extra); full_at is keep_until, for the purge.
     "CREATE TABLE IF NOT EXISTS limiter_buckets ("
     " key BLOB PRIMARY KEY, debt REAL NOT NULL, updated_at REAL NOT NULL,"
     " full_at REAL NOT NULL, extra REAL) WITHOUT ROWID",
@@ -111,25 +105,15 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 class SQLiteStore:
     """Bucket state in an SQLite database file.  Implements ``Store`` and ``AsyncStore``.
 
-    ``path``: the database file, created if missing (give every worker the
-    same path; ``":memory:"`` is private to one process).  ``timeout``:
-    seconds a check waits for another process's transaction before failing
-    with ``StoreError`` (default 5).  ``purge_every``: after this many writes
-    by this process, buckets that are full again are deleted (an absent key
-    *is* a full bucket, so no decision changes).  ``fallback``, ``probe_after``,
-    ``max_probe_after``, ``probe_clock``: as for ``RedisStore``.
-
-    ``now=None`` reads ``time.time()``.  One connection per process, shared by
-    its threads under a lock; a forked child opens its own.  The async
-    methods run the transaction in a worker thread.
-
-    The constructor opens the database and writes to it once: a path that can
-    never work raises ``OSError`` naming it (``FileNotFoundError`` for a
-    missing directory, ``PermissionError`` for no permission or a read-only
-    file or directory, ``IsADirectoryError``/``NotADirectoryError``, a plain
-    ``OSError`` for a file that is not a database), not a ``StoreError`` on
-    every check.  Later failures are ``StoreError``; the first one after start
-    and after each recovery is logged at ERROR on ``limiter.stores``.
+    ``path``: the file, created if missing (the same in every worker;
+    ``":memory:"`` is private to one process).  ``timeout``: seconds a check
+    waits for the write lock before ``StoreError`` (default 5).
+    ``purge_every``: writes between deletions of full buckets.  ``fallback``,
+    ``probe_after``, ``max_probe_after``, ``probe_clock``: as for ``RedisStore``.
+    The constructor writes once, so a path that can never work raises an
+    ``OSError`` naming it (``FileNotFoundError``, ``PermissionError``, ...);
+    later failures are ``StoreError``, the first of each outage logged at
+    ERROR on ``limiter.stores``.  Guide: docs/stores.md#sqlite.
     """
 
     def __init__(
@@ -201,11 +185,10 @@ class SQLiteStore:
         )
 
     def reset(self, key: str) -> None:
-        """Forget ``key``.  With a fallback, it forgets the key too.
+        """Forget ``key``, in the fallback too; ``StoreError`` when the database fails.
 
-        The database is always tried, even while the fallback answers checks:
-        a reset must not succeed silently and leave the shared bucket as it
-        was.  If it fails, ``StoreError`` (the fallback is reset).
+        The database is tried even while the fallback answers checks: a reset
+        must not succeed silently and leave the shared bucket as it was.
         """
         blob = self._blob(key)
         if self.fallback is not None:
@@ -262,9 +245,8 @@ class SQLiteStore:
     def _locked(self, deadline: Optional[float] = None) -> threading.Lock:
         """This process's lock, acquired (by ``deadline`` on ``time.monotonic``).
 
-        With a deadline, a lock not free in time is a ``StoreError``: threads
-        queued behind one that waits on a locked database must not each wait
-        their own ``timeout`` in turn.
+        A lock not free by then is a ``StoreError``: threads queued behind a
+        locked database must not each wait their own ``timeout`` in turn.
         """
         if self._pid != os.getpid():
             # A forked child: the parent's connection and lock are not ours (the
@@ -309,12 +291,9 @@ class SQLiteStore:
     def _check_database(self) -> None:
         """Open the database and write to it once, at construction.
 
-        A store that can never work (missing directory, no permission, a file
-        that is not a database, a read-only file or directory) raises
-        ``OSError`` here, naming the path, instead of failing every check.  A
-        database that is only busy passes.  The connection is closed again:
-        each process opens its own at its first check (so a store made before
-        a fork carries no connection into the children).
+        A store that can never work raises ``OSError`` here, naming the path; a
+        busy database passes.  The connection is closed again, so a store made
+        before a fork carries none into the children.
         """
         path = self.path
         if path in ("", ":memory:"):  # private to this connection: nothing to check
@@ -372,10 +351,8 @@ class SQLiteStore:
     def _run(self, operation: Callable[..., T], *args: Any) -> T:
         """``operation(connection, *args)`` under this process's lock; errors are ``StoreError``.
 
-        SQLite skips its busy handler in a few WAL corners (a connection
-        opening while another recovers or checkpoints the WAL) and reports
-        "locked" at once: those are retried within the timeout, which the busy
-        handler did not use, the lock released between attempts.
+        SQLite skips its busy handler in a few WAL corners and reports "locked"
+        at once: those are retried within the timeout, the lock released between.
         """
         deadline = time.monotonic() + self.timeout
         pause = 0.001

@@ -21,9 +21,6 @@ The rules, cited by number in the code (the why: docs/concurrency.md):
 7. Refusing, ``retry_after`` is the time until the earliest lease expires:
    an upper bound, as a holder usually gives its slot back before then.
    ``reset_after`` is the time until the last lease expires.
-
-The state is ``state.leases_state``: holders and expiries, then the time
-from which it may be forgotten.  No I/O, no clock.
 """
 
 from __future__ import annotations
@@ -92,11 +89,9 @@ def slot_step(
 
 
 def refuse_slot_shares(name: str, limits: Sequence[Any], shares: Any) -> None:
-    """Raise ``TypeError`` when ``shares`` would take a slot (rule 5), named at set-up.
+    """Raise ``TypeError`` when ``shares`` (``validate_cost``'s answer) would take a slot (rule 5).
 
-    ``shares``: ``RateLimiter.validate_cost``'s answer for limiter ``name``
-    with ``limits``.  A paced call (``throttle``, the outbound clients) is a
-    check, which cannot hold a slot: nobody would give it back.
+    A paced call (``throttle``, the outbound clients) cannot hold a slot: nobody would give it back.
     """
     if shares.__class__ is not tuple:
         shares = (shares,) * len(limits)
@@ -112,11 +107,9 @@ def refuse_slot_shares(name: str, limits: Sequence[Any], shares: Any) -> None:
 def refuse_slot_cost(limits: Sequence[Any], cost: Any, shares: Any) -> None:
     """Raise ``ValueError`` when ``cost`` asks a ``Concurrency`` policy for other than one slot.
 
-    A slot is one unit per holder: ``RateLimiter.slot``'s ``cost`` goes to the
-    other policies.  Refused: a mapping naming a ``Concurrency`` policy with
-    anything but 1, and any cost but 1 on a limiter whose ``limits`` are all
-    ``Concurrency`` policies (nothing else could take it).  ``shares`` is
-    ``RateLimiter.validate_cost``'s answer for ``cost``.
+    ``RateLimiter.slot``'s ``cost`` goes to the other policies, so a mapping naming a
+    ``Concurrency`` policy with other than 1, or any cost but 1 when all ``limits`` are
+    ``Concurrency``, is refused.  ``shares`` is ``validate_cost``'s answer for ``cost``.
     """
     named = hasattr(cost, "keys")  # a mapping: the policies it names
     if not named and any(limit.kind != "concurrency" for limit in limits):
@@ -186,13 +179,11 @@ class Concurrency(Frozen):
     """At most ``limit`` requests in flight per key, each slot held ``lease`` seconds at most.
 
     ``RateLimiter({"rate": "60/minute", "inflight": Concurrency(3, lease=120)})``.
-    A slot is taken when a request is admitted and given back when it ends
-    (``RateLimiter.slot``, the adapters); a slot whose holder died is freed
-    when its lease runs out.  ``limit`` is an int from 1 to 1000
-    (``TypeError`` for another type); ``lease`` seconds > 0 and at most 1e9.
-    Results have ``kind`` ``"concurrency"``: ``limit`` the slots,
-    ``remaining`` the free ones, ``window`` the lease.  Rules: this module's
-    docstring.
+    A slot is held while a request runs (``RateLimiter.slot``, the adapters);
+    a dead holder's slot is freed when its lease runs out.  ``limit`` is an int
+    from 1 to 1000 (``TypeError`` otherwise); ``lease`` seconds in (0, 1e9].
+    Results: ``remaining`` the free slots, ``window`` the lease.  Rules: this
+    module's docstring; guide: docs/concurrency.md.
     """
 
     kind: ClassVar[Literal["concurrency"]] = "concurrency"

@@ -1,9 +1,7 @@
-"""The token bucket's parameters (``Limit``), their accepted ranges, and what every policy shares.
+"""The token bucket's parameters (``Limit``) and what every policy shares (``Policy``).
 
-``Limit``, ``Quota`` (``quota.py``) and ``Lockout`` (``lockout.py``) are
-siblings: each is a frozen object that owns its parameters, their
-validation, its state (``state.py``) and its step, and says what kind of
-policy it is (``Policy``).
+Each policy (``Limit``, ``Quota``, ``Lockout``, ...) is a frozen object owning
+its parameters, their validation and its step.
 """
 
 from __future__ import annotations
@@ -31,14 +29,10 @@ CLOCK_TOLERANCE = 1.0
 class Policy(Protocol):
     """What ``step_all`` and the stores need of a policy (``Limit``, ``Quota``, ``Lockout``).
 
-    ``kind`` names it (``"bucket"``, ``"quota"``, ``"fixed-window"``,
-    ``"sliding-window"``, ``"lockout"``; results carry it); ``standalone`` is
-    False for a policy that only counts the others' denials (a ``Lockout``:
-    never a limit on its own, always last); ``keep_until`` says how long a
-    state must be kept.  Each has its step: ``limiter.core.bucket.step`` for
-    a ``Limit``, which hands any other policy to its own ``step`` method (so
-    ``step`` takes any policy).  A limit (not a lockout) also has ``label``,
-    ``renamed`` and ``numbered`` for ``RateLimiter``'s names.
+    ``kind`` names it (results carry it); ``standalone`` is False for a
+    ``Lockout`` (it only counts the others' denials); ``keep_until`` says how
+    long a state must be kept.  ``limiter.core.bucket.step`` steps a ``Limit``
+    and hands any other policy to its own ``step`` method.
     """
 
     @property
@@ -66,14 +60,11 @@ class Policy(Protocol):
 class Limit:
     """A token-bucket limit: ``rate`` tokens per second, ``burst`` tokens of capacity.
 
-    ``burst`` is the most a client can spend at once after being idle; ``rate``
-    is the sustained pace.  ``Limit(10, 20)`` admits 20 requests at once, then
-    10 per second.  Both are validated (see docs/concepts.md): ``rate``
-    is a number from about 2.2e-308 to 4.49e304 tokens per second, ``burst``
-    an integer from 1 to 2**53, and ``burst / rate`` at most 2**1022 seconds;
-    a wrong type is a ``TypeError`` and a wrong value a ``ValueError``, each
-    naming the value.  ``name`` labels the policy in the IETF draft headers
-    (``"default"``); it does not take part in equality.
+    ``Limit(10, 20)`` admits 20 requests at once, then 10 per second.
+    ``rate`` is from about 2.2e-308 to 4.49e304, ``burst`` an int from 1 to
+    2**53, ``burst / rate`` at most 2**1022 s; a wrong type is a ``TypeError``,
+    a wrong value a ``ValueError``.  ``name`` (``"default"``) labels it in the
+    draft headers and takes no part in equality.  Guide: docs/concepts.md.
     """
 
     kind: ClassVar[Literal["bucket"]] = "bucket"
@@ -86,11 +77,10 @@ class Limit:
     interval: float = field(init=False, repr=False, compare=False)
     #: Seconds an empty bucket takes to fill (``burst / rate``).
     window: float = field(init=False, repr=False, compare=False)
-    #: Comparison slack in seconds: ``TIME_EPSILON``, or a thousandth of a
-    #: token's time at rates above 1000/s, so slack never admits extra tokens.
+    #: Comparison slack in seconds: ``TIME_EPSILON``, or less above 1000/s so
+    #: slack never admits extra tokens.
     slack: float = field(init=False, repr=False, compare=False)
-    #: Seconds of debt a bucket may reach and still admit (``window + slack``),
-    #: computed once here rather than on every ``step``.
+    #: Seconds of debt a bucket may reach and still admit (``window + slack``).
     ceiling: float = field(init=False, repr=False, compare=False)
     #: The most debt a bucket may owe, in seconds (``2 * window``: ``-burst``
     #: tokens), the bound of a ``Charge``.
@@ -122,8 +112,7 @@ class Limit:
     def parse(cls, text: str, burst: Optional[int] = None) -> Limit:
         """Parse ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``.
 
-        See ``limiter.core.parse.parse_rate``: ``"100/minute"`` is 100/60 tokens
-        per second with a burst of 100 unless ``burst`` is given.
+        ``"100/minute"`` is 100/60 tokens per second, burst 100 unless ``burst`` is given.
         """
         rate, count = parse_rate(text, burst)
         try:
@@ -158,10 +147,7 @@ class Limit:
     def parse_many(cls, text: str) -> Tuple[Limit, ...]:
         """Parse ``"10/second;1000/hour"`` (``;`` or ``,`` between limits).
 
-        Each limit is named after its own text, whitespace runs made one
-        space (``"10 per second"``), so the draft headers show the same
-        policy name for a limit alone and beside others (``Limit.parse``
-        alone keeps ``"default"``).
+        Each limit is named after its own text, whitespace runs made one space.
         """
         return tuple(
             dataclasses.replace(cls.parse(part), name=" ".join(part.split()))

@@ -1,8 +1,4 @@
-"""Lockouts: refuse a key for a while after repeated denials (the fail2ban pattern).
-
-The rules are in ``lock_status``'s and ``breach``'s comments; ``step_all``
-applies a ``Lockout`` after the limits it watches.
-"""
+"""Lockouts: refuse a key for a while after repeated denials (the fail2ban pattern)."""
 
 from __future__ import annotations
 
@@ -31,25 +27,12 @@ class Lockout(Frozen):
     """Refuse a key for ``duration`` seconds after ``breaches`` denials within ``within`` seconds.
 
     ``RateLimiter(..., lockout=Lockout(breaches=10, within=60, duration=900))``:
-    the fail2ban pattern.  A denial by any of the limiter's limits is a
-    breach.  A run of breaches starts with a breach and lasts ``within``
-    seconds; the ``breaches``-th breach of a run locks the key out, and every
-    check of it is then refused for ``duration`` seconds from that breach,
-    however full its buckets (``retry_after`` and ``reset_after`` are the
-    time left; the result's ``kind`` is ``"lockout"``, ``locked_out`` True).
-    Checks refused during a lockout are no breaches and do not extend it,
-    and nothing is charged during it.  When it ends the key starts afresh
-    (no breaches).  ``RateLimiter.reset`` lifts it.  Runs are counted from
-    their first breach, so breaches spread over the end of one run and the
-    start of the next (at most ``2 * breaches - 2`` of them, closer together
-    than ``within``) may lock no one: a run is not a sliding window.
-
-    ``breaches`` is an int from 1 to 2**53 (``TypeError`` for another type);
-    ``within`` and ``duration`` are seconds, > 0 and at most 1e9.  ``name``
-    (``"lockout"``) labels it in headers and decision events.  It is no
-    limit on its own (``standalone`` is False): only ever the last of
-    ``step_all``'s policies; ``step`` alone reports whether the key is locked
-    out, taking nothing.
+    a denial by any limit is a breach; the ``breaches``-th of a run (which
+    lasts ``within`` seconds from its first breach) refuses every check for
+    ``duration`` seconds (``kind`` ``"lockout"``, ``locked_out`` True).
+    ``breaches`` is an int from 1 to 2**53 (``TypeError`` otherwise);
+    ``within`` and ``duration`` are seconds in (0, 1e9].  Never a limit on its
+    own: the last of ``step_all``'s policies.  Guide: docs/policies.md.
     """
 
     kind: ClassVar[Literal["lockout"]] = "lockout"
@@ -150,11 +133,7 @@ def breach(count: float, end: float, now: float, lockout: Lockout) -> Tuple[Stat
 
 
 def _lockout_result(lockout: Lockout, count: float, left: Optional[float]) -> RateLimitResult:
-    """A lockout's own result: refusing for ``left`` seconds, or ``None``: not locked.
-
-    Not locked, ``remaining`` is the breaches left before a lockout, never
-    below 0 (a run counted under a larger ``breaches`` may hold more).
-    """
+    """A lockout's result: refusing for ``left`` seconds, or (``None``) the breaches left, >= 0."""
     window, name = lockout.window, lockout.name
     if left is not None:
         return _new_result(

@@ -1,8 +1,7 @@
-"""Calendar quotas: ``count`` units per hour, day, week or month in a time zone, and their step.
+"""Calendar quotas: ``count`` units per hour, day, week or month in a time zone.
 
-A quota is a fixed window whose bounds come from the calendar: its counting
-is ``limiter.core.window``'s (rules 2 to 7 there); windows (time zones,
-daylight saving) in docs/concepts.md.
+A fixed window with calendar bounds: its counting is ``limiter.core.window``'s
+(rules 2 to 7 there); its windows are described in docs/policies.md.
 """
 
 from __future__ import annotations
@@ -40,26 +39,15 @@ class _Window:
 class Quota(Frozen):
     """A calendar quota: ``count`` units per ``per`` ("hour", "day", "week", "month").
 
-    A window starts at the calendar boundary in the time zone ``tz`` (an IANA
-    name such as ``"Europe/Paris"``; default ``"UTC"``) and lasts until the
-    next one: a day is local midnight to midnight (23 or 25 hours on a
-    daylight-saving change), a week starts on Monday 00:00 (ISO), a month on
-    the 1st 00:00 and has its real length, an hour starts on the local hour
-    and lasts until the next (3600 seconds, but 30 or 90 minutes across a
-    change of half an hour, see ``_hour_bounds``).  At most ``count`` units (any real cost, as for
-    ``Limit``) are admitted per window; at exhaustion ``retry_after`` is the
-    exact number of seconds to the next boundary, and so is ``reset_after``.
-    A cost above ``count`` is never admitted (``retry_after`` is ``inf``).
-    Usable alone or beside token-bucket limits in one ``RateLimiter``, with
-    which it is atomic (all admit or none is charged).
-
-    ``count`` is an int from 1 to 2**53 (``TypeError`` for another type);
-    ``per`` or ``tz`` not recognised is a ``ValueError``.  ``name`` labels the
-    policy in headers (default ``"<count>/<per>"``, plus ``" <tz>"`` when not
-    UTC).  ``burst`` is ``count``; ``rate`` and ``interval`` are nominal
-    (``count`` per 3600, 86400, 604800 or 2629746 seconds) and only describe
-    the quota; ``window`` is the length in seconds of the last window the
-    quota computed (the current one), so a month's is 28 to 31 days.
+    A window runs from one local boundary in ``tz`` (an IANA name, default
+    ``"UTC"``) to the next: a day may last 23 or 25 hours, a week starts on
+    Monday, a month has its real length.  At most ``count`` units are admitted
+    per window; at exhaustion ``retry_after`` is the seconds to the next
+    boundary (``inf`` for a cost above ``count``).  ``count`` is an int from 1
+    to 2**53 (``TypeError`` otherwise); an unknown ``per`` or ``tz`` is a
+    ``ValueError``.  ``name`` defaults to ``"<count>/<per>"`` (plus ``" <tz>"``
+    off UTC); ``rate`` and ``interval`` are nominal; ``window`` is the current
+    window's length in seconds.  Guide: docs/policies.md#calendar-quotas.
     """
 
     kind: ClassVar[Literal["quota"]] = "quota"
@@ -96,8 +84,7 @@ class Quota(Frozen):
     def bounds(self, now: float) -> Tuple[float, float]:
         """``(start, end)`` in Unix seconds of the window holding ``now`` (``start <= now < end``).
 
-        The last window found is cached, so a check within it does no time-zone
-        arithmetic.  ``now`` outside the years 1 to 9998 is a ``ValueError``.
+        Cached per window.  ``now`` outside the years 1 to 9998 is a ``ValueError``.
         """
         last = self._last
         cached = last.bounds
@@ -124,11 +111,8 @@ class Quota(Frozen):
                 # fall-back across midnight), its first reading.
                 start = datetime(first.year, first.month, first.day, tzinfo=tz).timestamp()
                 end = datetime(after.year, after.month, after.day, tzinfo=tz).timestamp()
-                # A clock set back across midnight reads the day before again
-                # after the new day began (America/St_Johns, 1987-2010: 00:01
-                # back to 23:01): those instants are the new day's.  So windows
-                # run from one midnight's first reading to the next, and the one
-                # holding now is found by stepping on (start <= now < end).
+                # A clock set back across midnight (America/St_Johns) reads the
+                # day before again: those instants are the new day's, so step on.
                 while end <= now:
                     first, after = after, self._next_start(after)
                     start = end
@@ -189,12 +173,8 @@ class Quota(Frozen):
 def _hour_bounds(local: Any, now: int, tz: Any) -> Tuple[float, float]:
     """The local hour holding ``now`` (whole seconds; ``local`` is it in ``tz``).
 
-    An hour starts where the local clock reads a whole hour, or jumps over
-    one (a daylight-saving gap), and ends at the next such instant: not
-    always 3600 s later, as some zones change by 30 minutes (Lord Howe's
-    90- and 30-minute hours) or to or from a half-hour offset (Caracas 2007,
-    Pyongyang 2015).  A whole hour read twice (a fold) starts a window each
-    time.  The window holds ``now`` whatever the zone does.
+    It starts where the clock reads or jumps over a whole hour and ends at the
+    next such instant, so it may last 30 or 90 minutes (docs/policies.md).
     """
     from datetime import timedelta
 
@@ -222,11 +202,7 @@ def _hour_bounds(local: Any, now: int, tz: Any) -> Tuple[float, float]:
 
 
 def _jump_over(wall: Any, low: float, high: float, tz: Any) -> float:
-    """The first whole second in ``(low, high]`` whose local wall time is past ``wall``.
-
-    ``wall`` lies in a gap between ``low`` and ``high`` (its two readings, with
-    the offsets before and after the jump): the result is the jump's instant.
-    """
+    """The jump's instant: the first whole second in ``(low, high]`` past the gap's ``wall``."""
     lo, hi = math.floor(low), math.ceil(high)
     while hi - lo > 1:
         mid = (lo + hi) // 2

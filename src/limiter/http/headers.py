@@ -51,9 +51,8 @@ def validate_style(style: Optional[str]) -> Optional[HeaderStyle]:
 def validate_units(units: object, param: str = "quota_units") -> Dict[str, str]:
     """``units`` (limit names to quota units) as a plain ``dict``; ``None`` is ``{}``.
 
-    Each name follows ``Limit.name``'s rule, each unit is one of
-    ``QUOTA_UNITS``. Raises ``TypeError`` for a wrong type, ``ValueError`` for
-    an unknown unit or a bad name, each naming ``param`` and the value.
+    Each unit is one of ``QUOTA_UNITS``.  ``TypeError`` for a wrong type,
+    ``ValueError`` for an unknown unit or a bad name, naming ``param``.
     """
     if units is None:
         return {}
@@ -151,23 +150,16 @@ def rate_limit_headers(
 ) -> List[Tuple[str, str]]:
     """The headers that tell a client where it stands, as ``(name, value)`` pairs.
 
-    ``now`` is the current Unix time in seconds. ``style``:
+    ``now``: Unix seconds.  ``style``: ``"x"`` (``X-RateLimit-Limit``,
+    ``-Remaining``, ``-Reset``; the most restrictive limit), ``"draft"``
+    (``RateLimit-Policy`` and ``RateLimit``, one item per limit; ``policy``
+    renames a single limit, ``quota_units`` maps limit names to the draft's
+    units) or ``"both"``.
 
-    * ``"x"``: ``X-RateLimit-Limit`` (burst), ``X-RateLimit-Remaining`` (whole
-      tokens), ``X-RateLimit-Reset`` (Unix seconds, rounded up, when full);
-      with several limits, the most restrictive one.
-    * ``"draft"``: ``RateLimit-Policy: "<name>";q=<burst>;w=<seconds>`` and
-      ``RateLimit: "<name>";r=<remaining>;t=<seconds>``, one item per limit
-      (draft-ietf-httpapi-ratelimit-headers-10 and -11); ``policy`` renames a
-      single limit; ``quota_units`` maps limit names to the draft's units
-      (``"content-bytes"`` adds ``qu="content-bytes"``).
-    * ``"both"``: all of the above.
-
-    A denied result that can pass later adds ``Retry-After`` (whole seconds, at
-    least 1). Raises ``ValueError`` for a bad style, a ``policy`` that is not
-    non-empty printable ASCII without ``"`` or ``\\``, an unknown unit, or a
-    non-finite ``now``; ``TypeError`` for a wrong type. Field by field:
-    docs/headers.md.
+    A denied result that can pass later adds ``Retry-After`` (whole seconds,
+    >= 1).  ``ValueError`` for a bad style, ``policy`` (non-empty printable
+    ASCII without ``"`` or ``\\``), unit or ``now``; ``TypeError`` for a wrong
+    type.  Field by field: docs/headers.md.
     """
     if result.__class__ is not RateLimitResult and not isinstance(result, RateLimitResult):
         raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
@@ -190,8 +182,7 @@ def build_headers(
     policy: Optional[str] = None,
     units: Optional[Mapping[str, str]] = None,
 ) -> List[Tuple[str, str]]:
-    """``rate_limit_headers`` for callers that validated ``style`` and ``units`` once
-    (the adapters).
+    """``rate_limit_headers`` with ``style`` and ``units`` validated once (the adapters).
 
     ``style=None`` keeps only ``Retry-After`` on a denied result.
     """

@@ -125,9 +125,8 @@ def check_deduct_when_signature(deduct_when: object) -> None:
 def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
     """``rate`` checked as a ``RateSpec``; a list of rate strings is joined with ``;``.
 
-    ``algorithm`` (checked by ``check_algorithm``) is for rate strings: a
-    ``RateLimiter`` given with one is a ``ValueError`` (its policies are its
-    own). Raises ``ValueError`` for a bad rate string, ``TypeError`` for anything else.
+    ``algorithm`` is for rate strings (with a ``RateLimiter``: ``ValueError``).
+    ``ValueError`` for a bad rate string, ``TypeError`` for anything else.
     """
     algorithm = check_algorithm(algorithm)
     if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
@@ -223,12 +222,10 @@ class RouteLimit:
 
 
 class ScopedLimit:
-    """One limit decorator (Flask's ``rl.limit``, Django's ``ratelimit``): its
-    ``RouteLimit`` per scope.
+    """A limit decorator (Flask's ``rl.limit``, Django's ``ratelimit``): a ``RouteLimit`` per scope.
 
-    The arguments are ``RouteLimit``'s, checked here, so a typo fails at
-    import (under the scope ``name``, else ``placeholder``). ``owner``: what
-    declared it (Flask's ``RateLimit``; ``None`` for none).
+    ``RouteLimit``'s arguments, checked here so a typo fails at import.
+    ``owner``: what declared it (Flask's ``RateLimit``; ``None`` for none).
     """
 
     __slots__ = ("first", "name", "owner", "routes")
@@ -356,11 +353,9 @@ class Integration:
     """One framework integration's store, options, default guard and view guards.
 
     ``owner`` names it in errors; ``store`` goes through ``resolve_store``
-    (``asyncio=True``: a URL gives an async store). ``algorithm`` is what
-    rate strings become, the default's and those of limits without one of
-    their own. ``cost``, ``rules`` and ``deduct_when`` apply to the default
-    only. Raises ``TypeError``/``ValueError`` for a bad option.
-    Options: docs/adapters.md#options.
+    (``asyncio=True``: a URL gives an async store).  ``cost``, ``rules`` and
+    ``deduct_when`` apply to the default only.  ``TypeError``/``ValueError`` for
+    a bad option.  Options: docs/adapters.md#options.
     """
 
     def __init__(
@@ -411,10 +406,9 @@ class Integration:
     ) -> RateLimiter:
         """``rate`` as is, or one limiter per ``(scope, rate string, algorithm)``.
 
-        ``algorithm``: ``None`` for the integration's. The limiter is named
-        ``"<scope>|<rate>"``, and ``"<scope>|<rate>|<algorithm>"`` for a
-        window (its state never read as a bucket's). Raises ``TypeError`` for
-        another type, ``ValueError`` beyond ``MAX_RATES_PER_SCOPE`` strings in one scope.
+        Named ``"<scope>|<rate>"`` (``"|<algorithm>"`` added for a window, so its
+        state is never read as a bucket's).  ``TypeError`` for another type,
+        ``ValueError`` beyond ``MAX_RATES_PER_SCOPE`` strings in one scope.
         """
         if isinstance(rate, RateLimiter):
             return rate

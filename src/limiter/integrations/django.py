@@ -8,8 +8,7 @@ Configured from ``settings.RATE_LIMIT`` (a dict; see docs/django.md)::
     @ratelimit("5/minute", methods=["POST"], deduct_when=lambda s: s in (401, 403))
     def login(request): ...
 
-Both read one ``Integration`` built from the settings (rebuilt when they
-change), so the decorator works without the middleware too.
+Both read one ``Integration`` built from the settings (rebuilt when they change).
 """
 
 from __future__ import annotations
@@ -201,11 +200,9 @@ def _unresolved(request: HttpRequest, response: Any) -> bool:
 class RateLimitMiddleware:
     """Apply ``settings.RATE_LIMIT["default"]`` to every view without a ``ratelimit``.
 
-    Add it early in ``MIDDLEWARE``. ``exempt_paths`` are not limited; a path
-    that resolves to no view counts once Django answered its 404. Sync and
-    async capable. Raises ``ImproperlyConfigured`` for bad settings and
-    ``StoreError`` if a pingable store does not answer (unless
-    ``check_store`` is ``False``), when Django builds it.
+    Add it early in ``MIDDLEWARE``; sync and async capable.  When Django builds
+    it: ``ImproperlyConfigured`` for bad settings, ``StoreError`` if a pingable
+    store does not answer (unless ``check_store`` is ``False``).
     Settings: docs/django.md#settings.
     """
 
@@ -471,14 +468,10 @@ def ratelimit(
     """Limit one view: ``@ratelimit("5/minute")`` on a function (or ``async def``) view,
     ``method_decorator(ratelimit(...), name="dispatch")`` on a class-based view.
 
-    Each view has buckets named after its ``module.qualname``; views with the
-    same ``name`` share them. ``methods``: only those are limited (``"GET"``
-    covers ``HEAD``). ``algorithm``: ``None`` for ``settings.RATE_LIMIT``'s
-    (``"algorithm"``, default ``"token-bucket"``). The store and other options come from
-    ``settings.RATE_LIMIT``; the middleware is optional. Raises
-    ``TypeError``/``ValueError`` for a bad argument, here, and ``TypeError``
-    for a limiter with a ``Lockout`` when the settings set ``max_wait``
-    (settings changed later: when served).
+    Each view has its own buckets unless views share a ``name``; ``methods``:
+    only those are limited.  Other options come from ``settings.RATE_LIMIT``;
+    the middleware is optional.  ``TypeError``/``ValueError`` for a bad
+    argument, here (and ``TypeError`` for a ``Lockout`` beside ``max_wait``).
     Details: docs/django.md#views.
     """
     limit = ScopedLimit(

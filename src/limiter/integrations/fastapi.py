@@ -107,22 +107,14 @@ def _caller_scope(depth: int) -> str:
 class RateLimit:
     """Rate limits for a FastAPI (or Starlette) app: a default, and per-route dependencies.
 
-    ``RateLimit(app, default="100/minute")``, or build it and call
-    ``init_app(app)``. ``default`` (a rate string, ``RateLimiter`` or function
-    of the ``RequestInfo``, ``async def`` allowed) covers every route without
-    a ``limit`` that is not ``exempt``, with one set of buckets; ``None``:
-    such routes are not limited. ``store``: a store, a URL (an asyncio store
-    is built) or ``None`` (``LIMITER_STORAGE_URL``, else memory).
-    ``algorithm`` (``"token-bucket"``, ``"fixed-window"`` or
-    ``"sliding-window"``) is what rate strings become, the default's and
-    those of limits that give none.
-    ``check_store``: lifespan startup fails with ``StoreError`` if a pingable
-    store does not answer.
-
-    The ``ws_*`` options limit every WebSocket's inbound messages
-    (docs/fastapi.md#websocket-messages).
-
-    Raises ``TypeError``/``ValueError`` for a bad argument, here.
+    ``RateLimit(app, default="100/minute")``, or build it and call ``init_app``.
+    ``default`` (a rate string, ``RateLimiter`` or function of the
+    ``RequestInfo``, ``async def`` allowed; ``None``: none) covers every route
+    without a ``limit`` that is not ``exempt``.  ``store``: a store, a URL or
+    ``None`` (``LIMITER_STORAGE_URL``, else memory).  ``algorithm``: what rate
+    strings become.  ``check_store``: startup fails with ``StoreError`` if a
+    pingable store does not answer.  ``ws_*``: WebSocket message limits.
+    ``TypeError``/``ValueError`` for a bad argument, here.
     Options: docs/adapters.md#options; guide: docs/fastapi.md.
     """
 
@@ -200,12 +192,10 @@ class RateLimit:
     ) -> Callable[..., Any]:
         """A dependency limiting the routes that use it: ``Depends(rl.limit("5/minute"))``.
 
-        Each call has buckets of its own, shared by calls with the same
-        ``name`` (unnamed: named by its routes, ``"GET /items/{id}"``).
-        ``methods``: ``None`` limits all; ``algorithm``: ``None`` for the
-        ``RateLimit``'s. A refused WebSocket handshake is
-        closed with code 1013. Raises ``TypeError``/``ValueError`` for a bad
-        argument. Details: docs/fastapi.md#ratelimit-and-limit.
+        Each call has its own buckets unless calls share a ``name``; ``methods``:
+        ``None`` limits all.  A refused WebSocket handshake is closed with 1013.
+        ``TypeError``/``ValueError`` for a bad argument.
+        Details: docs/fastapi.md#ratelimit-and-limit.
         """
         # The call site until the routes name the limit (or if none uses it).
         bucket_scope = _caller_scope(1) if name is None else name

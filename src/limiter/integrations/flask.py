@@ -169,19 +169,13 @@ class RateLimit:
     """Rate limits for a Flask app: ``rl = RateLimit(app, default="100/minute")``.
 
     ``default`` (a rate string, ``RateLimiter`` or function of the
-    ``RequestInfo``) covers every view without a ``limit`` of its own that is
-    not ``exempt``, with one set of buckets, and unmatched requests (404,
-    405); ``None`` limits only ``limit``-ed views. ``store``: a store or URL
+    ``RequestInfo``; ``None``: none) covers every view without a ``limit`` that
+    is not ``exempt``, and unmatched requests.  ``store``: a store or URL
     (``None``: ``LIMITER_STORAGE_URL``, else a ``MemoryStore`` per app).
-    ``default``, ``store``, ``header_style`` and ``enabled`` may come from
-    ``app.config`` (``RATELIMIT_*``); an argument wins. ``algorithm``
-    (``"token-bucket"``, ``"fixed-window"`` or ``"sliding-window"``; config
-    ``RATELIMIT_ALGORITHM``) is what rate strings become, the default's and
-    those of limits that give none. ``check_store``:
-    ``init_app`` raises ``StoreError`` if a pingable store does not answer.
-    Leave ``app`` out for an application factory and call ``init_app``.
-
-    Raises ``TypeError``/``ValueError`` for a bad argument, here.
+    ``algorithm``: what rate strings become.  Arguments win over ``app.config``
+    (``RATELIMIT_*``).  ``check_store``: ``init_app`` raises ``StoreError`` if a
+    pingable store does not answer.  Leave ``app`` out for a factory and call
+    ``init_app``.  ``TypeError``/``ValueError`` for a bad argument, here.
     Options: docs/adapters.md#options; config: docs/flask.md#configuration.
     """
 
@@ -240,9 +234,8 @@ class RateLimit:
     def init_app(self, app: flask.Flask) -> None:
         """Set up ``app``: read its ``RATELIMIT_*`` config and add the two hooks.
 
-        Each app gets its own state and, unless ``store`` was given, its own
-        store. Raises ``TypeError``/``ValueError`` naming a bad config key, and
-        ``ValueError`` for an app set up twice.
+        Each app gets its own state and store (unless ``store`` was given).
+        ``TypeError``/``ValueError`` naming a bad config key; ``ValueError`` twice.
         """
         if not isinstance(app, flask.Flask):
             raise TypeError(f"app must be a flask.Flask, got {app!r}")
@@ -314,14 +307,10 @@ class RateLimit:
     ) -> Callable[[F], F]:
         """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
 
-        ``rate`` and ``algorithm`` (``None``: the ``RateLimit``'s) are checked
-        now, so a typo fails at import. Each view has
-        buckets of its own unless limits share a ``name``. ``methods``: only
-        those are limited (by this limit and not by the default). A view with
-        its own limits gets no default; stacked limits all apply, outermost
-        first. Works on blueprint views, class views and ``MethodView`` methods.
-        Raises ``TypeError``/``ValueError`` for a bad argument.
-        Details: docs/flask.md#limit-exempt-and-default.
+        Arguments are checked now (``TypeError``/``ValueError``), so a typo
+        fails at import.  Each view has its own buckets unless limits share a
+        ``name``; ``methods``: only those are limited; stacked limits all apply,
+        outermost first.  Details: docs/flask.md#limit-exempt-and-default.
         """
         # "?" stands in for an unnamed limit's scope, known only when served.
         limit = ScopedLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm, "?")
@@ -488,10 +477,8 @@ def _release_on_close(sender: flask.Flask, response: flask.Response, **extra: An
 def _releasing(wsgi_app: Any) -> Any:
     """``wsgi_app`` giving back the request's slots when it raises.
 
-    A teardown handler that raises (one registered after ``init_app`` runs
-    first) stops Flask's others, the limiter's among them, and no response
-    reaches the server to be closed: without this the slots were held for
-    their whole lease.  Giving back twice does nothing.
+    A teardown handler that raises stops Flask's others, the limiter's among
+    them: without this the slots were held for their whole lease.
     """
 
     def wsgi(environ: Dict[str, Any], start_response: Any) -> Any:

@@ -1,9 +1,8 @@
 """The check's one statement on libpq's level, for ``PostgresStore``.
 
-psycopg's own ``execute`` (a cursor, adapters, its prepared-statement manager)
-costs the client more than the server's whole check; this module sends the
-prepared statement straight through the connection's ``pgconn`` (psycopg's
-documented libpq wrapper), and raises psycopg's error for a failure.
+psycopg's own ``execute`` costs the client more than the server's whole
+check, so the prepared statement goes straight through ``pgconn`` (psycopg's
+documented libpq wrapper).
 """
 
 from __future__ import annotations
@@ -21,12 +20,9 @@ _FORMATS = [1, 0]  # lists: psycopg 3.2's C wrapper refuses tuples
 
 
 def execute_prepared(conn: Any, statement: Statement, params: List[bytes]) -> bytes:
-    """``statement``'s one value, run on ``conn``'s libpq connection (psycopg's own API
-    costs more than the server's whole check); a failure raises psycopg's error.
+    """``statement``'s one value, run on ``conn``'s libpq connection; failures raise psycopg's.
 
-    The statement is prepared on the connection the first time it is missing
-    there (SQLSTATE 26000), and never with ``prepare_threshold=None`` (a
-    pooler that cannot keep prepared statements).
+    Prepared when missing (SQLSTATE 26000), never with ``prepare_threshold=None`` (a pooler).
     """
     pgconn = conn.pgconn
     if conn.prepare_threshold is None:

@@ -1,8 +1,7 @@
 """The SQL of the PostgreSQL stores: names, the table, the check function, the sweep.
 
-``apply.sql`` holds the PL/pgSQL (``bucket.lua`` translated); this module
-fills in its names and constants and writes the other statements.  Nothing
-here opens a connection.
+``apply.sql`` holds the PL/pgSQL (``bucket.lua`` translated); this module fills
+in its names and constants and writes the other statements.
 """
 
 from __future__ import annotations
@@ -98,11 +97,7 @@ def functions_sql(names: Names) -> str:
 
 
 def table_sql(names: Names, unlogged: bool) -> str:
-    """The CREATE TABLE IF NOT EXISTS of the state table (``to_row``'s three numbers).
-
-    A Concurrency policy's leases are a ``double precision[]`` (its ``c`` is
-    NULL); a table made before them gains the column (an upgrade).
-    """
+    """The CREATE TABLE IF NOT EXISTS of the state table (``to_row``'s numbers, leases)."""
     # fillfactor 70: room on each page for HOT updates (no index is touched,
     # as keep_until has none); COLLATE "C": keys compare as bytes.
     return (
@@ -179,10 +174,8 @@ ASYNC_COMMIT = ", set_config('synchronous_commit', 'off', true)"
 def apply_sql(names: Names, synchronous_commit: bool = True) -> str:
     """The one statement of a check, ``SELECT apply(keys, argv)``, with psycopg's placeholders.
 
-    The keys come as the UTF-8 bytes of a ``text[]`` literal (``array_literal``),
-    whatever the connection's client_encoding.  ``synchronous_commit`` False:
-    the check's transaction commits asynchronously (``ASYNC_COMMIT``); the
-    reply stays the first column.
+    The keys come as the UTF-8 bytes of a ``text[]`` literal, whatever the
+    client_encoding; ``synchronous_commit`` False adds ``ASYNC_COMMIT``.
     """
     tail = "" if synchronous_commit else ASYNC_COMMIT
     return f"SELECT {names.apply}(convert_from(%s::bytea, 'UTF8')::text[], %s::text){tail}"

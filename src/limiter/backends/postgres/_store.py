@@ -1,8 +1,7 @@
 """PostgreSQL stores: one statement, ``SELECT <table>_apply_v5(keys, argv)``, per check.
 
-Imports neither psycopg nor psycopg_pool at module level, so that
-``import limiter`` works without them; the argument and the reply are the
-Redis script's (``limiter.backends._wire``), the SQL is ``_sql``'s.
+psycopg is imported lazily; the argument and reply are the Redis script's
+(``limiter.backends._wire``), the SQL is ``_sql``'s.
 """
 
 from __future__ import annotations
@@ -297,26 +296,17 @@ async def _ainstall(conn: Any, store: _PostgresBase) -> None:
 class PostgresStore(_PostgresBase, StoreShell):
     """Policy state in a PostgreSQL table, for many processes and hosts.  Implements ``Store``.
 
-    ``conninfo``: a connection string (``"postgresql://app:pw@db/app"`` or
-    ``"host=db dbname=app"``; the store makes its own pool of up to
-    ``max_connections``, waiting at most ``pool_timeout`` seconds for one) or
-    a ``psycopg_pool.ConnectionPool``.  ``table``: ``"name"`` or
-    ``"schema.name"``; ``prefix``: prepended to every key.  ``create``: at
-    first use, create the table and install the functions when missing
-    (``install()``); ``unlogged``: create it UNLOGGED.
-    ``synchronous_commit``: False (the default), each check's transaction
-    commits without waiting for the WAL to reach the disk (a server crash
-    may lose the last decisions, about 0.6 s of them, and nothing else);
-    True, as the server's ``synchronous_commit`` says.  ``server_time``,
-    ``fallback``, ``probe_after``, ``max_probe_after``, ``probe_clock``: as
-    for ``RedisStore``.
-
-    One statement, one transaction per check (a PL/pgSQL function mirroring
-    ``limiter.core``).  Every failure (connection, timeout, read-only server,
-    a missing table or function) is a ``StoreError`` wrapping the cause.
-    ``TypeError``/``ValueError`` for a bad option, naming it, or a
-    connection string libpq cannot parse (its password not shown).
-    See docs/stores.md "PostgreSQL".
+    ``conninfo``: a connection string (the store pools up to
+    ``max_connections``, waiting ``pool_timeout`` seconds for one) or a
+    ``psycopg_pool.ConnectionPool``.  ``table``: ``"name"`` or
+    ``"schema.name"``; ``prefix``: prepended to every key.  ``create``:
+    ``install()`` at first use when missing; ``unlogged``: an UNLOGGED table.
+    ``synchronous_commit`` False (default): checks commit without waiting for
+    the WAL (a crash may lose the last ~0.6 s of decisions).  ``server_time``,
+    ``fallback``, ``probe_after``, ``max_probe_after``, ``probe_clock``: as for
+    ``RedisStore``.  Every failure is a ``StoreError`` wrapping the cause; a bad
+    option or connection string is a ``TypeError``/``ValueError`` naming it
+    (no password shown).  Guide: docs/stores.md#postgresql.
     """
 
     def __init__(self, conninfo: Any, **options: Any) -> None:
@@ -331,11 +321,9 @@ class PostgresStore(_PostgresBase, StoreShell):
     def ping(self) -> None:
         """Check that checks can run, or raise ``StoreError`` saying why not.
 
-        The server answers, the table and the function exist, the role may
-        read and write the table, and the server is not read-only: a peek at
-        a reserved key, which writes nothing, with those questions in the
-        same statement.  Never answered by the fallback.  Call it at start-up
-        (the integrations' start-up check does).
+        The server answers, the table and function exist, the role may read
+        and write the table, the server is not read-only: one peek at a
+        reserved key, writing nothing.  Never answered by the fallback.
         """
         params = self._ping_params()
 
@@ -349,11 +337,9 @@ class PostgresStore(_PostgresBase, StoreShell):
     ) -> int:
         """Delete rows no longer needed, ``batch`` at a time, each batch its own transaction.
 
-        A row goes when its state stops mattering (``keep_until <= now``; a
-        bucket full again, a window or lockout over) or, with ``max_age``,
-        when idle longer.  ``now``: seconds on the clock the checks use, or
-        ``None`` for the server's.  Rows a check holds are skipped, never
-        waited for.  Returns the number deleted.
+        A row goes when ``keep_until <= now`` or, with ``max_age`` (seconds),
+        when idle longer.  ``now``: seconds on the checks' clock (``None``: the
+        server's).  Rows a check holds are skipped.  Returns the number deleted.
         """
         params = _sql.sweep_params(now, max_age, batch)
         statement = _sql.sweep_sql(self.names)
@@ -407,8 +393,7 @@ class PostgresStore(_PostgresBase, StoreShell):
     def _send(self, keys: bytes, argv: bytes) -> bytes:
         """The function's reply; any failure is a ``StoreError``.
 
-        The hot path: a connection from the pool (no context manager), one
-        prepared statement sent through libpq (``_libpq.execute_prepared``).
+        The hot path: a pooled connection without a context manager, one prepared statement.
         """
         try:
             pool = self.pool
@@ -430,10 +415,7 @@ class PostgresStore(_PostgresBase, StoreShell):
         self._execute(_sql.reset_sql(self.names), (row,))
 
     def _execute(self, statement: str, params: Any) -> Any:
-        """Run ``statement``: its first row, or its row count if it has none.
-
-        Any failure is a ``StoreError``.
-        """
+        """Run ``statement``: its first row, or its row count; any failure is a ``StoreError``."""
         with self._errors(), self._connection() as conn:
             cursor = conn.execute(statement, params)
             return cursor.fetchone() if cursor.description else cursor.rowcount
@@ -497,10 +479,8 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
     async def _close_with_loop(self, pool: Any) -> None:
         """Wait until cancelled (``asyncio.run`` ending, ``aclose``), then close ``pool``.
 
-        psycopg_pool's scheduler swallows a cancellation that reaches the task it
-        runs (a reconnection after a failed connect, under load): a pool left
-        open when ``asyncio.run`` cancels the loop's tasks would hang that
-        cancellation, and the interpreter with it.  Closing the pool stops it.
+        psycopg_pool's scheduler swallows a cancellation reaching its task: a pool
+        left open when ``asyncio.run`` ends would hang it, and the interpreter.
         """
         import asyncio
 

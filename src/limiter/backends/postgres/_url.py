@@ -1,9 +1,8 @@
 """PostgreSQL store URLs: ``postgresql://user:password@host:port/dbname?table=...``.
 
-``postgres://`` is the same.  The store's parameters are taken out of the
-query; libpq's few that matter here go through to the connection string, with
-the fail-fast defaults added (``connect_timeout``, and ``statement_timeout``
-in ``options``).  Every URL error is raised before psycopg is imported.
+``postgres://`` is the same.  The store's parameters come out of the query;
+libpq's go through, with fail-fast timeouts added.  URL errors are raised
+before psycopg is imported.
 """
 
 from __future__ import annotations
@@ -117,10 +116,9 @@ def _store_kwargs(parsed: StoreURL) -> Dict[str, Any]:
 def connection_string(parsed: StoreURL, timeouts: Dict[str, Any]) -> str:
     """The URL libpq gets: the store's parameters out, the fail-fast timeouts in.
 
-    ``connect_timeout`` (seconds, whole, at least 2) and ``statement_timeout``
-    (seconds; 0: none) come from ``timeouts`` (keyword options), else the
-    query, else the defaults; no default statement_timeout is added after
-    the URL's own ``options`` setting one (the last would win).
+    ``connect_timeout`` (whole seconds, >= 2) and ``statement_timeout``
+    (seconds; 0: none) come from ``timeouts``, else the query, else the
+    defaults (none added after the URL's own ``options`` setting one).
     """
     connect = timeouts.get("connect_timeout", parsed.seconds("connect_timeout"))
     statement = timeouts.get("statement_timeout", parsed.seconds("statement_timeout", zero=True))
