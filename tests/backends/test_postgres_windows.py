@@ -223,9 +223,7 @@ def test_a_key_of_another_kind_of_policy_is_read_as_step_reads_it(store: Postgre
     states = [None, from_row(*read_row(s, "m")[:3])]
     new_states, expected = step_all(states, T0 + 1, limits, 1)
     assert s.apply_many(["n", "m"], limits, 1, T0 + 1) == expected
-    assert [read_row(s, k) for k in ("n", "m")] == [
-        (*to_row(x), keep_until(x)) for x in new_states
-    ]
+    assert [read_row(s, k) for k in ("n", "m")] == [(*to_row(x), keep_until(x)) for x in new_states]
 
 
 def test_windows_on_the_server_clock(store: PostgresStore, pg: PostgresServer) -> None:
