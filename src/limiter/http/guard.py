@@ -44,6 +44,7 @@ from limiter.http.rules import (
     check_distinct_names,
     checked_mapping,
     is_async_callable,
+    refuse_slot_costs,
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
@@ -567,4 +568,6 @@ def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
     check_distinct_names([limiter, *(rule.limiter for rule in options.rules)])
     if options.cost.__class__ is dict:  # the rules' limiters checked it already
         checked_mapping(options.cost, [limiter])
+    else:  # options built without this limiter (the integrations' view limits)
+        refuse_slot_costs(options.cost, [limiter])
     return shadowed(limiter) if options.mode == "shadow" else limiter

@@ -211,8 +211,9 @@ class RateLimit:
         check_deduct_when_signature(options.get("deduct_when"))
         if header_style is not _UNSET:
             given["header_style"] = header_style
-        # Every option checked now, whichever app comes later.
-        Options(given, owner="RateLimit", sync="Flask")
+        # Every option checked now, whichever app comes later (against a default limiter too).
+        known = default if isinstance(default, RateLimiter) else None
+        Options(given, owner="RateLimit", sync="Flask", limiter=known)
         self._options = given
         self._default: Union[RateSpec, _Unset, None] = default
         if default is not _UNSET and default is not None:
