@@ -49,7 +49,7 @@ from limiter.http.rules import (
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
-from limiter.waiting import Waits, refuse_waits_with_lockout
+from limiter.waiting import Waits, refuse_max_wait_with_lockout
 
 #: The ``cost`` option: a ``Cost``, a mapping of limit names to numbers, or a
 #: function of the request returning either (``async def`` under asyncio).
@@ -292,19 +292,23 @@ def check_max_queue(max_queue: object) -> int:
     return max_queue
 
 
-def _waits(max_wait: object, max_queue: object, limiters: Sequence[object]) -> Optional[Waits]:
+def _waits(
+    max_wait: object, max_queue: object, limiters: Sequence[object], owner: str
+) -> Optional[Waits]:
     """The ``Waits`` of ``max_wait``/``max_queue`` (``None``: refuse at once); a limiter
-    with a lockout is a ``TypeError``.
+    with a lockout is a ``TypeError`` naming ``owner``'s ``max_wait``.
     """
     seconds = check_max_wait(max_wait)
     if seconds is None:
         if max_queue is not None:
             raise ValueError("max_queue given without max_wait: add max_wait=<seconds>")
         return None
+    queue = check_max_queue(MAX_QUEUE if max_queue is None else max_queue)
+    waits = Waits(seconds, queue, where=f"{owner}(max_wait={max_wait!r})")
     for limiter in limiters:
         if isinstance(limiter, RateLimiter):
-            refuse_waits_with_lockout(limiter)
-    return Waits(seconds, check_max_queue(MAX_QUEUE if max_queue is None else max_queue))
+            refuse_max_wait_with_lockout(limiter, waits.where)
+    return waits
 
 
 #: ``max_queue``'s default: requests that may wait at once per adapter and process.
@@ -381,9 +385,8 @@ class Options:
             _check_unit_names(units, [limiter, *(rule.limiter for rule in self.rules)])
         self._builders(units, encoded)
         self._cost(get("cost", 1), limiters)
-        self.waits: Optional[Waits] = _waits(
-            get("max_wait"), get("max_queue"), [*limiters, *(rule.limiter for rule in self.rules)]
-        )
+        waiters = [*limiters, *(rule.limiter for rule in self.rules)]
+        self.waits: Optional[Waits] = _waits(get("max_wait"), get("max_queue"), waiters, owner)
         self.is_async: bool = any(is_async_callable(func) for func in self.callables())
         self.sync = sync
         if sync is not None:

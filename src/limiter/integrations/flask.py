@@ -43,7 +43,7 @@ from limiter.integrations.common import (
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
-from limiter.waiting import refuse_waits_with_lockout
+from limiter.waiting import refuse_max_wait_with_lockout
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -333,8 +333,9 @@ class RateLimit:
         _refuse_async("limit", rate=rate, key_func=key_func, cost=cost)
         if isinstance(rate, RateLimiter):
             _sync_store(rate.store, f"the store of {rate!r}")
-            if self._options.get("max_wait") is not None:  # known now: refused now
-                refuse_waits_with_lockout(rate)
+            wait = self._options.get("max_wait")
+            if wait is not None:  # known now: refused now
+                refuse_max_wait_with_lockout(rate, f"RateLimit(max_wait={wait!r})")
 
         def decorate(view: F) -> F:
             if not callable(view):
