@@ -163,3 +163,16 @@ def test_a_limiter_function_choosing_a_limiter_of_slots_only_for_a_fixed_cost_na
     assert status == "500 Internal Server Error"
     shown = "ValueError: a limiter function returned " + refusal("default", "2.0", "slots")
     assert shown + "\n" in log, log
+
+
+@pytest.mark.parametrize("option", ["ws_messages_per_key", "ws_messages_per_connection"])
+def test_a_websocket_message_limit_holding_slots_is_refused_when_built(option: str) -> None:
+    # Each message is a check(): it raised a TypeError at the first message.
+    shown = (
+        f"{option} must be a limiter without a Concurrency policy: a message cannot hold "
+        f"a slot (the middleware's limiter holds one per connection), got "
+        f"'1inflight/30s'"
+    )
+    limiter = RateLimiter(Concurrency(1, lease=30))
+    with pytest.raises(TypeError, match="^" + re.escape(shown) + "$"):
+        asgi.RateLimitMiddleware(asgi_hello, RateLimiter("5/second"), **{option: limiter})

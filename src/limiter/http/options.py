@@ -155,6 +155,11 @@ def _message_limiter(
             f"{name} must be a rate string like '10/second', a limiter.RateLimiter or None, "
             f"got {rate!r:.100}"
         )
+    if rate.holds_slots:  # each message is a check(), which cannot hold a slot
+        raise TypeError(
+            f"{name} must be a limiter without a Concurrency policy: a message cannot hold "
+            f"a slot (the middleware's limiter holds one per connection), got {rate.name!r}"
+        )
     return rate.shadowed() if shadow else rate
 
 
