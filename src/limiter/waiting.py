@@ -176,14 +176,31 @@ def throttle(
     return decorate
 
 
-def refuse_waits_with_lockout(limiter: Waiter) -> None:
-    """Raise ``TypeError`` for a limiter with a lockout: each refusal on the way would count."""
+def refuse_waits_with_lockout(
+    limiter: Waiter,
+    waiting: str = "waiting for tokens (acquire, throttle)",
+    instead: str = "use check() with a lockout, and a limiter without one to pace calls",
+) -> None:
+    """Raise ``TypeError`` for a limiter with a lockout: each refusal on the way would count.
+
+    ``waiting`` names the wait as the caller set it up, ``instead`` the way out
+    (by default: ``acquire`` and ``throttle``'s).
+    """
     if limiter.lockout is not None:
         raise TypeError(
-            f"{limiter.name!r} has a lockout: waiting for tokens (acquire, throttle) would "
-            "count each refusal on the way as a breach and lock the caller out; use "
-            "check() with a lockout, and a limiter without one to pace calls"
+            f"{limiter.name!r} has a lockout: {waiting} would count each refusal on the "
+            f"way as a breach and lock the caller out; {instead}"
         )
+
+
+def refuse_max_wait_with_lockout(limiter: Waiter, where: str) -> None:
+    """``refuse_waits_with_lockout`` for an adapter's wait: ``where`` set ``max_wait``."""
+    refuse_waits_with_lockout(
+        limiter,
+        f"waiting for a turn under {where}",
+        "a limiter with a lockout must refuse at once: drop max_wait there, or wait on "
+        "a limiter without a lockout",
+    )
 
 
 def check_timeout(timeout: Optional[float]) -> None:
@@ -324,12 +341,16 @@ class Waits:
     waiters are served in arrival order.  A rate's refusal waits its
     ``retry_after`` (refused at once if past ``max_wait``); a slot's waits until a
     slot is given back here or ``SLOT_POLL`` seconds pass, then tries again.
+    ``where``: what set ``max_wait``, for errors (``"RateLimit(max_wait=1.0)"``).
     """
 
-    __slots__ = ("_count", "_lock", "lines", "max_queue", "max_wait")
+    __slots__ = ("_count", "_lock", "lines", "max_queue", "max_wait", "where")
 
-    def __init__(self, max_wait: float, max_queue: int, lines: Lines = LINES) -> None:
+    def __init__(
+        self, max_wait: float, max_queue: int, lines: Lines = LINES, where: str = ""
+    ) -> None:
         self.max_wait = max_wait
+        self.where = where or f"max_wait={max_wait!r}"
         self.max_queue = max_queue
         self.lines = lines
         self._count = 0
@@ -418,7 +439,7 @@ class Waits:
         """The result for ``key``, after waiting if need be (blocks this thread); the
         decision is reported to ``limiter.on_decision`` once, with the seconds waited.
         """
-        tries = _Tries(limiter, key, cost, attempt)
+        tries = _Tries(limiter, key, cost, attempt, self.where)
         first = None if self.lines.busy(tries.ident) else tries.once()
         if first is not None and (first[0] or limiter.shadow):
             return tries.done(first, 0.0)
@@ -449,7 +470,7 @@ class Waits:
         """``run`` for asyncio: waits without blocking the loop (``attempt`` is awaited)."""
         import asyncio
 
-        tries = _Tries(limiter, key, cost, attempt)
+        tries = _Tries(limiter, key, cost, attempt, self.where)
         first = None if self.lines.busy(tries.ident) else await tries.aonce()
         if first is not None and (first[0] or limiter.shadow):
             return tries.done(first, 0.0)
@@ -524,9 +545,14 @@ class _Tries:
     __slots__ = ("attempt", "cost", "ident", "key", "limiter", "seconds")
 
     def __init__(
-        self, limiter: Waiter, key: str, cost: Any, attempt: Optional[Callable[[], Any]]
+        self,
+        limiter: Waiter,
+        key: str,
+        cost: Any,
+        attempt: Optional[Callable[[], Any]],
+        where: str,
     ) -> None:
-        refuse_waits_with_lockout(limiter)
+        refuse_max_wait_with_lockout(limiter, where)  # a limiter function's, per request
         self.limiter = limiter
         self.key = key
         self.ident = line_of(limiter, key)

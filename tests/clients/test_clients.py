@@ -629,7 +629,16 @@ class AsyncOnly:
         # Refused here, not at the first request: a request cannot hold a slot
         # nor wait out a lockout.
         ({"limiter": RateLimiter(Concurrency(2))}, TypeError, "Concurrency"),
-        ({"limiter": RateLimiter(10, lockout=Lockout(3, 60, 60))}, TypeError, "lockout"),
+        (
+            {"limiter": RateLimiter(10, lockout=Lockout(3, 60, 60))},
+            TypeError,
+            "has a lockout: ",
+        ),
+        (
+            {"limiter": RateLimiter(10, lockout=Lockout(3, 60, 60))},
+            TypeError,
+            " pacing its requests",
+        ),
     ],
 )
 def test_bad_arguments(make: Any, kwargs: Dict[str, Any], error: type, named: str):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("flask")
@@ -56,14 +58,43 @@ def test_django_settings_take_max_wait_and_refuse_a_bad_one() -> None:
         Config({"default": "2/second", "max_wait": -1})
 
 
+def _refusal(where: str) -> str:
+    """The whole refusal of the test's lockout limiter waiting under ``where``, as a pattern."""
+    return (
+        "^"
+        + re.escape(
+            f"'0.0833333/s:5+lockout:3/60s:600s' has a lockout: waiting for a turn under {where} "
+            "would count each refusal on the way as a breach and lock the caller out; a limiter "
+            "with a lockout must refuse at once: drop max_wait there, or wait on a limiter "
+            "without a lockout"
+        )
+        + "$"
+    )
+
+
+def test_fastapi_refuses_a_lockout_limiter_that_would_wait_naming_its_max_wait() -> None:
+    from limiter import Lockout, RateLimiter
+
+    # It said "waiting for tokens (acquire, throttle)", which the app never called.
+    locking = RateLimiter("5/minute", lockout=Lockout(3, within=60, duration=600))
+    with pytest.raises(TypeError, match=_refusal("RateLimit(max_wait=1.0)")):
+        FastAPIRateLimit(FastAPI(), default=locking, max_wait=1.0)
+    rl = FastAPIRateLimit(FastAPI(), default="2/second", max_wait=1.0)
+    with pytest.raises(TypeError, match=_refusal("RateLimit(max_wait=1.0)")):
+        rl.limit(locking)
+
+
 def test_flask_refuses_a_lockout_limiter_that_would_wait_when_it_decorates() -> None:
     from limiter import Lockout, RateLimiter
 
     app = flask.Flask(__name__)
     rl = FlaskRateLimit(app, default="2/second", max_wait=1.0)
     locking = RateLimiter("5/minute", lockout=Lockout(3, within=60, duration=600))
-    with pytest.raises(TypeError, match="has a lockout: waiting for tokens"):
+    with pytest.raises(TypeError, match=_refusal("RateLimit(max_wait=1.0)")):
         rl.limit(locking)
+    # The default limiter: refused when RateLimit is built, before any app.
+    with pytest.raises(TypeError, match=_refusal("RateLimit(max_wait=1.0)")):
+        FlaskRateLimit(default=locking, max_wait=1.0)
     assert FlaskRateLimit(app=None, default="2/second").limit(locking)  # no max_wait: fine
 
 
@@ -79,12 +110,12 @@ def test_django_refuses_a_lockout_limiter_that_would_wait_when_it_decorates() ->
 
     locking = RateLimiter("5/minute", lockout=Lockout(3, within=60, duration=600))
     # Refused here, where it was refused at the view's first request (a 500).
-    shown = r"'0.0833333/s:5\+lockout:3/60s:600s' has a lockout: waiting"
+    shown = _refusal("settings.RATE_LIMIT['max_wait'] = 1.0")
     with override_settings(RATE_LIMIT={"max_wait": 1.0}), pytest.raises(TypeError, match=shown):
         ratelimit(locking)
     limited = ratelimit(locking)(view)  # no max_wait: fine
     assert limited(RequestFactory().get("/")).status_code == 200
     # Settings given max_wait after the decoration: refused when served, as before.
-    refused = pytest.raises(TypeError, match="has a lockout: waiting for tokens")
+    refused = pytest.raises(TypeError, match=_refusal("RateLimitMiddleware(max_wait=1.0)"))
     with override_settings(RATE_LIMIT={"max_wait": 1.0}), refused:
         limited(RequestFactory().get("/"))

@@ -229,6 +229,32 @@ def test_a_lockout_limiter_cannot_wait() -> None:
         Guard(limiter, max_wait=1.0)
 
 
+def test_a_lockout_limiter_refused_for_max_wait_names_the_middleware_s_max_wait() -> None:
+    # It said "waiting for tokens (acquire, throttle)": neither was used.
+    limiter = RateLimiter("1/s", lockout=Lockout(3, within=60, duration=3600), name="login")
+    shown = (
+        "'login' has a lockout: waiting for a turn under Guard(max_wait=1.5) would count "
+        "each refusal on the way as a breach and lock the caller out; a limiter with a "
+        "lockout must refuse at once: drop max_wait there, or wait on a limiter without a "
+        "lockout"
+    )
+    with pytest.raises(TypeError) as refused:
+        Guard(limiter, max_wait=1.5)
+    assert str(refused.value) == shown
+    with pytest.raises(TypeError) as refused:
+        Options({"max_wait": 2}, owner="RateLimitMiddleware", limiter=limiter)
+    assert "under RateLimitMiddleware(max_wait=2) would count" in str(refused.value)
+    # Options built without the limiter (the integrations' view limits): the Guard refuses it.
+    with pytest.raises(TypeError) as refused:
+        Guard(limiter, Options({"max_wait": 1.5}, owner="Guard"))
+    assert str(refused.value) == shown
+    # Chosen per request by a limiter function: refused then, with the same words.
+    guard = Guard(lambda request: limiter, max_wait=1.5)
+    with pytest.raises(TypeError) as refused:
+        guard.decide(RequestInfo("GET", "/", {}, "198.51.100.7", None))
+    assert str(refused.value) == shown
+
+
 def queued(w: Waits, limiter: RateLimiter, slot: Any, waiting: int) -> Tuple[Any, List[Any]]:
     """A thread waiting in ``w`` for ``slot`` of "k", once ``waiting`` requests wait there:
     the thread, and what its wait returned or raised."""

@@ -191,7 +191,11 @@ def _check_limiter(limiter: object, owner: str) -> RateLimiter:
     if not isinstance(limiter, RateLimiter):
         raise TypeError(f"{owner}: limiter must be a limiter.RateLimiter, got {limiter!r:.100}")
     # Each request waits for a cost of 1 (acquire): told here, not at the first request.
-    refuse_waits_with_lockout(limiter)
+    refuse_waits_with_lockout(
+        limiter,
+        f"{owner} pacing its requests (waiting for tokens)",
+        "give the client a limiter without a lockout",
+    )
     refuse_slot_shares(limiter.name, limiter.limits, limiter.validate_cost(1))
     return limiter
 

@@ -44,12 +44,13 @@ from limiter.http.rules import (
     check_distinct_names,
     checked_mapping,
     is_async_callable,
+    refuse_slot_costs,
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.slots import Slot
 from limiter.store import StoreError
-from limiter.waiting import Waits
+from limiter.waiting import Waits, refuse_max_wait_with_lockout
 
 # GuardOptions, HeaderList, Response and the request view stay importable from
 # here (integrations/fastapi.py and django.py import them; tests/project/test_layers.py).
@@ -567,4 +568,8 @@ def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
     check_distinct_names([limiter, *(rule.limiter for rule in options.rules)])
     if options.cost.__class__ is dict:  # the rules' limiters checked it already
         checked_mapping(options.cost, [limiter])
+    else:  # options built without this limiter (the integrations' view limits)
+        refuse_slot_costs(options.cost, [limiter])
+    if options.waits is not None and isinstance(limiter, RateLimiter):  # likewise
+        refuse_max_wait_with_lockout(limiter, options.waits.where)
     return shadowed(limiter) if options.mode == "shadow" else limiter

@@ -41,13 +41,15 @@ from limiter.http.rules import (
     check_distinct_names,
     check_mode,
     checked_mapping,
+    fits,
     is_async_callable,
     plain_mapping,
+    refuse_slot_costs,
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
-from limiter.waiting import Waits, refuse_waits_with_lockout
+from limiter.waiting import Waits, refuse_max_wait_with_lockout
 
 #: The ``cost`` option: a ``Cost``, a mapping of limit names to numbers, or a
 #: function of the request returning either (``async def`` under asyncio).
@@ -152,6 +154,11 @@ def _message_limiter(
         raise TypeError(
             f"{name} must be a rate string like '10/second', a limiter.RateLimiter or None, "
             f"got {rate!r:.100}"
+        )
+    if rate.holds_slots:  # each message is a check(), which cannot hold a slot
+        raise TypeError(
+            f"{name} must be a limiter without a Concurrency policy: a message cannot hold "
+            f"a slot (the middleware's limiter holds one per connection), got {rate.name!r}"
         )
     return rate.shadowed() if shadow else rate
 
@@ -290,19 +297,23 @@ def check_max_queue(max_queue: object) -> int:
     return max_queue
 
 
-def _waits(max_wait: object, max_queue: object, limiters: Sequence[object]) -> Optional[Waits]:
+def _waits(
+    max_wait: object, max_queue: object, limiters: Sequence[object], owner: str
+) -> Optional[Waits]:
     """The ``Waits`` of ``max_wait``/``max_queue`` (``None``: refuse at once); a limiter
-    with a lockout is a ``TypeError``.
+    with a lockout is a ``TypeError`` naming ``owner``'s ``max_wait``.
     """
     seconds = check_max_wait(max_wait)
     if seconds is None:
         if max_queue is not None:
             raise ValueError("max_queue given without max_wait: add max_wait=<seconds>")
         return None
+    queue = check_max_queue(MAX_QUEUE if max_queue is None else max_queue)
+    waits = Waits(seconds, queue, where=f"{owner}(max_wait={max_wait!r})")
     for limiter in limiters:
         if isinstance(limiter, RateLimiter):
-            refuse_waits_with_lockout(limiter)
-    return Waits(seconds, check_max_queue(MAX_QUEUE if max_queue is None else max_queue))
+            refuse_max_wait_with_lockout(limiter, waits.where)
+    return waits
 
 
 #: ``max_queue``'s default: requests that may wait at once per adapter and process.
@@ -379,9 +390,8 @@ class Options:
             _check_unit_names(units, [limiter, *(rule.limiter for rule in self.rules)])
         self._builders(units, encoded)
         self._cost(get("cost", 1), limiters)
-        self.waits: Optional[Waits] = _waits(
-            get("max_wait"), get("max_queue"), [*limiters, *(rule.limiter for rule in self.rules)]
-        )
+        waiters = [*limiters, *(rule.limiter for rule in self.rules)]
+        self.waits: Optional[Waits] = _waits(get("max_wait"), get("max_queue"), waiters, owner)
         self.is_async: bool = any(is_async_callable(func) for func in self.callables())
         self.sync = sync
         if sync is not None:
@@ -403,13 +413,15 @@ class Options:
 
     def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
         self.cost_func: Optional[Callable[[RequestInfo], Any]] = cost if callable(cost) else None
+        # The limiters charged this cost: the adapter's and the rules' without their own.
+        takers = [*limiters, *(rule.limiter for rule in self.rules if rule.cost is None)]
         if callable(cost):
             self.cost: CostSpec = 1
         elif isinstance(cost, Mapping):
-            takers = [*limiters, *(rule.limiter for rule in self.rules if rule.cost is None)]
             self.cost = checked_mapping(cost, takers)
         else:
             self.cost = validate_cost(cost)
+            refuse_slot_costs(cost, takers)  # the value as written, in its error
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
@@ -422,6 +434,20 @@ class Options:
         for rule in self.rules:
             funcs += [rule.key_func, rule.cost, rule.limiter]
         return [f for f in funcs if f is not None and not isinstance(f, RateLimiter)]
+
+
+def route_cost(cost: Any, rate: object, algorithm: Optional[str]) -> Any:
+    """An integration's fixed view ``cost`` (a number or mapping), checked at start-up
+    against ``rate`` (a rate string's shape, a ``RateLimiter``; a function: skipped):
+    the mapping copy charged, else ``cost`` itself (``TypeError``/``ValueError``).
+    """
+    if isinstance(cost, Mapping):  # a typo in a name fails at start-up
+        if isinstance(rate, str):
+            rate = RateLimiter(rate, algorithm=algorithm or "token-bucket")
+        return checked_mapping(cost, [rate])
+    validate_cost(cost)
+    refuse_slot_costs(cost, [rate])  # a number a limiter of slots cannot take
+    return cost
 
 
 def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) -> None:
@@ -462,14 +488,19 @@ def bad_key(key: object) -> NoReturn:
 
 def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
     """A cost function's answer checked as ``cost`` before the store is asked
-    (``TypeError``/``ValueError``).
+    (``TypeError``/``ValueError``; for one a slot cannot take, ``ValueError`` naming
+    the answer and the limiter: a slot is one unit, ``RateLimiter.slot``).
     """
     if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
-        return validate_cost(cost)
-    if isinstance(cost, Mapping):
+        checked: CostSpec = validate_cost(cost)
+    elif isinstance(cost, Mapping):
         limiter.validate_cost(cost)
-        return plain_mapping(cost)
-    return validate_cost(cost)
+        checked = plain_mapping(cost)
+    else:
+        checked = validate_cost(cost)
+    if limiter.holds_slots:
+        fits(limiter, cost, f"a cost function returned {cost!r:.100} for ")
+    return checked
 
 
 async def awaited(value: Any) -> Any:
@@ -481,12 +512,15 @@ async def awaited(value: Any) -> Any:
 
 def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
     """A limiter function's answer checked as a ``RateLimiter`` taking ``cost``
-    (``TypeError``; ``ValueError`` for a mapping it does not take).
+    (``TypeError``; ``ValueError`` for a mapping it does not take, or a cost its
+    slots cannot: a slot is one unit, ``RateLimiter.slot``).
     """
     if not isinstance(limiter, RateLimiter):
         raise TypeError(
             f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
         )
-    if cost.__class__ is dict:
+    if limiter.holds_slots:
+        fits(limiter, cost, "a limiter function returned ")
+    elif cost.__class__ is dict:
         limiter.validate_cost(cost)
     return limiter

@@ -20,6 +20,7 @@ from typing import (
     Union,
 )
 
+from limiter.core.concurrency import refuse_slot_cost
 from limiter.core.costs import validate_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.ratelimiter import RateLimiter
@@ -168,7 +169,9 @@ class Rule:
         if isinstance(cost, Mapping):
             cost = checked_mapping(cost, [self.limiter])
         elif not (cost is None or callable(cost)):
-            cost = validate_cost(cost)
+            checked = validate_cost(cost)
+            refuse_slot_costs(cost, [self.limiter])  # the value as written, in its error
+            cost = checked
         self.path = path
         self.key_func = key_func
         self.cost = cost
@@ -186,15 +189,34 @@ class Rule:
 
 def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Dict[str, float]:
     """A copy of ``cost`` (the mapping charged) checked by each ``RateLimiter`` among
-    ``limiters`` (functions skipped); errors are prefixed with the limiter's name.
+    ``limiters`` (functions skipped), as ``fits``; errors are prefixed with the limiter's name.
     """
     for limiter in limiters:
         if isinstance(limiter, RateLimiter):
-            try:
-                limiter.validate_cost(cost)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"limiter {limiter.name!r}: {error}") from None
+            fits(limiter, cost)
     return plain_mapping(cost)
+
+
+def refuse_slot_costs(cost: object, limiters: Iterable[object]) -> None:
+    """Raise ``ValueError``, prefixed with the limiter's name, when ``cost`` asks a
+    ``Concurrency`` policy of a ``RateLimiter`` among ``limiters`` for other than one
+    slot (``RateLimiter.slot``'s rule): told at start-up, not at each request.
+    """
+    for limiter in limiters:
+        if isinstance(limiter, RateLimiter) and limiter.holds_slots:
+            fits(limiter, cost)
+
+
+def fits(limiter: RateLimiter, cost: object, lead: str = "") -> None:
+    """Raise what ``limiter.slot(key, cost)`` (``check`` without slots) would for
+    ``cost``, prefixed with ``lead`` and the limiter's name.
+    """
+    try:
+        shares = limiter.validate_cost(cost)  # type: ignore[arg-type]
+        if limiter.holds_slots:
+            refuse_slot_cost(limiter.limits, cost, shares)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{lead}limiter {limiter.name!r}: {error}") from None
 
 
 def plain_mapping(cost: Mapping[str, float]) -> Dict[str, float]:

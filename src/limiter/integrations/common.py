@@ -15,7 +15,6 @@ from typing import (
     Dict,
     Iterable,
     List,
-    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -26,14 +25,13 @@ from typing import (
 from limiter.clock import Clock
 from limiter.core.spec import ALGORITHMS
 from limiter.http.guard import Deferred, Guard, Held
-from limiter.http.options import GuardOptions, Options, check_options
+from limiter.http.options import GuardOptions, Options, check_options, route_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.http.responses import HeaderList, Response
 from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
     check_deduct_when,
-    checked_mapping,
     method_set,
     then,
 )
@@ -189,18 +187,8 @@ class RouteLimit:
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
         check_key_func(key_func)
         check_deduct_when_signature(deduct_when)
-        if isinstance(cost, Mapping):
-            # A typo fails at start-up; a rate function's limiters are checked per request.
-            shape = (
-                RateLimiter(self.rate, algorithm=algorithm or "token-bucket")
-                if isinstance(self.rate, str)
-                else self.rate
-            )
-            cost = checked_mapping(cost, [shape])
-        elif not callable(cost):
-            from limiter.core.costs import validate_cost
-
-            validate_cost(cost)
+        if not callable(cost):  # a rate function's limiters are checked per request
+            cost = route_cost(cost, self.rate, algorithm)
         self.scope = scope
         self.key_func = key_func
         self.cost = cost

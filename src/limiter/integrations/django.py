@@ -51,7 +51,7 @@ from limiter.integrations.common import (
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
-from limiter.waiting import refuse_waits_with_lockout
+from limiter.waiting import refuse_max_wait_with_lockout
 
 __all__ = ["RateLimitMiddleware", "ratelimit"]
 
@@ -477,8 +477,9 @@ def ratelimit(
     limit = ScopedLimit(
         None, rate, name, key_func, cost, methods, deduct_when, algorithm, "ratelimit"
     )
-    if isinstance(rate, RateLimiter) and _settings_wait():  # known now: refused now
-        refuse_waits_with_lockout(rate)
+    wait = _settings_wait()
+    if isinstance(rate, RateLimiter) and wait is not None:  # known now: refused now
+        refuse_max_wait_with_lockout(rate, f"settings.RATE_LIMIT['max_wait'] = {wait!r}")
     views = _Views(limit)
 
     def decorator(view: F) -> F:
@@ -496,12 +497,10 @@ def ratelimit(
     return decorator
 
 
-def _settings_wait() -> bool:
-    """True when ``settings.RATE_LIMIT`` sets ``max_wait`` (read raw; checked when served)."""
-    if not settings.configured:
-        return False
-    source = getattr(settings, "RATE_LIMIT", None)
-    return isinstance(source, dict) and source.get("max_wait") is not None
+def _settings_wait() -> object:
+    """``settings.RATE_LIMIT``'s ``max_wait``, ``None`` if unset (read raw; checked when served)."""
+    source = getattr(settings, "RATE_LIMIT", None) if settings.configured else None
+    return source.get("max_wait") if isinstance(source, dict) else None
 
 
 class _Views:

@@ -43,7 +43,7 @@ from limiter.integrations.common import (
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
-from limiter.waiting import refuse_waits_with_lockout
+from limiter.waiting import refuse_max_wait_with_lockout
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
@@ -205,8 +205,9 @@ class RateLimit:
         check_deduct_when_signature(options.get("deduct_when"))
         if header_style is not _UNSET:
             given["header_style"] = header_style
-        # Every option checked now, whichever app comes later.
-        Options(given, owner="RateLimit", sync="Flask")
+        # Every option checked now, whichever app comes later (against a default limiter too).
+        known = default if isinstance(default, RateLimiter) else None
+        Options(given, owner="RateLimit", sync="Flask", limiter=known)
         self._options = given
         self._default: Union[RateSpec, _Unset, None] = default
         if default is not _UNSET and default is not None:
@@ -321,8 +322,9 @@ class RateLimit:
         _refuse_async("limit", rate=rate, key_func=key_func, cost=cost)
         if isinstance(rate, RateLimiter):
             _sync_store(rate.store, f"the store of {rate!r}")
-            if self._options.get("max_wait") is not None:  # known now: refused now
-                refuse_waits_with_lockout(rate)
+            wait = self._options.get("max_wait")
+            if wait is not None:  # known now: refused now
+                refuse_max_wait_with_lockout(rate, f"RateLimit(max_wait={wait!r})")
 
         def decorate(view: F) -> F:
             if not callable(view):
