@@ -262,6 +262,24 @@ def test_a_call_far_behind_the_latest_now_forgets_the_keys_denial() -> None:
     assert cache.apply_many(["j"], [limit], 3, T0 + 1.45).allowed
 
 
+def test_a_breach_after_the_lock_ended_drops_the_remembered_lockout() -> None:
+    """A lockout's refusal remembered, then a breach the store counts after the lock
+    ended: a call 0.2 s behind (applied at the store's later time) is not replayed
+    as still locked out."""
+    limits = [Limit(1, 1, name="a"), Lockout(2, 3.0, 5.0)]
+    keys = ["k|a", "k|lockout"]
+    bare, cache = MemoryStore(), DenyCache(MemoryStore())
+    calls = [(1000.0, 1), (1000.1, 1), (1000.2, 1), (1004.5, 1), (1005.3, 2), (1005.1, 1)]
+    seen = []
+    for now, cost in calls:
+        expected = bare.apply_many(keys, limits, cost, now)
+        assert cache.apply_many(keys, limits, cost, now) == expected, now
+        seen.append((expected.allowed, expected.locked_out))
+    # locked at 1000.2 until 1005.2; the last is admitted, applied at 1005.3
+    locked, refused = (False, True), (False, False)
+    assert seen == [(True, False), refused, locked, locked, refused, (True, False)]
+
+
 @pytest.mark.parametrize("lift", ["reset", "refund"])
 def test_a_reset_or_refund_through_the_wrapper_lifts_the_denial(lift: str) -> None:
     _, cached, _, clock = pair("1/minute")

@@ -111,21 +111,29 @@ def test_flask_a_later_limit_that_raises_gives_the_earlier_slot_back() -> None:
     assert slots.peek("k").remaining == 1
 
 
+@pytest.mark.parametrize("where", ["request-after", "request-before", "appcontext"])
 @pytest.mark.parametrize("path", ["/", "/stream", "/boom"])
-def test_flask_a_teardown_handler_that_raises_gives_the_slot_back(path: str) -> None:
-    # A teardown handler registered after init_app runs before the limiter's;
-    # when it raises, Flask runs no other teardown handler and the server never
-    # gets the response whose close would give the slot back: the slot was
-    # held for its whole lease (the next request a 429).
+def test_flask_a_teardown_handler_that_raises_gives_the_slot_back(path: str, where: str) -> None:
+    # When a teardown handler raises, Flask runs no other teardown handler and
+    # the server never gets the response whose close would give the slot back:
+    # the slot was held for its whole lease (the next request a 429).  Request
+    # handlers run in reverse order of registration (one registered after
+    # init_app runs before the limiter's), app-context ones after them all.
     slots = RateLimiter(Concurrency(1, lease=30), clock=ManualClock(T0))
     app = Flask(__name__)
-    rl = RateLimit(app, key_func=lambda r: "k")
     failing = [True]
 
-    @app.teardown_request
     def broken(error: object) -> None:
         if failing[0]:
             raise RuntimeError("a teardown handler failed")
+
+    if where == "request-before":
+        app.teardown_request(broken)
+    elif where == "appcontext":
+        app.teardown_appcontext(broken)
+    rl = RateLimit(app, key_func=lambda r: "k")
+    if where == "request-after":
+        app.teardown_request(broken)
 
     @app.route("/")
     @rl.limit(slots)

@@ -187,8 +187,8 @@ class DenyCache:
         # Bumped by every reset or refund through the wrapper: a denial whose store
         # call overlapped one may predate it and is not remembered.
         self._epoch = 0
-        # The latest injected ``now``; updated without the lock: a lost update only
-        # makes it lower, which _after tolerates.
+        # The latest injected ``now`` (raised under the lock: _settle forgets the keys
+        # of a call far behind it, so a lost update would miss a re-anchored bucket).
         self._latest = -math.inf
         self.nonblocking = is_nonblocking(store)
         # Offer exactly the store's sides: RateLimiter and the adapters tell a
@@ -418,7 +418,9 @@ class DenyCache:
         if now is None:
             return self._epoch, _monotonic()
         if (now.__class__ is float or now.__class__ is int) and now > self._latest:
-            self._latest = now
+            with self._lock:
+                if now > self._latest:
+                    self._latest = now
         return self._epoch, 0.0
 
     def _after(self, call: _Call, result: RateLimitResult) -> None:
@@ -439,7 +441,13 @@ class DenyCache:
                 return
         locked = not limits[-1].standalone
         if locked and result[8] != "lockout":
-            return  # a breach: the store must count the next one too
+            # A breach: the store must count the next one too, and the lock an
+            # entry replays is over (a later call up to CLOCK_TOLERANCE behind
+            # counts at the store's time, after it).
+            if ckey in self._entries:
+                with self._lock:
+                    self._drop(ckey)
+            return
         if not many and ckey.__class__ is not str:
             return  # only str keys are remembered (a subclass may compare as another key)
         injected = now is not None

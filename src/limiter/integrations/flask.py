@@ -505,6 +505,9 @@ def _release_unsent(error: Optional[BaseException]) -> None:
     decision = environ.pop(_DECISION, None)
     if decision is not None:
         decision.release()
-    carried = environ.pop(_CARRIED, None)
-    if carried is not None and error is not None:
-        carried.release()
+    if error is not None:
+        carried = environ.pop(_CARRIED, None)
+        if carried is not None:
+            carried.release()
+    # Else the response's close gives it back; left in the environ so that
+    # _releasing does if a teardown run after this one raises.
