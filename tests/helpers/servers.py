@@ -37,7 +37,9 @@ def uvicorn_running(app: Any, **options: Any) -> Iterator[str]:
 
     ``options`` go to ``uvicorn.Config`` (log level warning, no lifespan).
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it each response waited out a 40 ms delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
