@@ -42,9 +42,8 @@ from limiter.http.rules import (
     LimiterSpec,
     Rule,
     check_distinct_names,
-    checked_mapping,
+    checked_cost,
     is_async_callable,
-    refuse_slot_costs,
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
@@ -566,10 +565,7 @@ def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
             f"returning one, got {limiter!r}"
         )
     check_distinct_names([limiter, *(rule.limiter for rule in options.rules)])
-    if options.cost.__class__ is dict:  # the rules' limiters checked it already
-        checked_mapping(options.cost, [limiter])
-    else:  # options built without this limiter (the integrations' view limits)
-        refuse_slot_costs(options.cost, [limiter])
+    checked_cost(options.cost, [limiter])  # options may be built without this limiter
     if options.waits is not None and isinstance(limiter, RateLimiter):  # likewise
         refuse_max_wait_with_lockout(limiter, options.waits.where)
     return shadowed(limiter) if options.mode == "shadow" else limiter

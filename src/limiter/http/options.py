@@ -40,11 +40,10 @@ from limiter.http.rules import (
     check_deduct_when,
     check_distinct_names,
     check_mode,
-    checked_mapping,
+    checked_cost,
     fits,
     is_async_callable,
     plain_mapping,
-    refuse_slot_costs,
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
@@ -415,13 +414,7 @@ class Options:
         self.cost_func: Optional[Callable[[RequestInfo], Any]] = cost if callable(cost) else None
         # The limiters charged this cost: the adapter's and the rules' without their own.
         takers = [*limiters, *(rule.limiter for rule in self.rules if rule.cost is None)]
-        if callable(cost):
-            self.cost: CostSpec = 1
-        elif isinstance(cost, Mapping):
-            self.cost = checked_mapping(cost, takers)
-        else:
-            self.cost = validate_cost(cost)
-            refuse_slot_costs(cost, takers)  # the value as written, in its error
+        self.cost: CostSpec = 1 if callable(cost) else checked_cost(cost, takers)
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
@@ -441,13 +434,12 @@ def route_cost(cost: Any, rate: object, algorithm: Optional[str]) -> Any:
     against ``rate`` (a rate string's shape, a ``RateLimiter``; a function: skipped):
     the mapping copy charged, else ``cost`` itself (``TypeError``/``ValueError``).
     """
-    if isinstance(cost, Mapping):  # a typo in a name fails at start-up
-        if isinstance(rate, str):
-            rate = RateLimiter(rate, algorithm=algorithm or "token-bucket")
-        return checked_mapping(cost, [rate])
-    validate_cost(cost)
-    refuse_slot_costs(cost, [rate])  # a number a limiter of slots cannot take
-    return cost
+    if not isinstance(cost, Mapping):
+        checked_cost(cost, [rate])  # a number a limiter of slots cannot take
+        return cost
+    if isinstance(rate, str):  # a typo in a name fails at start-up
+        rate = RateLimiter(rate, algorithm=algorithm or "token-bucket")
+    return checked_cost(cost, [rate])
 
 
 def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) -> None:

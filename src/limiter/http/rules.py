@@ -166,12 +166,8 @@ class Rule:
         self.methods: Optional[FrozenSet[str]] = method_set(methods)
         if key_func is not None and not callable(key_func):
             raise TypeError(f"key_func must be callable or None, got {key_func!r}")
-        if isinstance(cost, Mapping):
-            cost = checked_mapping(cost, [self.limiter])
-        elif not (cost is None or callable(cost)):
-            checked = validate_cost(cost)
-            refuse_slot_costs(cost, [self.limiter])  # the value as written, in its error
-            cost = checked
+        if not (cost is None or callable(cost)):
+            cost = checked_cost(cost, [self.limiter])
         self.path = path
         self.key_func = key_func
         self.cost = cost
@@ -195,6 +191,17 @@ def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Di
         if isinstance(limiter, RateLimiter):
             fits(limiter, cost)
     return plain_mapping(cost)
+
+
+def checked_cost(cost: object, limiters: Iterable[object]) -> Union[float, Dict[str, float]]:
+    """A fixed ``cost=`` (a number or a mapping) checked against each ``RateLimiter``
+    among ``limiters`` (functions skipped), the slots' rule included: the value charged.
+    """
+    if isinstance(cost, Mapping):
+        return checked_mapping(cost, limiters)
+    checked = validate_cost(cost)
+    refuse_slot_costs(cost, limiters)  # the value as written, in its error
+    return checked
 
 
 def refuse_slot_costs(cost: object, limiters: Iterable[object]) -> None:
