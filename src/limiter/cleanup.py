@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import Any, Callable, Optional
 
-from limiter.clock import Clock, finite_seconds
+from limiter.clock import Clock, finite_seconds, optional_seconds
 from limiter.store import Sweepable
 
 _log = logging.getLogger("limiter")
@@ -27,11 +27,7 @@ def start(
             f"interval must be a number of seconds > 0 and <= threading.TIMEOUT_MAX "
             f"({threading.TIMEOUT_MAX:g}), got {interval!r:.100}"
         )
-    if max_age is not None:
-        if isinstance(max_age, bool) or not isinstance(max_age, (int, float)):
-            raise TypeError(f"max_age must be None or a number of seconds >= 0, got {max_age!r}")
-        if not max_age >= 0:  # also NaN
-            raise ValueError(f"max_age must be None or a number of seconds >= 0, got {max_age!r}")
+    optional_seconds(max_age, "max_age")
     stopping = threading.Event()
 
     def run() -> None:

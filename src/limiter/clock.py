@@ -74,7 +74,14 @@ def finite_seconds(value: object, what: str) -> float:
     return seconds
 
 
-_finite = finite_seconds
+def optional_seconds(value: object, what: str) -> None:
+    """Raise unless ``value`` is ``None`` or a number of seconds >= 0 (``what`` names it)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be None or a number of seconds >= 0, got {value!r}")
+    if not value >= 0:  # also NaN
+        raise ValueError(f"{what} must be None or a number of seconds >= 0, got {value!r}")
 
 
 class ManualClock:
@@ -86,7 +93,7 @@ class ManualClock:
     """
 
     def __init__(self, start: float = 0.0) -> None:
-        self._now = _finite(start, "start")
+        self._now = finite_seconds(start, "start")
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -95,7 +102,7 @@ class ManualClock:
 
     def advance(self, seconds: float) -> float:
         """Move forward by ``seconds`` (>= 0) and return the new time."""
-        seconds = _finite(seconds, "seconds")
+        seconds = finite_seconds(seconds, "seconds")
         if seconds < 0:
             raise ValueError(
                 f"advance() takes seconds >= 0, got {seconds!r}; use set() to go backwards"
@@ -117,7 +124,7 @@ class ManualClock:
 
     def set(self, t: float) -> None:
         """Jump to time ``t`` (seconds), forwards or backwards."""
-        t = _finite(t, "t")
+        t = finite_seconds(t, "t")
         with self._lock:
             self._now = t
 

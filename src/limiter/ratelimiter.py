@@ -418,15 +418,13 @@ class RateLimiter(Observed):
         would end more than ``timeout`` seconds from now (``None``: no bound) or the
         cost can never pass.  A limiter with a ``lockout`` is a ``TypeError``.
         """
-        result: RateLimitResult = waiting.acquire(self, key, cost, timeout)
-        return result
+        return waiting.acquire(self, key, cost, timeout)
 
     async def aacquire(
         self, key: str, cost: CostSpec = 1, timeout: Optional[float] = None
     ) -> RateLimitResult:
         """``acquire`` for asyncio: waits with ``await clock.asleep(...)``."""
-        result: RateLimitResult = await waiting.aacquire(self, key, cost, timeout)
-        return result
+        return await waiting.aacquire(self, key, cost, timeout)
 
     def throttle(
         self,

@@ -1,6 +1,6 @@
 """Waiting instead of refusing: ``acquire``, ``aacquire``, ``throttle`` and the
-adapters' ``max_wait``/``max_queue`` (``Waits``).  Each is one plan without I/O
-run by a sync and an async shell.  See docs/concurrency.md.
+adapters' ``max_wait``/``max_queue`` (``Waits``: one plan without I/O run by a
+sync and an async shell).  See docs/concurrency.md.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import (
     Deque,
     Dict,
     Generator,
+    Iterator,
     Optional,
     Protocol,
     Sequence,
@@ -27,7 +28,7 @@ from typing import (
     Union,
 )
 
-from limiter.clock import Clock, SystemClock, forward
+from limiter.clock import Clock, SystemClock, forward, optional_seconds
 from limiter.core.concurrency import refuse_slot_shares
 from limiter.core.keys import refuse_rate_key
 from limiter.core.limits import Policy
@@ -37,10 +38,6 @@ from limiter.events import Observer, report
 from limiter.store import StoreError
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: One wait's plan: yields ``None`` to have a check made (its result is sent
-#: back) or the seconds to sleep; returns the admitting result.
-_Plan = Generator[Optional[float], Optional[RateLimitResult], RateLimitResult]
 
 
 class RateLimitExceeded(Exception):
@@ -76,53 +73,38 @@ class Waiter(Protocol):
     def validate_cost(self, cost: Any) -> Any: ...
 
 
-def acquire(limiter: Waiter, key: str, cost: Any = 1, timeout: Optional[float] = None) -> Any:
+def acquire(
+    limiter: Waiter, key: str, cost: Any = 1, timeout: Optional[float] = None
+) -> RateLimitResult:
     """``RateLimiter.acquire``: block until ``cost`` tokens are taken (see there)."""
-    plan = _waits(limiter, key, timeout)
-    wait = next(plan)
-    try:
-        while True:
-            if wait is None:
-                wait = plan.send(limiter.check(key, cost))
-            else:
-                limiter.clock.sleep(wait)
-                wait = next(plan)
-    except StopIteration as done:
-        return done.value
+    clock, slack, start = _start_wait(limiter, key, timeout)
+    while True:
+        result = limiter.check(key, cost)
+        if result.allowed:
+            return result
+        _give_up_if_late(result, clock.now() - start, timeout, slack)
+        clock.sleep(result.retry_after)
 
 
 async def aacquire(
     limiter: Waiter, key: str, cost: Any = 1, timeout: Optional[float] = None
-) -> Any:
+) -> RateLimitResult:
     """``RateLimiter.aacquire``: ``acquire`` for asyncio, sleeping with ``clock.asleep``."""
-    plan = _waits(limiter, key, timeout)
-    wait = next(plan)
-    try:
-        while True:
-            if wait is None:
-                wait = plan.send(await limiter.acheck(key, cost))
-            else:
-                await limiter.clock.asleep(wait)
-                wait = next(plan)
-    except StopIteration as done:
-        return done.value
-
-
-def _waits(limiter: Waiter, key: str, timeout: Optional[float]) -> _Plan:
-    refuse_waits_with_lockout(limiter)
-    check_timeout(timeout)
-    refuse_rate_key(key)
-    clock = limiter.clock
-    # The give-up test allows the buckets' own slack (``Limit.slack``).
-    slack = min(lim.slack for lim in limiter.limits)
-    start = clock.now()
+    clock, slack, start = _start_wait(limiter, key, timeout)
     while True:
-        result = yield None
-        assert result is not None  # the shells send every check's result
+        result = await limiter.acheck(key, cost)
         if result.allowed:
             return result
         _give_up_if_late(result, clock.now() - start, timeout, slack)
-        yield result.retry_after
+        await clock.asleep(result.retry_after)
+
+
+def _start_wait(limiter: Waiter, key: str, timeout: Optional[float]) -> Tuple[Clock, float, float]:
+    """Check a wait's arguments; ``(clock, slack, start)`` (the buckets' own ``Limit.slack``)."""
+    refuse_waits_with_lockout(limiter)
+    optional_seconds(timeout, "timeout")
+    refuse_rate_key(key)
+    return limiter.clock, min(lim.slack for lim in limiter.limits), limiter.clock.now()
 
 
 def throttle(
@@ -135,7 +117,7 @@ def throttle(
     """``RateLimiter.throttle``: a decorator taking ``cost`` tokens per call (see there)."""
     if wait:
         refuse_waits_with_lockout(limiter)
-    check_timeout(timeout)
+    optional_seconds(timeout, "timeout")
     refuse_slot_shares(limiter.name, limiter.limits, limiter.validate_cost(cost))
     if not (isinstance(key, str) or callable(key)):
         raise TypeError(f"key must be a str or a callable returning one, got {key!r:.100}")
@@ -201,16 +183,6 @@ def refuse_max_wait_with_lockout(limiter: Waiter, where: str) -> None:
         "a limiter with a lockout must refuse at once: drop max_wait there, or wait on "
         "a limiter without a lockout",
     )
-
-
-def check_timeout(timeout: Optional[float]) -> None:
-    """Raise unless ``timeout`` is ``None`` or a number of seconds >= 0."""
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-    if not timeout >= 0:  # also NaN
-        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
 
 
 def _give_up_if_late(
@@ -292,9 +264,7 @@ class Lines:
     def join(self, ident: Ident, ticket: Ticket) -> _Line:
         """Put ``ticket`` at the end of ``ident``'s line and return the line."""
         with self._lock:
-            line = self._lines.get(ident)
-            if line is None:
-                line = self._lines[ident] = _Line()
+            line = self._lines.setdefault(ident, _Line())
             line.tickets.append(ticket)
             return line
 
@@ -451,14 +421,14 @@ class Waits:
             # A thread blocks TIMEOUT_MAX at most (OverflowError beyond); the plan parks again.
             _PARK: lambda seconds: event.wait(min(seconds, threading.TIMEOUT_MAX)),
         }
-        sent = None
-        with contextlib.closing(drive):
+        try:
+            step = next(drive)
             while True:
-                try:
-                    what, seconds = drive.send(sent)
-                except StopIteration as done:
-                    return tries.done(*done.value)
-                sent = act[what](seconds)
+                step = drive.send(act[step[0]](step[1]))
+        except StopIteration as done:
+            return tries.done(*done.value)
+        finally:
+            drive.close()
 
     async def arun(
         self,
@@ -560,34 +530,31 @@ class _Tries:
         self.attempt = attempt
         self.seconds = 0.0
 
-    def _timed(self, start: float, result: RateLimitResult) -> RateLimitResult:
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        """Time a try into ``seconds``; a ``StoreError`` is reported as the decision."""
+        start = time.perf_counter()
+        try:
+            yield
+        except StoreError:
+            report(self.limiter, self.key, self.cost, None, time.perf_counter() - start)
+            raise
         self.seconds = time.perf_counter() - start
-        return result
 
     def once(self) -> RateLimitResult:
         # The class's check: an observer's copy would report every try.
         limiter, attempt = self.limiter, self.attempt
         if limiter.on_decision is None:  # nothing to report: nothing to time
             return attempt() if attempt else type(limiter).check(limiter, self.key, self.cost)
-        start = time.perf_counter()
-        try:
-            result = attempt() if attempt else type(limiter).check(limiter, self.key, self.cost)
-        except StoreError:
-            report(limiter, self.key, self.cost, None, time.perf_counter() - start)
-            raise
-        return self._timed(start, result)
+        with self._timed():
+            return attempt() if attempt else type(limiter).check(limiter, self.key, self.cost)
 
     async def aonce(self) -> RateLimitResult:
-        limiter, start, attempt = self.limiter, time.perf_counter(), self.attempt
-        try:
-            if attempt is not None:
-                result: RateLimitResult = await attempt()
-            else:
-                result = await type(limiter).acheck(limiter, self.key, self.cost)
-        except StoreError:
-            report(limiter, self.key, self.cost, None, time.perf_counter() - start)
-            raise
-        return self._timed(start, result)
+        with self._timed():
+            if self.attempt is None:
+                return await type(self.limiter).acheck(self.limiter, self.key, self.cost)
+            result: RateLimitResult = await self.attempt()
+            return result
 
     def done(self, result: RateLimitResult, waited: float) -> RateLimitResult:
         taken = int(result[0]) if self.attempt is not None else 0  # an attempt takes a slot
