@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 import operator
 import sys
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Tuple, TypeVar
+
+from limiter.core.state import keep_until
 
 F = TypeVar("F", bound="Frozen")
 
@@ -114,9 +116,14 @@ def whole_count(value: object, what: str) -> int:
 class Frozen:
     """A policy whose ``__init__`` sets its attributes once: none changes afterwards.
 
-    Equal, and hashed, by ``identity()`` (its own parameters), within its class;
+    Equal, and hashed, by ``identity()`` (its ``_params``), within its class;
     its class called with them and ``name`` builds it again (``renamed``).
     """
+
+    #: The parameters but ``name``, in the order the class takes them; ``repr``
+    #: shows the first ``_positional`` of them by position, the rest by keyword.
+    _params: ClassVar[Tuple[str, ...]] = ()
+    _positional: ClassVar[int] = 0
 
     # What every policy offers (limits.Policy), set by each __init__.
     name: str
@@ -129,8 +136,12 @@ class Frozen:
     #: False only for a policy that counts the others' denials (a ``Lockout``).
     standalone: ClassVar[bool] = True
 
-    def identity(self) -> tuple[Any, ...]:
-        raise NotImplementedError
+    def identity(self) -> Tuple[Any, ...]:
+        """What makes two policies of this class equal: the values of ``_params``."""
+        return tuple(getattr(self, param) for param in self._params)
+
+    #: When a store may forget ``state`` (seconds): ``limiter.core.state.keep_until``.
+    keep_until = staticmethod(keep_until)
 
     #: The policy's step function, ``(state, now, policy, cost, detail)``:
     #: ``MemoryStore.bind`` calls it directly, a frame fewer than ``step``.
@@ -165,6 +176,12 @@ class Frozen:
         import dataclasses
 
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        params = self._params
+        shown = [repr(getattr(self, param)) for param in params[: self._positional]]
+        shown += [f"{param}={getattr(self, param)!r}" for param in params[self._positional :]]
+        return f"{type(self).__name__}({', '.join(shown)}, name={self.name!r})"
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:

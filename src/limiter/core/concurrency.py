@@ -32,7 +32,7 @@ from limiter.core._values import Frozen, bounded_float, check_name, show
 from limiter.core.costs import Charge, Hold, policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.core.result import RateLimitResult
-from limiter.core.state import State, keep_until, leases_state, read_leases
+from limiter.core.state import State, leases_state, read_leases
 
 _isfinite = math.isfinite
 
@@ -187,6 +187,8 @@ class Concurrency(Frozen):
     """
 
     kind: ClassVar[Literal["concurrency"]] = "concurrency"
+    _params = ("limit", "lease")
+    _positional = 1
 
     limit: int
     lease: float
@@ -202,14 +204,6 @@ class Concurrency(Frozen):
         check_name(name)
         self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
 
-    def identity(self) -> Tuple[Any, ...]:
-        """What makes two concurrency policies equal: ``(limit, lease)``."""
-        return (self.limit, self.lease)
-
-    def keep_until(self, state: State) -> float:
-        """When the last lease of ``state`` expires (seconds): forgotten from then on."""
-        return keep_until(state)
-
     #: As ``FixedWindow.step_function``.
     step_function = staticmethod(slot_step)
 
@@ -221,9 +215,6 @@ class Concurrency(Frozen):
     def label(self) -> str:
         """This policy in a limiter's default name (``"3inflight/60s"``)."""
         return f"{self.limit}inflight/{self.lease:g}s"
-
-    def __repr__(self) -> str:
-        return f"Concurrency({self.limit!r}, lease={self.lease!r}, name={self.name!r})"
 
     def __str__(self) -> str:
         return f"{self.limit} in flight, lease {self.lease:g}s ({self.name})"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal, Optional, Tuple, Union
+from typing import ClassVar, Literal, Optional, Tuple, Union
 
 from limiter.core._values import Frozen, bounded_float, check_name, whole_count
 from limiter.core.costs import policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
-from limiter.core.state import State, keep_until, lockout_state, read_lockout
+from limiter.core.state import State, lockout_state, read_lockout
 
 _new_result = tuple.__new__
 _trunc = math.trunc
@@ -36,6 +36,7 @@ class Lockout(Frozen):
     """
 
     kind: ClassVar[Literal["lockout"]] = "lockout"
+    _params = ("breaches", "within", "duration")
     standalone: ClassVar[Literal[False]] = False
 
     breaches: int
@@ -66,10 +67,6 @@ class Lockout(Frozen):
             max_debt=0.0,
         )
 
-    def identity(self) -> Tuple[Any, ...]:
-        """What makes two lockouts equal: ``(breaches, within, duration)``."""
-        return (self.breaches, self.within, self.duration)
-
     def step(
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
@@ -77,16 +74,6 @@ class Lockout(Frozen):
         policy_cost(cost, self.burst, now)  # the same errors as any policy's, in step's order
         new_state, result, _, _ = lock_status(state, now, self)
         return new_state, (result if detail else result[0])
-
-    def keep_until(self, state: State) -> float:
-        """When the run or the lockout of ``state`` ends (seconds), when it is forgotten."""
-        return keep_until(state)
-
-    def __repr__(self) -> str:
-        return (
-            f"Lockout(breaches={self.breaches!r}, within={self.within!r}, "
-            f"duration={self.duration!r}, name={self.name!r})"
-        )
 
     def __str__(self) -> str:
         return (

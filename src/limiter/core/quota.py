@@ -13,7 +13,7 @@ from limiter.core._values import Frozen, check_name, show, whole_count
 from limiter.core.costs import counted_cost
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
-from limiter.core.state import State, keep_until
+from limiter.core.state import State
 from limiter.core.window import count_step, counting_fields
 
 #: Seconds in each quota period's nominal window, for ``Quota.rate`` and
@@ -51,6 +51,8 @@ class Quota(Frozen):
     """
 
     kind: ClassVar[Literal["quota"]] = "quota"
+    _params = ("count", "per", "tz")
+    _positional = 1
 
     count: int
     per: str
@@ -147,10 +149,6 @@ class Quota(Frozen):
         """This quota named apart as the ``i``-th of a limiter's policies."""
         return self.renamed(f"{self.count}/{self.per}#{i}")
 
-    def identity(self) -> Tuple[Any, ...]:
-        """What makes two quotas equal: ``(count, per, tz)``."""
-        return (self.count, self.per, self.tz)
-
     def step(
         self, state: Optional[State], now: float, cost: float = 1, detail: bool = True
     ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
@@ -158,13 +156,6 @@ class Quota(Frozen):
         value, forced, taken = counted_cost(cost, self.count, now)  # step's errors, in its order
         start, end = self.bounds(now + TIME_EPSILON)
         return count_step(state, now, self, value, forced, taken, start, end, detail)
-
-    def keep_until(self, state: State) -> float:
-        """The end of the window of ``state`` (seconds), when it is forgotten."""
-        return keep_until(state)
-
-    def __repr__(self) -> str:
-        return f"Quota({self.count!r}, per={self.per!r}, tz={self.tz!r}, name={self.name!r})"
 
     def __str__(self) -> str:
         return f"{self.count}/{self.per} ({self.name})"

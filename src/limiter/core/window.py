@@ -47,7 +47,6 @@ from limiter.core.result import RateLimitResult
 from limiter.core.state import (
     State,
     count_state,
-    keep_until,
     read_count,
     read_sliding,
     sliding_state,
@@ -117,10 +116,6 @@ class _Window(Frozen):
         """This window named apart as the ``i``-th of a limiter's policies."""
         return self.renamed(f"{self.count}per{self.period:g}s#{i}")
 
-    def keep_until(self, state: State) -> float:
-        """When ``state`` stops counting anything (seconds): a store may forget it then."""
-        return keep_until(state)
-
 
 def fixed_step(
     state: Optional[State], now: float, policy: FixedWindow, cost: float = 1, detail: bool = True
@@ -156,6 +151,8 @@ class FixedWindow(_Window):
     """
 
     kind: ClassVar[Literal["fixed-window"]] = "fixed-window"
+    _params = ("count", "period", "anchor")
+    _positional = 2
 
     anchor: str
 
@@ -173,10 +170,6 @@ class FixedWindow(_Window):
         """This policy in a limiter's default name (``"10/60s:fixed"``)."""
         suffix = "" if self.anchor == "epoch" else "@first"
         return f"{self.count}/{self.period:g}s:fixed{suffix}"
-
-    def identity(self) -> Tuple[Any, ...]:
-        """What makes two fixed windows equal: ``(count, period, anchor)``."""
-        return (self.count, self.period, self.anchor)
 
     def bounds(self, moment: float) -> Tuple[float, float]:
         """``(start, end)`` of the epoch-aligned window holding ``moment`` (rule 1)."""
@@ -199,12 +192,6 @@ class FixedWindow(_Window):
                     return state, used, start, end
                 return count_state(used, now + period), used, now, now + period  # rule 6
         return state, 0.0, now, now + period
-
-    def __repr__(self) -> str:
-        return (
-            f"FixedWindow({self.count!r}, {self.period!r}, anchor={self.anchor!r}, "
-            f"name={self.name!r})"
-        )
 
     def __str__(self) -> str:
         return f"{self.count} per {self.period:g}s fixed window ({self.name})"
@@ -335,6 +322,8 @@ class SlidingWindow(_Window):
     """
 
     kind: ClassVar[Literal["sliding-window"]] = "sliding-window"
+    _params = ("count", "period")
+    _positional = 2
 
     def __init__(self, count: int, period: float, name: str = "default") -> None:
         self._setup(count, period, name)
@@ -344,15 +333,8 @@ class SlidingWindow(_Window):
         """This policy in a limiter's default name (``"10/60s:sliding"``)."""
         return f"{self.count}/{self.period:g}s:sliding"
 
-    def identity(self) -> Tuple[Any, ...]:
-        """What makes two sliding windows equal: ``(count, period)``."""
-        return (self.count, self.period)
-
     #: As ``FixedWindow.step_function``.
     step_function = staticmethod(sliding_step)
-
-    def __repr__(self) -> str:
-        return f"SlidingWindow({self.count!r}, {self.period!r}, name={self.name!r})"
 
     def __str__(self) -> str:
         return f"{self.count} per {self.period:g}s sliding window ({self.name})"
