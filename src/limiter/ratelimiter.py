@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import time
 from typing import Any, Callable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from limiter import cleanup, waiting
@@ -25,9 +24,7 @@ from limiter.store import AsyncStore, Store, SupportsAllow, is_nonblocking
 _Apply = Callable[[str, Policy, float, Optional[float]], RateLimitResult]
 F = TypeVar("F", bound=Callable[..., Any])
 
-_perf_counter = time.perf_counter
 _ONE = 1  # ``cost is _ONE``: the default cost, CPython's cached small int
-_ALLOWED = Outcome.ALLOWED
 
 #: The storage-key suffix of a limiter's lockout state.  A limit's suffix is
 #: ``|<name>`` and a limit name cannot hold ``"``, so no limit has this one.
@@ -217,7 +214,7 @@ class RateLimiter(Observed):
         ):
             if self._many:
                 return self._check_slow(key, cost)
-            cost = self._named.one(cost)
+            cost = self._named.per_limit(cost)[0]
         fast = self._fast_check
         if fast is not None:
             return fast(key, cost)  # type: ignore[arg-type]
@@ -226,17 +223,12 @@ class RateLimiter(Observed):
             return self._check_slow(key, cost)
         return apply(self.storage_key(key), self._limit, cost, self._now())  # type: ignore[arg-type]
 
-    def _check_slow(self, key: str, cost: CostSpec) -> RateLimitResult:
+    def _check_slow(self, key: str, cost: Any) -> RateLimitResult:
         if self._sync is None:
             raise TypeError(f"{self.store!r} is async only: use acheck/apeek/areset")
         if cost.__class__ is not int and cost.__class__ is not float:
             cost = self._named.for_store(cost)
-        return self._sync.apply_many(
-            self._storage_keys(key),
-            self._applied,
-            cost,  # type: ignore[arg-type]
-            self._now(),
-        )
+        return self._sync.apply_many(self._storage_keys(key), self._applied, cost, self._now())
 
     def allow(self, key: str, cost: CostSpec = 1) -> bool:
         """``check(key, cost).allowed``, on the store's fast path when it has one."""
@@ -247,7 +239,7 @@ class RateLimiter(Observed):
             and isinstance(cost, Mapping)
             and not self._many
         ):
-            cost = self._named.one(cost)  # see check
+            cost = self._named.per_limit(cost)[0]  # see check
         bound = self._fast_allow
         if bound is not None:
             return bound(key, cost)  # type: ignore[arg-type]
@@ -340,24 +332,16 @@ class RateLimiter(Observed):
         store = self._async
         if store is None:
             return RateLimiter.check(self, key, cost)
+        charged: Any = cost
         if cost.__class__ is not int and cost.__class__ is not float:
             if self._many:
-                cost = self._named.for_store(cost)
+                charged = self._named.for_store(cost)
             elif isinstance(cost, Mapping):
-                cost = self._named.one(cost)
+                charged = self._named.per_limit(cost)[0]
         if self._many:
-            return await store.aapply_many(
-                self._storage_keys(key),
-                self._applied,
-                cost,  # type: ignore[arg-type]
-                self._now(),
-            )
-        return await store.aapply(
-            self.storage_key(key),
-            self._limit,
-            cost,  # type: ignore[arg-type]
-            self._now(),
-        )
+            keys = self._storage_keys(key)
+            return await store.aapply_many(keys, self._applied, charged, self._now())
+        return await store.aapply(self.storage_key(key), self._limit, charged, self._now())
 
     async def apeek(self, key: str) -> RateLimitResult:
         """``peek`` for asyncio."""

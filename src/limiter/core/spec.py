@@ -234,10 +234,6 @@ class NamedCosts:
                 raise exc.__class__(f"cost of limit {name!r}: {exc}") from None
         return costs
 
-    def one(self, cost: Mapping[str, float]) -> float:
-        """A mapping given to a one-limit limiter: its one cost."""
-        return self.per_limit(cost)[0]
-
     def for_store(self, cost: Any) -> Any:
         """The cost ``apply_many`` gets for ``cost`` on the several-limits path.
 
