@@ -160,18 +160,10 @@ def _slot_result(
 ) -> RateLimitResult:
     """The result of a concurrency step leaving the ``live`` leases (rule 7)."""
     expiries = live[1::2]
-    held = len(expiries)
+    free = max(policy.limit - len(expiries), 0)
     reset = max(expiries) - now if expiries else 0.0
     return RateLimitResult(
-        allowed,
-        policy.limit,
-        policy.limit - held if held < policy.limit else 0,
-        reset,
-        retry,
-        policy.lease,
-        (),
-        policy.name,
-        "concurrency",
+        allowed, policy.limit, free, reset, retry, policy.lease, (), policy.name, "concurrency"
     )
 
 

@@ -182,16 +182,14 @@ def policy_cost(cost: object, burst: int, now: float) -> float:
 
 def counted_cost(cost: object, count: int, now: float) -> Tuple[float, bool, Optional[float]]:
     """``(value, forced, taken_at)`` of ``cost`` for a counting step (quota, windows):
-    ``policy_cost``'s value, True for a ``Charge``, a ``Refund``'s ``taken_at``.
-    A non-finite ``now`` is a ``ValueError`` for every cost.
+    ``cost_or_inf``'s value, True for a ``Charge``, a ``Refund``'s ``taken_at``.
+    Then a non-finite ``now`` is a ``ValueError`` for every cost.
     """
-    value = policy_cost(cost, count, now)
+    value = cost_or_inf(cost, count)
+    if not _isfinite(now):
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     cls = cost.__class__
-    if cls is Refund or cls is Charge:
-        if not _isfinite(now):
-            raise ValueError(f"now must be a finite number of seconds, got {now!r}")
-        return value, cls is Charge, cost.taken_at if cls is Refund else None  # type: ignore[attr-defined]
-    return value, False, None
+    return value, cls is Charge, cost.taken_at if cls is Refund else None  # type: ignore[attr-defined]
 
 
 def checked_cost(cost: object) -> float:
