@@ -75,18 +75,12 @@ def fan_out(*observers: Optional[Observer]) -> Optional[Observer]:
     """One observer calling each of ``observers`` in order (``None`` left out): ``None``
     when none is left, the one itself when one.  ``TypeError`` for a non-callable.
     """
-    chosen = []
-    for observer in observers:
-        if observer is None:
-            continue
+    calls = tuple(observer for observer in observers if observer is not None)
+    for observer in calls:
         if not callable(observer):
             raise TypeError(f"an observer must be callable or None, got {observer!r}")
-        chosen.append(observer)
-    if not chosen:
-        return None
-    if len(chosen) == 1:
-        return chosen[0]
-    calls = tuple(chosen)
+    if len(calls) <= 1:
+        return calls[0] if calls else None
 
     def each(event: DecisionEvent) -> None:
         for call in calls:

@@ -93,6 +93,16 @@ def _is_policy(value: object) -> bool:
     return isinstance(getattr(type(value), "kind", None), str)
 
 
+def _standalone(policy: Any, where: str = "") -> AnyLimit:
+    """``policy``, unless it is a ``Lockout`` given as a limit (``where`` says which)."""
+    if not policy.standalone:
+        raise TypeError(
+            f"{where}a Lockout is no limit: pass it as RateLimiter(..., lockout={policy!r})"
+        )
+    limit: AnyLimit = policy
+    return limit
+
+
 def _parse_many(text: str, reader: Any) -> Tuple[AnyLimit, ...]:
     return reader.parse_many(text)  # type: ignore[no-any-return]
 
@@ -144,11 +154,7 @@ def _limits_from(rate: RateSpec, burst: Optional[int], reader: Any) -> Tuple[Any
         limits: List[AnyLimit] = []
         for item in rate:
             if _is_policy(item):
-                if not item.standalone:
-                    raise TypeError(
-                        f"a Lockout is no limit: pass it as RateLimiter(..., lockout={item!r})"
-                    )
-                limits.append(item)
+                limits.append(_standalone(item))
             elif isinstance(item, str):
                 limits.extend(_parse_many(item, reader))
             else:
@@ -157,22 +163,16 @@ def _limits_from(rate: RateSpec, burst: Optional[int], reader: Any) -> Tuple[Any
                 )
         return tuple(limits)
     if _is_policy(rate):
-        if not rate.standalone:  # type: ignore[union-attr]
-            raise TypeError(f"a Lockout is no limit: pass it as RateLimiter(..., lockout={rate!r})")
-        return (Limit.coerce(rate, burst),)  # type: ignore[arg-type]
+        return (Limit.coerce(_standalone(rate), burst),)
     return (_from_number(rate, burst, reader),)
 
 
 def _named_limit(key: object, spec: object, reader: Any) -> AnyLimit:
     """The limit ``key: spec`` of a mapping given to ``RateLimiter``, named ``key``."""
     name = check_name(key)  # Limit's own rule (names go into headers and storage keys)
-    if _is_policy(spec) and not spec.standalone:  # type: ignore[attr-defined]
-        raise TypeError(
-            f"limit {name!r}: a Lockout is no limit: pass it as RateLimiter(..., lockout={spec!r})"
-        )
     try:
         if _is_policy(spec):
-            return spec.renamed(name)  # type: ignore[attr-defined,no-any-return]
+            return _standalone(spec, f"limit {name!r}: ").renamed(name)
         if isinstance(spec, str):
             parsed = _parse_many(spec, reader)
             if len(parsed) > 1:

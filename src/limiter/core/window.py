@@ -93,8 +93,6 @@ class _Window(Frozen):
     def _setup(self, count: int, period: object, name: str, **extra: object) -> None:
         whole_count(count, "window count")
         seconds = _period(period)
-        if not isinstance(name, str):
-            raise TypeError(f"limit name must be a str, got {show(name)}")
         check_name(name)
         fields = counting_fields(count, seconds)
         self._freeze(name, count, seconds, period=seconds, window=seconds, **fields, **extra)
