@@ -158,10 +158,8 @@ class Frozen:
         return policy
 
     def _freeze(self, name: str, count: int, seconds: float, /, **fields: Any) -> None:
-        """Set the fields once, from ``__init__`` (``__setattr__`` refuses afterwards).
-
-        ``name``, and ``count`` units per ``seconds`` as ``burst``, ``rate``
-        and ``interval``; then ``fields``.
+        """Set ``name``, ``count`` per ``seconds`` (``burst``, ``rate``, ``interval``) and
+        ``fields`` once, from ``__init__`` (``__setattr__`` refuses afterwards).
         """
         fields.update(name=name, burst=count, rate=count / seconds, interval=seconds / count)
         for attr, value in fields.items():

@@ -154,9 +154,8 @@ class Limit:
             for part in split_rates(text)
         )
 
-    def keep_until(self, state: State) -> float:
-        """When the bucket of ``state`` is full again (seconds): ``updated_at + debt``."""
-        return keep_until(state)
+    #: When the bucket of ``state`` is full again (seconds): ``updated_at + debt``.
+    keep_until = staticmethod(keep_until)
 
     @property
     def label(self) -> str:

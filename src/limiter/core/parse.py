@@ -56,18 +56,11 @@ def parse_period(text: str) -> Tuple[int, float]:
 
 
 def parse_rate(text: str, burst: Optional[int] = None) -> Tuple[float, int]:
-    """Parse ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``.
+    """``(rate, N)`` of ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``.
 
-    ``N`` and ``M`` are whole numbers >= 1.  Units, in any case, and no
-    other spelling: ``ms``, ``msec``, ``msecs``, ``millisecond``,
-    ``milliseconds``; ``s``, ``sec``, ``secs``, ``second``, ``seconds``;
-    ``m``, ``min``, ``mins``, ``minute``, ``minutes``; ``h``, ``hr``,
-    ``hrs``, ``hour``, ``hours``; ``d``, ``day``, ``days``.
-    ``"100/minute"`` is a rate of 100/60 tokens per second with a burst of
-    100 unless ``burst`` is given; ``"10 per 5 minutes"`` is 10/300 per
-    second.  Returns ``(rate, count)``: tokens per second and ``N``.  A text
-    that does not parse is a ``ValueError``, a ``text`` that is not a ``str``
-    a ``TypeError``; ``burst`` is checked (its error first, before the text's).
+    ``N``, ``M``: whole numbers >= 1; units: ``_UNITS``' spellings, any case.
+    ``"10 per 5 minutes"`` is 10/300 tokens per second.  A text that does not
+    parse is a ``ValueError``, a non-``str`` a ``TypeError``; ``burst`` is checked first.
     """
     if not isinstance(text, str):
         raise TypeError(f"rate must be a str like '10/second', got {show(text)}")
