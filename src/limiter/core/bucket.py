@@ -200,7 +200,15 @@ def _settle(
         return new_state, True
     burst = limit.burst  # remaining: the whole tokens left, from 0 to burst (as step's)
     left = min(max(_trunc(tokens_left(after, limit)), 0), burst)
-    return new_state, RateLimitResult(True, burst, left, after, 0.0, limit.window, (), limit.name)
+    return new_state, RateLimitResult(
+        allowed=True,
+        limit=burst,
+        remaining=left,
+        reset_after=after,
+        retry_after=0.0,
+        window=limit.window,
+        policy=limit.name,
+    )
 
 
 def tokens_left(debt: float, limit: Policy) -> float:
