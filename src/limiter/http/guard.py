@@ -202,22 +202,15 @@ class Guard(Settings):
         "is_async",
         "limiter",
         "nonblocking",
-        "options",
     )
 
     def __init__(
-        self,
-        limiter: LimiterSpec,
-        options: Optional[Options] = None,
-        *,
-        encoded: bool = False,
-        **keywords: Any,
+        self, limiter: LimiterSpec, options: Optional[Options] = None, **keywords: Any
     ) -> None:
         if options is None:
-            options = Options(keywords, owner="Guard", encoded=encoded, limiter=limiter)
-        elif keywords or encoded or not isinstance(options, Options):
+            options = Options(keywords, owner="Guard", limiter=limiter)
+        elif keywords or not isinstance(options, Options):
             raise TypeError(f"Guard takes an Options or keyword options, got {options!r:.100}")
-        self.options = options
         for name in COPIED:
             setattr(self, name, getattr(options, name))
         self.limiter = _checked_limiter(limiter, options)
@@ -228,10 +221,7 @@ class Guard(Settings):
         self._shadow_counts: Dict[str, Tuple[int, float]] = {}
         self._shadow_lock = threading.Lock()
         self._next_log = -math.inf
-        self._precompute()
-
-    def _precompute(self) -> None:
-        """What the decision reads per request besides the options."""
+        # What the decision reads per request besides the options:
         limiters = self.limiters()
         #: True when async code may call ``decide`` (never with limiter functions, nor
         #: max_wait: waiting must not block the event loop).

@@ -376,8 +376,19 @@ class Options(Settings):
         units = validate_units(get("quota_units"))
         if limiter is not None:
             _check_unit_names(units, limiters)
-        self._builders(units, encoded)
-        self._cost(get("cost", 1), [] if limiter is None else [limiter])
+        raw: Any = build_raw_headers
+        text: Any = build_headers
+        if units:  # bound once; without units the builders are called bare (hot path)
+            raw = functools.partial(build_raw_headers, units=units)
+            text = functools.partial(build_headers, units=units)
+        self.build = raw if encoded else text
+        self.build_text = text
+        cost = get("cost", 1)
+        self.cost_func = cost if callable(cost) else None
+        # The limiters charged this cost: the adapter's and the rules' without their own.
+        takers = [] if limiter is None else [limiter]
+        takers += [rule.limiter for rule in self.rules if rule.cost is None]
+        self.cost = 1 if callable(cost) else checked_cost(cost, takers)
         self.waits = _waits(get("max_wait"), get("max_queue"), limiters, owner)
         funcs: List[object] = [self.key_func, self.exempt, self.cost_func]
         for rule in self.rules:
@@ -387,21 +398,6 @@ class Options(Settings):
         self.sync = sync
         if sync is not None:
             refuse_async(sync, [lim for lim in own if isinstance(lim, RateLimiter)], self.is_async)
-
-    def _builders(self, units: Dict[str, str], encoded: bool) -> None:
-        raw: Any = build_raw_headers
-        text: Any = build_headers
-        if units:  # bound once; without units the builders are called bare (hot path)
-            raw = functools.partial(build_raw_headers, units=units)
-            text = functools.partial(build_headers, units=units)
-        self.build = raw if encoded else text
-        self.build_text = text
-
-    def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
-        self.cost_func = cost if callable(cost) else None
-        # The limiters charged this cost: the adapter's and the rules' without their own.
-        takers = [*limiters, *(rule.limiter for rule in self.rules if rule.cost is None)]
-        self.cost = 1 if callable(cost) else checked_cost(cost, takers)
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
