@@ -146,20 +146,17 @@ class ClientIP:
         if header is not None and (not isinstance(header, str) or header.lower() not in _HEADERS):
             error = ValueError if isinstance(header, str) else TypeError
             raise error(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
-        entries = _entries(trusted_proxies, "trusted_proxies")
-        nets = tuple(_network(entry) for entry in entries if entry != "unix")
-        trust_unix = "unix" in entries
-        if header is None and (nets or trust_unix):
+        self.trusted_proxies = _entries(trusted_proxies, "trusted_proxies")
+        self._nets = tuple(_network(entry) for entry in self.trusted_proxies if entry != "unix")
+        self._trust_unix = "unix" in self.trusted_proxies
+        if header is None and (self._nets or self._trust_unix):
             raise ValueError(
                 "header must be set when trusted_proxies is: pass header='x-forwarded-for' or "
                 "header='forwarded' (proxy_header= on the adapters), the one your proxy sets; "
                 "a client behind the proxy can add the other header itself, got header=None"
             )
-        self.trusted_proxies: Tuple[str, ...] = entries
         self.ipv6_prefix = ipv6_prefix
         self.header: Optional[str] = None if header is None else header.lower()
-        self._nets = nets
-        self._trust_unix = trust_unix
         self._classify: Callable[[str], Tuple[Optional[str], bool]] = functools.lru_cache(
             maxsize=_CACHE_SIZE
         )(self._classify_uncached)
