@@ -138,7 +138,7 @@ class RateLimitMiddleware:
         #: The limits on inbound WebSocket messages (``None``: none).
         self.messages = messages if messages.limiters else None
         self._decide = self.guard.decider()
-        self._adecide = self.guard.adecider()
+        # Disabled: _decide limits nothing, and adecide is never called.
         self._nonblocking = self.guard.nonblocking or not self.guard.enabled
         # Only when the store never waits: its decision is not awaited.
         self._decide_peer = self.guard.peer_decider() if self.guard.nonblocking else None
@@ -161,7 +161,7 @@ class RateLimitMiddleware:
             # Called, not awaited (CONTRIBUTING.md, "Hot paths").
             outcome = self._decide(request_info(scope))
         else:
-            outcome = await self._adecide(request_info(scope))
+            outcome = await self.guard.adecide(request_info(scope))
         if isinstance(outcome, list):
             if not outcome:
                 await self.app(scope, receive, send)

@@ -11,7 +11,6 @@ import threading
 import time
 from typing import (
     Any,
-    Awaitable,
     Callable,
     Dict,
     List,
@@ -275,16 +274,6 @@ class Guard(Settings):
     def decider(self) -> Callable[[RequestInfo], Verdict]:
         """``decide``, or a function that limits nothing when the guard is disabled."""
         return self.decide if self.enabled else _no_decision
-
-    def adecider(self) -> Callable[[RequestInfo], Awaitable[Verdict]]:
-        """``adecide``, or a coroutine function that limits nothing when disabled."""
-        if self.enabled:
-            return self.adecide
-
-        async def no_decision(request: RequestInfo) -> Verdict:
-            return _NO_HEADERS
-
-        return no_decision
 
     def peer_decider(self) -> Optional[PeerDecider]:
         """``decide_peer`` when the decision needs only the client address, else ``None``."""

@@ -212,13 +212,10 @@ class ClientIP:
         if self.header is None:
             return peer_key
         lines = ",".join(get_all(self.header)).split(",")
+        entries: Sequence[Optional[str]] = lines
         if self.header == "forwarded":
-            return self._walk([_forwarded_for(e) if e.strip() else "" for e in lines], peer_key)
-        return self._walk(lines, peer_key)
-
-    def _walk(self, entries: Sequence[Optional[str]], peer_key: str) -> str:
+            entries = [_forwarded_for(e) if e.strip() else "" for e in lines]
         leftmost: Optional[str] = None
-        classify = self._classify
         for entry in reversed(entries):
             if entry is None:  # a Forwarded element without a for= address
                 return peer_key
@@ -227,7 +224,7 @@ class ClientIP:
                 continue
             if len(entry) > _MAX_ENTRY:
                 return peer_key
-            key, trusted = classify(entry)
+            key, trusted = self._classify(entry)
             if key is None:
                 return peer_key
             if not trusted:
