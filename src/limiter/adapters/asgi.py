@@ -77,21 +77,15 @@ class _ScopeHeaders(HeaderView):
         return [bytes(v).decode("latin-1") for k, v in self._raw if bytes(k).lower() == lname]
 
 
-def _peer(scope: Scope) -> Optional[str]:
-    client = scope.get("client")
-    if not client:
-        return None
-    host = client[0]
-    return host if isinstance(host, str) and host else None
-
-
 def request_info(scope: Scope) -> RequestInfo:
     """The ``RequestInfo`` of an ``http`` or ``websocket`` scope (never mutated)."""
+    client = scope.get("client")
+    peer = client[0] if client else None
     return RequestInfo(
         scope.get("method", "GET"),
         scope.get("path", "/"),
         _ScopeHeaders(scope.get("headers") or ()),
-        _peer(scope),
+        peer if isinstance(peer, str) and peer else None,
         scope,
     )
 
@@ -134,8 +128,6 @@ class RateLimitMiddleware:
         self.guard = Guard(
             limiter, Options(given, owner="RateLimitMiddleware", encoded=True, limiter=limiter)
         )
-        #: The limits on inbound WebSocket messages (``None``: none).
-        self.messages: Optional[MessageLimits] = None
         handshake = limiter if isinstance(limiter, RateLimiter) else None
         messages = MessageLimits(
             ws,
@@ -143,10 +135,10 @@ class RateLimitMiddleware:
             clock=None if handshake is None else handshake.clock,
             shadow=self.guard.mode == "shadow",
         )
-        if messages.limiters:
-            self.messages = messages
+        #: The limits on inbound WebSocket messages (``None``: none).
+        self.messages = messages if messages.limiters else None
         self._decide = self.guard.decider()
-        self._adecide = self.guard.adecider()
+        # Disabled: _decide limits nothing, and adecide is never called.
         self._nonblocking = self.guard.nonblocking or not self.guard.enabled
         # Only when the store never waits: its decision is not awaited.
         self._decide_peer = self.guard.peer_decider() if self.guard.nonblocking else None
@@ -169,7 +161,7 @@ class RateLimitMiddleware:
             # Called, not awaited (CONTRIBUTING.md, "Hot paths").
             outcome = self._decide(request_info(scope))
         else:
-            outcome = await self._adecide(request_info(scope))
+            outcome = await self.guard.adecide(request_info(scope))
         if isinstance(outcome, list):
             if not outcome:
                 await self.app(scope, receive, send)
@@ -198,21 +190,20 @@ class RateLimitMiddleware:
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = request_info(scope)
-        messages = self.messages
-        key: Optional[str] = None
-        if messages is None:
-            outcome = await self._adecide(request)  # once per connection: no shortcut
-        else:
-            outcome, key = await self._handshake(request)
+        guard = self.guard
+        # Once per connection: no shortcut.  None: exempt, allow-listed or limiting off.
+        chosen = await guard.aselect(request) if guard.enabled else None
+        outcome: Verdict = [] if chosen is None else await guard.acharge(request, chosen)
         if isinstance(outcome, Deferred):
             # A handshake has no status: accept is success, a close before it (403) failure.
             send = _settling(send, outcome)
         if isinstance(outcome, (list, Deferred)):  # admitted
+            messages = self.messages
             try:
-                if messages is None or key is None:
+                if messages is None or chosen is None:  # its messages are not limited
                     await self.app(scope, receive, send)
                 else:
-                    await limit_messages(self.app, scope, receive, send, messages, self.guard, key)
+                    await limit_messages(self.app, scope, receive, send, messages, guard, chosen[1])
             finally:
                 if outcome.__class__ is Held:  # held for the life of the connection
                     await outcome.arelease()
@@ -224,25 +215,11 @@ class RateLimitMiddleware:
             return  # the client went away already
         extensions: Dict[str, Any] = scope.get("extensions") or {}
         if "websocket.http.response" in extensions:
-            await send(
-                {
-                    "type": "websocket.http.response.start",
-                    "status": status,
-                    "headers": _encode(headers),
-                }
-            )
+            raw = _encode(headers)
+            await send({"type": "websocket.http.response.start", "status": status, "headers": raw})
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": WEBSOCKET_CLOSE_CODE})
-
-    async def _handshake(self, request: RequestInfo) -> Tuple[Verdict, Optional[str]]:
-        """``adecide``'s outcome for a handshake, and its key for the message limits
-        (``None``: exempt, allow-listed or limiting off: its messages are not limited)."""
-        guard = self.guard
-        chosen = await guard.aselect(request) if guard.enabled else None
-        if chosen is None:
-            return [], None
-        return await guard.acharge(request, chosen), chosen[1]
 
 
 async def holding(app: ASGIApp, scope: Scope, receive: Receive, send: Send, held: Held) -> None:

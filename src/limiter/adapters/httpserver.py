@@ -139,10 +139,8 @@ def _limited_subclass(cls: H, guard: Guard) -> H:
                 _add_headers(self, pending)
             super().end_headers()
 
-    Limited.__name__ = cls.__name__
-    Limited.__qualname__ = cls.__qualname__
-    Limited.__module__ = cls.__module__
-    Limited.__doc__ = cls.__doc__
+    for name in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(Limited, name, getattr(cls, name))
     Limited.limiter_guard = guard
     return Limited  # type: ignore[return-value]
 

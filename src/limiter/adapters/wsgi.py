@@ -49,20 +49,16 @@ class EnvironHeaders(HeaderView):
         return [] if value is None else [value]
 
 
-def _path(environ: Environ) -> str:
+def request_info(environ: Environ) -> RequestInfo:
+    """The ``RequestInfo`` of a WSGI environ (``peer`` is ``REMOTE_ADDR`` or ``None``)."""
     path: str = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
     if not path.isascii():
         # PEP 3333 hands over the raw bytes decoded as latin-1; re-decode as UTF-8.
         with contextlib.suppress(UnicodeEncodeError):
             path = path.encode("latin-1").decode("utf-8", "replace")
-    return path
-
-
-def request_info(environ: Environ) -> RequestInfo:
-    """The ``RequestInfo`` of a WSGI environ (``peer`` is ``REMOTE_ADDR`` or ``None``)."""
     return RequestInfo(
         environ.get("REQUEST_METHOD", "GET"),
-        _path(environ),
+        path,
         EnvironHeaders(environ),
         environ.get("REMOTE_ADDR") or None,
         environ,

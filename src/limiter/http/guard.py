@@ -11,7 +11,6 @@ import threading
 import time
 from typing import (
     Any,
-    Awaitable,
     Callable,
     Dict,
     List,
@@ -24,10 +23,10 @@ from typing import (
 from limiter.clock import SystemClock
 from limiter.core.result import RateLimitResult
 from limiter.core.spec import CostSpec
-from limiter.http.keys import AllowList, ClientIP
 from limiter.http.options import (
     COPIED,
     Options,
+    Settings,
     awaited,
     bad_key,
     cost_of,
@@ -36,11 +35,10 @@ from limiter.http.options import (
     refuse_async,
 )
 from limiter.http.request import KeyFunc, RequestInfo
-from limiter.http.responses import UNAVAILABLE, HeaderList, OnLimited, Response
+from limiter.http.responses import UNAVAILABLE, HeaderList, Response
 from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
-    Rule,
     check_distinct_names,
     checked_cost,
     is_async_callable,
@@ -49,10 +47,9 @@ from limiter.http.rules import (
 from limiter.ratelimiter import RateLimiter
 from limiter.slots import Slot
 from limiter.store import StoreError
-from limiter.waiting import Waits, refuse_max_wait_with_lockout
+from limiter.waiting import refuse_max_wait_with_lockout
 
-# GuardOptions, HeaderList, Response and the request view stay importable from
-# here (integrations/fastapi.py and django.py import them; tests/project/test_layers.py).
+# RequestInfo stays importable from here (tests/project/test_layers.py).
 #: Seconds between two log records of store failures, so an outage cannot flood the log.
 ERROR_LOG_INTERVAL = 60.0
 #: Seconds between two log records of one limiter's would-be denials in shadow mode.
@@ -82,32 +79,22 @@ class Deferred:
     __slots__ = ("at", "cost", "deduct_when", "guard", "key", "limiter", "result", "settled")
 
     def __init__(
-        self,
-        guard: Guard,
-        limiter: RateLimiter,
-        key: str,
-        cost: CostSpec,
-        deduct_when: DeductWhen,
-        result: RateLimitResult,
-        at: Optional[float] = None,
+        self, guard: Guard, chosen: Selection, result: RateLimitResult, at: Optional[float]
     ) -> None:
         self.guard = guard
-        self.limiter = limiter
-        self.key = key
-        self.cost = cost
-        self.deduct_when = deduct_when
+        self.limiter, self.key, self.cost, deduct_when = chosen
+        # None (a Held's): every status is charged.
+        self.deduct_when = _kept_always if deduct_when is None else deduct_when
         self.result = result
         # Read before the check: the refund goes only to the window that took it.
-        self.at = limiter.clock.now() if at is None else at
+        self.at = self.limiter.clock.now() if at is None else at
         self.settled: Optional[HeaderList] = None
 
     def _kept(self, status: int) -> Optional[HeaderList]:
-        # The headers when nothing is to be refunded, else None.
-        if self.settled is not None:
-            return self.settled
-        if flag_of(self.deduct_when(status), "deduct_when"):
-            return self._done(self.guard.build(self.result, self.at, self.guard.header_style))
-        return None
+        # The headers when nothing is to be refunded (or it was settled), else None.
+        if self.settled is None and flag_of(self.deduct_when(status), "deduct_when"):
+            self.settled = self.guard.build(self.result, self.at, self.guard.header_style)
+        return self.settled
 
     def _done(self, headers: HeaderList) -> HeaderList:
         self.settled = headers
@@ -161,9 +148,7 @@ class Held(Deferred):
         at: Optional[float],
         slot: Slot,
     ) -> None:
-        limiter, key, cost, deduct_when = chosen
-        kept = _kept_always if deduct_when is None else deduct_when
-        super().__init__(guard, limiter, key, cost, kept, result, at)
+        super().__init__(guard, chosen, result, at)
         self.slot: Optional[Slot] = slot
 
     def _taken(self) -> Optional[Slot]:
@@ -196,7 +181,7 @@ Verdict = Union[HeaderList, Response, Deferred]
 PeerDecider = Callable[[Optional[str], Any, Callable[[Any], RequestInfo]], Verdict]
 
 
-class Guard:
+class Guard(Settings):
     """The decision every adapter delegates to, built once: ``Guard(limiter, options)``.
 
     ``decide(request)`` returns a ``Verdict``.  Only ``StoreError`` goes to
@@ -216,40 +201,15 @@ class Guard:
         "is_async",
         "limiter",
         "nonblocking",
-        "options",
     )
 
-    allow_list: Optional[AllowList]
-    build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
-    build_text: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
-    client_ip: ClientIP
-    cost: CostSpec
-    cost_func: Optional[Callable[[RequestInfo], Any]]
-    deduct_when: Optional[DeductWhen]
-    enabled: bool
-    exempt: Optional[Callable[[RequestInfo], Any]]
-    header_style: Optional[str]
-    key_func: Optional[KeyFunc]
-    mode: str
-    on_error: str
-    on_limited: OnLimited
-    rule_limiters: Tuple[LimiterSpec, ...]
-    rules: Tuple[Rule, ...]
-    waits: Optional[Waits]
-
     def __init__(
-        self,
-        limiter: LimiterSpec,
-        options: Optional[Options] = None,
-        *,
-        encoded: bool = False,
-        **keywords: Any,
+        self, limiter: LimiterSpec, options: Optional[Options] = None, **keywords: Any
     ) -> None:
         if options is None:
-            options = Options(keywords, owner="Guard", encoded=encoded, limiter=limiter)
-        elif keywords or encoded or not isinstance(options, Options):
+            options = Options(keywords, owner="Guard", limiter=limiter)
+        elif keywords or not isinstance(options, Options):
             raise TypeError(f"Guard takes an Options or keyword options, got {options!r:.100}")
-        self.options = options
         for name in COPIED:
             setattr(self, name, getattr(options, name))
         self.limiter = _checked_limiter(limiter, options)
@@ -260,13 +220,10 @@ class Guard:
         self._shadow_counts: Dict[str, Tuple[int, float]] = {}
         self._shadow_lock = threading.Lock()
         self._next_log = -math.inf
-        self._precompute()
-
-    def _precompute(self) -> None:
-        """What the decision reads per request besides the options."""
-        #: True when async code may call ``decide`` (never with limiter functions).
+        # What the decision reads per request besides the options:
         limiters = self.limiters()
-        # Waiting (max_wait) must not block the event loop: adecide, never decide.
+        #: True when async code may call ``decide`` (never with limiter functions, nor
+        #: max_wait: waiting must not block the event loop).
         self.nonblocking: bool = (
             not self.is_async
             and self.waits is None
@@ -281,28 +238,25 @@ class Guard:
             self.cost,
             self.deduct_when,
         )
-        # The limiter when the decision needs the client address alone (decide_peer).
-        o = self.options
-        plain = self.limiter
-        alone = o.key_func is None and o.exempt is None and o.allow_list is None
-        simple = not o.rules and o.cost_func is None and o.deduct_when is None
-        simple = simple and o.waits is None
-        self._plain: Optional[RateLimiter] = (
-            plain
-            if isinstance(plain, RateLimiter)
-            and o.enabled
-            and alone
-            and simple
-            and not plain.holds_slots
-            else None
-        )
-        # time.time for the system clock: one call less than its now().
-        clock = None if self._plain is None else self._plain.clock
-        self._now: Callable[[], float] = (
-            time.time if clock is None or type(clock) is SystemClock else clock.now
-        )
         # ClientIP clears this dict, never replaces it.
         self._peer_keys: Dict[str, str] = self.client_ip.peer_keys
+        # The limiter when the decision needs the client address alone (decide_peer).
+        self._plain: Optional[RateLimiter] = None
+        # time.time for the system clock: one call less than its now().
+        self._now: Callable[[], float] = time.time
+        plain = self.limiter
+        extras = (self.key_func, self.exempt, self.allow_list, self.cost_func, self.deduct_when)
+        if (
+            isinstance(plain, RateLimiter)
+            and not plain.holds_slots
+            and self.enabled
+            and not self.rules
+            and self.waits is None
+            and all(extra is None for extra in extras)
+        ):
+            self._plain = plain
+            if type(plain.clock) is not SystemClock:
+                self._now = plain.clock.now
 
     def limiters(self) -> List[RateLimiter]:
         """The limiters known up front: the default one, then the rules' (not functions')."""
@@ -320,16 +274,6 @@ class Guard:
     def decider(self) -> Callable[[RequestInfo], Verdict]:
         """``decide``, or a function that limits nothing when the guard is disabled."""
         return self.decide if self.enabled else _no_decision
-
-    def adecider(self) -> Callable[[RequestInfo], Awaitable[Verdict]]:
-        """``adecide``, or a coroutine function that limits nothing when disabled."""
-        if self.enabled:
-            return self.adecide
-
-        async def no_decision(request: RequestInfo) -> Verdict:
-            return _NO_HEADERS
-
-        return no_decision
 
     def peer_decider(self) -> Optional[PeerDecider]:
         """``decide_peer`` when the decision needs only the client address, else ``None``."""
@@ -499,12 +443,12 @@ class Guard:
         slot: Optional[Slot] = None,
     ) -> Verdict:
         """The ``Verdict`` for ``result``; ``at``: the time before the check, ``slot``: its slot."""
-        limiter, key, cost, deduct_when = chosen
+        limiter = chosen[0]
         if result.allowed:
             if slot is not None and slot.held:
                 return Held(self, chosen, result, at, slot)
-            if deduct_when is not None:
-                return Deferred(self, limiter, key, cost, deduct_when, result, at)
+            if chosen[3] is not None:  # deduct_when
+                return Deferred(self, chosen, result, at)
             return self.build(result, limiter.clock.now(), self.header_style)
         if limiter.shadow:
             return self.shadow_denied(result, limiter)
@@ -539,17 +483,15 @@ class Guard:
         # The limiter's clock, so a ManualClock gives exact header values in tests.
         return self.build(result, limiter.clock.now(), self.header_style)
 
-    def failed(self, limiter: Optional[RateLimiter] = None) -> Verdict:
+    def failed(self, limiter: RateLimiter) -> Verdict:
         """Apply ``on_error`` to the ``StoreError`` being handled; call it in ``except``."""
         now = time.monotonic()
         if now >= self._next_log:
             self._next_log = now + ERROR_LOG_INTERVAL
             action = "allowing" if self.on_error == "allow" else "denying (503)"
-            if limiter is None:
-                limiter = self.limiter if isinstance(self.limiter, RateLimiter) else None
             _log.warning(
                 "rate limiter %r failed; %s requests (logged once per %gs)",
-                getattr(limiter, "name", "?"),
+                limiter.name,
                 action,
                 ERROR_LOG_INTERVAL,
                 exc_info=True,

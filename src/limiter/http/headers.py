@@ -109,29 +109,24 @@ def _policy(
     except (KeyError, TypeError):  # TypeError: an unhashable name, refused just below
         pass
     quoted = _quoted_name(name, param)
-    item = _policy_item(quoted, limit, window, unit)
+    qu = "" if unit is None or unit == "requests" else f';qu="{unit}"'
+    if window is None:  # a Concurrency policy's slots: the draft's w is optional
+        item = f"{quoted};q={min(max(limit, 0), SF_INT_MAX)}{qu}"
+    else:
+        quota, seconds = limit, 1
+        if window >= 1.0:
+            seconds = _up(window)
+        elif window > 0.0:
+            # "w" must be a non-zero integer (docs/headers.md). The nudge keeps
+            # 1 / (1 / 93) = 92.99999999999999 from losing a token.
+            per_second = limit / window * (1.0 + 1e-12)
+            quota = math.floor(per_second) if per_second < SF_INT_MAX else SF_INT_MAX
+        # else: no result from a Limit has such a window (or NaN); never divide by it
+        item = f"{quoted};q={min(max(quota, 0), SF_INT_MAX)}{qu};w={min(seconds, SF_INT_MAX)}"
     if len(_POLICIES) >= _POLICIES_MAX:
         _POLICIES.clear()
     _POLICIES[key] = (item, quoted)
     return item, quoted
-
-
-def _policy_item(quoted: str, limit: int, window: Optional[float], unit: Optional[str]) -> str:
-    """``_policy``'s item: ``q``, ``qu`` and ``w`` in the draft's order."""
-    qu = "" if unit is None or unit == "requests" else f';qu="{unit}"'
-    if window is None:  # a Concurrency policy's slots: the draft's w is optional
-        return f"{quoted};q={min(max(limit, 0), SF_INT_MAX)}{qu}"
-    if window >= 1.0:
-        quota, seconds = limit, _up(window)
-    elif window > 0.0:
-        # "w" must be a non-zero integer (docs/headers.md). The nudge keeps
-        # 1 / (1 / 93) = 92.99999999999999 from losing a token.
-        per_second = limit / window * (1.0 + 1e-12)
-        quota = math.floor(per_second) if per_second < SF_INT_MAX else SF_INT_MAX
-        seconds = 1
-    else:  # no result from a Limit has such a window (or NaN); never divide by it
-        quota, seconds = limit, 1
-    return f"{quoted};q={min(max(quota, 0), SF_INT_MAX)}{qu};w={min(seconds, SF_INT_MAX)}"
 
 
 def _until_more(result: RateLimitResult) -> int:

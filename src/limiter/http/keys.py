@@ -46,12 +46,12 @@ def parse_address(text: str) -> Optional[_Address]:
     if text[:1] == "[":
         end = text.find("]")  # -1 without "]": then rest is all of text, rejected below
         rest = text[end + 1 :]
-        if rest and not (rest[0] == ":" and _is_port(rest[1:])):
+        if rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:])):
             return None
         text = text[1:end]
     elif text.count(":") == 1:
         text, _, port = text.partition(":")
-        if not _is_port(port):
+        if not _PORT.fullmatch(port):
             return None
     if ":" in text:  # IPv6: drop a zone id
         text = text.partition("%")[0]
@@ -64,10 +64,6 @@ def parse_address(text: str) -> Optional[_Address]:
     return address
 
 
-def _is_port(text: str) -> bool:
-    return _PORT.fullmatch(text) is not None
-
-
 def _forwarded_for(element: str) -> Optional[str]:
     """The ``for=`` value of one ``Forwarded`` element; ``None`` (invalid) if absent or empty."""
     for pair in element.split(";"):
@@ -77,27 +73,21 @@ def _forwarded_for(element: str) -> Optional[str]:
     return None
 
 
-def _proxy_entries(trusted_proxies: Union[str, Iterable[str]]) -> Tuple[str, ...]:
-    """``trusted_proxies`` as a tuple of str; raises ``TypeError`` for anything else."""
-    if isinstance(trusted_proxies, str):
-        return (trusted_proxies,)
-    if isinstance(trusted_proxies, (bytes, bytearray)) or not isinstance(
-        trusted_proxies, _IterableABC
-    ):
-        raise TypeError(
-            f"trusted_proxies must be a str or an iterable of str, got {trusted_proxies!r}"
-        )
-    entries = tuple(trusted_proxies)
+def _entries(given: Union[str, Iterable[str]], option: str) -> Tuple[str, ...]:
+    """``given`` (one str or an iterable of them) as a tuple; ``TypeError`` naming ``option``."""
+    if isinstance(given, str):
+        return (given,)
+    if isinstance(given, (bytes, bytearray)) or not isinstance(given, _IterableABC):
+        raise TypeError(f"{option} must be a str or an iterable of str, got {given!r}")
+    entries = tuple(given)
     for entry in entries:
         if not isinstance(entry, str):
-            raise TypeError(f"trusted_proxies entries must be str, got {entry!r}")
+            raise TypeError(f"{option} entries must be str, got {entry!r}")
     return entries
 
 
 def _network(entry: str, option: str = "trusted_proxies") -> _Network:
     """One ``option`` entry as a network; IPv4-mapped IPv6 becomes IPv4."""
-    if not isinstance(entry, str):
-        raise TypeError(f"{option} entries must be str, got {entry!r}")
     text = entry.strip()
     try:
         network = ipaddress.ip_network(text)
@@ -153,24 +143,20 @@ class ClientIP:
             raise TypeError(f"ipv6_prefix must be an int from 0 to 128, got {ipv6_prefix!r}")
         if not 0 <= ipv6_prefix <= 128:
             raise ValueError(f"ipv6_prefix must be an int from 0 to 128, got {ipv6_prefix!r}")
-        if header is not None and not isinstance(header, str):
-            raise TypeError(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
-        if header is not None and header.lower() not in _HEADERS:
-            raise ValueError(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
-        entries = _proxy_entries(trusted_proxies)
-        nets = tuple(_network(entry) for entry in entries if entry != "unix")
-        trust_unix = "unix" in entries
-        if header is None and (nets or trust_unix):
+        if header is not None and (not isinstance(header, str) or header.lower() not in _HEADERS):
+            error = ValueError if isinstance(header, str) else TypeError
+            raise error(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
+        self.trusted_proxies = _entries(trusted_proxies, "trusted_proxies")
+        self._nets = tuple(_network(entry) for entry in self.trusted_proxies if entry != "unix")
+        self._trust_unix = "unix" in self.trusted_proxies
+        if header is None and (self._nets or self._trust_unix):
             raise ValueError(
                 "header must be set when trusted_proxies is: pass header='x-forwarded-for' or "
                 "header='forwarded' (proxy_header= on the adapters), the one your proxy sets; "
                 "a client behind the proxy can add the other header itself, got header=None"
             )
-        self.trusted_proxies: Tuple[str, ...] = entries
         self.ipv6_prefix = ipv6_prefix
         self.header: Optional[str] = None if header is None else header.lower()
-        self._nets = nets
-        self._trust_unix = trust_unix
         self._classify: Callable[[str], Tuple[Optional[str], bool]] = functools.lru_cache(
             maxsize=_CACHE_SIZE
         )(self._classify_uncached)
@@ -226,13 +212,10 @@ class ClientIP:
         if self.header is None:
             return peer_key
         lines = ",".join(get_all(self.header)).split(",")
+        entries: Sequence[Optional[str]] = lines
         if self.header == "forwarded":
-            return self._walk([_forwarded_for(e) if e.strip() else "" for e in lines], peer_key)
-        return self._walk(lines, peer_key)
-
-    def _walk(self, entries: Sequence[Optional[str]], peer_key: str) -> str:
+            entries = [_forwarded_for(e) if e.strip() else "" for e in lines]
         leftmost: Optional[str] = None
-        classify = self._classify
         for entry in reversed(entries):
             if entry is None:  # a Forwarded element without a for= address
                 return peer_key
@@ -241,7 +224,7 @@ class ClientIP:
                 continue
             if len(entry) > _MAX_ENTRY:
                 return peer_key
-            key, trusted = classify(entry)
+            key, trusted = self._classify(entry)
             if key is None:
                 return peer_key
             if not trusted:
@@ -263,11 +246,7 @@ class AllowList:
     def __init__(self, entries: Union[str, Iterable[str]], client_ip: ClientIP) -> None:
         if not isinstance(client_ip, ClientIP):
             raise TypeError(f"client_ip must be a limiter.http.keys.ClientIP, got {client_ip!r}")
-        if isinstance(entries, str):
-            entries = (entries,)
-        elif isinstance(entries, (bytes, bytearray)) or not isinstance(entries, _IterableABC):
-            raise TypeError(f"allow_list must be a str or an iterable of str, got {entries!r}")
-        self.entries: Tuple[str, ...] = tuple(entries)
+        self.entries = _entries(entries, "allow_list")
         nets = tuple(_network(entry, "allow_list") for entry in self.entries)
         # The same walk, without grouping IPv6 clients into networks.
         self._client = ClientIP(client_ip.trusted_proxies, 128, header=client_ip.header)
@@ -315,7 +294,7 @@ def client_ip(
     """The default key: ``"ip:<client address>"``, found as by ``ClientIP`` (the last
     32 option sets cached; its errors for a bad option).
     """
-    proxies = _proxy_entries(trusted_proxies)
+    proxies = _entries(trusted_proxies, "trusted_proxies")
     try:
         key_func = _client_ip(proxies, ipv6_prefix, header)
     except TypeError:  # perhaps unhashable: ClientIP names the option

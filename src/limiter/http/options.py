@@ -43,6 +43,7 @@ from limiter.http.rules import (
     checked_cost,
     fits,
     is_async_callable,
+    optional_callable,
     plain_mapping,
     shadowed,
 )
@@ -220,12 +221,6 @@ def _rules(rules: object) -> Tuple[Rule, ...]:
     raise TypeError(f"rules must be a list of limiter.Rule, got {rules!r:.200}")
 
 
-def _callable(name: str, func: object) -> Any:
-    if func is not None and not callable(func):
-        raise TypeError(f"{name} must be callable or None, got {func!r}")
-    return func
-
-
 def _on_error(on_error: object) -> str:
     if on_error not in ("allow", "deny"):
         error = ValueError if isinstance(on_error, str) else TypeError
@@ -239,12 +234,6 @@ def _header_style(style: object) -> Optional[str]:
     return validate_style(style)
 
 
-def _enabled(enabled: object) -> bool:
-    if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be True or False, got {enabled!r}")
-    return enabled
-
-
 def _on_limited(on_limited: object) -> OnLimited:
     if on_limited == "problem":  # RFC 9457 problem details (docs/headers.md)
         return problem_on_limited
@@ -253,7 +242,7 @@ def _on_limited(on_limited: object) -> OnLimited:
             f"on_limited must be a function, None or 'problem' (an RFC 9457 body), "
             f"got {on_limited!r:.100}"
         )
-    if is_async_callable(_callable("on_limited", on_limited)):
+    if is_async_callable(optional_callable("on_limited", on_limited)):
         raise TypeError(f"on_limited must be a plain function, got {on_limited!r}")
     return default_on_limited if on_limited is None else on_limited  # type: ignore[return-value]
 
@@ -272,9 +261,20 @@ def _check_unit_names(units: Mapping[str, str], limiters: Sequence[object]) -> N
             )
 
 
-def check_max_wait(max_wait: object) -> Optional[float]:
-    """``max_wait`` checked: ``None``, or a finite number of seconds > 0."""
+#: ``max_queue``'s default: requests that may wait at once per adapter and process.
+MAX_QUEUE = 100
+
+
+def _waits(
+    max_wait: object, max_queue: object, limiters: Sequence[object], owner: str
+) -> Optional[Waits]:
+    """The ``Waits`` of ``max_wait`` (``None``: refuse at once, else finite seconds > 0)
+    and ``max_queue`` (an ``int`` >= 1); a limiter with a lockout is a ``TypeError``
+    naming ``owner``'s ``max_wait``.
+    """
     if max_wait is None:
+        if max_queue is not None:
+            raise ValueError("max_queue given without max_wait: add max_wait=<seconds>")
         return None
     if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)):
         raise TypeError(f"max_wait must be None or a number of seconds > 0, got {max_wait!r:.100}")
@@ -283,64 +283,52 @@ def check_max_wait(max_wait: object) -> Optional[float]:
             f"max_wait must be None (refuse at once) or a finite number of seconds > 0, "
             f"got {max_wait!r}"
         )
-    return float(max_wait)
-
-
-def check_max_queue(max_queue: object) -> int:
-    """``max_queue`` checked: an ``int`` >= 1."""
-    if max_queue.__class__ is not int:  # a bool is no count
-        raise TypeError(f"max_queue must be an int >= 1, got {max_queue!r:.100}")
-    assert isinstance(max_queue, int)
-    if max_queue < 1:
-        raise ValueError(f"max_queue must be an int >= 1, got {max_queue!r}")
-    return max_queue
-
-
-def _waits(
-    max_wait: object, max_queue: object, limiters: Sequence[object], owner: str
-) -> Optional[Waits]:
-    """The ``Waits`` of ``max_wait``/``max_queue`` (``None``: refuse at once); a limiter
-    with a lockout is a ``TypeError`` naming ``owner``'s ``max_wait``.
-    """
-    seconds = check_max_wait(max_wait)
-    if seconds is None:
-        if max_queue is not None:
-            raise ValueError("max_queue given without max_wait: add max_wait=<seconds>")
-        return None
-    queue = check_max_queue(MAX_QUEUE if max_queue is None else max_queue)
-    waits = Waits(seconds, queue, where=f"{owner}(max_wait={max_wait!r})")
+    queue = MAX_QUEUE if max_queue is None else max_queue
+    if queue.__class__ is not int:  # a bool is no count
+        raise TypeError(f"max_queue must be an int >= 1, got {queue!r:.100}")
+    assert isinstance(queue, int)
+    if queue < 1:
+        raise ValueError(f"max_queue must be an int >= 1, got {queue!r}")
+    waits = Waits(float(max_wait), queue, where=f"{owner}(max_wait={max_wait!r})")
     for limiter in limiters:
         if isinstance(limiter, RateLimiter):
             refuse_max_wait_with_lockout(limiter, waits.where)
     return waits
 
 
-#: ``max_queue``'s default: requests that may wait at once per adapter and process.
-MAX_QUEUE = 100
+class Settings:
+    """The options a ``Guard`` reads per request: ``Options`` sets them, a ``Guard``
+    copies them (``COPIED``), one attribute lookup per use instead of two.
+    """
 
-#: Attributes a ``Guard`` copies from ``Options``: one lookup per request, not two.
-COPIED = (
-    "allow_list",
-    "build",
-    "build_text",
-    "client_ip",
-    "cost",
-    "cost_func",
-    "deduct_when",
-    "enabled",
-    "exempt",
-    "header_style",
-    "key_func",
-    "mode",
-    "on_error",
-    "on_limited",
-    "rule_limiters",
-    "rules",
-    "waits",
-)
+    __slots__ = ()
+
+    allow_list: Optional[AllowList]  # None when empty: it costs nothing per request
+    #: The headers of an admitted request (``bytes`` pairs when ``encoded``).
+    build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
+    #: The headers handed to ``on_limited`` (``str`` pairs).
+    build_text: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
+    client_ip: ClientIP
+    cost: CostSpec
+    cost_func: Optional[Callable[[RequestInfo], Any]]
+    deduct_when: Optional[DeductWhen]
+    enabled: bool
+    exempt: Optional[Callable[[RequestInfo], Any]]
+    header_style: Optional[str]
+    key_func: Optional[KeyFunc]
+    mode: str
+    on_error: str
+    on_limited: OnLimited
+    rule_limiters: Tuple[LimiterSpec, ...]  # the rules' limiters, shadowed in shadow mode
+    rules: Tuple[Rule, ...]
+    waits: Optional[Waits]
 
 
-class Options:
+#: The names of ``Settings``.
+COPIED = tuple(Settings.__annotations__)
+
+
+class Options(Settings):
     """The adapter options (docs/adapters.md#options), checked and precomputed once; read-only.
 
     ``owner`` names the caller in errors; ``encoded``: headers as latin-1 ``bytes``
@@ -349,7 +337,7 @@ class Options:
     async-only stores).  Raises ``TypeError``/``ValueError``.
     """
 
-    __slots__ = (*COPIED, "encoded", "is_async", "sync")
+    __slots__ = (*COPIED, "is_async", "sync")
 
     def __init__(
         self,
@@ -362,17 +350,20 @@ class Options:
     ) -> None:
         get = (options or {}).get
         check_options(owner, options or {})
-        self.rules: Tuple[Rule, ...] = _rules(get("rules", ()))
-        limiters = [] if limiter is None else [limiter]
-        check_distinct_names([*limiters, *(rule.limiter for rule in self.rules)])
-        self.key_func: Optional[KeyFunc] = _callable("key_func", get("key_func"))
-        self.exempt: Optional[Callable[[RequestInfo], Any]] = _callable("exempt", get("exempt"))
+        self.rules = _rules(get("rules", ()))
+        own = [rule.limiter for rule in self.rules]
+        limiters = own if limiter is None else [limiter, *own]
+        check_distinct_names(limiters)
+        self.key_func = optional_callable("key_func", get("key_func"))
+        self.exempt = optional_callable("exempt", get("exempt"))
         self.on_limited = _on_limited(get("on_limited"))
         self.on_error = _on_error(get("on_error", "allow"))
         self.header_style = _header_style(get("header_style", "x"))
-        self.enabled = _enabled(get("enabled", True))
-        self.mode: str = check_mode(get("mode", "enforce"))
-        self.rule_limiters: Tuple[LimiterSpec, ...] = tuple(
+        self.enabled = get("enabled", True)
+        if not isinstance(self.enabled, bool):
+            raise TypeError(f"enabled must be True or False, got {self.enabled!r}")
+        self.mode = check_mode(get("mode", "enforce"))
+        self.rule_limiters = tuple(
             shadowed(rule.limiter) if (rule.mode or self.mode) == "shadow" else rule.limiter
             for rule in self.rules
         )
@@ -380,28 +371,11 @@ class Options:
             get("trusted_proxies", ()), get("ipv6_prefix", 64), header=get("proxy_header")
         )
         allow_list = AllowList(get("allow_list", ()), self.client_ip)
-        #: ``None`` when empty, so it costs nothing per request.
-        self.allow_list: Optional[AllowList] = allow_list if allow_list else None
+        self.allow_list = allow_list if allow_list else None
         self.deduct_when = check_deduct_when(get("deduct_when"))
-        self.encoded = encoded
         units = validate_units(get("quota_units"))
         if limiter is not None:
-            _check_unit_names(units, [limiter, *(rule.limiter for rule in self.rules)])
-        self._builders(units, encoded)
-        self._cost(get("cost", 1), limiters)
-        waiters = [*limiters, *(rule.limiter for rule in self.rules)]
-        self.waits: Optional[Waits] = _waits(get("max_wait"), get("max_queue"), waiters, owner)
-        self.is_async: bool = any(is_async_callable(func) for func in self.callables())
-        self.sync = sync
-        if sync is not None:
-            rule_limiters = [r.limiter for r in self.rules if isinstance(r.limiter, RateLimiter)]
-            refuse_async(sync, rule_limiters, self.is_async)
-
-    def _builders(self, units: Dict[str, str], encoded: bool) -> None:
-        #: The headers of an admitted request (``bytes`` pairs when ``encoded``).
-        self.build: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
-        #: The headers handed to ``on_limited`` (``str`` pairs).
-        self.build_text: Callable[[RateLimitResult, float, Optional[str]], HeaderList]
+            _check_unit_names(units, limiters)
         raw: Any = build_raw_headers
         text: Any = build_headers
         if units:  # bound once; without units the builders are called bare (hot path)
@@ -409,24 +383,26 @@ class Options:
             text = functools.partial(build_headers, units=units)
         self.build = raw if encoded else text
         self.build_text = text
-
-    def _cost(self, cost: object, limiters: List[LimiterSpec]) -> None:
-        self.cost_func: Optional[Callable[[RequestInfo], Any]] = cost if callable(cost) else None
+        cost = get("cost", 1)
+        self.cost_func = cost if callable(cost) else None
         # The limiters charged this cost: the adapter's and the rules' without their own.
-        takers = [*limiters, *(rule.limiter for rule in self.rules if rule.cost is None)]
-        self.cost: CostSpec = 1 if callable(cost) else checked_cost(cost, takers)
+        takers = [] if limiter is None else [limiter]
+        takers += [rule.limiter for rule in self.rules if rule.cost is None]
+        self.cost = 1 if callable(cost) else checked_cost(cost, takers)
+        self.waits = _waits(get("max_wait"), get("max_queue"), limiters, owner)
+        funcs: List[object] = [self.key_func, self.exempt, self.cost_func]
+        for rule in self.rules:
+            funcs += [rule.key_func, rule.cost, rule.limiter]
+        #: True when a request callable (the rules' too) is ``async def``.
+        self.is_async: bool = any(is_async_callable(func) for func in funcs)
+        self.sync = sync
+        if sync is not None:
+            refuse_async(sync, [lim for lim in own if isinstance(lim, RateLimiter)], self.is_async)
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
             raise AttributeError(f"Options are read-only: {name} is set when they are built")
         object.__setattr__(self, name, value)
-
-    def callables(self) -> List[object]:
-        """The request callables (``key_func``, ``exempt``, ``cost``, the rules' own)."""
-        funcs: List[object] = [self.key_func, self.exempt, self.cost_func]
-        for rule in self.rules:
-            funcs += [rule.key_func, rule.cost, rule.limiter]
-        return [f for f in funcs if f is not None and not isinstance(f, RateLimiter)]
 
 
 def route_cost(cost: Any, rate: object, algorithm: Optional[str]) -> Any:
@@ -434,12 +410,11 @@ def route_cost(cost: Any, rate: object, algorithm: Optional[str]) -> Any:
     against ``rate`` (a rate string's shape, a ``RateLimiter``; a function: skipped):
     the mapping copy charged, else ``cost`` itself (``TypeError``/``ValueError``).
     """
-    if not isinstance(cost, Mapping):
-        checked_cost(cost, [rate])  # a number a limiter of slots cannot take
-        return cost
-    if isinstance(rate, str):  # a typo in a name fails at start-up
+    mapping = isinstance(cost, Mapping)
+    if mapping and isinstance(rate, str):  # a typo in a name fails at start-up
         rate = RateLimiter(rate, algorithm=algorithm or "token-bucket")
-    return checked_cost(cost, [rate])
+    checked = checked_cost(cost, [rate])  # a number: one a limiter of slots cannot take
+    return checked if mapping else cost
 
 
 def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) -> None:

@@ -71,13 +71,6 @@ PROBLEM_TYPES: Dict[str, Tuple[str, str]] = {
 PROBLEM_JSON = "application/problem+json"
 
 
-def violated_policies(result: RateLimitResult) -> List[str]:
-    """The names of the policies that refused ``result``, in the headers' order."""
-    parts = result.results or (result,)
-    names = [part.policy for part in parts if not part.allowed]
-    return names or [result.policy]
-
-
 def problem_body(result: RateLimitResult) -> bytes:
     """The RFC 9457 problem details of a refused ``result``, as compact JSON.
 
@@ -86,7 +79,9 @@ def problem_body(result: RateLimitResult) -> bytes:
     ``detail`` names the refusing policies and the wait (``Retry-After``'s
     value); ``violated-policies`` lists them. docs/headers.md shows one.
     """
-    names = violated_policies(result)
+    # The policies that refused it, in the headers' order.
+    names = [part.policy for part in result.results or (result,) if not part.allowed]
+    names = names or [result.policy]
     retry = retry_seconds(result)
     locked = result.kind == "lockout"
     if locked:  # a lockout is always the last policy (and the one that refused)

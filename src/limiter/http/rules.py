@@ -40,6 +40,13 @@ def is_async_callable(func: object) -> bool:
     )
 
 
+def optional_callable(name: str, func: object) -> Any:
+    """``func`` if ``None`` or callable; else ``TypeError`` naming the option ``name``."""
+    if func is not None and not callable(func):
+        raise TypeError(f"{name} must be callable or None, got {func!r}")
+    return func
+
+
 def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
     """``deduct_when`` if ``None`` or a plain (not ``async``) callable; else ``TypeError``."""
     if deduct_when is None:
@@ -52,12 +59,9 @@ def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
     return deduct_when
 
 
-MODES = ("enforce", "shadow")
-
-
 def check_mode(mode: object) -> str:
     """``mode`` if ``"enforce"`` or ``"shadow"``; else raises ``ValueError`` (``TypeError``)."""
-    if mode not in MODES:
+    if mode not in ("enforce", "shadow"):
         error = ValueError if isinstance(mode, str) else TypeError
         raise error(f"mode must be 'enforce' or 'shadow', got {mode!r}")
     return mode
@@ -87,16 +91,6 @@ def shadowed(limiter: LimiterSpec) -> LimiterSpec:
     if isinstance(limiter, RateLimiter):
         return limiter.shadowed()
     return then(limiter, _shadow_of)
-
-
-def check_limiter_spec(limiter: object) -> LimiterSpec:
-    """``limiter`` if a ``RateLimiter`` or a function; else raises ``TypeError``."""
-    if isinstance(limiter, RateLimiter) or (callable(limiter) and not isinstance(limiter, type)):
-        return limiter
-    raise TypeError(
-        f"limiter must be a limiter.RateLimiter or a function of the request returning one, "
-        f"got {limiter!r:.200}"
-    )
 
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -161,15 +155,18 @@ class Rule:
     ) -> None:
         self._pattern = path_pattern(path)
         self.mode = None if mode is None else check_mode(mode)
-        self.limiter: LimiterSpec = check_limiter_spec(limiter)
+        if isinstance(limiter, type) or not (isinstance(limiter, RateLimiter) or callable(limiter)):
+            raise TypeError(
+                f"limiter must be a limiter.RateLimiter or a function of the request returning "
+                f"one, got {limiter!r:.200}"
+            )
+        self.limiter: LimiterSpec = limiter
         self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = method_set(methods)
-        if key_func is not None and not callable(key_func):
-            raise TypeError(f"key_func must be callable or None, got {key_func!r}")
+        self.key_func: Optional[KeyFunc] = optional_callable("key_func", key_func)
         if not (cost is None or callable(cost)):
             cost = checked_cost(cost, [self.limiter])
         self.path = path
-        self.key_func = key_func
         self.cost = cost
 
     def matches(self, method: str, path: str) -> bool:
@@ -183,35 +180,20 @@ class Rule:
         return f"Rule({self.path!r}, {self.limiter!r}{methods})"
 
 
-def checked_mapping(cost: Mapping[str, float], limiters: Iterable[object]) -> Dict[str, float]:
-    """A copy of ``cost`` (the mapping charged) checked by each ``RateLimiter`` among
-    ``limiters`` (functions skipped), as ``fits``; errors are prefixed with the limiter's name.
-    """
-    for limiter in limiters:
-        if isinstance(limiter, RateLimiter):
-            fits(limiter, cost)
-    return plain_mapping(cost)
-
-
 def checked_cost(cost: object, limiters: Iterable[object]) -> Union[float, Dict[str, float]]:
     """A fixed ``cost=`` (a number or a mapping) checked against each ``RateLimiter``
-    among ``limiters`` (functions skipped), the slots' rule included: the value charged.
+    among ``limiters`` (functions skipped) as ``fits``, told at start-up: the value charged.
     """
     if isinstance(cost, Mapping):
-        return checked_mapping(cost, limiters)
+        for limiter in limiters:
+            if isinstance(limiter, RateLimiter):
+                fits(limiter, cost)
+        return plain_mapping(cost)
     checked = validate_cost(cost)
-    refuse_slot_costs(cost, limiters)  # the value as written, in its error
-    return checked
-
-
-def refuse_slot_costs(cost: object, limiters: Iterable[object]) -> None:
-    """Raise ``ValueError``, prefixed with the limiter's name, when ``cost`` asks a
-    ``Concurrency`` policy of a ``RateLimiter`` among ``limiters`` for other than one
-    slot (``RateLimiter.slot``'s rule): told at start-up, not at each request.
-    """
     for limiter in limiters:
         if isinstance(limiter, RateLimiter) and limiter.holds_slots:
-            fits(limiter, cost)
+            fits(limiter, cost)  # the value as written, in its error
+    return checked
 
 
 def fits(limiter: RateLimiter, cost: object, lead: str = "") -> None:
