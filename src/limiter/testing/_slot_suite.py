@@ -9,8 +9,6 @@ computes.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
@@ -110,27 +108,5 @@ class SlotConformance(StoreDriver):
     def test_slots_are_exact_under_load(self, store: Any) -> None:
         """As many holders as the threads (or tasks) take at once: exactly ``limit`` get one."""
         slots, copies = Concurrency(3, lease=60), max(self.threads, 8)
-        holds = [Hold(float(i + 1)) for i in range(copies * 4)]
-        if self.mode == "async":
-
-            async def gather() -> int:
-                calls = [store.aapply("load", slots, h, T0) for h in holds]
-                return sum(r.allowed for r in await asyncio.gather(*calls))
-
-            assert self.run(gather()) == 3
-            return
-        if self.threads == 0:
-            pytest.skip("this store is documented as not thread-safe")
-        admitted: List[bool] = []
-        barrier = threading.Barrier(copies)
-
-        def worker(mine: List[Hold]) -> None:
-            barrier.wait()
-            admitted.extend(self.apply(store, "load", slots, h).allowed for h in mine)
-
-        threads = [threading.Thread(target=worker, args=(holds[i::copies],)) for i in range(copies)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sum(admitted) == 3
+        holds = [("load", slots, Hold(float(i + 1))) for i in range(copies * 4)]
+        assert self.at_once(store, [holds[i::copies] for i in range(copies)]) == 3
