@@ -17,11 +17,7 @@ import pytest
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import Limit
 from limiter.core.window import FixedWindow, SlidingWindow
-from limiter.testing._shared import (
-    T0,
-    StoreDriver,
-    property_test,
-)
+from limiter.testing._shared import T0, StoreDriver, property_test
 
 # T0 is 20 s into a minute (the 60 s windows start at T0 - 20) and on a
 # boundary of 10 s windows.
