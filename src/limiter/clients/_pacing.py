@@ -198,8 +198,7 @@ class Pacer:
     ) -> None:
         self.limiter = _check_limiter(limiter, owner)
         if isinstance(key, str):
-            limiter_key = self.limiter.storage_key  # raises TypeError for a rate-like key
-            limiter_key(key)
+            self.limiter.storage_key(key)  # raises TypeError for a rate-like key
         elif key is not None and not callable(key):
             raise TypeError(
                 f"{owner}: key must be None (the host), a str or a function of the request "
