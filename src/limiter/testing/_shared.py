@@ -66,13 +66,17 @@ class StoreDriver:
         self.call(store, "reset", key)
 
     def replay(
-        self, store: Any, prefix: str, policy: Any, requests: Iterable[Tuple[float, Any]]
+        self, store: Any, prefix: str, policy: Any, steps: Iterable[Tuple[float, Any]]
     ) -> None:
-        """Send ``requests`` (``(now, cost)``) for a fresh key under ``policy``; each result
-        must be what ``limiter.core.bucket.step`` computes (the property tests' body)."""
+        """Send ``steps`` (``(seconds on, cost)`` from ``T0``; a callable cost is
+        ``cost(now)``) for a fresh key under ``policy``; each result must be what
+        ``limiter.core.bucket.step`` computes (the property tests' body)."""
         key = fresh_key(prefix)
-        state = None
-        for now, cost in requests:
+        state, now = None, T0
+        for seconds, cost in steps:
+            now += seconds
+            if callable(cost):
+                cost = cost(now)
             state, expected = step(state, now, policy, cost)
             assert_same_result(self.apply(store, key, policy, cost, now), expected)
         self.reset(store, key)

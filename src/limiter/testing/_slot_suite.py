@@ -9,7 +9,7 @@ computes.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
@@ -38,14 +38,11 @@ def _slots_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., N
         self: Any, policy: Concurrency, ops: List[Any], store: Any
     ) -> None:
         """The store computes what ``step`` computes for slots, expiry and clock steps included."""
-
-        def requests() -> Iterator[Tuple[float, Any]]:
-            now = T0
-            for leases_on, action, holder in ops:
-                now += leases_on * policy.lease
-                yield now, (0 if action == "peek" else Hold(float(holder), action))
-
-        self.replay(store, "slot-prop", policy, requests())
+        steps = [
+            (leases_on * policy.lease, 0 if action == "peek" else Hold(float(holder), action))
+            for leases_on, action, holder in ops
+        ]
+        self.replay(store, "slot-prop", policy, steps)
 
     return strategies, test_slots_match_the_pure_step
 

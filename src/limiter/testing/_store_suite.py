@@ -46,14 +46,7 @@ def _matches_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]
         self: Any, rate: float, burst: int, ops: List[Any], store: Any
     ) -> None:
         """The store computes exactly what ``limiter.core.bucket.step`` computes."""
-
-        def requests() -> Iterator[Tuple[float, Any]]:
-            now = T0
-            for dt, cost in ops:
-                now += dt
-                yield now, cost
-
-        self.replay(store, "prop", Limit(rate, burst), requests())
+        self.replay(store, "prop", Limit(rate, burst), ops)
 
     return strategies, test_matches_the_pure_step
 

@@ -10,7 +10,7 @@ boundary, and the store computing what ``limiter.core.bucket.step`` computes.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
@@ -42,15 +42,14 @@ def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[...,
     ) -> None:
         """The store computes what ``step`` computes for a window, clock steps back included."""
 
-        def requests() -> Iterator[Tuple[float, Any]]:
-            now = T0
-            for periods_on, cost in ops:
-                now += periods_on * policy.period
-                if cost == "refund-taken":  # units taken a period ago: maybe the previous window's
-                    cost = Refund(1, taken_at=now - policy.period)
-                yield now, cost
+        def taken_a_period_ago(now: float) -> Refund:  # maybe the previous window's units
+            return Refund(1, taken_at=now - policy.period)
 
-        self.replay(store, "window-prop", policy, requests())
+        steps = [
+            (on * policy.period, taken_a_period_ago if cost == "refund-taken" else cost)
+            for on, cost in ops
+        ]
+        self.replay(store, "window-prop", policy, steps)
 
     return strategies, test_windows_match_the_pure_step
 
