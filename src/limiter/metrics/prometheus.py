@@ -1,15 +1,6 @@
-"""Prometheus metrics of rate-limit decisions (extra ``prometheus``: ``prometheus_client``).
-
-``PrometheusMetrics`` is an ``on_decision`` observer (``limiter.events``)::
-
-    from limiter.metrics.prometheus import PrometheusMetrics
-
-    metrics = PrometheusMetrics()  # on prometheus_client's default REGISTRY
-    limiter = RateLimiter("10/s", on_decision=metrics)
-
-and the application exposes the registry as it already does, or serves
-``metrics.generate_latest()`` with ``metrics.content_type``.  The metrics,
-their labels and queries: docs/observability.md "Prometheus metrics".
+"""Prometheus metrics of rate-limit decisions (extra ``prometheus``: ``prometheus_client``):
+``PrometheusMetrics``, an ``on_decision`` observer.  The metrics, their labels and
+queries: docs/observability.md "Prometheus metrics".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """``AdapterConformance``: the behaviour every web adapter must show.
 
-Private: import it from ``limiter.testing``, which loads this module (with
-pytest's helpers) only when a test suite uses it, so that the pytest plugin
-stays tiny.
+Private: ``limiter.testing`` loads it (with pytest) on first use.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``SlotConformance``: ``Concurrency`` slots on a store, part of ``StoreConformance``.
-
-Private: ``StoreConformance`` (``limiter.testing``) inherits these cases, so
-every store shows them: exact slots under load, a refusal that takes
-nothing, leases that expire and renew, giving back, all or nothing beside
-a rate policy, and the store computing what ``limiter.core.bucket.step``
-computes.
+"""``SlotConformance``: ``Concurrency`` slots on a store, cases ``StoreConformance``
+inherits (private: import the suites from ``limiter.testing``).
 """
 
 from __future__ import annotations

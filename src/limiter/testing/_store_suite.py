@@ -1,8 +1,6 @@
 """``StoreConformance``: the behaviour every store must show.
 
-Private: import it from ``limiter.testing``, which loads this module (with
-pytest's helpers and hypothesis) only when a test suite uses it, so that the
-pytest plugin stays tiny.
+Private: ``limiter.testing`` loads it (with pytest and hypothesis) on first use.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``WindowConformance``: the window policies on a store, part of ``StoreConformance``.
-
-Private: ``StoreConformance`` (``limiter.testing``) inherits these cases, so
-every store shows them: exact counts per window, a denial that takes
-nothing, exact ``retry_after`` and ``reset_after``, refunds and charges,
-several policies all or nothing, a sliding window's estimate across a
-boundary, and the store computing what ``limiter.core.bucket.step`` computes.
+"""``WindowConformance``: the window policies on a store, cases ``StoreConformance``
+inherits (private: import the suites from ``limiter.testing``).
 """
 
 from __future__ import annotations
