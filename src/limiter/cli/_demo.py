@@ -11,18 +11,7 @@ import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Dict,
-    Iterator,
-    NamedTuple,
-    Optional,
-    Tuple,
-    Type,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tuple, Type, Union
 
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
@@ -90,7 +79,7 @@ class _Demo(NamedTuple):
     """What a demo handler serves: its limiter, the client's key, the texts and trackers."""
 
     limiter: RateLimiter
-    client_key: Callable[[RequestInfo], str]
+    client_key: ClientIP
     described: str
     page: bytes
     metrics: Optional[PrometheusMetrics]
@@ -112,7 +101,8 @@ def demo_handler(
     """
     client_key = ClientIP()
     described = _describe_limits(limiter) if description is None else description
-    page = _page(described, limiter.burst, _charted(limiter).kind)
+    charted = min(limiter.limits, key=lambda lim: lim.burst)  # the first to refuse
+    page = _page(described, limiter.burst, charted.kind)
 
     def exempt(request: RequestInfo) -> bool:
         return request.path in EXEMPT_PATHS
@@ -145,7 +135,8 @@ class _DemoHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _route(self) -> Tuple[int, Dict[str, Any]]:
-        path = self.path.partition("?")[0]
+        """The JSON answer to ``self.path``."""
+        path, _, query = self.path.partition("?")
         demo = self.demo
         if path == "/api/":
             return 200, {"hello": "world", "limit": demo.described, "endpoints": ENDPOINTS}
@@ -156,33 +147,26 @@ class _DemoHandler(BaseHTTPRequestHandler):
             return _bucket_state(demo.limiter, key, demo.described)
         if path == "/health":
             return 200, {"status": "ok"}
-        message = "no such endpoint: the JSON API is under /api/"
-        return 404, {"status": 404, "code": "not_found", "message": message}
+        if path == "/metrics":  # served by do_GET when there are metrics
+            return _problem(404, "no_metrics", NO_METRICS)
+        if path != "/top":
+            return _problem(404, "not_found", "no such endpoint: the JSON API is under /api/")
+        if demo.top is None:
+            return _problem(404, "not_found", "no tracker")
+        n = _top_n(query)
+        if n is None:
+            return _problem(400, "bad_request", "n must be a whole number from 1 to 1000")
+        return 200, demo.top.as_dict(n)
 
     def do_GET(self) -> None:
-        path, _, query = self.path.partition("?")
-        top, metrics = self.demo.top, self.demo.metrics
+        path = self.path.partition("?")[0]
+        metrics = self.demo.metrics
         if path == "/":
             self._send(200, self.demo.page, "text/html; charset=utf-8")
-            return
-        if path == "/top":
-            if top is None:
-                self._json(404, {"status": 404, "code": "not_found", "message": "no tracker"})
-                return
-            n = _top_n(query)
-            if n is None:
-                message = "n must be a whole number from 1 to 1000"
-                self._json(400, {"status": 400, "code": "bad_request", "message": message})
-                return
-            self._json(200, top.as_dict(n))
-            return
-        if path == "/metrics":
-            if metrics is None:
-                self._json(404, {"status": 404, "code": "no_metrics", "message": NO_METRICS})
-            else:
-                self._send(200, metrics.generate_latest(), metrics.content_type)
-            return
-        self._json(*self._route())
+        elif path == "/metrics" and metrics is not None:
+            self._send(200, metrics.generate_latest(), metrics.content_type)
+        else:
+            self._json(*self._route())
 
     do_HEAD = do_GET
 
@@ -196,9 +180,9 @@ class _DemoHandler(BaseHTTPRequestHandler):
         sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
 
-def _charted(limiter: RateLimiter) -> Any:
-    """The limit the page charts before its first peek: the smallest burst."""
-    return min(limiter.limits, key=lambda lim: lim.burst)
+def _problem(status: int, code: str, message: str) -> Tuple[int, Dict[str, Any]]:
+    """An error's status and JSON body."""
+    return status, {"status": status, "code": code, "message": message}
 
 
 def _level(limit: Dict[str, Any]) -> float:
@@ -220,8 +204,7 @@ def _bucket_state(limiter: RateLimiter, key: str, described: str) -> Tuple[int, 
     try:
         result = limiter.peek(key)
     except StoreError as exc:
-        message = f"the store does not answer: {exc}"
-        return 503, {"status": 503, "code": "store_unavailable", "message": message}
+        return _problem(503, "store_unavailable", f"the store does not answer: {exc}")
     buckets = limit_buckets(limiter, result)
     fewest = min(buckets, key=_level)
     return 200, {
@@ -327,7 +310,6 @@ def _check_store(store: Any, shown: str) -> Optional[str]:
     ping = getattr(store, "ping", None)
     if not callable(ping):
         return None
-
     try:
         with quiet_store_logs():  # the outage is reported below, with the URL, instead
             ping()
@@ -427,8 +409,8 @@ def _serve(
     args: argparse.Namespace,
     limiter: RateLimiter,
     shown_store: str,
-    metrics: Optional[PrometheusMetrics] = None,
-    top: Optional[TopOffenders] = None,
+    metrics: Optional[PrometheusMetrics],
+    top: TopOffenders,
 ) -> int:
     described = _describe_limits(limiter, args.rate)
     handler = demo_handler(

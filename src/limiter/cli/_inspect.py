@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
 from limiter.backends._url import redact_url
@@ -90,97 +90,61 @@ def _load_limiter(spec: str, sub: argparse.ArgumentParser) -> RateLimiter:
     return found
 
 
-def _no_state(command: str, key: str, limiter: RateLimiter, shown: str) -> int:
-    print(
-        f"{command}: no stored state for key {printable(key)} of limiter "
-        f"{printable(limiter.name)} on {shown}: a wrong --name or store prefix is the "
-        "usual cause (a key never seen, or idle until its buckets were full and "
-        "forgotten, has none either)",
-        file=sys.stderr,
-    )
-    return NO_STATE
-
-
 def bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
     """``inspect`` or ``reset``: usage errors exit 2, a store that fails exits 1,
     no stored state for the key exits 3."""
     if args.limiter is not None:
-        for given, option in (
-            (args.limit, "--limit"),
-            (args.burst, "--burst"),
-            (args.algorithm, "--algorithm"),
-        ):
-            if given is not None:
-                sub.error(f"argument {option}: not with --limiter, which gives the limits")
+        for option in ("limit", "burst", "algorithm"):
+            if getattr(args, option) is not None:
+                sub.error(f"argument --{option}: not with --limiter, which gives the limits")
         if args.name is not None:
             sub.error("argument --name: not with --limiter, which gives the name")
-        return _app_bucket_command(args, sub, _load_limiter(args.limiter, sub))
-    if args.limit is None:
+        like = _load_limiter(args.limiter, sub)
+    elif args.limit is None:
         sub.error("give the application's limiter as --limiter MODULE:ATTRIBUTE, or --limit RATE")
-    try:  # the limiter and the key first: a usage error opens no store
-        algorithm = args.algorithm or "token-bucket"
-        bare = RateLimiter(_rate(args.limit), args.burst, name=args.name, algorithm=algorithm)
-    except (TypeError, ValueError) as exc:
-        sub.error(f"argument --limit: {exc}")
+    else:
+        try:  # the limiter and the key first: a usage error opens no store
+            algorithm = args.algorithm or "token-bucket"
+            like = RateLimiter(_rate(args.limit), args.burst, name=args.name, algorithm=algorithm)
+        except (TypeError, ValueError) as exc:
+            sub.error(f"argument --limit: {exc}")
     try:
-        bare.storage_key(args.key)
+        like.storage_key(args.key)
     except TypeError as exc:
         sub.error(f"argument KEY: {exc}")
+    if args.limiter is not None and args.store is None:
+        return _through_the_app(args, sub, like)
     url, source = _store_url(args.store)
     if url is None:
         sub.error(f"no store: give --store URL or set {STORAGE_URL_ENV}")
-    return _on_store(
-        args,
-        sub,
-        url,
-        source,
-        lambda store: RateLimiter(list(bare.limits), store=store, name=bare.name),
-    )
+    return _on_store(args, sub, url, source, like)
 
 
-def _app_bucket_command(
+def _through_the_app(
     args: argparse.Namespace, sub: argparse.ArgumentParser, app: RateLimiter
 ) -> int:
-    """``inspect`` or ``reset`` through the application's own limiter (``--limiter``)."""
-    try:
-        app.storage_key(args.key)
-    except TypeError as exc:
-        sub.error(f"argument KEY: {exc}")
-    if args.store is None:
-        from limiter.backends.memory import MemoryStore
+    """``inspect`` or ``reset`` through the application's own limiter and store."""
+    from limiter.backends.memory import MemoryStore
 
-        store_of = f"{args.limiter}'s store, {type(app.store).__name__},"
-        if isinstance(app.store, MemoryStore) or getattr(app.store, "path", None) == ":memory:":
-            sub.error(
-                f"argument --limiter: {store_of} is the memory of one process: give "
-                "--store URL, the shared store the application uses"
-            )
-        if is_async_only(app.store):
-            sub.error(f"argument --limiter: {store_of} is async only: give --store URL")
-        path = getattr(app.store, "path", None)
-        own = f"sqlite:///{path}" if isinstance(path, str) else ""
-        return _run_bucket_command(args, app, own or type(app.store).__name__, "--limiter", own)
-    clock = _given_clock(app)
-    return _on_store(
-        args,
-        sub,
-        args.store.strip(),
-        "--store",
-        lambda store: RateLimiter(
-            list(app.limits), store=store, name=app.name, lockout=app.lockout, clock=clock
-        ),
-    )
+    store_of = f"{args.limiter}'s store, {type(app.store).__name__},"
+    if isinstance(app.store, MemoryStore) or getattr(app.store, "path", None) == ":memory:":
+        sub.error(
+            f"argument --limiter: {store_of} is the memory of one process: give "
+            "--store URL, the shared store the application uses"
+        )
+    if is_async_only(app.store):
+        sub.error(f"argument --limiter: {store_of} is async only: give --store URL")
+    path = getattr(app.store, "path", None)
+    own = f"sqlite:///{path}" if isinstance(path, str) else ""
+    return _run_bucket_command(args, app, own or type(app.store).__name__, "--limiter", own)
 
 
 def _on_store(
-    args: argparse.Namespace,
-    sub: argparse.ArgumentParser,
-    url: str,
-    source: str,
-    build: Callable[[Any], RateLimiter],
+    args: argparse.Namespace, sub: argparse.ArgumentParser, url: str, source: str, like: RateLimiter
 ) -> int:
     """Open the shared store at ``url`` (given by ``source``), run the bucket command
-    on the limiter ``build`` makes over it, and close the store."""
+    on a twin of ``like`` over it (its limits, name, lockout and given clock), and
+    close the store."""
     command = f"limiter {args.command}"
     shown = redact_url(url)
     private = _private_store(url)
@@ -203,8 +167,12 @@ def _on_store(
     except OSError as exc:  # sqlite: not a database, no permission, ...
         print(f"{command}: cannot open the store {shown}: {_one_line(exc, url)}", file=sys.stderr)
         return 1
+    clock = _given_clock(like)
     try:
-        return _run_bucket_command(args, build(store), shown, source, url)
+        twin = RateLimiter(
+            list(like.limits), store=store, name=like.name, lockout=like.lockout, clock=clock
+        )
+        return _run_bucket_command(args, twin, shown, source, url)
     finally:
         close = getattr(store, "close", None)
         if callable(close):
@@ -218,7 +186,14 @@ def _run_bucket_command(
     try:
         with quiet_store_logs():
             if _has_state(limiter, args.key) is False:
-                return _no_state(command, args.key, limiter, shown)
+                print(
+                    f"{command}: no stored state for key {printable(args.key)} of limiter "
+                    f"{printable(limiter.name)} on {shown}: a wrong --name or store prefix is "
+                    "the usual cause (a key never seen, or idle until its buckets were full "
+                    "and forgotten, has none either)",
+                    file=sys.stderr,
+                )
+                return NO_STATE
             if args.command == "inspect":
                 report = _inspect_report(limiter, args.key, limiter.peek(args.key), shown)
             else:
@@ -386,30 +361,15 @@ def _inspect_text(report: Dict[str, Any], source: str) -> str:
         ("limit", "window", "count", "used", "left", "ends in", "request now")
     ]
     for b in report["limits"]:
+        name, now = b["name"], _request_now(b)
         if b["algorithm"] == "token-bucket":
-            buckets.append(
-                (
-                    b["name"],
-                    str(b["burst"]),
-                    str(b["tokens"]),
-                    f"{b['tokens_exact']:.4f}",
-                    _seconds(b["full_in"]),
-                    _request_now(b),
-                )
-            )
+            tokens = [str(b["burst"]), str(b["tokens"]), f"{b['tokens_exact']:.4f}"]
+            buckets.append((name, *tokens, _seconds(b["full_in"]), now))
             continue
-        ends = b["window_ends_in"]
-        windows.append(
-            (
-                b["name"],
-                f"{_SHORT[b['algorithm']]} {b['period']:g} s",
-                str(b["count"]),
-                str(b["used"]),
-                str(b["remaining"]),
-                "-" if ends is None else _seconds(ends),
-                _request_now(b),
-            )
-        )
+        window = f"{_SHORT[b['algorithm']]} {b['period']:g} s"
+        counts = [str(b[field]) for field in ("count", "used", "remaining")]
+        ends = "-" if b["window_ends_in"] is None else _seconds(b["window_ends_in"])
+        windows.append((name, window, *counts, ends, now))
     lines = [f"key {printable(report['key'])} of {_origin(report, source)}"]
     for rows, left in ((buckets, 1), (windows, 2)):
         if len(rows) > 1:

@@ -39,16 +39,6 @@ def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentPars
     return parser, subparsers
 
 
-def _algorithm_argument(sub: argparse.ArgumentParser, help: str) -> None:
-    """``--algorithm``: what ``RateLimiter(rate, algorithm=...)`` makes of the rate."""
-    sub.add_argument(
-        "--algorithm",
-        choices=list(ALGORITHMS),
-        default=None,  # token-bucket; None tells that it was not given
-        help=help,
-    )
-
-
 def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     """The arguments of ``demo``."""
     demo.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -61,22 +51,19 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--burst",
         type=int,
-        default=None,
         help="bucket capacity (default: the rate's count, 5 for 5/minute; a token bucket only)",
     )
-    _algorithm_argument(
-        demo,
-        "token-bucket (the default): a burst, then a steady refill; fixed-window: the "
+    demo.add_argument(
+        "--algorithm",
+        choices=list(ALGORITHMS),
+        help="token-bucket (the default): a burst, then a steady refill; fixed-window: the "
         "rate's count per clock window; sliding-window: per any window, estimated",
     )
     demo.add_argument(
         "--store",
         metavar="URL",
-        default=None,
-        help=(
-            f"storage URL: memory://, sqlite:///path.db, redis://host:6379/0, ... "
-            f"(default: ${STORAGE_URL_ENV} if set, else memory://)"
-        ),
+        help=f"storage URL: memory://, sqlite:///path.db, redis://host:6379/0, ... "
+        f"(default: ${STORAGE_URL_ENV} if set, else memory://)",
     )
     demo.add_argument(
         "--headers",
@@ -110,47 +97,34 @@ def _bucket_arguments(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--store",
         metavar="URL",
-        default=None,
-        help=(
-            "the shared store the application uses: sqlite:///path.db, redis://host:6379/0, "
-            f"... (default: ${STORAGE_URL_ENV}; memory:// is refused: it lives in one process)"
-        ),
+        help="the shared store the application uses: sqlite:///path.db, redis://host:6379/0, "
+        f"... (default: ${STORAGE_URL_ENV}; memory:// is refused: it lives in one process)",
     )
     sub.add_argument(
         "--limiter",
         metavar="MODULE:ATTRIBUTE",
-        default=None,
-        help=(
-            "the application's RateLimiter, imported (myapp.limits:rl): its limits, "
-            "lockout, name, store and clock, exactly; instead of --limit/--burst/--name"
-        ),
+        help="the application's RateLimiter, imported (myapp.limits:rl): its limits, "
+        "lockout, name, store and clock, exactly; instead of --limit/--burst/--name",
     )
     sub.add_argument(
         "--limit",
         metavar="RATE",
-        default=None,
         action=_Once,
-        help=(
-            "the limit as the application gives it to RateLimiter: 5/minute, "
-            "'10/second;1000/hour', or a number of tokens per second"
-        ),
+        help="the limit as the application gives it to RateLimiter: 5/minute, "
+        "'10/second;1000/hour', or a number of tokens per second",
     )
     sub.add_argument(
-        "--burst",
-        type=int,
-        default=None,
-        help="the bucket capacity, if the application gives RateLimiter one",
+        "--burst", type=int, help="the bucket capacity, if the application gives RateLimiter one"
     )
-    _algorithm_argument(
-        sub, "the algorithm the application gives RateLimiter (default token-bucket)"
+    sub.add_argument(
+        "--algorithm",
+        choices=list(ALGORITHMS),
+        help="the algorithm the application gives RateLimiter (default token-bucket)",
     )
     sub.add_argument(
         "--name",
-        default=None,
-        help=(
-            "the limiter's name (RateLimiter(name=...)); default: the name RateLimiter "
-            "derives from the limits, 0.0833333/s:5 for 5/minute"
-        ),
+        help="the limiter's name (RateLimiter(name=...)); default: the name RateLimiter "
+        "derives from the limits, 0.0833333/s:5 for 5/minute",
     )
     sub.add_argument("--json", action="store_true", help="print one JSON object")
     sub.add_argument(

@@ -9,18 +9,7 @@ import email.utils
 import math
 import re
 import threading
-from typing import (
-    Any,
-    Awaitable,
-    Callable,
-    Dict,
-    Generator,
-    Iterator,
-    List,
-    Optional,
-    Tuple,
-    Union,
-)
+from typing import Any, Awaitable, Callable, Dict, Generator, Iterator, List, Optional, Tuple, Union
 
 from limiter.core.concurrency import refuse_slot_shares
 from limiter.core.limits import TIME_EPSILON
@@ -151,16 +140,14 @@ def server_delay(get: HeaderGet, now: float) -> Optional[float]:
     server_now = _http_date(get("Date"))
     reference = now if server_now is None else server_now
     delay = _hint(_retry_after(get("Retry-After"), reference))
+    # The drafts' fields, unless stale from a cache: the draft says to ignore
+    # them then (draft-11, 7.3).
+    if delay is None and not (_seconds(get("Age")) or 0.0) > 0.0:
+        delay = _hint(_draft_wait(get("RateLimit")))
+        if delay is None:
+            delay = _hint(_seconds(get("RateLimit-Reset")))
     if delay is not None:
         return delay
-    # Stale from a cache: the draft says to ignore them (draft-11, 7.3).
-    if not (_seconds(get("Age")) or 0.0) > 0.0:
-        delay = _hint(_draft_wait(get("RateLimit")))
-        if delay is not None:
-            return delay
-        delay = _hint(_seconds(get("RateLimit-Reset")))
-        if delay is not None:
-            return delay
     reset = _seconds(get("X-RateLimit-Reset"))
     if reset is not None and reset >= _UNIX_TIME_FLOOR:
         if reset >= _UNIX_MS_FLOOR:
@@ -175,16 +162,11 @@ def _retry_after(text: Optional[str], reference: float) -> Optional[float]:
     """
     if text is None:
         return None
-    delay = _seconds(text)
-    if delay is not None:
-        return delay
-    at = _http_date(text)
-    if at is not None:
-        return max(0.0, at - reference)
-    delays = [_seconds(part) for part in text.split(",")]
+    delays = [_seconds(part) for part in text.split(",")]  # a date has a comma: no number
     if all(d is not None for d in delays):
         return max(d for d in delays if d is not None)
-    return None
+    at = _http_date(text)
+    return None if at is None else max(0.0, at - reference)
 
 
 def _check_limiter(limiter: object, owner: str) -> RateLimiter:
@@ -216,8 +198,7 @@ class Pacer:
     ) -> None:
         self.limiter = _check_limiter(limiter, owner)
         if isinstance(key, str):
-            limiter_key = self.limiter.storage_key  # raises TypeError for a rate-like key
-            limiter_key(key)
+            self.limiter.storage_key(key)  # raises TypeError for a rate-like key
         elif key is not None and not callable(key):
             raise TypeError(
                 f"{owner}: key must be None (the host), a str or a function of the request "

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Generic, Optional, TypeVar
+from typing import ClassVar, Generic, Optional, Tuple, TypeVar
 
 import httpx
 
@@ -36,20 +36,10 @@ async def _adiscard(response: httpx.Response) -> None:
     await response.aclose()
 
 
-def _wrapped(owner: str, transport: object, base: type, default: Callable[[], Any]) -> Any:
-    """``transport``, checked to be a ``base``; a new ``default()`` for ``None``."""
-    if transport is None:
-        return default()
-    if not isinstance(transport, base):
-        raise TypeError(
-            f"{owner}: transport must be an httpx.{base.__name__}, got {transport!r:.100}"
-        )
-    return transport
-
-
-def _key(pacer: Pacer, request: httpx.Request) -> str:
+def _key_and_retries(pacer: Pacer, request: httpx.Request) -> Tuple[str, int]:
     url = request.url
-    return pacer.key_of(request, url.scheme, url.host, url.port)
+    key = pacer.key_of(request, url.scheme, url.host, url.port)
+    return key, pacer.max_retries if _rewindable(request) else 0
 
 
 #: The transport a ``RateLimitTransport`` (sync) or ``AsyncRateLimitTransport`` wraps.
@@ -80,7 +70,13 @@ class _Paced(Generic[Transport]):
                 f"{owner}: {pacer.limiter.store!r} is async only: use AsyncRateLimitTransport"
             )
         self.limiter = pacer.limiter
-        self.transport: Transport = _wrapped(owner, transport, self._base, self._default)
+        if transport is None:
+            transport = self._default()
+        elif not isinstance(transport, self._base):
+            raise TypeError(
+                f"{owner}: transport must be an httpx.{self._base.__name__}, got {transport!r:.100}"
+            )
+        self.transport: Transport = transport
 
 
 class RateLimitTransport(_Paced[httpx.BaseTransport], httpx.BaseTransport):
@@ -104,10 +100,8 @@ class RateLimitTransport(_Paced[httpx.BaseTransport], httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""
-        pacer = self._pacer
-        key = _key(pacer, request)
-        retries = pacer.max_retries if _rewindable(request) else 0
-        response: httpx.Response = pacer.call(
+        key, retries = _key_and_retries(self._pacer, request)
+        response: httpx.Response = self._pacer.call(
             key, retries, lambda: self.transport.handle_request(request), _discard
         )
         return response
@@ -128,10 +122,8 @@ class AsyncRateLimitTransport(_Paced[httpx.AsyncBaseTransport], httpx.AsyncBaseT
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for ``request``'s turn, send it, and retry it as the server asks."""
-        pacer = self._pacer
-        key = _key(pacer, request)
-        retries = pacer.max_retries if _rewindable(request) else 0
-        response: httpx.Response = await pacer.acall(
+        key, retries = _key_and_retries(self._pacer, request)
+        response: httpx.Response = await self._pacer.acall(
             key, retries, lambda: self.transport.handle_async_request(request), _adiscard
         )
         return response

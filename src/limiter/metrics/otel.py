@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Tuple
 
 from limiter.events import DecisionEvent, Outcome
 from limiter.metrics import STORE_SECONDS_BUCKETS, WAIT_SECONDS_BUCKETS, slots_moved
@@ -57,33 +57,29 @@ class OTelMetrics:
         self._observation = metrics.Observation
         # Read from sys.modules: this layer may not import the facade.
         version = getattr(sys.modules.get("limiter"), "__version__", None)
-        meter = meter_provider.get_meter("limiter", version)
-        self.meter = meter
-        decisions = meter.create_counter(
+        self.meter = meter = meter_provider.get_meter("limiter", version)
+        self._add: Callable[..., None] = meter.create_counter(
             "limiter.decisions",
             unit="{decision}",
             description="Rate limiter decisions, by limiter, policy and outcome.",
-        )
-        duration = _histogram(
+        ).add
+        self._record: Callable[..., None] = _histogram(
             meter,
             "limiter.store.duration",
             "Wall time of the rate limiter's store calls.",
             STORE_SECONDS_BUCKETS,
-        )
+        ).record
         self._record_wait = _histogram(
             meter,
             "limiter.wait.duration",
             "Time requests waited for their turn (an adapter's max_wait).",
             WAIT_SECONDS_BUCKETS,
         ).record
-        errors = meter.create_counter(
+        self._add_error: Callable[..., None] = meter.create_counter(
             "limiter.store.errors",
             unit="{error}",
             description="Rate limiter store failures (StoreError), by limiter and store.",
-        )
-        self._add: Callable[..., None] = decisions.add
-        self._record: Callable[..., None] = duration.record
-        self._add_error: Callable[..., None] = errors.add
+        ).add
         self._add_held: Callable[..., None] = meter.create_up_down_counter(
             "limiter.slots.held",
             unit="{slot}",
@@ -170,13 +166,9 @@ class OTelMetrics:
             self._add_held(step, attributes)
 
     def _observe_fallback(self, options: CallbackOptions) -> Iterable[Observation]:
-        make = self._observation
-        attributes = self._limiter_attributes
+        make, attributes = self._observation, self._limiter_attributes
         with self._lock:
-            found: List[Observation] = [
-                make(state, attributes[name]) for name, state in self._fallback.items()
-            ]
-        return found
+            return [make(state, attributes[name]) for name, state in self._fallback.items()]
 
 
 def _histogram(meter: Any, name: str, description: str, buckets: Tuple[float, ...]) -> Any:

@@ -1,15 +1,6 @@
-"""Prometheus metrics of rate-limit decisions (extra ``prometheus``: ``prometheus_client``).
-
-``PrometheusMetrics`` is an ``on_decision`` observer (``limiter.events``)::
-
-    from limiter.metrics.prometheus import PrometheusMetrics
-
-    metrics = PrometheusMetrics()  # on prometheus_client's default REGISTRY
-    limiter = RateLimiter("10/s", on_decision=metrics)
-
-and the application exposes the registry as it already does, or serves
-``metrics.generate_latest()`` with ``metrics.content_type``.  The metrics,
-their labels and queries: docs/observability.md "Prometheus metrics".
+"""Prometheus metrics of rate-limit decisions (extra ``prometheus``: ``prometheus_client``):
+``PrometheusMetrics``, an ``on_decision`` observer.  The metrics, their labels and
+queries: docs/observability.md "Prometheus metrics".
 """
 
 from __future__ import annotations
@@ -120,14 +111,21 @@ class _Metrics:
             raise
         self.lock = threading.Lock()  # so that a fallback gauge and its state agree
         # Children by label values (a race between threads makes the same
-        # child twice, which prometheus_client hands back both times).
+        # child twice, which prometheus_client hands back both times): those
+        # of every decision by their own keys, the rest by (attribute, labels).
         self.decision_children: Dict[Tuple[str, str, str], Counter] = {}
         self.duration_children: Dict[str, Histogram] = {}
-        self.error_children: Dict[Tuple[str, str], Counter] = {}
+        self.children: Dict[Tuple[str, ...], Any] = {}
         # limiter -> (its gauge child, whether it reads 1): set only on a change.
         self.fallback_children: Dict[str, Tuple[Gauge, bool]] = {}
-        self.wait_children: Dict[Tuple[str, str], Histogram] = {}
-        self.slot_children: Dict[Tuple[str, str], Gauge] = {}
+
+    def child(self, attribute: str, *labels: str) -> Any:
+        """The metric ``attribute``'s child of ``labels``, made on first use."""
+        key = (attribute, *labels)
+        found = self.children.get(key)
+        if found is None:
+            found = self.children[key] = getattr(self, attribute).labels(*labels)
+        return found
 
 
 _lock = threading.Lock()
@@ -166,14 +164,13 @@ class PrometheusMetrics:
         self._metrics = metrics
         self._decisions = metrics.decision_children
         self._durations = metrics.duration_children
-        self._errors = metrics.error_children
         self._fallback = metrics.fallback_children
 
     def __call__(self, event: DecisionEvent) -> None:
         outcome = event.outcome
         step, policies = slots_moved(event)
-        if step:
-            self._held(event.limiter, policies, step)
+        for policy in policies:  # none unless a slot moved
+            self._metrics.child("slots", event.limiter, policy).inc(step)
         if outcome == _GIVEN:  # a slot given back is not a decision
             return
         key = (event.limiter, event.policy, outcome)
@@ -184,7 +181,7 @@ class PrometheusMetrics:
             )
         decisions.inc()
         if event.waited:
-            self._waited(event.limiter, str(outcome), event.waited)
+            self._metrics.child("waits", event.limiter, str(outcome)).observe(event.waited)
         store = event.store
         active = outcome == _FALLBACK
         if not active:  # (a fallback's time is not the store's)
@@ -194,31 +191,11 @@ class PrometheusMetrics:
             duration.observe(event.store_seconds)
         state = self._fallback.get(event.limiter)
         if outcome == _ERROR:
-            errors = self._errors.get((event.limiter, store))
-            if errors is None:
-                errors = self._errors[event.limiter, store] = self._metrics.errors.labels(
-                    event.limiter, store
-                )
-            errors.inc()
+            self._metrics.child("errors", event.limiter, store).inc()
             if state is None:  # a new limiter: its series, at 0
                 self._switch(event.limiter, False, new=True)
         elif state is None or state[1] is not active:
             self._switch(event.limiter, active)
-
-    def _waited(self, limiter: str, outcome: str, seconds: float) -> None:
-        children = self._metrics.wait_children
-        waits = children.get((limiter, outcome))
-        if waits is None:
-            waits = children[limiter, outcome] = self._metrics.waits.labels(limiter, outcome)
-        waits.observe(seconds)
-
-    def _held(self, limiter: str, policies: Tuple[str, ...], step: int) -> None:
-        children = self._metrics.slot_children
-        for policy in policies:
-            held = children.get((limiter, policy))
-            if held is None:
-                held = children[limiter, policy] = self._metrics.slots.labels(limiter, policy)
-            held.inc(step)
 
     def _switch(self, limiter: str, active: bool, new: bool = False) -> None:
         """Set ``limiter``'s fallback gauge to ``active`` (``new``: only if it has none yet)."""

@@ -89,11 +89,11 @@ def _outcome_values(outcomes: Iterable[Any]) -> FrozenSet[str]:
     return frozenset(found)
 
 
-def _count_arg(value: Any, what: str) -> int:
+def _int_arg(value: Any, what: str, least: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{what} must be >= 1, got {value!r}")
+    if value < least:
+        raise ValueError(f"{what} must be >= {least}, got {value!r}")
     return value
 
 
@@ -118,7 +118,7 @@ class TopOffenders:
         outcomes: Iterable[Any] = (Outcome.DENIED, Outcome.SHADOW_DENIED),
         clock: Optional[Clock] = None,
     ) -> None:
-        self._capacity = _count_arg(capacity, "capacity")
+        self._capacity = _int_arg(capacity, "capacity")
         if isinstance(window, bool) or not isinstance(window, (int, float)):
             raise TypeError(f"window must be a number of seconds, got {window!r}")
         try:
@@ -127,7 +127,7 @@ class TopOffenders:
             seconds = math.inf
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"window must be a finite number of seconds > 0, got {window!r:.100}")
-        self._slices = _count_arg(slices, "slices")
+        self._slices = _int_arg(slices, "slices")
         self._window = seconds
         try:
             self._width = self._window / self._slices
@@ -189,13 +189,8 @@ class TopOffenders:
         counted = self._by_id.get(id(outcome))
         if counted is None:
             counted = outcome in self._values  # a plain str
-        if not counted:
-            return
-        try:
-            index = int(event.at // self._width)
-        except (TypeError, ValueError, OverflowError):  # nan, inf, not a number
-            index = int(self._clock.now() // self._width)
-        self._count(event.key, index)
+        if counted:
+            self.add(event.key, event.at)
 
     def add(self, key: str, at: Optional[float] = None) -> None:
         """Count one event of ``key`` at ``at`` (seconds; default and non-finite:
@@ -203,11 +198,8 @@ class TopOffenders:
         """
         try:
             index = int((self._clock.now() if at is None else at) // self._width)
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError):  # nan, inf, not a number
             index = int(self._clock.now() // self._width)
-        self._count(key, index)
-
-    def _count(self, key: str, index: int) -> None:
         with self._lock:
             # Nearly every event falls in the newest slice: one comparison.  (No
             # newest slice yet, after a query moved the head: _slice_at makes it.)
@@ -224,10 +216,7 @@ class TopOffenders:
 
     def top(self, n: int = 10) -> List[Offender]:
         """The ``n`` keys with the highest counts, highest first (ties: smaller error, then key)."""
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"n must be an int, got {n!r}")
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n!r}")
+        _int_arg(n, "n", 0)
         with self._lock:
             return self._top(n)
 
@@ -235,10 +224,7 @@ class TopOffenders:
         """``top(n)`` and the totals, read at one instant, for ``json.dumps``:
         ``{"window_seconds", "total", "capacity", "offenders": [{"key", "count", "error"}]}``.
         """
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"n must be an int, got {n!r}")
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n!r}")
+        _int_arg(n, "n", 0)
         with self._lock:
             offenders = self._top(n)
             total = sum(piece.total for piece in self._live.values())

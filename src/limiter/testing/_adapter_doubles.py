@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, NoReturn, Tuple
 
-from limiter.core.limits import Policy
 from limiter.store import StoreError
 
 
@@ -30,27 +29,14 @@ class DownStore:
     def _down(self) -> NoReturn:
         raise StoreError("connection refused (AdapterConformance's store is down)")
 
-    def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> NoReturn:
+    def apply(self, *args: Any) -> NoReturn:
         self._down()
 
-    def apply_many(
-        self, keys: List[str], limits: Sequence[Any], cost: float, now: Optional[float]
-    ) -> NoReturn:
+    async def aapply(self, *args: Any) -> NoReturn:
         self._down()
 
-    def reset(self, key: str) -> NoReturn:
-        self._down()
-
-    async def aapply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> NoReturn:
-        self._down()
-
-    async def aapply_many(
-        self, keys: List[str], limits: Sequence[Any], cost: float, now: Optional[float]
-    ) -> NoReturn:
-        self._down()
-
-    async def areset(self, key: str) -> NoReturn:
-        self._down()
+    apply_many = reset = apply
+    aapply_many = areset = aapply
 
 
 class BuggyStore(DownStore):

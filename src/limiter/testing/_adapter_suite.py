@@ -1,8 +1,6 @@
 """``AdapterConformance``: the behaviour every web adapter must show.
 
-Private: import it from ``limiter.testing``, which loads this module (with
-pytest's helpers) only when a test suite uses it, so that the pytest plugin
-stays tiny.
+Private: ``limiter.testing`` loads it (with pytest) on first use.
 """
 
 from __future__ import annotations
@@ -30,6 +28,8 @@ from limiter.testing._adapter_doubles import (
     fail,
 )
 from limiter.testing._shared import T0
+
+RETRY_1 = ("Retry-After", "1")
 
 
 class AdapterConformance:
@@ -123,17 +123,35 @@ class AdapterConformance:
             return [(k.lower(), v) for k, v in headers if k.lower() in folded]
         return [(k, v) for k, v in headers if k in wanted]
 
+    def statuses(self, app: Any, n: int, *args: Any, **kwargs: Any) -> List[int]:
+        """The statuses of ``n`` requests in a row (``send``'s arguments)."""
+        return [self.send(app, *args, **kwargs).status for _ in range(n)]
+
+    def passes_untouched(self, app: Any, **kwargs: Any) -> None:
+        """Three requests answered by the app, without rate-limit headers."""
+        for _ in range(3):
+            status, headers, body = self.send(app, **kwargs)
+            assert (status, body, self.named(headers)) == (200, b"hello", [])
+
+    def assert_header(self, headers: Iterable[Tuple[str, str]], name: str, value: str) -> None:
+        """``headers`` hold ``name`` once, as ``value``."""
+        assert self.named(headers, name) == self.expected((name, value))
+
     def expected(self, *pairs: Tuple[str, str]) -> List[Tuple[str, str]]:
         if self.fold_header_case:
             return [(k.lower(), v) for k, v in pairs]
         return list(pairs)
 
-    def x_headers(self, limit: int, remaining: int, reset_in: int) -> List[Tuple[str, str]]:
-        """The ``X-RateLimit-*`` headers; the bucket is full again ``reset_in`` s after T0."""
+    def x_headers(
+        self, limit: int, remaining: int, reset_in: int, *more: Tuple[str, str]
+    ) -> List[Tuple[str, str]]:
+        """The ``X-RateLimit-*`` headers (the bucket is full again ``reset_in`` s after T0),
+        then ``more``."""
         return self.expected(
             ("X-RateLimit-Limit", str(limit)),
             ("X-RateLimit-Remaining", str(remaining)),
             ("X-RateLimit-Reset", str(int(T0) + reset_in)),
+            *more,
         )
 
     # -- the contract ------------------------------------------------------
@@ -146,18 +164,16 @@ class AdapterConformance:
             assert self.named(headers) == self.x_headers(3, remaining, 1)
         status, headers, body = self.send(app)
         assert (status, body) == (429, DENIED_BODY)
-        assert self.named(headers, *RATE_LIMIT_HEADERS, *JSON_TYPE[:1], "Content-Length") == [
-            *self.x_headers(3, 0, 1),
-            *self.expected(
-                ("Retry-After", "1"), JSON_TYPE, ("Content-Length", str(len(DENIED_BODY)))
-            ),
-        ]
+        length = ("Content-Length", str(len(DENIED_BODY)))
+        assert self.named(headers, *RATE_LIMIT_HEADERS, *JSON_TYPE[:1], "Content-Length") == (
+            self.x_headers(3, 0, 1, RETRY_1, JSON_TYPE, length)
+        )
         assert self.named(headers, "X-App") == []  # the app never saw it
 
     def test_headers_on_success_keep_the_apps_own(self) -> None:
         status, headers, body = self.send(self.app(self.limiter("3/second")))
         assert (status, body) == (200, b"hello")
-        assert self.named(headers, "X-App") == self.expected(("X-App", "1"))
+        self.assert_header(headers, "X-App", "1")
         assert self.named(headers) == self.x_headers(3, 2, 1)
 
     def test_head_429_has_the_headers_and_no_body(self) -> None:
@@ -165,16 +181,13 @@ class AdapterConformance:
         assert self.send(app, "HEAD")[0] == 200
         status, headers, body = self.send(app, "HEAD")
         assert (status, body) == (429, b"")
-        assert self.named(headers) == [
-            *self.x_headers(1, 0, 1),
-            *self.expected(("Retry-After", "1")),
-        ]
+        assert self.named(headers) == self.x_headers(1, 0, 1, RETRY_1)
 
     def test_time_refills_the_bucket(self) -> None:
         app = self.app(self.limiter("2/second"))
-        assert [self.send(app).status for _ in range(3)] == [200, 200, 429]
+        assert self.statuses(app, 3) == [200, 200, 429]
         self.clock.advance(0.5)  # one token
-        assert [self.send(app).status for _ in range(2)] == [200, 429]
+        assert self.statuses(app, 2) == [200, 429]
 
     def test_draft_headers(self) -> None:
         app = self.app(self.limiter("2/second"), header_style="draft")
@@ -187,7 +200,7 @@ class AdapterConformance:
         assert self.named(headers) == self.expected(
             ("RateLimit-Policy", '"2/second";q=2;w=1'),
             ("RateLimit", '"2/second";r=0;t=1'),
-            ("Retry-After", "1"),
+            RETRY_1,
         )
 
     def test_both_header_styles(self) -> None:
@@ -201,9 +214,7 @@ class AdapterConformance:
 
     def test_exempt_requests_pass_without_headers_and_are_not_counted(self) -> None:
         app = self.app(self.limiter("1/second"), exempt=lambda r: r.path == "/health")
-        for _ in range(3):
-            status, headers, body = self.send(app, path="/health")
-            assert (status, body, self.named(headers)) == (200, b"hello", [])
+        self.passes_untouched(app, path="/health")
         assert self.send(app).status == 200  # the bucket is still full
         assert self.send(app, path="/health").status == 200
         assert self.send(app).status == 429
@@ -212,9 +223,7 @@ class AdapterConformance:
         app = self.app(self.limiter("10/second"), cost=4)
         replies = [self.send(app) for _ in range(3)]
         assert [r.status for r in replies] == [200, 200, 429]
-        assert self.named(replies[1].headers, "X-RateLimit-Remaining") == self.expected(
-            ("X-RateLimit-Remaining", "2")
-        )
+        self.assert_header(replies[1].headers, "X-RateLimit-Remaining", "2")
 
     def test_cost_callable_sees_the_request(self) -> None:
         app = self.app(self.limiter("10/second"), cost=lambda r: 10 if r.method == "POST" else 1)
@@ -233,15 +242,14 @@ class AdapterConformance:
 
     def test_key_func_with_the_client_address_as_fallback(self) -> None:
         app = self.app(self.limiter("1/second"), key_func=header_key("X-API-Key"))
-        assert [self.send(app, headers={"X-API-Key": "a"}).status for _ in range(2)] == [200, 429]
+        assert self.statuses(app, 2, headers={"X-API-Key": "a"}) == [200, 429]
         assert self.send(app, headers={"X-API-Key": "b"}).status == 200
-        assert [self.send(app).status for _ in range(2)] == [200, 429]  # no key: the address
+        assert self.statuses(app, 2) == [200, 429]  # no key: the address
 
     def test_rules_use_their_own_limiter_and_key(self) -> None:
-        clock = self.clock
-        default = RateLimiter("10/second", clock=clock, name="default")
-        login = RateLimiter("2/second", clock=clock, name="login")
-        api = RateLimiter("1/second", clock=clock, name="api")
+        default = self.limiter("10/second", name="default")
+        login = self.limiter("2/second", name="login")
+        api = self.limiter("1/second", name="api")
         rules = [
             Rule("/login", login, methods=["POST"]),
             Rule("/api/*", api, key_func=header_key("X-API-Key")),
@@ -249,16 +257,11 @@ class AdapterConformance:
         app = self.app(default, rules=rules)
         replies = [self.send(app, "POST", "/login") for _ in range(3)]
         assert [r.status for r in replies] == [200, 200, 429]
-        assert self.named(replies[2].headers, "X-RateLimit-Limit") == self.expected(
-            ("X-RateLimit-Limit", "2")
-        )
+        self.assert_header(replies[2].headers, "X-RateLimit-Limit", "2")
         # GET is not the rule's method: the default limiter, untouched so far.
         assert self.named(self.send(app, "GET", "/login").headers) == self.x_headers(10, 9, 1)
         key1, key2 = {"X-API-Key": "k1"}, {"X-API-Key": "k2"}
-        assert [self.send(app, path="/api/items", headers=key1).status for _ in range(2)] == [
-            200,
-            429,
-        ]
+        assert self.statuses(app, 2, path="/api/items", headers=key1) == [200, 429]
         assert self.send(app, path="/api", headers=key2).status == 200  # another key
         assert self.named(self.send(app, path="/apiary").headers) == self.x_headers(10, 8, 1)
 
@@ -266,14 +269,9 @@ class AdapterConformance:
         default = self.limiter("10/second", name="default")
         export = self.limiter("10/second", name="export")
         app = self.app(default, rules=[Rule("/export", export, cost=4)])
-        remaining = [
-            self.named(self.send(app, path="/export").headers, "X-RateLimit-Remaining")
-            for _ in range(2)
-        ]
-        assert remaining == [
-            self.expected(("X-RateLimit-Remaining", "6")),
-            self.expected(("X-RateLimit-Remaining", "2")),
-        ]
+        for left in ("6", "2"):
+            headers = self.send(app, path="/export").headers
+            self.assert_header(headers, "X-RateLimit-Remaining", left)
         assert self.send(app, path="/export").status == 429
         assert self.send(app, path="/other").status == 200
 
@@ -289,10 +287,9 @@ class AdapterConformance:
         self.send(app)
         status, headers, body = self.send(app, path="/x")
         assert (status, body) == (429, b"slow down /x")
-        assert self.named(headers, *RATE_LIMIT_HEADERS, "Content-Type") == [
-            *self.x_headers(1, 0, 1),
-            *self.expected(("Retry-After", "1"), ("Content-Type", "text/plain")),
-        ]
+        assert self.named(headers, *RATE_LIMIT_HEADERS, "Content-Type") == self.x_headers(
+            1, 0, 1, RETRY_1, ("Content-Type", "text/plain")
+        )
 
     def test_store_down_with_on_error_allow_lets_the_app_answer_without_headers(
         self,
@@ -302,7 +299,7 @@ class AdapterConformance:
             status, headers, body = self.send(app)
             assert (status, body) == (200, b"hello")
             assert self.named(headers) == []
-            assert self.named(headers, "X-App") == self.expected(("X-App", "1"))
+            self.assert_header(headers, "X-App", "1")
 
     def test_store_down_with_on_error_deny_is_a_503(self) -> None:
         app = self.app(self.limiter("1/second", store=DownStore()), on_error="deny")
@@ -353,23 +350,17 @@ class AdapterConformance:
         assert (status, body, self.named(headers)) == (200, b"hello", [])
         status, headers, body = self.send(app)
         assert (status, body) == (429, DENIED_BODY)
-        assert self.named(headers) == self.expected(("Retry-After", "1"))
+        assert self.named(headers) == self.expected(RETRY_1)
 
     def test_disabled_passes_everything_untouched(self) -> None:
         limiter = self.limiter("1/second")
-        app = self.app(limiter, enabled=False)
-        for _ in range(3):
-            status, headers, body = self.send(app)
-            assert (status, body, self.named(headers)) == (200, b"hello", [])
+        self.passes_untouched(self.app(limiter, enabled=False))
         assert limiter.peek(f"ip:{self.client_peer}").remaining == 1  # nothing was taken
 
     def test_allow_listed_clients_are_never_limited_nor_charged(self) -> None:
         limiter = self.limiter("1/second")
         network = self.client_peer.rsplit(".", 1)[0] + ".0/24"
-        app = self.app(limiter, allow_list=[network])
-        for _ in range(3):
-            status, headers, body = self.send(app)
-            assert (status, body, self.named(headers)) == (200, b"hello", [])
+        self.passes_untouched(self.app(limiter, allow_list=[network]))
         assert limiter.peek(f"ip:{self.client_peer}").remaining == 1
 
     def test_the_allow_list_trusts_a_forwarding_header_only_from_a_trusted_proxy(self) -> None:
@@ -382,19 +373,18 @@ class AdapterConformance:
             proxy_header="x-forwarded-for",
         )
         listed = {"X-Forwarded-For": "198.51.100.9"}
-        assert [self.send(app, headers=listed, peer=proxy).status for _ in range(3)] == [200] * 3
+        assert self.statuses(app, 3, headers=listed, peer=proxy) == [200] * 3
         spoofed = {"X-Forwarded-For": "198.51.100.9, 6.6.6.6"}  # the proxy appended 6.6.6.6
-        assert [self.send(app, headers=spoofed, peer=proxy).status for _ in range(2)] == [200, 429]
+        assert self.statuses(app, 2, headers=spoofed, peer=proxy) == [200, 429]
         if self.client_peer != proxy:  # a client that reaches the app directly
-            direct = [self.send(app, headers=listed).status for _ in range(2)]
-            assert direct == [200, 429]
+            assert self.statuses(app, 2, headers=listed) == [200, 429]
 
     def test_a_limiter_function_picks_the_limiter_per_request(self) -> None:
         free = self.limiter("1/second", name="free")
         paid = self.limiter("3/second", name="paid")
         app = self.app(lambda request: paid if request.headers.get("X-Plan") == "paid" else free)
         plan = {"X-Plan": "paid"}
-        assert [self.send(app).status for _ in range(2)] == [200, 429]
+        assert self.statuses(app, 2) == [200, 429]
         replies = [self.send(app, headers=plan) for _ in range(4)]
         assert [r.status for r in replies] == [200, 200, 200, 429]
         assert self.named(replies[0].headers) == self.x_headers(3, 2, 1)
@@ -405,7 +395,7 @@ class AdapterConformance:
             self.expect_error(self.app(lambda request: "5/minute"), TypeError)
             return
         app = self.app(lambda request: "2/second")  # a plan by its rate
-        assert [self.send(app).status for _ in range(3)] == [200, 200, 429]
+        assert self.statuses(app, 3) == [200, 200, 429]
 
     def test_deduct_when_charges_only_the_matching_statuses(self) -> None:
         app = self.app(self.limiter("2/second"), deduct_when=lambda status: status == 401)
@@ -420,10 +410,7 @@ class AdapterConformance:
         ]
         status, headers, body = self.send(app, path="/status/200")  # cannot pay: refused
         assert (status, body) == (429, DENIED_BODY)
-        assert self.named(headers) == [
-            *self.x_headers(2, 0, 1),
-            *self.expected(("Retry-After", "1")),
-        ]
+        assert self.named(headers) == self.x_headers(2, 0, 1, RETRY_1)
         self.clock.advance(0.5)
         assert self.send(app, path="/status/200").status == 200
         assert self.send(app, path="/status/200").status == 200  # still not charged
@@ -436,7 +423,7 @@ class AdapterConformance:
         failed = Rule("/login", login, deduct_when=lambda status: status >= 400)
         app = self.app(default, rules=[failed])
         # /login answers 200 here: successes are free.
-        assert [self.send(app, path="/login").status for _ in range(3)] == [200] * 3
+        assert self.statuses(app, 3, path="/login") == [200] * 3
         assert login.peek(f"ip:{self.client_peer}").remaining == 1
         assert self.named(self.send(app, path="/x").headers) == self.x_headers(10, 9, 1)
 
@@ -464,12 +451,9 @@ class AdapterConformance:
                 self.app(pick)
             return
         app = self.app(pick, key_func=key_func, cost=cost, exempt=exempt)
-        assert [self.send(app, path="/health").status for _ in range(3)] == [200] * 3
-        assert [self.send(app, headers={"X-Key": "f"}).status for _ in range(2)] == [200, 429]
-        assert [self.send(app, "POST", headers={"X-Key": "p"}).status for _ in range(2)] == [
-            200,
-            429,
-        ]
+        assert self.statuses(app, 3, path="/health") == [200] * 3
+        assert self.statuses(app, 2, headers={"X-Key": "f"}) == [200, 429]
+        assert self.statuses(app, 2, "POST", headers={"X-Key": "p"}) == [200, 429]
         assert paid.peek("p").remaining == 0
 
     # -- shadow mode --------------------------------------------------------------
@@ -487,9 +471,9 @@ class AdapterConformance:
         default = self.limiter("1/second", name="default")
         trial = self.limiter("1/second", name="trial", on_decision=events.append)
         app = self.app(default, rules=[Rule("/new/*", trial, mode="shadow")])
-        assert [self.send(app, path="/new/x").status for _ in range(3)] == [200] * 3
+        assert self.statuses(app, 3, path="/new/x") == [200] * 3
         assert [e.outcome for e in events] == ["allowed", "shadow_denied", "shadow_denied"]
-        assert [self.send(app, path="/other").status for _ in range(2)] == [200, 429]
+        assert self.statuses(app, 2, path="/other") == [200, 429]
 
     # -- slots (Concurrency policies): held for the whole response -----------
 
@@ -514,7 +498,7 @@ class AdapterConformance:
         assert holder.take().allowed
         refused = self.send(app)
         assert refused.status == 429
-        assert self.named(refused.headers, "Retry-After") == self.expected(("Retry-After", "30"))
+        self.assert_header(refused.headers, "Retry-After", "30")
         rate = slots.peek(f"ip:{self.client_peer}").results[0]
         assert rate.remaining == 9  # all or nothing: the refused request took no token
         assert holder.give()

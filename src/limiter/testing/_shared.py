@@ -8,19 +8,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Coroutine,
-    Dict,
-    Iterable,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    TypeVar,
-)
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, cast
 
 from limiter.core.bucket import step
 
@@ -61,8 +50,7 @@ class StoreDriver:
     def apply(
         self, store: Any, key: str, limit: Any, cost: float = 1, now: Optional[float] = T0
     ) -> RateLimitResult:
-        result: RateLimitResult = self.call(store, "apply", key, limit, cost, now)
-        return result
+        return cast("RateLimitResult", self.call(store, "apply", key, limit, cost, now))
 
     def apply_many(
         self,
@@ -72,50 +60,56 @@ class StoreDriver:
         cost: Cost = 1,
         now: Optional[float] = T0,
     ) -> RateLimitResult:
-        result: RateLimitResult = self.call(store, "apply_many", keys, limits, cost, now)
-        return result
+        return cast("RateLimitResult", self.call(store, "apply_many", keys, limits, cost, now))
 
     def reset(self, store: Any, key: str) -> None:
         self.call(store, "reset", key)
 
     def replay(
-        self, store: Any, prefix: str, policy: Any, requests: Iterable[Tuple[float, Any]]
+        self, store: Any, prefix: str, policy: Any, steps: Iterable[Tuple[float, Any]]
     ) -> None:
-        """Send ``requests`` (``(now, cost)``) for a fresh key under ``policy``; each result
-        must be what ``limiter.core.bucket.step`` computes (the property tests' body)."""
+        """Send ``steps`` (``(seconds on, cost)`` from ``T0``; a callable cost is
+        ``cost(now)``) for a fresh key under ``policy``; each result must be what
+        ``limiter.core.bucket.step`` computes (the property tests' body)."""
         key = fresh_key(prefix)
-        state = None
-        for now, cost in requests:
+        state, now = None, T0
+        for seconds, cost in steps:
+            now += seconds
+            if callable(cost):
+                cost = cost(now)
             state, expected = step(state, now, policy, cost)
             assert_same_result(self.apply(store, key, policy, cost, now), expected)
         self.reset(store, key)
 
     def flood(self, store: Any, checks: Sequence[Tuple[str, Any]]) -> int:
-        """How many pass of ``checks`` (``(key, policy)``, cost 1 at ``T0``) sent at once.
+        """How many pass of ``checks`` (``(key, policy)``, cost 1) sent by each of
+        ``threads`` threads at once (``at_once``)."""
+        return self.at_once(store, [[(key, policy, 1) for key, policy in checks]] * self.threads)
 
-        Each of ``threads`` threads sends them all (skipped when ``threads`` is
-        0); in async mode, as many copies are gathered on one loop.
+    def at_once(self, store: Any, batches: Sequence[Sequence[Tuple[str, Any, Any]]]) -> int:
+        """How many pass of ``batches``' ``(key, policy, cost)`` at ``T0``, a thread per
+        batch started together (skipped when ``threads`` is 0); in async mode, all
+        gathered on one loop.
         """
-        copies = self.threads
         if self.mode == "async":
 
             async def gather() -> int:
-                calls = [store.aapply(k, p, 1, T0) for _ in range(copies) for k, p in checks]
+                calls = [store.aapply(*check, T0) for batch in batches for check in batch]
                 return sum(r.allowed for r in await asyncio.gather(*calls))
 
             return self.run(gather())
-        if copies == 0:
+        if self.threads == 0:
             import pytest
 
             pytest.skip("this store is documented as not thread-safe")
         admitted: List[int] = []
-        barrier = threading.Barrier(copies)
+        barrier = threading.Barrier(len(batches))
 
-        def worker() -> None:
+        def worker(batch: Sequence[Tuple[str, Any, Any]]) -> None:
             barrier.wait()
-            admitted.append(sum(self.apply(store, k, p).allowed for k, p in checks))
+            admitted.append(sum(self.apply(store, *check).allowed for check in batch))
 
-        threads = [threading.Thread(target=worker) for _ in range(copies)]
+        threads = [threading.Thread(target=worker, args=(batch,)) for batch in batches]
         for t in threads:
             t.start()
         for t in threads:

@@ -1,17 +1,10 @@
-"""``SlotConformance``: ``Concurrency`` slots on a store, part of ``StoreConformance``.
-
-Private: ``StoreConformance`` (``limiter.testing``) inherits these cases, so
-every store shows them: exact slots under load, a refusal that takes
-nothing, leases that expire and renew, giving back, all or nothing beside
-a rate policy, and the store computing what ``limiter.core.bucket.step``
-computes.
+"""``SlotConformance``: ``Concurrency`` slots on a store, cases ``StoreConformance``
+inherits (private: import the suites from ``limiter.testing``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
@@ -40,14 +33,11 @@ def _slots_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., N
         self: Any, policy: Concurrency, ops: List[Any], store: Any
     ) -> None:
         """The store computes what ``step`` computes for slots, expiry and clock steps included."""
-
-        def requests() -> Iterator[Tuple[float, Any]]:
-            now = T0
-            for leases_on, action, holder in ops:
-                now += leases_on * policy.lease
-                yield now, (0 if action == "peek" else Hold(float(holder), action))
-
-        self.replay(store, "slot-prop", policy, requests())
+        steps = [
+            (leases_on * policy.lease, 0 if action == "peek" else Hold(float(holder), action))
+            for leases_on, action, holder in ops
+        ]
+        self.replay(store, "slot-prop", policy, steps)
 
     return strategies, test_slots_match_the_pure_step
 
@@ -110,27 +100,5 @@ class SlotConformance(StoreDriver):
     def test_slots_are_exact_under_load(self, store: Any) -> None:
         """As many holders as the threads (or tasks) take at once: exactly ``limit`` get one."""
         slots, copies = Concurrency(3, lease=60), max(self.threads, 8)
-        holds = [Hold(float(i + 1)) for i in range(copies * 4)]
-        if self.mode == "async":
-
-            async def gather() -> int:
-                calls = [store.aapply("load", slots, h, T0) for h in holds]
-                return sum(r.allowed for r in await asyncio.gather(*calls))
-
-            assert self.run(gather()) == 3
-            return
-        if self.threads == 0:
-            pytest.skip("this store is documented as not thread-safe")
-        admitted: List[bool] = []
-        barrier = threading.Barrier(copies)
-
-        def worker(mine: List[Hold]) -> None:
-            barrier.wait()
-            admitted.extend(self.apply(store, "load", slots, h).allowed for h in mine)
-
-        threads = [threading.Thread(target=worker, args=(holds[i::copies],)) for i in range(copies)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sum(admitted) == 3
+        holds = [("load", slots, Hold(float(i + 1))) for i in range(copies * 4)]
+        assert self.at_once(store, [holds[i::copies] for i in range(copies)]) == 3

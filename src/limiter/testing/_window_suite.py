@@ -1,27 +1,18 @@
-"""``WindowConformance``: the window policies on a store, part of ``StoreConformance``.
-
-Private: ``StoreConformance`` (``limiter.testing``) inherits these cases, so
-every store shows them: exact counts per window, a denial that takes
-nothing, exact ``retry_after`` and ``reset_after``, refunds and charges,
-several policies all or nothing, a sliding window's estimate across a
-boundary, and the store computing what ``limiter.core.bucket.step`` computes.
+"""``WindowConformance``: the window policies on a store, cases ``StoreConformance``
+inherits (private: import the suites from ``limiter.testing``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
 from limiter.core.costs import Charge, Refund
 from limiter.core.limits import Limit
 from limiter.core.window import FixedWindow, SlidingWindow
-from limiter.testing._shared import (
-    T0,
-    StoreDriver,
-    property_test,
-)
+from limiter.testing._shared import T0, StoreDriver, property_test
 
 # T0 is 20 s into a minute (the 60 s windows start at T0 - 20) and on a
 # boundary of 10 s windows.
@@ -46,15 +37,14 @@ def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[...,
     ) -> None:
         """The store computes what ``step`` computes for a window, clock steps back included."""
 
-        def requests() -> Iterator[Tuple[float, Any]]:
-            now = T0
-            for periods_on, cost in ops:
-                now += periods_on * policy.period
-                if cost == "refund-taken":  # units taken a period ago: maybe the previous window's
-                    cost = Refund(1, taken_at=now - policy.period)
-                yield now, cost
+        def taken_a_period_ago(now: float) -> Refund:  # maybe the previous window's units
+            return Refund(1, taken_at=now - policy.period)
 
-        self.replay(store, "window-prop", policy, requests())
+        steps = [
+            (on * policy.period, taken_a_period_ago if cost == "refund-taken" else cost)
+            for on, cost in ops
+        ]
+        self.replay(store, "window-prop", policy, steps)
 
     return strategies, test_windows_match_the_pure_step
 
