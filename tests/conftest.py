@@ -39,6 +39,9 @@ import pytest
 if TYPE_CHECKING:
     from helpers.redis_servers import RedisServer
 
+# pytester: tests of the conformance suites run them as a user's pytest would.
+pytest_plugins = ["pytester"]
+
 os.environ.pop("LIMITER_STORAGE_URL", None)
 
 try:

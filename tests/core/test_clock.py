@@ -85,3 +85,35 @@ def test_limiter_clock_fixture_from_the_plugin(limiter_clock: ManualClock) -> No
     assert limiter.allow("k") and not limiter.allow("k")
     limiter_clock.advance(1)
     assert limiter.allow("k")
+
+
+SUITE_WITH_A_LYING_STORE = """
+from limiter import MemoryStore
+from limiter.testing import StoreConformance
+
+
+class TestLying(StoreConformance):
+    def make_store(self):
+        return MemoryStore()
+
+    def apply(self, store, key, limit, cost=1, now=1_700_000_000.0):
+        result = super().apply(store, key, limit, cost, now)
+        return result._replace(remaining=result.remaining + 1)
+"""
+
+
+@pytest.mark.parametrize(
+    ("case", "explained"),
+    [
+        ("test_slots_are_taken_up_to_the_limit_and_come_back", "[3, 2, 1, 1] == [2, 1, 0, 0]"),
+        ("test_a_fixed_window_admits_its_count_in_each_window", "[3, 2, 1, 1] == [2, 1, 0, 0]"),
+    ],
+)
+def test_a_failing_conformance_case_shows_its_values(
+    pytester: pytest.Pytester, case: str, explained: str
+) -> None:
+    """Every suite module's plain asserts are rewritten, as in the user's own tests."""
+    pytester.makepyfile(test_lying=SUITE_WITH_A_LYING_STORE)
+    run = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-k", case)
+    run.assert_outcomes(failed=1)
+    assert explained in run.stdout.str()

@@ -33,8 +33,11 @@ _SUITES = {
     "AdapterConformance": "limiter.testing._adapter_suite",
     "StoreConformance": "limiter.testing._store_suite",
 }
-#: Every module of the suites (``StoreConformance`` inherits the window cases).
-_REWRITTEN = (*_SUITES.values(), "limiter.testing._window_suite", "limiter.testing._shared")
+#: Every module of the suites (``StoreConformance`` inherits the window and slot cases).
+_REWRITTEN = (
+    *_SUITES.values(),
+    *(f"limiter.testing._{module}" for module in ("window_suite", "slot_suite", "shared")),
+)
 
 #: A realistic Unix time, so float precision at today's epoch is exercised.
 T0 = 1_700_000_000.0
