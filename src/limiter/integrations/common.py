@@ -6,7 +6,10 @@ Bucket scopes and limiter names: docs/concepts.md#keys.
 
 from __future__ import annotations
 
+import copy
 import inspect
+import logging
+import os
 import threading
 from typing import (
     TYPE_CHECKING,
@@ -28,13 +31,7 @@ from limiter.http.guard import Deferred, Guard, Held
 from limiter.http.options import GuardOptions, Options, check_options, route_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.http.responses import HeaderList, Response
-from limiter.http.rules import (
-    DeductWhen,
-    LimiterSpec,
-    check_deduct_when,
-    method_set,
-    then,
-)
+from limiter.http.rules import DeductWhen, LimiterSpec, check_deduct_when, method_set, then
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError, is_async_only
 
@@ -200,13 +197,9 @@ class RouteLimit:
 
     def in_scope(self, scope: str) -> RouteLimit:
         """This limit with its buckets under ``scope``: the same options, checked once."""
-        if not isinstance(scope, str) or not scope:
-            raise TypeError(f"name must be a non-empty str, got {scope!r}")
-        copy = RouteLimit.__new__(RouteLimit)
-        for slot in RouteLimit.__slots__:
-            setattr(copy, slot, getattr(self, slot))
-        copy.scope = scope
-        return copy
+        route = copy.copy(self)
+        route.scope = scope
+        return route
 
 
 class ScopedLimit:
@@ -386,8 +379,7 @@ class Integration:
                     f"{', '.join(unused)} apply to the default limit only, and {owner} has "
                     "no default: pass default=..., or set them on each limit"
                 )
-        shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
-        self._shared: GuardOptions = shared  # type: ignore[assignment]
+        self._shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
 
     def limiter_for(
         self, rate: Union[str, RateLimiter], scope: str, algorithm: Optional[str] = None
@@ -442,11 +434,9 @@ class Integration:
         entry = self._guards.get(id(route))
         if entry is not None and entry[0] is route:
             return entry[1]
-        options: GuardOptions = dict(self._shared)  # type: ignore[assignment]
+        options = {**self._shared, "cost": route.cost, "deduct_when": route.deduct_when}
         if route.key_func is not None:
             options["key_func"] = route.key_func
-        options["cost"] = route.cost
-        options["deduct_when"] = route.deduct_when
         spec = self.spec(route.rate, route.scope, route.algorithm)
         guard = Guard(spec, Options(options, owner=self.owner))
         with self._lock:
@@ -473,25 +463,26 @@ class Integration:
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
+        decision = Decision(None, outcomes)
         try:
             for guard in guards:
                 outcome = guard.decide(request)
                 if isinstance(outcome, Response):
-                    refused = Decision(None, outcomes)
-                    refused.headers(outcome.status)
-                    refused.release()
+                    decision.headers(outcome.status)
+                    decision.release()
                     return Decision(outcome)
                 outcomes.append(outcome)
         except BaseException:  # a later limit failed: the earlier ones' slots go back
-            Decision(None, outcomes).release()
+            decision.release()
             raise
-        return Decision(None, outcomes)
+        return decision
 
     async def adecide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
         """``decide`` for asyncio: stores and ``async def`` callables are awaited."""
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
+        decision = Decision(None, outcomes)
         try:
             for guard in guards:
                 if guard.nonblocking:
@@ -499,22 +490,19 @@ class Integration:
                 else:
                     outcome = await guard.adecide(request)
                 if isinstance(outcome, Response):
-                    refused = Decision(None, outcomes)
-                    await refused.aheaders(outcome.status)
-                    await refused.arelease()
+                    await decision.aheaders(outcome.status)
+                    await decision.arelease()
                     return Decision(outcome)
                 outcomes.append(outcome)
         except BaseException:  # also a cancelled wait (max_wait): the earlier slots go back
-            await arelease(outcomes)
+            await decision.arelease()
             raise
-        return Decision(None, outcomes)
+        return decision
 
 
 def store_shown(given: Any, store: Any) -> str:
     """How errors name ``store``: its URL (``given``, else ``LIMITER_STORAGE_URL``)
     with the password redacted, else its type."""
-    import os
-
     from limiter.backends._url import redact_url
 
     if isinstance(given, str):
@@ -524,21 +512,18 @@ def store_shown(given: Any, store: Any) -> str:
     return type(store).__name__
 
 
-def _unreachable(owner: str, shown: str, store: Any, exc: Exception) -> Optional[Exception]:
-    """The error for a failed start-up ping, or ``None`` (logged) if a fallback answers."""
-    import logging
-
-    if getattr(store, "fallback", None) is not None:
-        logging.getLogger("limiter.adapters").warning(
-            "%s: the store %s does not answer at start-up (%s); its fallback answers until it does",
-            owner,
-            shown,
-            exc,
-        )
-        return None
-    return StoreError(
-        f"{owner}: the store {shown} does not answer at start-up: {exc} (start it or fix "
-        f"the URL; check_store=False starts without checking)"
+def _unreachable(owner: str, shown: str, store: Any, exc: StoreError) -> None:
+    """Raise the error of a failed start-up ping, unless a fallback answers (logged)."""
+    if getattr(store, "fallback", None) is None:
+        raise StoreError(
+            f"{owner}: the store {shown} does not answer at start-up: {exc} (start it or fix "
+            f"the URL; check_store=False starts without checking)"
+        ) from exc
+    logging.getLogger("limiter.adapters").warning(
+        "%s: the store %s does not answer at start-up (%s); its fallback answers until it does",
+        owner,
+        shown,
+        exc,
     )
 
 
@@ -547,28 +532,22 @@ def check_store(owner: str, store: Any, shown: str) -> None:
     ``shown`` if it does not answer. A store with a ``fallback`` is only logged
     (WARNING, ``limiter.adapters``)."""
     ping = getattr(store, "ping", None)
-    if not callable(ping):
-        return
     try:
-        ping()
+        if callable(ping):
+            ping()
     except StoreError as exc:
-        error = _unreachable(owner, shown, store, exc)
-        if error is not None:
-            raise error from exc
+        _unreachable(owner, shown, store, exc)
 
 
 async def acheck_store(owner: str, store: Any, shown: str) -> None:
     """``check_store`` for asyncio: ``await store.aping()`` (or ``ping()``)."""
     aping = getattr(store, "aping", None)
     if not callable(aping):
-        check_store(owner, store, shown)
-        return
+        return check_store(owner, store, shown)
     try:
         await aping()
     except StoreError as exc:
-        error = _unreachable(owner, shown, store, exc)
-        if error is not None:
-            raise error from exc
+        _unreachable(owner, shown, store, exc)
 
 
 def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
