@@ -6,6 +6,7 @@ Bucket scopes and limiter names: docs/concepts.md#keys.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import logging
@@ -17,6 +18,7 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Optional,
     Sequence,
@@ -347,7 +349,7 @@ class Integration:
         store: Any = None,
         clock: Optional[Clock] = None,
         asyncio: bool = False,
-        algorithm: str = "token-bucket",
+        algorithm: Optional[str] = None,
         **options: Unpack[GuardOptions],
     ) -> None:
         from limiter.urls import resolve_store
@@ -559,3 +561,13 @@ def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
     module = getattr(func, "__module__", None) or "?"
     qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     return f"{module}.{qualname or repr(func)}"
+
+
+@contextlib.contextmanager
+def reworded(prefix: str, suffix: str = "", error: Optional[type] = None) -> Iterator[None]:
+    """Raise a ``TypeError``/``ValueError`` of the block again as ``error`` (default: its
+    own type) saying ``prefix + message + suffix``, chained: where a setting came from."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        raise (error or type(exc))(f"{prefix}{exc}{suffix}") from exc

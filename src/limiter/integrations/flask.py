@@ -39,6 +39,7 @@ from limiter.integrations.common import (
     check_key_func,
     check_rate,
     check_store,
+    reworded,
     store_shown,
 )
 from limiter.ratelimiter import RateLimiter
@@ -90,10 +91,6 @@ class _Unset(enum.Enum):
 
 
 _UNSET = _Unset.UNSET
-
-
-Before = Callable[[], Optional[flask.Response]]
-After = Callable[[flask.Response], flask.Response]
 
 
 def _class_scope(view_class: type) -> str:
@@ -251,9 +248,7 @@ class RateLimit:
             raise ValueError(
                 f"unknown config key {unknown[0]} ({hint}RateLimit reads {', '.join(CONFIG_KEYS)})"
             )
-        algorithm = self._algorithm
-        if algorithm is None:
-            algorithm = _config_algorithm(config)
+        algorithm = self._algorithm or _config_algorithm(config)
         options: Dict[str, Any] = dict(self._options)
         default = self._default
         if default is _UNSET:
@@ -289,7 +284,7 @@ class RateLimit:
         self._apps.add(app)
         if integration.enabled:  # disabled: no hooks at all, so no cost either
             app.before_request(_before_hook(state))
-            app.after_request(_after_hook())
+            app.after_request(_add_headers)
             app.teardown_request(_release_unsent)
             flask.request_finished.connect(_release_on_close, app)
             if not getattr(app.wsgi_app, "_limiter_releases", False):
@@ -371,18 +366,13 @@ def _config_default(config: flask.Config) -> Optional[RateSpec]:
     value = config.get("RATELIMIT_DEFAULT")
     if value is None:
         return None
-    try:
+    with reworded(f"RATELIMIT_DEFAULT={value!r:.100}: "):
         return check_rate(value)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"RATELIMIT_DEFAULT={value!r:.100}: {error}") from error
 
 
-def _config_algorithm(config: flask.Config) -> str:
-    value = config.get("RATELIMIT_ALGORITHM")
-    try:
-        return check_algorithm(value, "RATELIMIT_ALGORITHM") or "token-bucket"
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"{error} (app.config)") from error
+def _config_algorithm(config: flask.Config) -> Optional[str]:
+    with reworded("", " (app.config)"):
+        return check_algorithm(config.get("RATELIMIT_ALGORITHM"), "RATELIMIT_ALGORITHM")
 
 
 def _config_store(config: flask.Config) -> Any:
@@ -393,30 +383,22 @@ def _config_store(config: flask.Config) -> Any:
         raise TypeError(f"RATELIMIT_STORAGE_URL must be a URL string, got {url!r}")
     from limiter.urls import resolve_store
 
-    try:
+    with reworded("RATELIMIT_STORAGE_URL: "):  # its message redacts the URL's password
         store = resolve_store(url)
-    except (TypeError, ValueError) as error:
-        # resolve_store's message shows the URL with any password redacted.
-        raise type(error)(f"RATELIMIT_STORAGE_URL: {error}") from error
     _sync_store(store, "RATELIMIT_STORAGE_URL's store")
     return store
 
 
 def _config_headers(value: object) -> Optional[str]:
-    if value is True:
-        return "x"
-    if value is False or value is None:
-        return None
-    if isinstance(value, str):
-        if value in _STYLES:
-            return value
-        raise ValueError(
-            f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}"
-        )
-    raise TypeError(f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}")
+    if value is True or value is False or value is None:
+        return "x" if value else None
+    if isinstance(value, str) and value in _STYLES:
+        return value
+    error = ValueError if isinstance(value, str) else TypeError
+    raise error(f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}")
 
 
-def _before_hook(state: _AppState) -> Before:
+def _before_hook(state: _AppState) -> Callable[[], Optional[flask.Response]]:
     decide = state.integration.decide
     default_guards = state.default_guards
     views = state.views
@@ -449,22 +431,20 @@ def _before_hook(state: _AppState) -> Before:
     return limit_request
 
 
-def _after_hook() -> After:
-    def add_headers(response: flask.Response) -> flask.Response:
-        # Popped: a response that passes through twice gets its headers once.
-        environ = flask.request.environ
-        decision = environ.pop(_DECISION, None)
-        if decision is not None:
-            if decision.holds:  # for the teardown, should this response be dropped
-                environ[_CARRIED] = decision
-            headers = decision.headers(response.status_code)  # settles deduct_when
-            if headers:
-                add = response.headers.add  # cheaper than extend's generic argument handling
-                for name, value in headers:
-                    add(name, value)
-        return response
-
-    return add_headers
+def _add_headers(response: flask.Response) -> flask.Response:
+    """The after hook: settle the request's decision, add its headers to ``response``."""
+    # Popped: a response that passes through twice gets its headers once.
+    environ = flask.request.environ
+    decision = environ.pop(_DECISION, None)
+    if decision is not None:
+        if decision.holds:  # for the teardown, should this response be dropped
+            environ[_CARRIED] = decision
+        headers = decision.headers(response.status_code)  # settles deduct_when
+        if headers:
+            add = response.headers.add  # cheaper than extend's generic argument handling
+            for name, value in headers:
+                add(name, value)
+    return response
 
 
 def _release_on_close(sender: flask.Flask, response: flask.Response, **extra: Any) -> None:
