@@ -91,16 +91,10 @@ def _http_response(response: Response, method: str) -> HttpResponse:
     return result
 
 
-def _add_headers(response: Any, headers: HeaderList) -> None:
-    if not headers or getattr(response, _DENIED, False):
-        return
-    for name, value in headers:
-        response.headers[name] = value
-
-
-def _decide(integration: Integration, guards: Sequence[Guard], request: HttpRequest) -> Decision:
-    """``integration.decide`` in sync code; async callables run through ``async_to_sync``
+def _decide(guards: Sequence[Guard], request: HttpRequest) -> Decision:
+    """``Integration.decide`` in sync code; async callables run through ``async_to_sync``
     (not refused: the same settings serve WSGI and ASGI)."""
+    integration = current().integration
     if not integration.enabled or not guards:
         return NOT_LIMITED
     info = django_request_info(request)
@@ -110,9 +104,8 @@ def _decide(integration: Integration, guards: Sequence[Guard], request: HttpRequ
     return integration.decide(guards, info)
 
 
-async def _adecide(
-    integration: Integration, guards: Sequence[Guard], request: HttpRequest
-) -> Decision:
+async def _adecide(guards: Sequence[Guard], request: HttpRequest) -> Decision:
+    integration = current().integration
     if not integration.enabled or not guards:
         return NOT_LIMITED
     return await integration.adecide(guards, django_request_info(request))
@@ -131,7 +124,9 @@ def _respond(request: HttpRequest, response: Any, decision: Decision, headers: H
     """``response`` with ``headers``, or the refusal ``decision`` holds instead of it."""
     if decision.response is not None:
         return _http_response(decision.response, request.method or "GET")
-    _add_headers(response, headers)
+    if headers and not getattr(response, _DENIED, False):
+        for name, value in headers:
+            response.headers[name] = value
     if decision.holds:
         _release_on_close(response, decision)
     return response
@@ -180,8 +175,21 @@ def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
 
 
 def _unresolved(request: HttpRequest, response: Any) -> bool:
-    """Whether ``response`` is the 404 of a path that resolved to no view."""
+    """Whether ``response`` is the 404 of a path that resolved to no view (counted, so
+    URL scanning costs tokens as in Flask and FastAPI)."""
     return getattr(response, "status_code", None) == 404 and request.resolver_match is None
+
+
+def _default_guards(request: HttpRequest, view_func: Optional[Callable[..., Any]]) -> List[Guard]:
+    """The default, unless there is none, it is off, the path is exempt or ``view_func``
+    has its own ``ratelimit``."""
+    config = current()
+    default = config.default
+    if default is None or not config.integration.enabled:
+        return []
+    if view_func is not None and _has_own_limit(view_func, request.method or "GET"):
+        return []
+    return [] if config.exempt_path(request.path) else [default]
 
 
 class RateLimitMiddleware:
@@ -219,9 +227,9 @@ class RateLimitMiddleware:
             if recorded is not None:
                 recorded.release()
             raise
-        decision, guards = self._pending(request, response)
-        if guards:
-            decision = _decide(current().integration, guards, request)
+        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+        if decision is None and _unresolved(request, response):
+            decision = _decide(_default_guards(request, None), request)
         if decision is None:
             return response
         return _respond(request, response, decision, decision.headers(response.status_code))
@@ -234,51 +242,23 @@ class RateLimitMiddleware:
             if recorded is not None:
                 await recorded.arelease()
             raise
-        decision, guards = self._pending(request, response)
-        if guards:
-            decision = await _adecide(current().integration, guards, request)
+        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+        if decision is None and _unresolved(request, response):
+            decision = await _adecide(_default_guards(request, None), request)
         if decision is None:
             return response
         return _respond(request, response, decision, await decision.aheaders(response.status_code))
-
-    def _pending(
-        self, request: HttpRequest, response: Any
-    ) -> Tuple[Optional[Decision], List[Guard]]:
-        """The decision ``process_view`` recorded, or the guards for an unresolved
-        404 (counted, so URL scanning costs tokens as in Flask and FastAPI)."""
-        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-        if decision is None and _unresolved(request, response):
-            return None, self._default_guards(request)
-        return decision, []
-
-    @staticmethod
-    def _default_guards(request: HttpRequest) -> List[Guard]:
-        """The default, unless there is none, it is off, or the path is exempt."""
-        config = current()
-        default = config.default
-        if default is None or not config.integration.enabled:
-            return []
-        if config.exempt_path(request.path):
-            return []
-        return [default]
-
-    def _guards(self, request: HttpRequest, view_func: Callable[..., Any]) -> List[Guard]:
-        if _has_own_limit(view_func, request.method or "GET"):
-            return []
-        return self._default_guards(request)
 
     def process_view(
         self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any
     ) -> Optional[HttpResponseBase]:
         """Check the default limit once the view is known (synchronous mode)."""
-        guards = self._guards(request, view_func)
-        return _record(request, _decide(current().integration, guards, request))
+        return _record(request, _decide(_default_guards(request, view_func), request))
 
     async def _aprocess_view(
         self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any
     ) -> Optional[HttpResponseBase]:
-        guards = self._guards(request, view_func)
-        return _record(request, await _adecide(current().integration, guards, request))
+        return _record(request, await _adecide(_default_guards(request, view_func), request))
 
 
 def _request_of(args: Tuple[Any, ...]) -> HttpRequest:
@@ -331,15 +311,6 @@ async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decis
 _CALL = "_limiter_call"
 
 
-def _start(
-    route: RouteLimit, args: Tuple[Any, ...]
-) -> Tuple[Integration, List[Guard], HttpRequest]:
-    """``(integration, guards, request)`` to decide on, without I/O."""
-    request = _request_of(args)
-    integration = current().integration
-    return integration, integration.guards((route,), request.method or "GET"), request
-
-
 def _sync_call(route: RouteLimit) -> Callable[..., Any]:
     """``call(view, *args, **kwargs)``: ``view`` under ``route``, synchronously.
 
@@ -348,8 +319,9 @@ def _sync_call(route: RouteLimit) -> Callable[..., Any]:
     """
 
     def call(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        integration, guards, request = _start(route, args)
-        decision = _decide(integration, guards, request)
+        request = _request_of(args)
+        guards = current().integration.guards((route,), request.method or "GET")
+        decision = _decide(guards, request)
         if decision.response is not None:
             return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
@@ -378,8 +350,9 @@ def _async_call(route: RouteLimit) -> Callable[..., Any]:
     """``_sync_call`` for an async view: the store and the view are awaited."""
 
     async def acall(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        integration, guards, request = _start(route, args)
-        decision = await _adecide(integration, guards, request)
+        request = _request_of(args)
+        guards = current().integration.guards((route,), request.method or "GET")
+        decision = await _adecide(guards, request)
         if decision.response is not None:
             return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
