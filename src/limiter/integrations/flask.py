@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import flask
 from flask.views import MethodView
@@ -467,10 +467,7 @@ def _releasing(wsgi_app: Any) -> Any:
         try:
             return wsgi_app(environ, start_response)
         except BaseException:
-            for name in (_DECISION, _CARRIED):
-                decision = environ.pop(name, None)
-                if decision is not None:
-                    decision.release()
+            _release(environ, (_DECISION, _CARRIED))
             raise
 
     wsgi._limiter_releases = True  # type: ignore[attr-defined]
@@ -481,13 +478,14 @@ def _release_unsent(error: Optional[BaseException]) -> None:
     """Teardown: give back the slots of a decision no response carries (the view raised
     and the error propagates; the after hook did not run), or whose response an
     error replaced (a later after hook or the session's saving raised)."""
-    environ = flask.request.environ
-    decision = environ.pop(_DECISION, None)
-    if decision is not None:
-        decision.release()
-    if error is not None:
-        carried = environ.pop(_CARRIED, None)
-        if carried is not None:
-            carried.release()
-    # Else the response's close gives it back; left in the environ so that
-    # _releasing does if a teardown run after this one raises.
+    # Without an error the response's close gives the carried one back; left in
+    # the environ so that _releasing does if a teardown run after this one raises.
+    _release(flask.request.environ, (_DECISION,) if error is None else (_DECISION, _CARRIED))
+
+
+def _release(environ: Dict[str, Any], names: Tuple[str, ...]) -> None:
+    """Give back the slots of the decisions under ``names`` in ``environ``, removed."""
+    for name in names:
+        decision = environ.pop(name, None)
+        if decision is not None:
+            decision.release()
