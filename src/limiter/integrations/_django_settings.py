@@ -83,7 +83,7 @@ class Config:
 
 
 def exempt_patterns(paths: object) -> Tuple[Pattern[str], ...]:
-    if isinstance(paths, (str, bytes)) or not isinstance(paths, (list, tuple, set, frozenset)):
+    if not isinstance(paths, (list, tuple, set, frozenset)):
         raise ImproperlyConfigured(
             f"settings.RATE_LIMIT['exempt_paths'] must be a list of paths like "
             f"['/health', '/static/*'], got {paths!r:.200}"
@@ -102,18 +102,14 @@ _config: Optional[Config] = None
 
 def current() -> Config:
     """The configuration of ``settings.RATE_LIMIT``, built on first use."""
-    config = _config
-    if config is not None:
-        return config
-    return _rebuild()
-
-
-def _rebuild() -> Config:
     global _config
-    with _lock:
-        if _config is None:
-            _config = Config(getattr(settings, "RATE_LIMIT", None))
-        return _config
+    config = _config
+    if config is None:
+        with _lock:
+            if _config is None:
+                _config = Config(getattr(settings, "RATE_LIMIT", None))
+            config = _config
+    return config
 
 
 def _setting_changed(*, setting: str, **kwargs: Any) -> None:

@@ -1,8 +1,6 @@
-"""What the Flask, FastAPI and Django integrations share: ``RouteLimit``s turned
-into the adapters' ``Guard``s, so decisions, bodies and headers are theirs.
-
-Bucket scopes and limiter names: docs/concepts.md#keys.
-"""
+"""What the Flask, FastAPI and Django integrations share: ``RouteLimit``s turned into
+the adapters' ``Guard``s, so decisions, bodies and headers are theirs (scopes and
+limiter names: docs/concepts.md#keys)."""
 
 from __future__ import annotations
 
@@ -55,10 +53,7 @@ _DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
 
 
 def check_algorithm(algorithm: object, param: str = "algorithm") -> Optional[str]:
-    """``algorithm`` if ``None`` or a key of ``limiter.core.spec.ALGORITHMS``.
-
-    ``TypeError`` for a non-``str``, ``ValueError`` naming a wrong name.
-    """
+    """``algorithm``, ``None`` or a key of ``ALGORITHMS`` (else ``TypeError``/``ValueError``)."""
     if algorithm is None:
         return None
     if not isinstance(algorithm, str):
@@ -120,11 +115,10 @@ def check_deduct_when_signature(deduct_when: object) -> None:
 
 
 def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
-    """``rate`` checked as a ``RateSpec``; a list of rate strings is joined with ``;``.
+    """``rate`` checked as a ``RateSpec`` (a list of rate strings joined with ``;``).
 
-    ``algorithm`` is for rate strings (with a ``RateLimiter``: ``ValueError``).
-    ``ValueError`` for a bad rate string, ``TypeError`` for anything else.
-    """
+    ``ValueError`` for a bad rate string or an ``algorithm`` beside a ``RateLimiter``,
+    ``TypeError`` for anything else."""
     algorithm = check_algorithm(algorithm)
     if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
         rate = ";".join(rate)
@@ -159,11 +153,8 @@ def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
 
 
 class RouteLimit:
-    """One limit on one view, its buckets living under ``scope``.
-
-    ``methods``: ``None`` for all; ``algorithm``: what its rate strings become
-    (``None``: the integration's). Raises ``TypeError``/``ValueError`` for a bad argument.
-    """
+    """One limit on one view, its buckets under ``scope``; ``methods``: ``None`` for all;
+    ``algorithm``: ``None`` for the integration's.  ``TypeError``/``ValueError`` if bad."""
 
     __slots__ = ("algorithm", "cost", "deduct_when", "key_func", "methods", "rate", "scope")
 
@@ -205,11 +196,8 @@ class RouteLimit:
 
 
 class ScopedLimit:
-    """A limit decorator (Flask's ``rl.limit``, Django's ``ratelimit``): a ``RouteLimit`` per scope.
-
-    ``RouteLimit``'s arguments, checked here so a typo fails at import.
-    ``owner``: what declared it (Flask's ``RateLimit``; ``None`` for none).
-    """
+    """A declared limit (``rl.limit``, ``ratelimit``): a ``RouteLimit`` per scope, its
+    arguments checked here so a typo fails at import; ``owner``: what declared it."""
 
     __slots__ = ("first", "name", "owner", "routes")
 
@@ -274,10 +262,8 @@ async def arelease(outcomes: Iterable[object]) -> None:
 class Decision:
     """One request's decision: ``response`` to send instead of the view, or ``None``.
 
-    When the view ran, ``headers(status)`` settles ``deduct_when`` charges and
-    returns the headers to add; ``release()`` gives back the slots it holds
-    (``Concurrency`` policies) once the response has ended.
-    """
+    After the view, ``headers(status)`` settles ``deduct_when`` charges and returns the
+    headers to add; ``release()`` gives back the slots held once the response ended."""
 
     __slots__ = ("_outcomes", "response")
 
@@ -286,9 +272,8 @@ class Decision:
         self._outcomes = outcomes
 
     def headers(self, status: int) -> HeaderList:
-        """Settle charges with ``status``; return the first limit's non-empty headers.
-
-        If settling raises (``deduct_when`` did), the slots go back: no response will."""
+        """Settle charges with ``status``; the first non-empty headers (if it raises: the
+        slots go back, no response will)."""
         shown: HeaderList = []
         try:
             for outcome in self._outcomes:
@@ -335,10 +320,9 @@ NOT_LIMITED = Decision(None)
 class Integration:
     """One framework integration's store, options, default guard and view guards.
 
-    ``owner`` names it in errors; ``store`` goes through ``resolve_store``
-    (``asyncio=True``: a URL gives an async store).  ``cost``, ``rules`` and
-    ``deduct_when`` apply to the default only.  ``TypeError``/``ValueError`` for
-    a bad option.  Options: docs/adapters.md#options.
+    ``owner`` names it in errors; ``store`` goes through ``resolve_store`` (``asyncio``:
+    a URL gives an async store); ``cost``, ``rules`` and ``deduct_when`` apply to the
+    default only.  ``TypeError``/``ValueError`` for a bad option (docs/adapters.md#options).
     """
 
     def __init__(
@@ -386,12 +370,9 @@ class Integration:
     def limiter_for(
         self, rate: Union[str, RateLimiter], scope: str, algorithm: Optional[str] = None
     ) -> RateLimiter:
-        """``rate`` as is, or one limiter per ``(scope, rate string, algorithm)``.
-
-        Named ``"<scope>|<rate>"`` (``"|<algorithm>"`` added for a window, so its
-        state is never read as a bucket's).  ``TypeError`` for another type,
-        ``ValueError`` beyond ``MAX_RATES_PER_SCOPE`` strings in one scope.
-        """
+        """``rate`` as is, or one limiter per ``(scope, rate string, algorithm)`` named
+        ``"<scope>|<rate>"`` (plus ``"|<algorithm>"`` for a window).  ``TypeError`` for
+        another type, ``ValueError`` beyond ``MAX_RATES_PER_SCOPE`` strings in a scope."""
         if isinstance(rate, RateLimiter):
             return rate
         if not isinstance(rate, str):
@@ -457,11 +438,8 @@ class Integration:
         ]
 
     def decide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
-        """The ``Decision`` for ``request`` under ``guards``, in order (synchronous stores).
-
-        The first refusal wins; earlier limits keep their charge unless their
-        ``deduct_when`` rejects the refusal's status.
-        """
+        """The ``Decision`` for ``request`` under ``guards`` in order: the first refusal wins;
+        earlier limits keep their charge unless their ``deduct_when`` rejects its status."""
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
@@ -530,9 +508,8 @@ def _unreachable(owner: str, shown: str, store: Any, exc: StoreError) -> None:
 
 
 def check_store(owner: str, store: Any, shown: str) -> None:
-    """Ping ``store`` if it has ``ping()``; raise ``StoreError`` naming ``owner`` and
-    ``shown`` if it does not answer. A store with a ``fallback`` is only logged
-    (WARNING, ``limiter.adapters``)."""
+    """Ping ``store`` if it can: ``StoreError`` naming ``owner`` and ``shown`` if it does not
+    answer, only logged (``limiter.adapters``) for a store with a ``fallback``."""
     ping = getattr(store, "ping", None)
     try:
         if callable(ping):
@@ -565,8 +542,8 @@ def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
 
 @contextlib.contextmanager
 def reworded(prefix: str, suffix: str = "", error: Optional[type] = None) -> Iterator[None]:
-    """Raise a ``TypeError``/``ValueError`` of the block again as ``error`` (default: its
-    own type) saying ``prefix + message + suffix``, chained: where a setting came from."""
+    """A ``TypeError``/``ValueError`` of the block raised again as ``error`` (else its own
+    type) saying ``prefix + message + suffix``: where a bad setting came from."""
     try:
         yield
     except (TypeError, ValueError) as exc:

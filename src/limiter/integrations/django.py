@@ -1,14 +1,13 @@
 """Django integration: ``RateLimitMiddleware`` and the ``ratelimit`` view decorator.
 
-Configured from ``settings.RATE_LIMIT`` (a dict; see docs/django.md)::
+Both read one ``Integration`` built from ``settings.RATE_LIMIT`` (a dict, rebuilt when
+it changes; see docs/django.md)::
 
     RATE_LIMIT = {"default": "100/minute", "exempt_paths": ["/health", "/static/*"]}
     MIDDLEWARE = [..., "limiter.integrations.django.RateLimitMiddleware", ...]
 
     @ratelimit("5/minute", methods=["POST"], deduct_when=lambda s: s in (401, 403))
     def login(request): ...
-
-Both read one ``Integration`` built from the settings (rebuilt when they change).
 """
 
 from __future__ import annotations
@@ -128,22 +127,17 @@ def _respond(request: HttpRequest, response: Any, decision: Decision, headers: H
         for name, value in headers:
             response.headers[name] = value
     if decision.holds:
-        _release_on_close(response, decision)
+        # Held until the server closes the response (its last chunk is sent): Django's
+        # handlers and test client close every one.  An async-only store's slots go back
+        # on the server's loop: Django's ASGI handler closes the response in a thread
+        # (sync_to_async), where async_to_sync runs the coroutine on that loop.
+        release = async_to_sync(decision.arelease) if decision.awaits else decision.release
+        closers = getattr(response, "_resource_closers", None)
+        if isinstance(closers, list):
+            closers.append(release)
+        else:  # not an HttpResponseBase: nothing says when it ends
+            release()
     return response
-
-
-def _release_on_close(response: Any, decision: Decision) -> None:
-    """Hold ``decision``'s slots until the server closes ``response`` (its last chunk,
-    streamed or not, is sent); Django's handlers and test client close every response."""
-    # An async-only store's slots go back on the server's loop: Django's ASGI
-    # handler closes the response in a thread (sync_to_async), where
-    # async_to_sync runs the coroutine on that loop.
-    release = async_to_sync(decision.arelease) if decision.awaits else decision.release
-    closers = getattr(response, "_resource_closers", None)
-    if isinstance(closers, list):
-        closers.append(release)
-    else:  # not an HttpResponseBase: nothing says when it ends
-        release()
 
 
 def _refuse_async_only(integration: Integration) -> None:
@@ -195,10 +189,9 @@ def _default_guards(request: HttpRequest, view_func: Optional[Callable[..., Any]
 class RateLimitMiddleware:
     """Apply ``settings.RATE_LIMIT["default"]`` to every view without a ``ratelimit``.
 
-    Add it early in ``MIDDLEWARE``; sync and async capable.  When Django builds
-    it: ``ImproperlyConfigured`` for bad settings, ``StoreError`` if a pingable
-    store does not answer (unless ``check_store`` is ``False``).
-    Settings: docs/django.md#settings.
+    Add it early in ``MIDDLEWARE``; sync and async capable.  When Django builds it:
+    ``ImproperlyConfigured`` for bad settings, ``StoreError`` if a pingable store does
+    not answer (unless ``check_store`` is ``False``).  Settings: docs/django.md#settings.
     """
 
     sync_capable = True
@@ -312,11 +305,9 @@ _CALL = "_limiter_call"
 
 
 def _sync_call(route: RouteLimit) -> Callable[..., Any]:
-    """``call(view, *args, **kwargs)``: ``view`` under ``route``, synchronously.
-
-    An HTTP error the view raises becomes Django's response for it, settled and
-    with headers; any other exception settles as a 500 and propagates.
-    """
+    """``call(view, *args, **kwargs)``: ``view`` under ``route``, synchronously.  An HTTP
+    error the view raises becomes Django's response for it, settled and with headers;
+    any other exception settles as a 500 and propagates."""
 
     def call(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         request = _request_of(args)
@@ -374,10 +365,8 @@ def _unwrap(view: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _method_key(view: Callable[..., Any]) -> Optional[Tuple[Any, type]]:
-    """``(function, class)`` of a method under ``method_decorator``, else ``None``.
-
-    ``method_decorator`` builds a new partial per request; this pair is the cache key.
-    """
+    """``(function, class)`` of a method under ``method_decorator`` (its per-request
+    partial), else ``None``."""
     if type(view) is not functools.partial:
         return None
     bound = view.func

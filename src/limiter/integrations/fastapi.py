@@ -191,25 +191,19 @@ class RateLimit:
         if bucket_scope is None:  # until the routes name it: "<module>:<line>" of the call
             frame = sys._getframe(1)  # (unlike a counter, the same in every worker process)
             bucket_scope = f"{frame.f_globals.get('__name__', '?')}:{frame.f_lineno}"
-        route = RouteLimit(
-            rate,
-            scope=bucket_scope,
-            algorithm=algorithm,
-            key_func=key_func,
-            cost=cost,
-            methods=methods,
-            deduct_when=deduct_when,
+        limit = common.ScopedLimit(
+            self, rate, name, key_func, cost, methods, deduct_when, algorithm, bucket_scope
         )
         # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
-        guards = [self.integration.guard(route)]
-        rate_limit = _dependency(self.integration, guards, route.methods, self._key)
-        bound = name is not None
+        guards = [self.integration.guard(limit.first)]
+        rate_limit = _dependency(self.integration, guards, limit.first.methods, self._key)
+        bound = False
 
         def bind(routes: str) -> None:
             nonlocal bound
             if not bound:
                 bound = True
-                guards[0] = self.integration.guard(route.in_scope(routes))
+                guards[0] = self.integration.guard(limit.route(routes))
 
         rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
         rate_limit.__qualname__ = (
@@ -445,10 +439,7 @@ class _RateLimitMiddleware:
         self.routed = routed
         self.key = rate_limit._key
         integration = rate_limit.integration
-        default = integration.default
-        self.default: Optional[Guard] = (
-            default if default is not None and integration.enabled else None
-        )
+        self.default = integration.default if integration.enabled else None
         self.routes = _DefaultRoutes(rate_limit, routed)
         self._named = False
 
