@@ -13,20 +13,9 @@ Design: docs/fastapi.md#how-it-works.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import (
-    TYPE_CHECKING,
-    AbstractSet,
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    List,
-    Optional,
-    Set,
-    Tuple,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from starlette.applications import Starlette
 from starlette.exceptions import WebSocketException
@@ -196,7 +185,7 @@ class RateLimit:
         )
         # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
         guards = [self.integration.guard(limit.first)]
-        rate_limit = _dependency(self.integration, guards, limit.first.methods, self._key)
+        rate_limit = _dependency(self.integration, guards, limit.first, self._key)
         bound = False
 
         def bind(routes: str) -> None:
@@ -228,20 +217,19 @@ class RateLimit:
         endpoint = getattr(route, "endpoint", None)
         if endpoint is None:
             endpoint = getattr(route, "app", None)  # a Mount: rl.exempt(sub_app)
-        try:
-            if endpoint is not None and endpoint in self._exempt:
+        with contextlib.suppress(TypeError):  # an unhashable endpoint cannot have been marked
+            if endpoint in self._exempt:
                 return True
-        except TypeError:  # an unhashable endpoint cannot have been marked
-            pass
         calls = _limit_calls(getattr(route, "dependant", None))
         return any(getattr(call, _MARK, None) is self for call in calls)
 
 
 def _dependency(
-    integration: Integration, guards: List[Guard], allowed: Optional[AbstractSet[str]], key: str
+    integration: Integration, guards: List[Guard], route: RouteLimit, key: str
 ) -> Callable[..., Any]:
-    """One ``limit()``'s dependency: decides with ``guards[0]``, records under ``scope[key]``."""
+    """``route``'s dependency: decides with ``guards[0]``, records under ``scope[key]``."""
     enabled = integration.enabled
+    allowed = route.methods
 
     # Keyword-only: slowapi-style @rl.limit(...) above a route then fails at
     # import, with the fix in the function's name.
