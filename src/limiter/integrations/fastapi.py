@@ -141,11 +141,9 @@ class RateLimit:
         return f"RateLimit(default={None if default is None else default.limiter!r})"
 
     def init_app(self, app: Starlette) -> None:
-        """Install on ``app`` the exception handler that sends refusals, and the middleware.
-
-        Call it before the app serves (else ``RuntimeError``, as for a second
-        call). Add ``CORSMiddleware`` after it so that 429s get CORS headers.
-        """
+        """Install on ``app`` the exception handler sending refusals, and the middleware,
+        before it serves (else ``RuntimeError``, as the second time).  Add
+        ``CORSMiddleware`` after it so that 429s get CORS headers."""
         if not isinstance(app, Starlette):
             raise TypeError(f"app must be a FastAPI or Starlette application, got {app!r:.200}")
         if any(known is app for known in self._apps):
@@ -171,10 +169,9 @@ class RateLimit:
     ) -> Callable[..., Any]:
         """A dependency limiting the routes that use it: ``Depends(rl.limit("5/minute"))``.
 
-        Each call has its own buckets unless calls share a ``name``; ``methods``:
-        ``None`` limits all.  A refused WebSocket handshake is closed with 1013.
-        ``TypeError``/``ValueError`` for a bad argument.
-        Details: docs/fastapi.md#ratelimit-and-limit.
+        Each call has its own buckets unless calls share a ``name``; ``methods``: ``None``
+        limits all.  A refused WebSocket handshake is closed with 1013.
+        ``TypeError``/``ValueError`` for a bad argument (docs/fastapi.md#ratelimit-and-limit).
         """
         bucket_scope = name
         if bucket_scope is None:  # until the routes name it: "<module>:<line>" of the call
@@ -354,11 +351,8 @@ def _scan(table: List[_Row], scope: Scope) -> bool:
 
 
 class _DefaultRoutes:
-    """Which requests ``default`` applies to on one app, asked of its routes.
-
-    Rebuilt when a route is added to the app or a router included in it, or
-    when ``exempt`` marks another endpoint.
-    """
+    """Which requests ``default`` applies to on one app, asked of its routes; rebuilt when
+    a route or router is added, or ``exempt`` marks another endpoint."""
 
     def __init__(self, rate_limit: RateLimit, app: Starlette) -> None:
         self.rate_limit = rate_limit

@@ -230,11 +230,9 @@ class RateLimit:
             self.init_app(app)
 
     def init_app(self, app: flask.Flask) -> None:
-        """Set up ``app``: read its ``RATELIMIT_*`` config and add the two hooks.
-
-        Each app gets its own state and store (unless ``store`` was given).
-        ``TypeError``/``ValueError`` naming a bad config key; ``ValueError`` twice.
-        """
+        """Set up ``app``: read its ``RATELIMIT_*`` config, add the hooks.  Each app gets its
+        own state and store (unless ``store`` was given).  ``TypeError``/``ValueError``
+        naming a bad config key; ``ValueError`` the second time."""
         if not isinstance(app, flask.Flask):
             raise TypeError(f"app must be a flask.Flask, got {app!r}")
         if EXTENSION in app.extensions:
@@ -301,13 +299,10 @@ class RateLimit:
         methods: Optional[Iterable[str]] = None,
         deduct_when: Optional[DeductWhen] = None,
     ) -> Callable[[F], F]:
-        """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
-
-        Arguments are checked now (``TypeError``/``ValueError``), so a typo
-        fails at import.  Each view has its own buckets unless limits share a
-        ``name``; ``methods``: only those are limited; stacked limits all apply,
-        outermost first.  Details: docs/flask.md#limit-exempt-and-default.
-        """
+        """A decorator limiting one view to ``rate`` (under ``@app.route``), its arguments
+        checked now (``TypeError``/``ValueError``).  Each view has its own buckets unless
+        limits share a ``name``; ``methods``: only those are limited; stacked limits all
+        apply, outermost first.  Details: docs/flask.md#limit-exempt-and-default."""
         # "?" stands in for an unnamed limit's scope, known only when served.
         limit = ScopedLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm, "?")
         if not self._watching:
@@ -457,11 +452,8 @@ def _release_on_close(sender: flask.Flask, response: flask.Response, **extra: An
 
 
 def _releasing(wsgi_app: Any) -> Any:
-    """``wsgi_app`` giving back the request's slots when it raises.
-
-    A teardown handler that raises stops Flask's others, the limiter's among
-    them: without this the slots were held for their whole lease.
-    """
+    """``wsgi_app`` giving back the request's slots when it raises (a teardown handler
+    that raises stops Flask's others, the limiter's among them)."""
 
     def wsgi(environ: Dict[str, Any], start_response: Any) -> Any:
         try:
