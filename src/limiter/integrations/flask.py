@@ -118,9 +118,8 @@ class _AppState:
     def __init__(self, app: flask.Flask, integration: Integration) -> None:
         self.app = app
         self.integration = integration
-        self.default_guards: List[Guard] = (
-            [] if integration.default is None else [integration.default]
-        )
+        default = integration.default
+        self.default_guards: List[Guard] = [] if default is None else [default]
         # endpoint -> method -> guards. Bounded: routing yields only allowed methods.
         self.views: Dict[str, Dict[str, List[Guard]]] = {}
 
