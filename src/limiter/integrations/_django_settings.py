@@ -14,7 +14,7 @@ from django.core.signals import setting_changed  # type: ignore[import-untyped]
 from limiter.http.guard import Guard
 from limiter.http.options import GuardOptions
 from limiter.http.rules import path_pattern
-from limiter.integrations.common import Integration, check_algorithm, check_rate
+from limiter.integrations.common import Integration, check_algorithm, check_rate, reworded
 
 #: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
 OWN_KEYS = ("default", "store", "clock", "exempt_paths", "check_store", "algorithm")
@@ -45,18 +45,13 @@ class Config:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ImproperlyConfigured(f"settings.RATE_LIMIT has an unknown key {key!r}{hint}")
         options = {k: v for k, v in source.items() if k not in OWN_KEYS}
-        try:
-            algorithm = check_algorithm(source.get("algorithm")) or "token-bucket"
-        except (TypeError, ValueError) as exc:
-            raise ImproperlyConfigured(f"settings.RATE_LIMIT['algorithm']: {exc}") from exc
+        with reworded("settings.RATE_LIMIT['algorithm']: ", error=ImproperlyConfigured):
+            algorithm = check_algorithm(source.get("algorithm"))
         default = source.get("default")
         if default is not None:
-            try:
+            shown = f"settings.RATE_LIMIT['default'] = {default!r:.200} is invalid: "
+            with reworded(shown, error=ImproperlyConfigured):
                 check_rate(default)
-            except (TypeError, ValueError) as exc:
-                raise ImproperlyConfigured(
-                    f"settings.RATE_LIMIT['default'] = {default!r:.200} is invalid: {exc}"
-                ) from exc
         self.exempt = exempt_patterns(source.get("exempt_paths", ()))
         clock = source.get("clock")
         if clock is not None and not callable(getattr(clock, "now", None)):
@@ -71,7 +66,8 @@ class Config:
                 f"settings.RATE_LIMIT['check_store'] must be True or False, got {check!r:.200}"
             )
         self.check_store = check
-        try:
+        # Guard's messages name the option and the value; say where it came from.
+        with reworded("settings.RATE_LIMIT is invalid: ", error=ImproperlyConfigured):
             self.integration = Integration(
                 "RateLimitMiddleware",
                 default=default,
@@ -80,9 +76,6 @@ class Config:
                 algorithm=algorithm,
                 **options,
             )
-        except (TypeError, ValueError) as exc:
-            # Guard's messages name the option and the value; say where it came from.
-            raise ImproperlyConfigured(f"settings.RATE_LIMIT is invalid: {exc}") from exc
         self.default: Optional[Guard] = self.integration.default
 
     def exempt_path(self, path: str) -> bool:
@@ -90,19 +83,16 @@ class Config:
 
 
 def exempt_patterns(paths: object) -> Tuple[Pattern[str], ...]:
-    if isinstance(paths, (str, bytes)) or not isinstance(paths, (list, tuple, set, frozenset)):
+    if not isinstance(paths, (list, tuple, set, frozenset)):
         raise ImproperlyConfigured(
             f"settings.RATE_LIMIT['exempt_paths'] must be a list of paths like "
             f"['/health', '/static/*'], got {paths!r:.200}"
         )
     patterns = []
     for path in paths:
-        try:
+        shown = f"settings.RATE_LIMIT['exempt_paths'] has an invalid path {path!r:.200}: "
+        with reworded(shown, error=ImproperlyConfigured):
             patterns.append(path_pattern(path))
-        except (TypeError, ValueError) as exc:
-            raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT['exempt_paths'] has an invalid path {path!r:.200}: {exc}"
-            ) from exc
     return tuple(patterns)
 
 
@@ -112,18 +102,14 @@ _config: Optional[Config] = None
 
 def current() -> Config:
     """The configuration of ``settings.RATE_LIMIT``, built on first use."""
-    config = _config
-    if config is not None:
-        return config
-    return _rebuild()
-
-
-def _rebuild() -> Config:
     global _config
-    with _lock:
-        if _config is None:
-            _config = Config(getattr(settings, "RATE_LIMIT", None))
-        return _config
+    config = _config
+    if config is None:
+        with _lock:
+            if _config is None:
+                _config = Config(getattr(settings, "RATE_LIMIT", None))
+            config = _config
+    return config
 
 
 def _setting_changed(*, setting: str, **kwargs: Any) -> None:

@@ -1,12 +1,14 @@
-"""What the Flask, FastAPI and Django integrations share: ``RouteLimit``s turned
-into the adapters' ``Guard``s, so decisions, bodies and headers are theirs.
-
-Bucket scopes and limiter names: docs/concepts.md#keys.
-"""
+"""What the Flask, FastAPI and Django integrations share: ``RouteLimit``s turned into
+the adapters' ``Guard``s, so decisions, bodies and headers are theirs (scopes and
+limiter names: docs/concepts.md#keys)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
+import logging
+import os
 import threading
 from typing import (
     TYPE_CHECKING,
@@ -14,6 +16,7 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Optional,
     Sequence,
@@ -28,13 +31,7 @@ from limiter.http.guard import Deferred, Guard, Held
 from limiter.http.options import GuardOptions, Options, check_options, route_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.http.responses import HeaderList, Response
-from limiter.http.rules import (
-    DeductWhen,
-    LimiterSpec,
-    check_deduct_when,
-    method_set,
-    then,
-)
+from limiter.http.rules import DeductWhen, LimiterSpec, check_deduct_when, method_set, then
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError, is_async_only
 
@@ -56,10 +53,7 @@ _DEFAULT_ONLY = frozenset({"cost", "rules", "deduct_when"})
 
 
 def check_algorithm(algorithm: object, param: str = "algorithm") -> Optional[str]:
-    """``algorithm`` if ``None`` or a key of ``limiter.core.spec.ALGORITHMS``.
-
-    ``TypeError`` for a non-``str``, ``ValueError`` naming a wrong name.
-    """
+    """``algorithm``, ``None`` or a key of ``ALGORITHMS`` (else ``TypeError``/``ValueError``)."""
     if algorithm is None:
         return None
     if not isinstance(algorithm, str):
@@ -121,11 +115,10 @@ def check_deduct_when_signature(deduct_when: object) -> None:
 
 
 def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
-    """``rate`` checked as a ``RateSpec``; a list of rate strings is joined with ``;``.
+    """``rate`` checked as a ``RateSpec`` (a list of rate strings joined with ``;``).
 
-    ``algorithm`` is for rate strings (with a ``RateLimiter``: ``ValueError``).
-    ``ValueError`` for a bad rate string, ``TypeError`` for anything else.
-    """
+    ``ValueError`` for a bad rate string or an ``algorithm`` beside a ``RateLimiter``,
+    ``TypeError`` for anything else."""
     algorithm = check_algorithm(algorithm)
     if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
         rate = ";".join(rate)
@@ -160,11 +153,8 @@ def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
 
 
 class RouteLimit:
-    """One limit on one view, its buckets living under ``scope``.
-
-    ``methods``: ``None`` for all; ``algorithm``: what its rate strings become
-    (``None``: the integration's). Raises ``TypeError``/``ValueError`` for a bad argument.
-    """
+    """One limit on one view, its buckets under ``scope``; ``methods``: ``None`` for all;
+    ``algorithm``: ``None`` for the integration's.  ``TypeError``/``ValueError`` if bad."""
 
     __slots__ = ("algorithm", "cost", "deduct_when", "key_func", "methods", "rate", "scope")
 
@@ -200,21 +190,14 @@ class RouteLimit:
 
     def in_scope(self, scope: str) -> RouteLimit:
         """This limit with its buckets under ``scope``: the same options, checked once."""
-        if not isinstance(scope, str) or not scope:
-            raise TypeError(f"name must be a non-empty str, got {scope!r}")
-        copy = RouteLimit.__new__(RouteLimit)
-        for slot in RouteLimit.__slots__:
-            setattr(copy, slot, getattr(self, slot))
-        copy.scope = scope
-        return copy
+        route = copy.copy(self)
+        route.scope = scope
+        return route
 
 
 class ScopedLimit:
-    """A limit decorator (Flask's ``rl.limit``, Django's ``ratelimit``): a ``RouteLimit`` per scope.
-
-    ``RouteLimit``'s arguments, checked here so a typo fails at import.
-    ``owner``: what declared it (Flask's ``RateLimit``; ``None`` for none).
-    """
+    """A declared limit (``rl.limit``, ``ratelimit``): a ``RouteLimit`` per scope, its
+    arguments checked here so a typo fails at import; ``owner``: what declared it."""
 
     __slots__ = ("first", "name", "owner", "routes")
 
@@ -279,10 +262,8 @@ async def arelease(outcomes: Iterable[object]) -> None:
 class Decision:
     """One request's decision: ``response`` to send instead of the view, or ``None``.
 
-    When the view ran, ``headers(status)`` settles ``deduct_when`` charges and
-    returns the headers to add; ``release()`` gives back the slots it holds
-    (``Concurrency`` policies) once the response has ended.
-    """
+    After the view, ``headers(status)`` settles ``deduct_when`` charges and returns the
+    headers to add; ``release()`` gives back the slots held once the response ended."""
 
     __slots__ = ("_outcomes", "response")
 
@@ -291,9 +272,8 @@ class Decision:
         self._outcomes = outcomes
 
     def headers(self, status: int) -> HeaderList:
-        """Settle charges with ``status``; return the first limit's non-empty headers.
-
-        If settling raises (``deduct_when`` did), the slots go back: no response will."""
+        """Settle charges with ``status``; the first non-empty headers (if it raises: the
+        slots go back, no response will)."""
         shown: HeaderList = []
         try:
             for outcome in self._outcomes:
@@ -340,10 +320,9 @@ NOT_LIMITED = Decision(None)
 class Integration:
     """One framework integration's store, options, default guard and view guards.
 
-    ``owner`` names it in errors; ``store`` goes through ``resolve_store``
-    (``asyncio=True``: a URL gives an async store).  ``cost``, ``rules`` and
-    ``deduct_when`` apply to the default only.  ``TypeError``/``ValueError`` for
-    a bad option.  Options: docs/adapters.md#options.
+    ``owner`` names it in errors; ``store`` goes through ``resolve_store`` (``asyncio``:
+    a URL gives an async store); ``cost``, ``rules`` and ``deduct_when`` apply to the
+    default only.  ``TypeError``/``ValueError`` for a bad option (docs/adapters.md#options).
     """
 
     def __init__(
@@ -354,7 +333,7 @@ class Integration:
         store: Any = None,
         clock: Optional[Clock] = None,
         asyncio: bool = False,
-        algorithm: str = "token-bucket",
+        algorithm: Optional[str] = None,
         **options: Unpack[GuardOptions],
     ) -> None:
         from limiter.urls import resolve_store
@@ -386,18 +365,14 @@ class Integration:
                     f"{', '.join(unused)} apply to the default limit only, and {owner} has "
                     "no default: pass default=..., or set them on each limit"
                 )
-        shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
-        self._shared: GuardOptions = shared  # type: ignore[assignment]
+        self._shared = {k: v for k, v in options.items() if k not in _DEFAULT_ONLY}
 
     def limiter_for(
         self, rate: Union[str, RateLimiter], scope: str, algorithm: Optional[str] = None
     ) -> RateLimiter:
-        """``rate`` as is, or one limiter per ``(scope, rate string, algorithm)``.
-
-        Named ``"<scope>|<rate>"`` (``"|<algorithm>"`` added for a window, so its
-        state is never read as a bucket's).  ``TypeError`` for another type,
-        ``ValueError`` beyond ``MAX_RATES_PER_SCOPE`` strings in one scope.
-        """
+        """``rate`` as is, or one limiter per ``(scope, rate string, algorithm)`` named
+        ``"<scope>|<rate>"`` (plus ``"|<algorithm>"`` for a window).  ``TypeError`` for
+        another type, ``ValueError`` beyond ``MAX_RATES_PER_SCOPE`` strings in a scope."""
         if isinstance(rate, RateLimiter):
             return rate
         if not isinstance(rate, str):
@@ -442,11 +417,9 @@ class Integration:
         entry = self._guards.get(id(route))
         if entry is not None and entry[0] is route:
             return entry[1]
-        options: GuardOptions = dict(self._shared)  # type: ignore[assignment]
+        options = {**self._shared, "cost": route.cost, "deduct_when": route.deduct_when}
         if route.key_func is not None:
             options["key_func"] = route.key_func
-        options["cost"] = route.cost
-        options["deduct_when"] = route.deduct_when
         spec = self.spec(route.rate, route.scope, route.algorithm)
         guard = Guard(spec, Options(options, owner=self.owner))
         with self._lock:
@@ -465,33 +438,31 @@ class Integration:
         ]
 
     def decide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
-        """The ``Decision`` for ``request`` under ``guards``, in order (synchronous stores).
-
-        The first refusal wins; earlier limits keep their charge unless their
-        ``deduct_when`` rejects the refusal's status.
-        """
+        """The ``Decision`` for ``request`` under ``guards`` in order: the first refusal wins;
+        earlier limits keep their charge unless their ``deduct_when`` rejects its status."""
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
+        decision = Decision(None, outcomes)
         try:
             for guard in guards:
                 outcome = guard.decide(request)
                 if isinstance(outcome, Response):
-                    refused = Decision(None, outcomes)
-                    refused.headers(outcome.status)
-                    refused.release()
+                    decision.headers(outcome.status)
+                    decision.release()
                     return Decision(outcome)
                 outcomes.append(outcome)
         except BaseException:  # a later limit failed: the earlier ones' slots go back
-            Decision(None, outcomes).release()
+            decision.release()
             raise
-        return Decision(None, outcomes)
+        return decision
 
     async def adecide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
         """``decide`` for asyncio: stores and ``async def`` callables are awaited."""
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
+        decision = Decision(None, outcomes)
         try:
             for guard in guards:
                 if guard.nonblocking:
@@ -499,22 +470,19 @@ class Integration:
                 else:
                     outcome = await guard.adecide(request)
                 if isinstance(outcome, Response):
-                    refused = Decision(None, outcomes)
-                    await refused.aheaders(outcome.status)
-                    await refused.arelease()
+                    await decision.aheaders(outcome.status)
+                    await decision.arelease()
                     return Decision(outcome)
                 outcomes.append(outcome)
         except BaseException:  # also a cancelled wait (max_wait): the earlier slots go back
-            await arelease(outcomes)
+            await decision.arelease()
             raise
-        return Decision(None, outcomes)
+        return decision
 
 
 def store_shown(given: Any, store: Any) -> str:
     """How errors name ``store``: its URL (``given``, else ``LIMITER_STORAGE_URL``)
     with the password redacted, else its type."""
-    import os
-
     from limiter.backends._url import redact_url
 
     if isinstance(given, str):
@@ -524,51 +492,41 @@ def store_shown(given: Any, store: Any) -> str:
     return type(store).__name__
 
 
-def _unreachable(owner: str, shown: str, store: Any, exc: Exception) -> Optional[Exception]:
-    """The error for a failed start-up ping, or ``None`` (logged) if a fallback answers."""
-    import logging
-
-    if getattr(store, "fallback", None) is not None:
-        logging.getLogger("limiter.adapters").warning(
-            "%s: the store %s does not answer at start-up (%s); its fallback answers until it does",
-            owner,
-            shown,
-            exc,
-        )
-        return None
-    return StoreError(
-        f"{owner}: the store {shown} does not answer at start-up: {exc} (start it or fix "
-        f"the URL; check_store=False starts without checking)"
+def _unreachable(owner: str, shown: str, store: Any, exc: StoreError) -> None:
+    """Raise the error of a failed start-up ping, unless a fallback answers (logged)."""
+    if getattr(store, "fallback", None) is None:
+        raise StoreError(
+            f"{owner}: the store {shown} does not answer at start-up: {exc} (start it or fix "
+            f"the URL; check_store=False starts without checking)"
+        ) from exc
+    logging.getLogger("limiter.adapters").warning(
+        "%s: the store %s does not answer at start-up (%s); its fallback answers until it does",
+        owner,
+        shown,
+        exc,
     )
 
 
 def check_store(owner: str, store: Any, shown: str) -> None:
-    """Ping ``store`` if it has ``ping()``; raise ``StoreError`` naming ``owner`` and
-    ``shown`` if it does not answer. A store with a ``fallback`` is only logged
-    (WARNING, ``limiter.adapters``)."""
+    """Ping ``store`` if it can: ``StoreError`` naming ``owner`` and ``shown`` if it does not
+    answer, only logged (``limiter.adapters``) for a store with a ``fallback``."""
     ping = getattr(store, "ping", None)
-    if not callable(ping):
-        return
     try:
-        ping()
+        if callable(ping):
+            ping()
     except StoreError as exc:
-        error = _unreachable(owner, shown, store, exc)
-        if error is not None:
-            raise error from exc
+        _unreachable(owner, shown, store, exc)
 
 
 async def acheck_store(owner: str, store: Any, shown: str) -> None:
     """``check_store`` for asyncio: ``await store.aping()`` (or ``ping()``)."""
     aping = getattr(store, "aping", None)
     if not callable(aping):
-        check_store(owner, store, shown)
-        return
+        return check_store(owner, store, shown)
     try:
         await aping()
     except StoreError as exc:
-        error = _unreachable(owner, shown, store, exc)
-        if error is not None:
-            raise error from exc
+        _unreachable(owner, shown, store, exc)
 
 
 def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
@@ -580,3 +538,13 @@ def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
     module = getattr(func, "__module__", None) or "?"
     qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     return f"{module}.{qualname or repr(func)}"
+
+
+@contextlib.contextmanager
+def reworded(prefix: str, suffix: str = "", error: Optional[type] = None) -> Iterator[None]:
+    """A ``TypeError``/``ValueError`` of the block raised again as ``error`` (else its own
+    type) saying ``prefix + message + suffix``: where a bad setting came from."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        raise (error or type(exc))(f"{prefix}{exc}{suffix}") from exc

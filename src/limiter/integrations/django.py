@@ -1,14 +1,13 @@
 """Django integration: ``RateLimitMiddleware`` and the ``ratelimit`` view decorator.
 
-Configured from ``settings.RATE_LIMIT`` (a dict; see docs/django.md)::
+Both read one ``Integration`` built from ``settings.RATE_LIMIT`` (a dict, rebuilt when
+it changes; see docs/django.md)::
 
     RATE_LIMIT = {"default": "100/minute", "exempt_paths": ["/health", "/static/*"]}
     MIDDLEWARE = [..., "limiter.integrations.django.RateLimitMiddleware", ...]
 
     @ratelimit("5/minute", methods=["POST"], deduct_when=lambda s: s in (401, 403))
     def login(request): ...
-
-Both read one ``Integration`` built from the settings (rebuilt when they change).
 """
 
 from __future__ import annotations
@@ -91,37 +90,24 @@ def _http_response(response: Response, method: str) -> HttpResponse:
     return result
 
 
-def _add_headers(response: Any, headers: HeaderList) -> None:
-    if not headers or getattr(response, _DENIED, False):
-        return
-    for name, value in headers:
-        response.headers[name] = value
-
-
-def _info(integration: Integration, guards: Sequence[Guard], request: HttpRequest) -> Any:
-    """The ``RequestInfo`` to decide on, or ``None`` when nothing limits the request."""
-    if not integration.enabled or not guards:
-        return None
-    return django_request_info(request)
-
-
-def _decide(integration: Integration, guards: Sequence[Guard], request: HttpRequest) -> Decision:
-    """``integration.decide`` in sync code; async callables run through ``async_to_sync``
+def _decide(guards: Sequence[Guard], request: HttpRequest) -> Decision:
+    """``Integration.decide`` in sync code; async callables run through ``async_to_sync``
     (not refused: the same settings serve WSGI and ASGI)."""
-    info = _info(integration, guards, request)
-    if info is None:
+    integration = current().integration
+    if not integration.enabled or not guards:
         return NOT_LIMITED
+    info = django_request_info(request)
     if any(guard.is_async for guard in guards):
         decision: Decision = async_to_sync(integration.adecide)(guards, info)
         return decision
     return integration.decide(guards, info)
 
 
-async def _adecide(
-    integration: Integration, guards: Sequence[Guard], request: HttpRequest
-) -> Decision:
-    info = _info(integration, guards, request)
-    return NOT_LIMITED if info is None else await integration.adecide(guards, info)
+async def _adecide(guards: Sequence[Guard], request: HttpRequest) -> Decision:
+    integration = current().integration
+    if not integration.enabled or not guards:
+        return NOT_LIMITED
+    return await integration.adecide(guards, django_request_info(request))
 
 
 def _record(request: HttpRequest, decision: Decision) -> Optional[HttpResponseBase]:
@@ -137,31 +123,21 @@ def _respond(request: HttpRequest, response: Any, decision: Decision, headers: H
     """``response`` with ``headers``, or the refusal ``decision`` holds instead of it."""
     if decision.response is not None:
         return _http_response(decision.response, request.method or "GET")
-    _add_headers(response, headers)
+    if headers and not getattr(response, _DENIED, False):
+        for name, value in headers:
+            response.headers[name] = value
     if decision.holds:
-        _release_on_close(response, decision)
+        # Held until the server closes the response (its last chunk is sent): Django's
+        # handlers and test client close every one.  An async-only store's slots go back
+        # on the server's loop: Django's ASGI handler closes the response in a thread
+        # (sync_to_async), where async_to_sync runs the coroutine on that loop.
+        release = async_to_sync(decision.arelease) if decision.awaits else decision.release
+        closers = getattr(response, "_resource_closers", None)
+        if isinstance(closers, list):
+            closers.append(release)
+        else:  # not an HttpResponseBase: nothing says when it ends
+            release()
     return response
-
-
-def _release_on_close(response: Any, decision: Decision) -> None:
-    """Hold ``decision``'s slots until the server closes ``response`` (its last chunk,
-    streamed or not, is sent); Django's handlers and test client close every response."""
-    # An async-only store's slots go back on the server's loop: Django's ASGI
-    # handler closes the response in a thread (sync_to_async), where
-    # async_to_sync runs the coroutine on that loop.
-    release = async_to_sync(decision.arelease) if decision.awaits else decision.release
-    closers = getattr(response, "_resource_closers", None)
-    if isinstance(closers, list):
-        closers.append(release)
-    else:  # not an HttpResponseBase: nothing says when it ends
-        release()
-
-
-def _release_recorded(request: HttpRequest) -> None:
-    """Give back the slots of the decision ``process_view`` recorded on ``request``."""
-    recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-    if recorded is not None:
-        recorded.release()
 
 
 def _refuse_async_only(integration: Integration) -> None:
@@ -193,17 +169,29 @@ def _has_own_limit(view_func: Callable[..., Any], method: str) -> bool:
 
 
 def _unresolved(request: HttpRequest, response: Any) -> bool:
-    """Whether ``response`` is the 404 of a path that resolved to no view."""
+    """Whether ``response`` is the 404 of a path that resolved to no view (counted, so
+    URL scanning costs tokens as in Flask and FastAPI)."""
     return getattr(response, "status_code", None) == 404 and request.resolver_match is None
+
+
+def _default_guards(request: HttpRequest, view_func: Optional[Callable[..., Any]]) -> List[Guard]:
+    """The default, unless there is none, it is off, the path is exempt or ``view_func``
+    has its own ``ratelimit``."""
+    config = current()
+    default = config.default
+    if default is None or not config.integration.enabled:
+        return []
+    if view_func is not None and _has_own_limit(view_func, request.method or "GET"):
+        return []
+    return [] if config.exempt_path(request.path) else [default]
 
 
 class RateLimitMiddleware:
     """Apply ``settings.RATE_LIMIT["default"]`` to every view without a ``ratelimit``.
 
-    Add it early in ``MIDDLEWARE``; sync and async capable.  When Django builds
-    it: ``ImproperlyConfigured`` for bad settings, ``StoreError`` if a pingable
-    store does not answer (unless ``check_store`` is ``False``).
-    Settings: docs/django.md#settings.
+    Add it early in ``MIDDLEWARE``; sync and async capable.  When Django builds it:
+    ``ImproperlyConfigured`` for bad settings, ``StoreError`` if a pingable store does
+    not answer (unless ``check_store`` is ``False``).  Settings: docs/django.md#settings.
     """
 
     sync_capable = True
@@ -228,11 +216,13 @@ class RateLimitMiddleware:
         try:
             response = self.get_response(request)
         except BaseException:  # no response (gevent's Timeout): process_view's slots go back
-            _release_recorded(request)
+            recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+            if recorded is not None:
+                recorded.release()
             raise
-        decision, guards = self._pending(request, response)
-        if guards:
-            decision = _decide(current().integration, guards, request)
+        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+        if decision is None and _unresolved(request, response):
+            decision = _decide(_default_guards(request, None), request)
         if decision is None:
             return response
         return _respond(request, response, decision, decision.headers(response.status_code))
@@ -245,51 +235,23 @@ class RateLimitMiddleware:
             if recorded is not None:
                 await recorded.arelease()
             raise
-        decision, guards = self._pending(request, response)
-        if guards:
-            decision = await _adecide(current().integration, guards, request)
+        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
+        if decision is None and _unresolved(request, response):
+            decision = await _adecide(_default_guards(request, None), request)
         if decision is None:
             return response
         return _respond(request, response, decision, await decision.aheaders(response.status_code))
-
-    def _pending(
-        self, request: HttpRequest, response: Any
-    ) -> Tuple[Optional[Decision], List[Guard]]:
-        """The decision ``process_view`` recorded, or the guards for an unresolved
-        404 (counted, so URL scanning costs tokens as in Flask and FastAPI)."""
-        decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-        if decision is None and _unresolved(request, response):
-            return None, self._default_guards(request)
-        return decision, []
-
-    @staticmethod
-    def _default_guards(request: HttpRequest) -> List[Guard]:
-        """The default, unless there is none, it is off, or the path is exempt."""
-        config = current()
-        default = config.default
-        if default is None or not config.integration.enabled:
-            return []
-        if config.exempt_path(request.path):
-            return []
-        return [default]
-
-    def _guards(self, request: HttpRequest, view_func: Callable[..., Any]) -> List[Guard]:
-        if _has_own_limit(view_func, request.method or "GET"):
-            return []
-        return self._default_guards(request)
 
     def process_view(
         self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any
     ) -> Optional[HttpResponseBase]:
         """Check the default limit once the view is known (synchronous mode)."""
-        guards = self._guards(request, view_func)
-        return _record(request, _decide(current().integration, guards, request))
+        return _record(request, _decide(_default_guards(request, view_func), request))
 
     async def _aprocess_view(
         self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any
     ) -> Optional[HttpResponseBase]:
-        guards = self._guards(request, view_func)
-        return _record(request, await _adecide(current().integration, guards, request))
+        return _record(request, await _adecide(_default_guards(request, view_func), request))
 
 
 def _request_of(args: Tuple[Any, ...]) -> HttpRequest:
@@ -320,64 +282,37 @@ def _is_async_view(view: Callable[..., Any]) -> bool:
 _HTTP_ERRORS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
 
 
-def _error_response(request: HttpRequest, exc: Exception) -> Optional[HttpResponseBase]:
-    """Django's response for ``exc`` raised by a view, or ``None`` for a crash.
-
-    Call it in the ``except`` block: ``response_for_exception`` reads ``sys.exc_info``.
-    """
-    if isinstance(exc, _HTTP_ERRORS):
-        return response_for_exception(request, exc)
-    return None
-
-
-async def _aerror_response(request: HttpRequest, exc: Exception) -> Optional[HttpResponseBase]:
-    if isinstance(exc, _HTTP_ERRORS):
-        # As Django's own async handler does: the error views may be synchronous.
-        response: HttpResponseBase = await sync_to_async(
-            response_for_exception, thread_sensitive=False
-        )(request, exc)
-        return response
-    return None
-
-
 async def _finish(pending: Awaitable[Any], request: HttpRequest, decision: Decision) -> Any:
     """Await the view's ``pending`` response, then settle ``decision`` with its status."""
     try:
         response = await pending
     except Exception as exc:
-        response = await _aerror_response(request, exc)
-        if response is None:
+        if not isinstance(exc, _HTTP_ERRORS):
             await decision.aheaders(500)
             await decision.arelease()
             raise
+        # As Django's own async handler does: the error views may be synchronous.
+        answer = sync_to_async(response_for_exception, thread_sensitive=False)
+        response = await answer(request, exc)
     except BaseException:  # cancelled (Django's answer to a disconnect): no response
         await decision.arelease()
         raise
     return _respond(request, response, decision, await decision.aheaders(response.status_code))
 
 
-_Plan = Tuple[Integration, Sequence[Guard], HttpRequest]
 #: Marks the calls ``ratelimit`` builds, for ``_unwrap``.
 _CALL = "_limiter_call"
 
 
-def _start(limited: Tuple[RouteLimit, ...], args: Tuple[Any, ...]) -> _Plan:
-    """``(integration, guards, request)`` to decide on, without I/O."""
-    request = _request_of(args)
-    integration = current().integration
-    return integration, integration.guards(limited, request.method or "GET"), request
-
-
-def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
-    """``call(view, *args, **kwargs)``: ``view`` under ``limited``, synchronously.
-
-    An HTTP error the view raises becomes Django's response for it, settled and
-    with headers; any other exception settles as a 500 and propagates.
-    """
+def _sync_call(route: RouteLimit) -> Callable[..., Any]:
+    """``call(view, *args, **kwargs)``: ``view`` under ``route``, synchronously.  An HTTP
+    error the view raises becomes Django's response for it, settled and with headers;
+    any other exception settles as a 500 and propagates."""
 
     def call(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        integration, guards, request = _start(limited, args)
-        decision = _decide(integration, guards, request)
+        request = _request_of(args)
+        guards = current().integration.guards((route,), request.method or "GET")
+        decision = _decide(guards, request)
         if decision.response is not None:
             return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
@@ -385,11 +320,11 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
         try:
             response = view(*args, **kwargs)
         except Exception as exc:
-            response = _error_response(request, exc)
-            if response is None:
+            if not isinstance(exc, _HTTP_ERRORS):
                 decision.headers(500)
                 decision.release()
                 raise
+            response = response_for_exception(request, exc)  # it reads sys.exc_info: here
         except BaseException:  # cut short (gevent's Timeout): no response, the slot goes back
             decision.release()
             raise
@@ -402,12 +337,13 @@ def _sync_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
     return call
 
 
-def _async_call(limited: Tuple[RouteLimit, ...]) -> Callable[..., Any]:
+def _async_call(route: RouteLimit) -> Callable[..., Any]:
     """``_sync_call`` for an async view: the store and the view are awaited."""
 
     async def acall(view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        integration, guards, request = _start(limited, args)
-        decision = await _adecide(integration, guards, request)
+        request = _request_of(args)
+        guards = current().integration.guards((route,), request.method or "GET")
+        decision = await _adecide(guards, request)
         if decision.response is not None:
             return _http_response(decision.response, request.method or "GET")
         if decision is NOT_LIMITED:
@@ -429,10 +365,8 @@ def _unwrap(view: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _method_key(view: Callable[..., Any]) -> Optional[Tuple[Any, type]]:
-    """``(function, class)`` of a method under ``method_decorator``, else ``None``.
-
-    ``method_decorator`` builds a new partial per request; this pair is the cache key.
-    """
+    """``(function, class)`` of a method under ``method_decorator`` (its per-request
+    partial), else ``None``."""
     if type(view) is not functools.partial:
         return None
     bound = view.func
@@ -480,17 +414,21 @@ def ratelimit(
     wait = _settings_wait()
     if isinstance(rate, RateLimiter) and wait is not None:  # known now: refused now
         refuse_max_wait_with_lockout(rate, f"settings.RATE_LIMIT['max_wait'] = {wait!r}")
-    views = _Views(limit)
+    # method_decorator builds a new partial per request: one call per (function, class).
+    per_method: Dict[Tuple[Any, type], Callable[..., Any]] = {}
 
     def decorator(view: F) -> F:
         key = _method_key(_unwrap(view))
         if key is not None:  # the per-request path of method_decorator
-            return views.per_request(view, key)
+            call = per_method.get(key)
+            if call is None:
+                call = per_method.setdefault(key, _prepare(limit, view)[0])
+            return functools.partial(call, view)  # type: ignore[return-value]
         if isinstance(view, HttpRequest):
             raise TypeError(f"{_BARE_FIX}; the view was passed as the rate")
         if not callable(view):
             raise TypeError(f"ratelimit decorates a view function, got {view!r:.200}")
-        return _wrapped(view, *views.prepare(view))
+        return _wrapped(view, *_prepare(limit, view))
 
     if callable(rate) and not isinstance(rate, type) and not hasattr(rate, "limits"):
         setattr(decorator, _BARE, rate)
@@ -503,33 +441,20 @@ def _settings_wait() -> object:
     return source.get("max_wait") if isinstance(source, dict) else None
 
 
-class _Views:
-    """One ``ratelimit(...)``: its ``ScopedLimit``, a call per decorated method."""
-
-    def __init__(self, limit: ScopedLimit) -> None:
-        self.limit = limit
-        self.calls: Dict[Tuple[Any, type], Callable[..., Any]] = {}
-
-    def prepare(self, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
-        """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
-        inner = _unwrap(view)
-        route = self.limit.route(_scope(inner, self.limit.name))
-        if _is_async_view(inner):
-            return _async_call((route,)), True
-        store = getattr(route.rate, "store", None)
-        if store is not None and is_async_only(store):
-            raise ValueError(
-                f"ratelimit: the synchronous view {route.scope} cannot await "
-                f"{type(store).__name__}, which is async only: decorate an async def view, "
-                f"or give the limiter a synchronous store"
-            )
-        return _sync_call((route,)), False
-
-    def per_request(self, view: F, key: Tuple[Any, type]) -> F:
-        call = self.calls.get(key)
-        if call is None:
-            call = self.calls.setdefault(key, self.prepare(view)[0])
-        return functools.partial(call, view)  # type: ignore[return-value]
+def _prepare(limit: ScopedLimit, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
+    """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
+    inner = _unwrap(view)
+    route = limit.route(_scope(inner, limit.name))
+    if _is_async_view(inner):
+        return _async_call(route), True
+    store = getattr(route.rate, "store", None)
+    if store is not None and is_async_only(store):
+        raise ValueError(
+            f"ratelimit: the synchronous view {route.scope} cannot await "
+            f"{type(store).__name__}, which is async only: decorate an async def view, "
+            f"or give the limiter a synchronous store"
+        )
+    return _sync_call(route), False
 
 
 def _wrapped(view: F, call: Callable[..., Any], is_async: bool) -> F:

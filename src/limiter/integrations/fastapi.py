@@ -13,21 +13,9 @@ Design: docs/fastapi.md#how-it-works.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import (
-    TYPE_CHECKING,
-    AbstractSet,
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Optional,
-    Set,
-    Tuple,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from starlette.applications import Starlette
 from starlette.exceptions import WebSocketException
@@ -66,7 +54,6 @@ _HELD = "limiter.fastapi.held"
 _MARK = "__limiter_rate_limit__"  # value: the RateLimit owning the dependency
 _NO_MIDDLEWARE = "ran on an app without its middleware: call rl.init_app(app) (or RateLimit(app))"
 _BIND = "__limiter_bind__"
-_BOUND = "__limiter_routes__"
 
 
 class _Refusal(Exception):
@@ -89,19 +76,6 @@ def _starlette_response(response: Response, method: str) -> StarletteResponse:
     # as the ASGI middleware sends).
     answer.raw_headers = _encode(headers)
     return answer
-
-
-async def _send_response(response: Response, scope: Scope, send: Send) -> None:
-    status, headers, body = response
-    await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
-    head = scope.get("method") == "HEAD"
-    await send({"type": "http.response.body", "body": b"" if head else body})
-
-
-def _caller_scope(depth: int) -> str:
-    # "<module>:<line>", unlike a counter the same in every worker process.
-    frame = sys._getframe(depth + 1)
-    return f"{frame.f_globals.get('__name__', '?')}:{frame.f_lineno}"
 
 
 class RateLimit:
@@ -148,8 +122,13 @@ class RateLimit:
             algorithm=algorithm,
             **given,
         )
+        shadow = self.integration.options.get("mode") == "shadow"
+        limits = MessageLimits(ws, store=self.integration.store, clock=clock, shadow=shadow)
         #: The limits on inbound WebSocket messages and the guard keying them (``None``: none).
-        self.messages = _message_limits(self.integration, ws, clock)
+        self.messages: Optional[Tuple[MessageLimits, Guard]] = None
+        if limits.limiters:
+            route = RouteLimit(limits.limiters[0], scope="websocket messages")
+            self.messages = limits, self.integration.guard(route)
         # Per RateLimit, so two on one app keep separate records.
         self._key = f"limiter.fastapi.{id(self):x}"
         self._exempt: Set[Any] = set()
@@ -162,11 +141,9 @@ class RateLimit:
         return f"RateLimit(default={None if default is None else default.limiter!r})"
 
     def init_app(self, app: Starlette) -> None:
-        """Install on ``app`` the exception handler that sends refusals, and the middleware.
-
-        Call it before the app serves (else ``RuntimeError``, as for a second
-        call). Add ``CORSMiddleware`` after it so that 429s get CORS headers.
-        """
+        """Install on ``app`` the exception handler sending refusals, and the middleware,
+        before it serves (else ``RuntimeError``, as the second time).  Add
+        ``CORSMiddleware`` after it so that 429s get CORS headers."""
         if not isinstance(app, Starlette):
             raise TypeError(f"app must be a FastAPI or Starlette application, got {app!r:.200}")
         if any(known is app for known in self._apps):
@@ -192,31 +169,27 @@ class RateLimit:
     ) -> Callable[..., Any]:
         """A dependency limiting the routes that use it: ``Depends(rl.limit("5/minute"))``.
 
-        Each call has its own buckets unless calls share a ``name``; ``methods``:
-        ``None`` limits all.  A refused WebSocket handshake is closed with 1013.
-        ``TypeError``/``ValueError`` for a bad argument.
-        Details: docs/fastapi.md#ratelimit-and-limit.
+        Each call has its own buckets unless calls share a ``name``; ``methods``: ``None``
+        limits all.  A refused WebSocket handshake is closed with 1013.
+        ``TypeError``/``ValueError`` for a bad argument (docs/fastapi.md#ratelimit-and-limit).
         """
-        # The call site until the routes name the limit (or if none uses it).
-        bucket_scope = _caller_scope(1) if name is None else name
-        route = RouteLimit(
-            rate,
-            scope=bucket_scope,
-            algorithm=algorithm,
-            key_func=key_func,
-            cost=cost,
-            methods=methods,
-            deduct_when=deduct_when,
+        bucket_scope = name
+        if bucket_scope is None:  # until the routes name it: "<module>:<line>" of the call
+            frame = sys._getframe(1)  # (unlike a counter, the same in every worker process)
+            bucket_scope = f"{frame.f_globals.get('__name__', '?')}:{frame.f_lineno}"
+        limit = common.ScopedLimit(
+            self, rate, name, key_func, cost, methods, deduct_when, algorithm, bucket_scope
         )
         # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
-        guards = [self.integration.guard(route)]
-        rate_limit = _dependency(self.integration, guards, route.methods, self._key)
+        guards = [self.integration.guard(limit.first)]
+        rate_limit = _dependency(self.integration, guards, limit.first, self._key)
+        bound = False
 
         def bind(routes: str) -> None:
-            if name is not None or getattr(rate_limit, _BOUND, None) is not None:
-                return
-            guards[0] = self.integration.guard(route.in_scope(routes))
-            setattr(rate_limit, _BOUND, routes)
+            nonlocal bound
+            if not bound:
+                bound = True
+                guards[0] = self.integration.guard(limit.route(routes))
 
         rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
         rate_limit.__qualname__ = (
@@ -241,31 +214,19 @@ class RateLimit:
         endpoint = getattr(route, "endpoint", None)
         if endpoint is None:
             endpoint = getattr(route, "app", None)  # a Mount: rl.exempt(sub_app)
-        try:
-            if endpoint is not None and endpoint in self._exempt:
+        with contextlib.suppress(TypeError):  # an unhashable endpoint cannot have been marked
+            if endpoint in self._exempt:
                 return True
-        except TypeError:  # an unhashable endpoint cannot have been marked
-            pass
         calls = _limit_calls(getattr(route, "dependant", None))
         return any(getattr(call, _MARK, None) is self for call in calls)
 
 
-def _message_limits(
-    integration: Integration, ws: Dict[str, Any], clock: Optional[Clock]
-) -> Optional[Tuple[MessageLimits, Guard]]:
-    """``ws`` on ``integration``'s store and clock; the guard of its key, proxies, exemptions."""
-    shadow = integration.options.get("mode") == "shadow"
-    limits = MessageLimits(ws, store=integration.store, clock=clock, shadow=shadow)
-    if not limits.limiters:
-        return None
-    return limits, integration.guard(RouteLimit(limits.limiters[0], scope="websocket messages"))
-
-
 def _dependency(
-    integration: Integration, guards: List[Guard], allowed: Optional[AbstractSet[str]], key: str
+    integration: Integration, guards: List[Guard], route: RouteLimit, key: str
 ) -> Callable[..., Any]:
-    """One ``limit()``'s dependency: decides with ``guards[0]``, records under ``scope[key]``."""
+    """``route``'s dependency: decides with ``guards[0]``, records under ``scope[key]``."""
     enabled = integration.enabled
+    allowed = route.methods
 
     # Keyword-only: slowapi-style @rl.limit(...) above a route then fails at
     # import, with the fix in the function's name.
@@ -318,17 +279,24 @@ async def _refusal_handler(request: Request, exc: Exception) -> StarletteRespons
     return _starlette_response(exc.response, request.method)
 
 
-def _limit_calls(dependant: Any) -> Iterator[Any]:
-    """The ``call`` of each node of a FastAPI dependency tree, each node once."""
-    seen: Set[int] = set()
-    stack = [dependant] if dependant is not None else []
+def _reachable(root: Any, children: Callable[[Any], Iterable[Any]]) -> List[Any]:
+    """``root`` and every node ``children`` leads to from it, each once (by identity)."""
+    found: Dict[int, Any] = {}
+    stack = [root]
     while stack:
         node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield getattr(node, "call", None)
-        stack.extend(getattr(node, "dependencies", ()) or ())
+        if id(node) not in found:
+            found[id(node)] = node
+            stack.extend(children(node))
+    return list(found.values())
+
+
+def _limit_calls(dependant: Any) -> List[Any]:
+    """The ``call`` of each node of a FastAPI dependency tree, each node once."""
+    if dependant is None:
+        return []
+    nodes = _reachable(dependant, lambda node: getattr(node, "dependencies", ()) or ())
+    return [getattr(node, "call", None) for node in nodes]
 
 
 def _flat_routes(routes: List[Any]) -> List[Any]:
@@ -341,20 +309,10 @@ def _flat_routes(routes: List[Any]) -> List[Any]:
     return list(iter_route_contexts(routes))
 
 
-def _routers(router: Any) -> List[Any]:
-    """``router`` and the routers included in it (FastAPI 0.16x keeps them apart)."""
-    found: List[Any] = []
-    stack = [router]
-    while stack:
-        node = stack.pop()
-        if any(known is node for known in found):
-            continue
-        found.append(node)
-        for route in getattr(node, "routes", ()):
-            included = getattr(route, "original_router", None)
-            if included is not None:
-                stack.append(included)
-    return found
+def _included(router: Any) -> List[Any]:
+    """The routers included in ``router`` (FastAPI 0.16x keeps them apart)."""
+    found = (getattr(route, "original_router", None) for route in getattr(router, "routes", ()))
+    return [included for included in found if included is not None]
 
 
 #: The route classes of WebSocket endpoints (they never match an http request),
@@ -370,21 +328,10 @@ else:
     _SOCKETS += (APIWebSocketRoute,)
     _BY_PATH += (APIRoute.matches, APIWebSocketRoute.matches)
 
-#: What a route's ``matches()`` reads besides the method and path.
-_PATH_ONLY, _HOST, _MORE = 0, 1, 2
-
 
 def _original(route: Any) -> Any:
     # FastAPI 0.16x lists an included route as a RouteContext: the route it came from.
     return getattr(route, "original_route", route)
-
-
-def _reads(route: Any) -> int:
-    """``_PATH_ONLY``, ``_HOST`` (a ``Host``) or ``_MORE`` (a custom ``matches``)."""
-    matches = getattr(type(_original(route)), "matches", None)
-    if matches in _BY_PATH:
-        return _PATH_ONLY
-    return _HOST if matches is Host.matches else _MORE
 
 
 #: How many answers are remembered (full: forgotten together, so made-up paths
@@ -404,11 +351,8 @@ def _scan(table: List[_Row], scope: Scope) -> bool:
 
 
 class _DefaultRoutes:
-    """Which requests ``default`` applies to on one app, asked of its routes.
-
-    Rebuilt when a route is added to the app or a router included in it, or
-    when ``exempt`` marks another endpoint.
-    """
+    """Which requests ``default`` applies to on one app, asked of its routes; rebuilt when
+    a route or router is added, or ``exempt`` marks another endpoint."""
 
     def __init__(self, rate_limit: RateLimit, app: Starlette) -> None:
         self.rate_limit = rate_limit
@@ -449,7 +393,7 @@ class _DefaultRoutes:
 
     def rebuild(self) -> None:
         router = self.app.router
-        self.routers = _routers(router)
+        self.routers = _reachable(router, _included)
         self.sizes = [len(known.routes) for known in self.routers]
         self.exempt = len(self.rate_limit._exempt)
         covered = self.rate_limit._covered
@@ -461,10 +405,11 @@ class _DefaultRoutes:
         ]
         last = max((i for i, (_, _, applies) in enumerate(rows) if not applies), default=-1)
         rows = rows[: last + 1]
-        reads = {_reads(route) for route, _, _ in rows}
+        # What the routes' matches() read: a Host the host too, a custom one anything.
+        reads = {getattr(type(_original(route)), "matches", None) for route, _, _ in rows}
         self.table = [(matches, applies) for _, matches, applies in rows]
-        self.cache = None if _MORE in reads else {}
-        self.by_host = _HOST in reads
+        self.cache = None if reads.difference(_BY_PATH, (Host.matches,)) else {}
+        self.by_host = Host.matches in reads
 
 
 class _RateLimitMiddleware:
@@ -476,10 +421,7 @@ class _RateLimitMiddleware:
         self.routed = routed
         self.key = rate_limit._key
         integration = rate_limit.integration
-        default = integration.default
-        self.default: Optional[Guard] = (
-            default if default is not None and integration.enabled else None
-        )
+        self.default = integration.default if integration.enabled else None
         self.routes = _DefaultRoutes(rate_limit, routed)
         self._named = False
 
@@ -530,7 +472,7 @@ class _RateLimitMiddleware:
             else:
                 outcome = await default.adecide(request)
             if isinstance(outcome, Response):
-                await _send_response(outcome, scope, send)
+                await _starlette_response(outcome, scope["method"])(scope, receive, send)
                 return
             if outcome:
                 outcomes.append(outcome)
@@ -554,7 +496,7 @@ class _RateLimitMiddleware:
             # The app's handler did not run (a sub-app mounted without init_app).
             if started:
                 raise
-            await _send_response(refusal.response, scope, send)
+            await _starlette_response(refusal.response, scope["method"])(scope, receive, send)
         finally:
             if held or outcomes:  # the app raised, returned early or the client left
                 await common.arelease([*held, *outcomes])

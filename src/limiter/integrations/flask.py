@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import flask
 from flask.views import MethodView
@@ -39,6 +39,7 @@ from limiter.integrations.common import (
     check_key_func,
     check_rate,
     check_store,
+    reworded,
     store_shown,
 )
 from limiter.ratelimiter import RateLimiter
@@ -92,10 +93,6 @@ class _Unset(enum.Enum):
 _UNSET = _Unset.UNSET
 
 
-Before = Callable[[], Optional[flask.Response]]
-After = Callable[[flask.Response], flask.Response]
-
-
 def _class_scope(view_class: type) -> str:
     return f"{view_class.__module__}.{view_class.__qualname__}"
 
@@ -121,9 +118,8 @@ class _AppState:
     def __init__(self, app: flask.Flask, integration: Integration) -> None:
         self.app = app
         self.integration = integration
-        self.default_guards: List[Guard] = (
-            [] if integration.default is None else [integration.default]
-        )
+        default = integration.default
+        self.default_guards: List[Guard] = [] if default is None else [default]
         # endpoint -> method -> guards. Bounded: routing yields only allowed methods.
         self.views: Dict[str, Dict[str, List[Guard]]] = {}
 
@@ -233,11 +229,9 @@ class RateLimit:
             self.init_app(app)
 
     def init_app(self, app: flask.Flask) -> None:
-        """Set up ``app``: read its ``RATELIMIT_*`` config and add the two hooks.
-
-        Each app gets its own state and store (unless ``store`` was given).
-        ``TypeError``/``ValueError`` naming a bad config key; ``ValueError`` twice.
-        """
+        """Set up ``app``: read its ``RATELIMIT_*`` config, add the hooks.  Each app gets its
+        own state and store (unless ``store`` was given).  ``TypeError``/``ValueError``
+        naming a bad config key; ``ValueError`` the second time."""
         if not isinstance(app, flask.Flask):
             raise TypeError(f"app must be a flask.Flask, got {app!r}")
         if EXTENSION in app.extensions:
@@ -251,9 +245,7 @@ class RateLimit:
             raise ValueError(
                 f"unknown config key {unknown[0]} ({hint}RateLimit reads {', '.join(CONFIG_KEYS)})"
             )
-        algorithm = self._algorithm
-        if algorithm is None:
-            algorithm = _config_algorithm(config)
+        algorithm = self._algorithm or _config_algorithm(config)
         options: Dict[str, Any] = dict(self._options)
         default = self._default
         if default is _UNSET:
@@ -289,7 +281,7 @@ class RateLimit:
         self._apps.add(app)
         if integration.enabled:  # disabled: no hooks at all, so no cost either
             app.before_request(_before_hook(state))
-            app.after_request(_after_hook())
+            app.after_request(_add_headers)
             app.teardown_request(_release_unsent)
             flask.request_finished.connect(_release_on_close, app)
             if not getattr(app.wsgi_app, "_limiter_releases", False):
@@ -306,13 +298,10 @@ class RateLimit:
         methods: Optional[Iterable[str]] = None,
         deduct_when: Optional[DeductWhen] = None,
     ) -> Callable[[F], F]:
-        """A decorator limiting one view to ``rate`` (put it under ``@app.route``).
-
-        Arguments are checked now (``TypeError``/``ValueError``), so a typo
-        fails at import.  Each view has its own buckets unless limits share a
-        ``name``; ``methods``: only those are limited; stacked limits all apply,
-        outermost first.  Details: docs/flask.md#limit-exempt-and-default.
-        """
+        """A decorator limiting one view to ``rate`` (under ``@app.route``), its arguments
+        checked now (``TypeError``/``ValueError``).  Each view has its own buckets unless
+        limits share a ``name``; ``methods``: only those are limited; stacked limits all
+        apply, outermost first.  Details: docs/flask.md#limit-exempt-and-default."""
         # "?" stands in for an unnamed limit's scope, known only when served.
         limit = ScopedLimit(self, rate, name, key_func, cost, methods, deduct_when, algorithm, "?")
         if not self._watching:
@@ -371,18 +360,13 @@ def _config_default(config: flask.Config) -> Optional[RateSpec]:
     value = config.get("RATELIMIT_DEFAULT")
     if value is None:
         return None
-    try:
+    with reworded(f"RATELIMIT_DEFAULT={value!r:.100}: "):
         return check_rate(value)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"RATELIMIT_DEFAULT={value!r:.100}: {error}") from error
 
 
-def _config_algorithm(config: flask.Config) -> str:
-    value = config.get("RATELIMIT_ALGORITHM")
-    try:
-        return check_algorithm(value, "RATELIMIT_ALGORITHM") or "token-bucket"
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"{error} (app.config)") from error
+def _config_algorithm(config: flask.Config) -> Optional[str]:
+    with reworded("", " (app.config)"):
+        return check_algorithm(config.get("RATELIMIT_ALGORITHM"), "RATELIMIT_ALGORITHM")
 
 
 def _config_store(config: flask.Config) -> Any:
@@ -393,30 +377,22 @@ def _config_store(config: flask.Config) -> Any:
         raise TypeError(f"RATELIMIT_STORAGE_URL must be a URL string, got {url!r}")
     from limiter.urls import resolve_store
 
-    try:
+    with reworded("RATELIMIT_STORAGE_URL: "):  # its message redacts the URL's password
         store = resolve_store(url)
-    except (TypeError, ValueError) as error:
-        # resolve_store's message shows the URL with any password redacted.
-        raise type(error)(f"RATELIMIT_STORAGE_URL: {error}") from error
     _sync_store(store, "RATELIMIT_STORAGE_URL's store")
     return store
 
 
 def _config_headers(value: object) -> Optional[str]:
-    if value is True:
-        return "x"
-    if value is False or value is None:
-        return None
-    if isinstance(value, str):
-        if value in _STYLES:
-            return value
-        raise ValueError(
-            f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}"
-        )
-    raise TypeError(f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}")
+    if value is True or value is False or value is None:
+        return "x" if value else None
+    if isinstance(value, str) and value in _STYLES:
+        return value
+    error = ValueError if isinstance(value, str) else TypeError
+    raise error(f"RATELIMIT_HEADERS must be True, False, 'x', 'draft' or 'both', got {value!r}")
 
 
-def _before_hook(state: _AppState) -> Before:
+def _before_hook(state: _AppState) -> Callable[[], Optional[flask.Response]]:
     decide = state.integration.decide
     default_guards = state.default_guards
     views = state.views
@@ -449,22 +425,20 @@ def _before_hook(state: _AppState) -> Before:
     return limit_request
 
 
-def _after_hook() -> After:
-    def add_headers(response: flask.Response) -> flask.Response:
-        # Popped: a response that passes through twice gets its headers once.
-        environ = flask.request.environ
-        decision = environ.pop(_DECISION, None)
-        if decision is not None:
-            if decision.holds:  # for the teardown, should this response be dropped
-                environ[_CARRIED] = decision
-            headers = decision.headers(response.status_code)  # settles deduct_when
-            if headers:
-                add = response.headers.add  # cheaper than extend's generic argument handling
-                for name, value in headers:
-                    add(name, value)
-        return response
-
-    return add_headers
+def _add_headers(response: flask.Response) -> flask.Response:
+    """The after hook: settle the request's decision, add its headers to ``response``."""
+    # Popped: a response that passes through twice gets its headers once.
+    environ = flask.request.environ
+    decision = environ.pop(_DECISION, None)
+    if decision is not None:
+        if decision.holds:  # for the teardown, should this response be dropped
+            environ[_CARRIED] = decision
+        headers = decision.headers(response.status_code)  # settles deduct_when
+        if headers:
+            add = response.headers.add  # cheaper than extend's generic argument handling
+            for name, value in headers:
+                add(name, value)
+    return response
 
 
 def _release_on_close(sender: flask.Flask, response: flask.Response, **extra: Any) -> None:
@@ -477,20 +451,14 @@ def _release_on_close(sender: flask.Flask, response: flask.Response, **extra: An
 
 
 def _releasing(wsgi_app: Any) -> Any:
-    """``wsgi_app`` giving back the request's slots when it raises.
-
-    A teardown handler that raises stops Flask's others, the limiter's among
-    them: without this the slots were held for their whole lease.
-    """
+    """``wsgi_app`` giving back the request's slots when it raises (a teardown handler
+    that raises stops Flask's others, the limiter's among them)."""
 
     def wsgi(environ: Dict[str, Any], start_response: Any) -> Any:
         try:
             return wsgi_app(environ, start_response)
         except BaseException:
-            for name in (_DECISION, _CARRIED):
-                decision = environ.pop(name, None)
-                if decision is not None:
-                    decision.release()
+            _release(environ, (_DECISION, _CARRIED))
             raise
 
     wsgi._limiter_releases = True  # type: ignore[attr-defined]
@@ -501,13 +469,14 @@ def _release_unsent(error: Optional[BaseException]) -> None:
     """Teardown: give back the slots of a decision no response carries (the view raised
     and the error propagates; the after hook did not run), or whose response an
     error replaced (a later after hook or the session's saving raised)."""
-    environ = flask.request.environ
-    decision = environ.pop(_DECISION, None)
-    if decision is not None:
-        decision.release()
-    if error is not None:
-        carried = environ.pop(_CARRIED, None)
-        if carried is not None:
-            carried.release()
-    # Else the response's close gives it back; left in the environ so that
-    # _releasing does if a teardown run after this one raises.
+    # Without an error the response's close gives the carried one back; left in
+    # the environ so that _releasing does if a teardown run after this one raises.
+    _release(flask.request.environ, (_DECISION,) if error is None else (_DECISION, _CARRIED))
+
+
+def _release(environ: Dict[str, Any], names: Tuple[str, ...]) -> None:
+    """Give back the slots of the decisions under ``names`` in ``environ``, removed."""
+    for name in names:
+        decision = environ.pop(name, None)
+        if decision is not None:
+            decision.release()
