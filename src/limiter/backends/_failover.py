@@ -125,11 +125,6 @@ class Breaker(Health):
         self._probe_at: Optional[float] = None
         self._probing = False
 
-    @property
-    def down(self) -> bool:
-        """Whether the primary is currently considered down."""
-        return self._probe_at is not None
-
     def skip_primary(self) -> bool:
         """True when this call should go to the fallback; when a probe is due, the caller
         becomes the probe (False) and others keep skipping until it reports.
@@ -209,9 +204,8 @@ class Failover:
         self.health: Union[Breaker, Health] = (
             Health(name) if fallback is None else Breaker(name, probe_after, max_probe_after, clock)
         )
-        self.afallback: Any = None  # an AsyncView, with asyncio and a fallback
-        if asyncio and fallback is not None:
-            self.afallback = AsyncView(fallback)
+        # The fallback's asyncio methods (with asyncio and a fallback).
+        self.afallback: Any = AsyncView(fallback) if asyncio and fallback is not None else None
 
     @property
     def using_fallback(self) -> bool:
@@ -268,9 +262,9 @@ class AsyncView:
     """A store's asyncio methods, bound once: its own where it has them, else its sync ones."""
 
     def __init__(self, store: Any) -> None:
-        self.aapply: Callable[..., Awaitable[Any]] = _async_method(store, "apply")
-        self.aapply_many: Callable[..., Awaitable[Any]] = _async_method(store, "apply_many")
-        self.areset: Callable[..., Awaitable[Any]] = _async_method(store, "reset")
+        self.aapply = _async_method(store, "apply")
+        self.aapply_many = _async_method(store, "apply_many")
+        self.areset = _async_method(store, "reset")
 
 
 def _async_method(store: Any, name: str) -> Callable[..., Awaitable[Any]]:

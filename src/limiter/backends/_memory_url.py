@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from limiter.backends._url import StoreURL
+from limiter.backends._url import StoreURL, store_options
 from limiter.backends.memory import MemoryStore
 
 MEMORY_PARAMS = ("max_keys",)
@@ -19,11 +19,5 @@ def memory_store(parsed: StoreURL, options: Dict[str, Any]) -> MemoryStore:
     kwargs: Dict[str, Any] = {}
     if "max_keys" in parsed.query:
         kwargs["max_keys"] = parsed.integer("max_keys", 1, none=True)
-    for name, value in options.items():
-        if name not in MEMORY_PARAMS:
-            raise TypeError(
-                f"store_from_url() got an unexpected keyword argument {name!r} for a memory:// "
-                f"store; it takes: {', '.join(MEMORY_PARAMS)}"
-            )
-        kwargs[name] = value
+    store_options(options, MEMORY_PARAMS, "a memory://", kwargs)
     return MemoryStore(**kwargs)

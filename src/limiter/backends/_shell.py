@@ -40,19 +40,17 @@ class _Hooks:
         """True while the server is considered down and the fallback answers."""
         return self._failover.using_fallback
 
+    # Each raises its error before any I/O.
     def _one(self, key: str, limit: Limit, cost: Cost, now: Optional[float]) -> Tuple[Any, Any]:
-        """The keys and argument of an ``apply`` call, or its error before any I/O."""
-        raise NotImplementedError
+        raise NotImplementedError  # the keys and argument of an apply call
 
     def _many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> Tuple[Any, Any]:
-        """The keys and argument of an ``apply_many`` call, or its error before any I/O."""
-        raise NotImplementedError
+        raise NotImplementedError  # the keys and argument of an apply_many call
 
     def _key(self, key: str) -> Any:
-        """``key`` as the server stores it, or its error before any I/O."""
-        raise NotImplementedError
+        raise NotImplementedError  # key as the server stores it
 
 
 class StoreShell(_Hooks):

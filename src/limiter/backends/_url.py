@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 from urllib.parse import unquote
 
 #: Seconds a check waits for the server to answer (``socket_timeout``).
@@ -133,7 +133,7 @@ class StoreURL:
                 self.fail(f"query parameter {name!r} is given twice")
             self.query[name] = unquote(raw_value)
 
-    def fail(self, problem: str) -> None:
+    def fail(self, problem: str) -> NoReturn:
         raise ValueError(f"bad store URL {self.shown!r}: {problem}")
 
     def check_query(self, known: Tuple[str, ...]) -> None:
@@ -157,10 +157,7 @@ class StoreURL:
             self.fail(f"{self.scheme}:// takes no user name or password")
 
     def hosts(self, default_port: int) -> List[Tuple[str, int]]:
-        found = []
-        for item in self.netloc.split(","):
-            found.append(self.host(item, default_port))
-        return found
+        return [self.host(item, default_port) for item in self.netloc.split(",")]
 
     def host(self, item: str, default_port: int) -> Tuple[str, int]:
         if item.startswith("["):  # [IPv6]:port
@@ -210,30 +207,27 @@ class StoreURL:
 
     def flag(self, name: str) -> Optional[bool]:
         text = self.query.get(name)
-        if text is None:
-            return None
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        self.fail(f"{name} must be true or false (or 1/0, yes/no, on/off), got {text!r}")
-        return None  # unreachable
+        if text is not None and text.lower() not in _TRUE + _FALSE:
+            self.fail(f"{name} must be true or false (or 1/0, yes/no, on/off), got {text!r}")
+        return None if text is None else text.lower() in _TRUE
 
     def flags(self, names: Tuple[str, ...], into: Dict[str, Any]) -> None:
         """Each of ``names`` the query gives, as a bool (``flag``), into ``into``."""
         for name in names:
-            value = self.flag(name)
-            if value is not None:
-                into[name] = value
+            set_given(into, name, self.flag(name))
 
     def fallback_options(self, into: Dict[str, Any]) -> None:
         fallback = self.query.get("fallback")
         if fallback is not None:
             into["fallback"] = fallback_store(fallback, self)
         for name in ("probe_after", "max_probe_after"):
-            value = self.seconds(name)
-            if value is not None:
-                into[name] = value
+            set_given(into, name, self.seconds(name))
+
+
+def set_given(into: Dict[str, Any], name: str, value: Any) -> None:
+    """``into[name] = value``, unless ``value`` is ``None`` (not in the URL)."""
+    if value is not None:
+        into[name] = value
 
 
 def store_options(
@@ -275,14 +269,11 @@ def deny_cache_options(parsed: StoreURL, options: Dict[str, Any]) -> Optional[Di
         kwargs["max_keys"] = parsed.integer("deny_cache", 1)
     stale = parsed.query.get("deny_cache_max_stale")
     if stale is not None:
-        if stale.lower() == "none":
-            kwargs["max_stale"] = None
-        else:
-            kwargs["max_stale"] = parsed.seconds("deny_cache_max_stale")
-    if "deny_cache" in options:
-        kwargs["max_keys"] = options.pop("deny_cache")
-    if "deny_cache_max_stale" in options:
-        kwargs["max_stale"] = options.pop("deny_cache_max_stale")
+        none = stale.lower() == "none"
+        kwargs["max_stale"] = None if none else parsed.seconds("deny_cache_max_stale")
+    for name, argument in zip(DENY_CACHE_PARAMS, ("max_keys", "max_stale")):
+        if name in options:
+            kwargs[argument] = options.pop(name)
     if kwargs.get("max_keys") is None:
         if "max_stale" in kwargs and "deny_cache" not in parsed.query:
             parsed.fail("deny_cache_max_stale needs deny_cache=N (the entries to keep)")

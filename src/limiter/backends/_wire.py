@@ -151,57 +151,40 @@ def encode_keys(keys: Sequence[str], count: int, prefix: str, cluster: bool) -> 
 # -- policies --------------------------------------------------------------------
 
 
-def _bucket_text(limit: Any, now: float) -> bytes:
-    # The script derives interval, window and slack as Limit does.
-    return f" {limit.rate!r} {limit.burst}".encode("ascii")
-
-
-def _quota_text(quota: Any, now: float) -> bytes:
+def _quota_text(quota: Any, now: float) -> str:
     # The script cannot do time-zone arithmetic: it gets the window holding
     # now + TIME_EPSILON (as step_quota finds it) from the now it is sent.
     start, end = quota.bounds(now + TIME_EPSILON)
-    return f" q{start!r}/{end!r} {quota.burst}".encode("ascii")
-
-
-def _lockout_text(lockout: Any, now: float) -> bytes:
-    return f" l{lockout.within!r}/{lockout.duration!r} {lockout.burst}".encode("ascii")
+    return f" q{start!r}/{end!r} {quota.burst}"
 
 
 #: A fixed window's letter by its anchor: the script finds the window itself.
 _ANCHOR_LETTERS = {"epoch": "w", "first": "f"}
 
 
-def _fixed_window_text(window: Any, now: float) -> bytes:
-    return f" {_ANCHOR_LETTERS[window.anchor]}{window.period!r} {window.count}".encode("ascii")
-
-
-def _sliding_window_text(window: Any, now: float) -> bytes:
-    return f" s{window.period!r} {window.count}".encode("ascii")
-
-
-def _concurrency_text(policy: Any, now: float) -> bytes:
-    return f" c{policy.lease!r} {policy.limit}".encode("ascii")
-
-
 class PolicyCodec(NamedTuple):
     """How one type of policy travels: its text, and where it may stand."""
 
-    encode: Callable[[Any, float], bytes]  # (policy, now) -> its policy text
+    text: Callable[[Any, float], str]  # (policy, now) -> its policy text
     timed: bool  # its text depends on now (never cached; now is then the client's)
     last: bool  # only ever last, after another policy (a lockout)
 
 
 #: Each kind of policy's codec, by its class's ``kind`` (``limiter.core.limits.Policy``).
+#: A bucket's text is its rate and burst: the script derives interval, window and
+#: slack as Limit does.
 _CODECS = {
-    "bucket": PolicyCodec(_bucket_text, False, False),
+    "bucket": PolicyCodec(lambda p, now: f" {p.rate!r} {p.burst}", False, False),
     "quota": PolicyCodec(_quota_text, True, False),
-    "fixed-window": PolicyCodec(_fixed_window_text, False, False),
-    "sliding-window": PolicyCodec(_sliding_window_text, False, False),
-    "lockout": PolicyCodec(_lockout_text, False, True),
-    "concurrency": PolicyCodec(_concurrency_text, False, False),
+    "fixed-window": PolicyCodec(
+        lambda p, now: f" {_ANCHOR_LETTERS[p.anchor]}{p.period!r} {p.count}", False, False
+    ),
+    "sliding-window": PolicyCodec(lambda p, now: f" s{p.period!r} {p.count}", False, False),
+    "lockout": PolicyCodec(lambda p, now: f" l{p.within!r}/{p.duration!r} {p.burst}", False, True),
+    "concurrency": PolicyCodec(lambda p, now: f" c{p.lease!r} {p.limit}", False, False),
 }
 
-#: The letter of a policy text that takes slots (``_concurrency_text``): ``Argv``
+#: The letter of a policy text that takes slots (a concurrency's): ``Argv``
 #: tells them by their text, where a plain cost is checked (``slot_cost``).
 _SLOTS = ord("c")
 
@@ -331,8 +314,8 @@ class Argv:
         codec = policy_codec(policy)
         if codec.timed:
             value = float(self._now(time.time() if now is None else now))
-            return value, codec.encode(policy, value)
-        packed = codec.encode(policy, 0.0)
+            return value, codec.text(policy, value).encode("ascii")
+        packed = codec.text(policy, 0.0).encode("ascii")
         texts = self._texts
         if len(texts) > 1024:
             texts.clear()
@@ -344,17 +327,18 @@ class Argv:
 
 
 def _make(
-    policy: Any, allowed: bool, remaining: int, reset_after: float, retry_after: float
+    policy: Any, allowed: Any, remaining: Any, reset_after: Any, retry_after: Any
 ) -> RateLimitResult:
+    """The result of one ``result`` of a reply (its four fields as sent)."""
     # Field for field what limiter.core.bucket.step builds (hot path: tuple.__new__).
     return tuple.__new__(
         RateLimitResult,
         (
-            allowed,
+            int(allowed) == 1,
             policy.burst,
-            remaining,
-            reset_after,
-            retry_after,
+            int(float(remaining)),
+            float(reset_after),
+            float(retry_after),
             policy.window,
             (),
             policy.name,
@@ -363,17 +347,10 @@ def _make(
     )
 
 
-def _bad_reply(kind: str, reply: Any) -> StoreError:
-    return StoreError(f"{kind}: unexpected script reply {reply!r:.200}")
-
-
 def decode_result(reply: Any, policy: Limit, kind: str) -> RateLimitResult:
     """The result of a one-key reply; a malformed one is ``StoreError`` naming ``kind``."""
     try:
-        allowed, remaining, reset_after, retry_after = reply.split()
-        return _make(
-            policy, int(allowed) == 1, int(float(remaining)), float(reset_after), float(retry_after)
-        )
+        return _make(policy, *reply.split())
     except (AttributeError, TypeError, ValueError) as exc:
         raise _bad_reply(kind, reply) from exc
 
@@ -384,15 +361,10 @@ def decode_results(reply: Any, policies: Sequence[Limit], kind: str) -> List[Rat
         fields = reply.split()
         if len(fields) != 4 * len(policies):
             raise ValueError(f"{len(fields)} fields for {len(policies)} limits")
-        return [
-            _make(
-                policy,
-                int(fields[4 * i]) == 1,
-                int(float(fields[4 * i + 1])),
-                float(fields[4 * i + 2]),
-                float(fields[4 * i + 3]),
-            )
-            for i, policy in enumerate(policies)
-        ]
+        return [_make(policy, *fields[4 * i : 4 * i + 4]) for i, policy in enumerate(policies)]
     except (AttributeError, TypeError, ValueError) as exc:
         raise _bad_reply(kind, reply) from exc
+
+
+def _bad_reply(kind: str, reply: Any) -> StoreError:
+    return StoreError(f"{kind}: unexpected script reply {reply!r:.200}")

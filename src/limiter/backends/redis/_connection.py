@@ -92,12 +92,14 @@ class _Waiting:
 
 
 def wait_for_pool(call: Callable[[], _T], wait: Optional[float]) -> _T:
-    """``call()``, tried again while the pool is full, for up to ``wait`` seconds."""
-    waiting = _Waiting(wait)
+    """``call()``, tried again while the pool is full, for up to ``wait`` seconds from the
+    first failure; any other exception propagates."""
+    waiting = None
     while True:
         try:
             return call()
         except Exception as exc:
+            waiting = waiting or _Waiting(wait)
             time.sleep(waiting.pause(exc))
 
 
@@ -105,11 +107,12 @@ async def await_pool(call: Callable[[], Awaitable[_T]], wait: Optional[float]) -
     """``wait_for_pool`` for asyncio: ``await call()``, tried again while the pool is full."""
     import asyncio
 
-    waiting = _Waiting(wait)
+    waiting = None
     while True:
         try:
             return await call()
         except Exception as exc:
+            waiting = waiting or _Waiting(wait)
             await asyncio.sleep(waiting.pause(exc))
 
 

@@ -19,7 +19,6 @@ from limiter.backends.redis._connection import (
     bulk,
     named,
     plain_client,
-    pool_full,
     pool_wait,
 )
 
@@ -426,13 +425,7 @@ class ClusterPipeline(_Batches):
             self._refresh_later(node)
 
     async def _connect(self, node: Any) -> Any:
-        try:
-            return node.acquire_connection()
-        except Exception as exc:
-            if pool_full(exc) is None:
-                raise
-            # A full pool is no outage: wait for a connection (nothing was sent).
-            return await await_pool(lambda: _acquired(node), self._pool_wait)
+        return await await_pool(lambda: _acquired(node), self._pool_wait)
 
     async def _release(self, node: Any, connection: Any) -> None:
         release = getattr(node, "release", None)

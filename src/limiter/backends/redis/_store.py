@@ -23,7 +23,6 @@ from limiter.backends.redis._connection import (
     Connections,
     await_pool,
     named,
-    pool_full,
     pool_wait,
     wait_for_pool,
 )
@@ -159,15 +158,8 @@ class RedisStore(_RedisBase, StoreShell):
             except Exception as exc:
                 raise self._error(exc) from exc
         try:
-            try:
-                return self._eval_client(numkeys, rkeys, args)
-            except Exception as exc:
-                if pool_full(exc) is None:
-                    raise
-                # A full pool is no outage: wait for a connection (nothing was sent).
-                return wait_for_pool(
-                    lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
-                )
+            # A full pool is no outage: wait for a connection (nothing was sent).
+            return wait_for_pool(lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait)
         except PoolFullError:
             raise
         except Exception as exc:
@@ -236,15 +228,10 @@ class AsyncRedisStore(_RedisBase, AsyncStoreShell):
                 # redis-py's asyncio cluster client: commands sent while it
                 # initializes meet MOVED, and enough MOVED close every connection.
                 await client.initialize()
-            try:
-                return await self._eval_client(numkeys, rkeys, args)
-            except Exception as exc:
-                if pool_full(exc) is None:
-                    raise
-                # A full pool is no outage: wait for a connection (nothing was sent).
-                return await await_pool(
-                    lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
-                )
+            # A full pool is no outage: wait for a connection (nothing was sent).
+            return await await_pool(
+                lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
+            )
         except PoolFullError:
             raise
         except Exception as exc:
