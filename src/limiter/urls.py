@@ -151,8 +151,7 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
 
 def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:
     """The store ``LIMITER_STORAGE_URL`` describes, or ``None`` when unset or blank;
-    an invalid URL is a ``ValueError`` naming the variable.
-    """
+    an invalid URL is a ``ValueError`` naming the variable."""
     url = os.environ.get(STORAGE_URL_ENV, "").strip()
     if not url:
         return None
@@ -164,8 +163,7 @@ def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:
 
 def resolve_store(store: Any = None, *, asyncio: bool = False) -> Any:
     """The store to use: ``store`` (an object as is, or a URL) > ``LIMITER_STORAGE_URL``
-    > a new ``MemoryStore``.
-    """
+    > a new ``MemoryStore``."""
     if isinstance(store, str):
         return store_from_url(store, asyncio=asyncio)
     if store is not None:

@@ -1,7 +1,6 @@
-"""The failure policy of the shared stores (Redis, SQLite): ``Failover`` through a
-``Breaker`` (with a fallback) or a ``Health`` (without), logging outages on
-``limiter.stores``.  docs/stores.md "Fallback".
-"""
+"""The failure policy of the shared stores: ``Failover`` through a ``Breaker`` (with a
+fallback) or a ``Health`` (without), logging outages on ``limiter.stores``.
+docs/stores.md "Fallback"."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def _cause(error: BaseException) -> str:
 
 class Health:
     """Logs a store's outages: the first failure at ERROR (at most once per
-    ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  Thread-safe.
-    """
+    ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  Thread-safe."""
 
     serves_fallback = False
 
@@ -127,8 +125,7 @@ class Breaker(Health):
 
     def skip_primary(self) -> bool:
         """True when this call should go to the fallback; when a probe is due, the caller
-        becomes the probe (False) and others keep skipping until it reports.
-        """
+        becomes the probe (False) and others keep skipping until it reports."""
         if self._probe_at is None:  # the healthy path: no lock, no clock
             return False
         now = self._now()
@@ -187,8 +184,7 @@ class Breaker(Health):
 class Failover:
     """The one failure path of a shared store: ``run(primary, fallback)`` (``arun``
     for coroutines) calls ``primary()``; a ``StoreError`` marks it down and
-    ``fallback()`` answers (``None``: raised); other exceptions propagate.
-    """
+    ``fallback()`` answers (``None``: raised); other exceptions propagate."""
 
     def __init__(
         self,
@@ -248,8 +244,7 @@ class Failover:
 
     def failed_over(self, error: BaseException) -> bool:
         """Record that the primary raised ``error``; whether the fallback answers (anything
-        but a ``StoreError`` counts as neither failure nor success).
-        """
+        but a ``StoreError`` counts as neither failure nor success)."""
         health = self.health
         if not isinstance(error, StoreError):
             health.abandoned()  # cancelled: let another caller probe

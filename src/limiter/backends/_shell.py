@@ -18,8 +18,7 @@ from limiter.core.result import RateLimitResult, combine
 
 
 class _Hooks:
-    """What a store gives its shell (stubs; the store's base defines them), and the
-    properties every shared store has."""
+    """What a store gives its shell (stubs), and every shared store's properties."""
 
     _kind: str
     _failover: Failover
@@ -87,8 +86,7 @@ class StoreShell(_Hooks):
 
     def reset(self, key: str) -> None:
         """Forget ``key``, in the fallback too; the server's delete is tried even while the
-        fallback answers (``StoreError`` if it fails).
-        """
+        fallback answers (``StoreError`` if it fails)."""
         target = self._key(key)
         if self.fallback is not None:
             self.fallback.reset(key)

@@ -26,8 +26,7 @@ _FALSE = ("0", "false", "no", "off")
 def split_userinfo(url: str) -> Tuple[str, Optional[str], str]:
     """``(scheme + "://", userinfo or None, the rest)``, for parsing and redaction alike:
     the user information precedes the last ``@`` before the query, so a password
-    with an unencoded ``@``, ``:`` or ``/`` stays whole.
-    """
+    with an unencoded ``@``, ``:`` or ``/`` stays whole."""
     scheme_end = url.find("://")
     head_start = 0 if scheme_end < 0 else scheme_end + 3
     head, rest = url[:head_start], url[head_start:]
@@ -52,8 +51,7 @@ def redact_url(url: str) -> str:
     """``url`` with its password and secret query values (names holding ``password``,
     ``token`` or ``secret``) replaced by ``***``; a non-string is its ``repr``, cut
     to 100 characters.  ``redact_url("redis://app:s3cret@cache:6379/0")`` is
-    ``"redis://app:***@cache:6379/0"``.
-    """
+    ``"redis://app:***@cache:6379/0"``."""
     if not isinstance(url, str):
         return f"{url!r:.100}"
     head, userinfo, rest = split_userinfo(url)
@@ -98,11 +96,9 @@ def scheme_of(url: str) -> str:
 
 
 class StoreURL:
-    """A store URL taken apart: nothing decided yet but the syntax.
-
-    ``ValueError`` (``"bad store URL ..."``, the URL redacted) for a ``#`` that
-    is not percent-encoded, or a query field without a value or given twice.
-    """
+    """A store URL taken apart: nothing decided yet but the syntax.  ``ValueError``
+    (``"bad store URL ..."``, the URL redacted) for a ``#`` that is not
+    percent-encoded, or a query field without a value or given twice."""
 
     def __init__(self, url: str, scheme: str) -> None:
         self.url = url
@@ -261,9 +257,7 @@ def fallback_store(value: Any, parsed: Optional[StoreURL] = None) -> Any:
 def deny_cache_options(parsed: StoreURL, options: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """``DenyCache``'s arguments from ``deny_cache`` (int >= 1) and
     ``deny_cache_max_stale`` (seconds > 0 or ``none``; needs ``deny_cache``), or
-    ``None``.  Keyword options of those names override the query and are removed
-    from ``options``.
-    """
+    ``None``.  Keyword options of those names override the query (taken out of ``options``)."""
     kwargs: Dict[str, Any] = {}
     if "deny_cache" in parsed.query:
         kwargs["max_keys"] = parsed.integer("deny_cache", 1)

@@ -83,11 +83,8 @@ def ttl_ms(seconds: float) -> int:
 
 
 def hash_tag(key: str) -> Optional[str]:
-    """The cluster hash tag marked in ``key`` (Redis's rule), or ``None``.
-
-    The tag is the text between the first ``{`` and the next ``}``; an empty
-    one (``"{}"``) does not count.
-    """
+    """The cluster hash tag marked in ``key`` (Redis's rule: the text between the first
+    ``{`` and the next ``}``, not empty), or ``None``."""
     start = key.find("{")
     if start < 0:
         return None
@@ -131,11 +128,8 @@ def encode_key(key: str, prefix: str) -> bytes:
 
 
 def encode_keys(keys: Sequence[str], count: int, prefix: str, cluster: bool) -> List[bytes]:
-    """The keys of a call with ``count`` policies, or ``ValueError`` before any I/O.
-
-    One key per policy, at least one; on a cluster (``cluster``) all share a
-    hash tag (``slot_tag``).
-    """
+    """The keys of a call with ``count`` policies, or ``ValueError`` before any I/O: one
+    key per policy, at least one; on a cluster all share a hash tag (``slot_tag``)."""
     if len(keys) != count or not keys:
         raise ValueError(f"need one key per limit and at least one limit, got {count}")
     if cluster and len(keys) > 1:
@@ -190,11 +184,8 @@ _SLOTS = ord("c")
 
 
 def policy_codec(policy: object) -> PolicyCodec:
-    """The codec of ``policy``'s kind: the one place that tells policies apart.
-
-    Raises ``ValueError`` for anything that is no policy (a class without a
-    ``kind`` of its own, or one of a kind this store does not know).
-    """
+    """The codec of ``policy``'s kind: the one place that tells policies apart;
+    ``ValueError`` for anything else (no ``kind`` of its class's own, or an unknown one)."""
     kind = getattr(type(policy), "kind", None)
     codec = _CODECS.get(kind) if isinstance(kind, str) else None
     if codec is None:
@@ -216,11 +207,8 @@ _HOLD_LETTERS = {"take": "t", "give": "g", "renew": "r"}
 
 def cost_text(cost: Any) -> str:
     """One ``cost`` of the grammar, checked as ``step`` checks it (``ValueError``, ``TypeError``).
-
-    A number above 2**53 (more than any burst, denied alike) and a Charge or
-    Refund beyond 2**54 (at least twice any burst: the bound alike) are sent
-    as 2**54, so the script never reads a huge number nor ``inf``.
-    """
+    A number above 2**53 (more than any burst, denied alike) and a Charge or Refund
+    beyond 2**54 (at least twice any burst: the bound alike) are sent as 2**54."""
     if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
         return "1.0"
     if cost.__class__ is Refund:  # "-t": the debt or the count stops at 0
@@ -261,10 +249,8 @@ class Argv:
 
     def args(self, policies: Sequence[Limit], cost: Cost, now: Optional[float]) -> List[bytes]:
         """``[argv]`` for ``policies`` (``ValueError`` or ``TypeError`` before any I/O).
-
-        ``now``: seconds, or ``None`` for the server's TIME (or ``time.time()``
-        without ``server_time``, and always when a policy is timed).
-        """
+        ``now``: seconds, or ``None`` for the server's TIME (or ``time.time()`` without
+        ``server_time``, and always when a policy is timed)."""
         # The policies first: a timed one (a quota, never cached) may fix now.
         texts = self._texts
         if len(policies) == 1:

@@ -54,8 +54,7 @@ class Library:
 
     def cluster_retries_are_legacy(self) -> bool:
         """Whether the cluster client retries ``cluster_error_retry_attempts`` times
-        (redis-py 4-5, valkey-py 6) rather than by its ``retry`` (redis-py >= 6).
-        """
+        (redis-py 4-5, valkey-py 6) rather than by its ``retry`` (redis-py >= 6)."""
         if self.package != "redis":
             return True
         major = str(getattr(self.root, "__version__", "6")).partition(".")[0]
@@ -64,8 +63,7 @@ class Library:
 
 class LazyCluster:
     """A sync cluster client built (and so connected) on first use, so a store can
-    start while its cluster is down.  Thread-safe.
-    """
+    start while its cluster is down.  Thread-safe."""
 
     def __init__(self, factory: Callable[[], Any], description: str) -> None:
         self._factory = factory

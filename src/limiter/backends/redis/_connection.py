@@ -27,8 +27,8 @@ def named(obj: object, name: str) -> bool:
 
 
 def pool_full(exc: BaseException) -> Optional[bool]:
-    """``True``: ``exc`` says the pool is full (wait and try again); ``False``: a
-    blocking pool that already waited; ``None``: anything else."""
+    """``True``: ``exc`` says the pool is full (try again); ``False``: a blocking pool
+    that already waited; ``None``: anything else."""
     for cls in type(exc).__mro__:
         name = cls.__name__
         if name == "MaxConnectionsError":
@@ -45,8 +45,7 @@ def pool_full(exc: BaseException) -> Optional[bool]:
 
 def pool_wait(client: Any) -> Optional[float]:
     """How long a check may wait for a pool connection: the client's connect (else
-    socket) timeout, or ``None`` (no bound).
-    """
+    socket) timeout, or ``None`` (no bound)."""
     try:
         pool = getattr(client, "connection_pool", None)
         kwargs = getattr(pool, "connection_kwargs", None)
@@ -148,8 +147,7 @@ def _library_class(client: Any, asyncio: bool = False) -> Optional[type]:
 def plain_client(client: Any, *, asyncio: bool = False) -> bool:
     """Whether ``client``'s checks may skip its ``execute_command``: a redis/valkey
     client (or subclass) whose ``evalsha``, ``eval`` and ``execute_command`` are the
-    library's own, not overridden, patched or wrapped (so a tracer sees every check).
-    """
+    library's own, not overridden, patched or wrapped (so a tracer sees every check)."""
     base = _library_class(client, asyncio)
     if base is None:
         return False
@@ -181,9 +179,8 @@ class _Held:
 
 
 class Connections:
-    """Packed commands sent on the store's own connections (build with ``for_client``).
-    ``execute`` raises the client library's own exceptions.  Thread- and fork-safe.
-    """
+    """Packed commands sent on the store's own connections (build with ``for_client``);
+    ``execute`` raises the client library's own exceptions.  Thread- and fork-safe."""
 
     def __init__(
         self, pool: Any, script: str, sha: bytes, response_error: Type[BaseException]
@@ -280,8 +277,7 @@ class Connections:
 
     def close(self) -> None:
         """Disconnect this process's connections (one in use: when its command ends); the
-        next ``execute`` connects again.
-        """
+        next ``execute`` connects again."""
         if self._pid != _getpid():
             self._forked()  # the parent's sockets are the parent's to close
             return

@@ -81,8 +81,7 @@ class _Batches:
         self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
     ) -> List[_Outcome]:
         """``commands``' outcomes, in one write on one connection to ``node``; with ``args``,
-        a ``NOSCRIPT`` reply is sent again as ``EVAL`` on that connection.
-        """
+        a ``NOSCRIPT`` reply is sent again as ``EVAL`` on that connection."""
         try:
             # A full pool (the client's other users hold every connection) is
             # no outage: _connect waits for one; nothing was sent.
@@ -155,12 +154,9 @@ class _Batches:
 
 
 class ScriptPipeline(_Batches):
-    """Sends calls of one script (``EVALSHA``) issued in one event-loop tick as one pipeline.
-
-    ``pool``: the client's pool; ``script``: the Lua source; ``sha``: its SHA-1 hex
-    as bytes.  ``await run(args)`` returns the reply or raises the client's
-    exception (never ``NOSCRIPT``).
-    """
+    """Sends calls of one script (``EVALSHA``) issued in one event-loop tick as one pipeline
+    on ``pool``; ``await run(args)`` returns the reply or raises the client's exception
+    (never ``NOSCRIPT``)."""
 
     def __init__(self, pool: Any, script: str, sha: bytes) -> None:
         super().__init__(script, sha)
@@ -176,8 +172,7 @@ class ScriptPipeline(_Batches):
     @classmethod
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[ScriptPipeline]:
         """A pipeline on ``client``'s pool, or ``None`` (a single-connection client, an
-        instrumented one, or no redis-py asyncio pool).
-        """
+        instrumented one, or no redis-py asyncio pool)."""
         if getattr(client, "connection", None) is not None:
             return None
         if not plain_client(client, asyncio=True):  # instrumented: it keeps seeing calls
@@ -237,13 +232,10 @@ def _copy(exc: BaseException) -> BaseException:
 
 async def _round_trip(connection: Any, commands: List[bytes]) -> List[_Outcome]:
     """Send ``commands`` in one write and read one reply each; an error reply is that
-    entry's outcome, any other failure every unanswered entry's (connection dropped).
-    """
+    entry's outcome, any other failure every unanswered entry's (connection dropped)."""
     outcomes: List[_Outcome] = []
     try:
-        await connection.send_packed_command(
-            commands[0] if len(commands) == 1 else b"".join(commands)
-        )
+        await connection.send_packed_command(b"".join(commands))  # one: the same bytes
         for _ in commands:
             try:
                 outcomes.append((True, await connection.read_response()))
@@ -289,10 +281,9 @@ class _Redirected(Exception):
 class ClusterPipeline(_Batches):
     """``ScriptPipeline`` for a Cluster client: a lane per node owning the call's slot.
 
-    A ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` reply means the command
-    did not run: its caller sends it again where it belongs, up to ``_ROUNDS`` times.
-    A failed connection fails every unanswered command on it (never resent) and
-    asks the client for a topology refresh.
+    A command answered ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` did not run:
+    its caller sends it again, up to ``_ROUNDS`` times.  A failed connection fails
+    every unanswered command on it (never resent) and asks for a topology refresh.
     """
 
     def __init__(self, client: Any, script: str, sha: bytes) -> None:

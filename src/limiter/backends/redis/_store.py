@@ -1,8 +1,5 @@
-"""Redis and Valkey stores: one Lua script call (EVALSHA) per check.
-
-Imports no client library, so ``import limiter`` works without one; what is
-sent and read is ``_wire``'s.
-"""
+"""Redis and Valkey stores: one Lua script call (EVALSHA) per check.  Imports no client
+library, so ``import limiter`` works without one; what is sent and read is ``_wire``'s."""
 
 from __future__ import annotations
 
@@ -123,8 +120,7 @@ class RedisStore(_RedisBase, StoreShell):
 
     def ping(self) -> None:
         """Check that the server answers and runs the script, or raise ``StoreError``
-        (a peek writing nothing; never the fallback's).  Call it at start-up.
-        """
+        (a peek writing nothing; never the fallback's).  Call it at start-up."""
         rkeys, args = self._one(_PING_KEY, _PING_LIMIT, 0, None)
         self._failover.run(lambda: decode_result(self._send(rkeys, args), _PING_LIMIT, self._kind))
 
@@ -136,8 +132,7 @@ class RedisStore(_RedisBase, StoreShell):
 
     def close(self) -> None:
         """Disconnect the store's own (fast-path) connections; idempotent, and the store
-        stays usable.  The client stays open.
-        """
+        stays usable.  The client stays open."""
         conns = self._conns
         if conns is not None:
             conns.close()

@@ -1,10 +1,6 @@
-"""Redis and Valkey store URLs: ``redis://``, ``rediss://``, ``redis+unix://``,
-``redis+sentinel://``, ``redis+cluster://`` and the same with ``valkey``.
-
-The query and the caller's keyword options become the store's and the
-client's arguments; every URL error is raised before a client library is
-imported (``_clients`` builds the client).  See docs/stores.md.
-"""
+"""Redis and Valkey store URLs (``redis://``, ``rediss://``, ``redis+unix://``,
+``redis+sentinel://``, ``redis+cluster://``, the same with ``valkey``): every URL error
+is raised before ``_clients`` imports a client library.  See docs/stores.md."""
 
 from __future__ import annotations
 
