@@ -42,7 +42,6 @@ class Store(Protocol):
 
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
-        ...
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
@@ -52,11 +51,9 @@ class Store(Protocol):
         Either every bucket is charged ``cost`` or none is.  ``cost`` is one
         number for every limit or a sequence of one per limit.
         """
-        ...
 
     def reset(self, key: str) -> None:
         """Forget ``key``: its next request finds a full bucket."""
-        ...
 
 
 @runtime_checkable
@@ -67,17 +64,14 @@ class AsyncStore(Protocol):
         self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``'s bucket if all are there."""
-        ...
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """Charge every bucket or none (see ``Store.apply_many``)."""
-        ...
 
     async def areset(self, key: str) -> None:
         """Forget ``key``."""
-        ...
 
 
 @runtime_checkable
@@ -90,7 +84,6 @@ class SupportsAllow(Protocol):
 
     def allow(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> bool:
         """``apply(key, limit, cost, now).allowed``, with the same effect on the bucket."""
-        ...
 
 
 @runtime_checkable
@@ -115,7 +108,6 @@ class Sweepable(Protocol):
 
         Deleting a full bucket changes no decision.  Returns the number deleted.
         """
-        ...
 
 
 def is_async_only(store: object) -> bool:

@@ -1,16 +1,21 @@
-"""Stores from URLs: ``store_from_url("redis://cache:6379/0?prefix=app:")``; each
-backend parses its own part.  docs/stores.md "Choosing a store by URL".
+"""Stores from URLs: ``store_from_url("redis://cache:6379/0?prefix=app:")``; Redis and
+PostgreSQL parse their own part.  docs/stores.md "Choosing a store by URL".
 """
 
 from __future__ import annotations
 
 import os
 from typing import Any, Dict, Tuple
+from urllib.parse import unquote
 
 from limiter.backends._url import (
+    DENY_CACHE_PARAMS,
+    FALLBACK_PARAMS,
     StoreURL,
     deny_cache_options,
     scheme_of,
+    set_given,
+    store_options,
 )
 from limiter.backends._url import redact_url as redact_url  # documented here
 
@@ -63,13 +68,9 @@ def _parse(url: str) -> StoreURL:
 def _open(url: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
     """The store of ``url`` (from ``_parse``), built by its scheme's backend."""
     if url.scheme == "memory":
-        from limiter.backends._memory_url import memory_store
-
-        return memory_store(url, options)
+        return _memory_store(url, options)
     if url.scheme == "sqlite":
-        from limiter.backends._sqlite_url import sqlite_store
-
-        return sqlite_store(url, options)
+        return _sqlite_store(url, options)
     if url.scheme in ("postgresql", "postgres"):
         from limiter.backends.postgres._url import postgres_store
 
@@ -77,6 +78,47 @@ def _open(url: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
     from limiter.backends.redis._url import redis_store
 
     return redis_store(url, asyncio, options)
+
+
+def _memory_store(parsed: StoreURL, options: Dict[str, Any]) -> Any:
+    """``memory://[?max_keys=N]``: a ``MemoryStore``; ``options`` override its query."""
+    parsed.no_userinfo()
+    if parsed.netloc or parsed.path not in ("", "/"):
+        parsed.fail("memory:// takes no host or path (write memory:// or memory://?max_keys=N)")
+    parsed.check_query(("max_keys",))
+    kwargs: Dict[str, Any] = {}
+    if "max_keys" in parsed.query:
+        kwargs["max_keys"] = parsed.integer("max_keys", 1, none=True)
+    store_options(options, ("max_keys",), "a memory://", kwargs)
+    from limiter.backends.memory import MemoryStore
+
+    return MemoryStore(**kwargs)
+
+
+_SQLITE_PARAMS = ("timeout", "purge_every", *FALLBACK_PARAMS, *DENY_CACHE_PARAMS)
+
+
+def _sqlite_store(parsed: StoreURL, options: Dict[str, Any]) -> Any:
+    """``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``: an ``SQLiteStore``;
+    ``options`` override its query."""
+    parsed.no_userinfo()
+    if parsed.netloc:
+        parsed.fail(
+            "sqlite:// takes no host: write sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db"
+        )
+    path = unquote(parsed.path[1:])
+    if not path:
+        parsed.fail("the database path is missing (sqlite:///relative/path.db)")
+    parsed.check_query(_SQLITE_PARAMS)
+    kwargs: Dict[str, Any] = {}
+    set_given(kwargs, "timeout", parsed.seconds("timeout", zero=True))
+    set_given(kwargs, "purge_every", parsed.integer("purge_every", 1))
+    parsed.fallback_options(kwargs)
+    store_options(options, (*_SQLITE_PARAMS, "probe_clock"), "an sqlite://", kwargs)
+    from limiter.backends.sqlite import SQLiteStore
+
+    return SQLiteStore(path, **kwargs)
 
 
 def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
@@ -109,8 +151,7 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
 
 def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:
     """The store ``LIMITER_STORAGE_URL`` describes, or ``None`` when unset or blank;
-    an invalid URL is a ``ValueError`` naming the variable.
-    """
+    an invalid URL is a ``ValueError`` naming the variable."""
     url = os.environ.get(STORAGE_URL_ENV, "").strip()
     if not url:
         return None
@@ -122,8 +163,7 @@ def store_from_env(*, asyncio: bool = False, **options: Any) -> Any:
 
 def resolve_store(store: Any = None, *, asyncio: bool = False) -> Any:
     """The store to use: ``store`` (an object as is, or a URL) > ``LIMITER_STORAGE_URL``
-    > a new ``MemoryStore``.
-    """
+    > a new ``MemoryStore``."""
     if isinstance(store, str):
         return store_from_url(store, asyncio=asyncio)
     if store is not None:

@@ -1,7 +1,6 @@
-"""The failure policy of the shared stores (Redis, SQLite): ``Failover`` through a
-``Breaker`` (with a fallback) or a ``Health`` (without), logging outages on
-``limiter.stores``.  docs/stores.md "Fallback".
-"""
+"""The failure policy of the shared stores: ``Failover`` through a ``Breaker`` (with a
+fallback) or a ``Health`` (without), logging outages on ``limiter.stores``.
+docs/stores.md "Fallback"."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def _cause(error: BaseException) -> str:
 
 class Health:
     """Logs a store's outages: the first failure at ERROR (at most once per
-    ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  Thread-safe.
-    """
+    ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  Thread-safe."""
 
     serves_fallback = False
 
@@ -125,15 +123,9 @@ class Breaker(Health):
         self._probe_at: Optional[float] = None
         self._probing = False
 
-    @property
-    def down(self) -> bool:
-        """Whether the primary is currently considered down."""
-        return self._probe_at is not None
-
     def skip_primary(self) -> bool:
         """True when this call should go to the fallback; when a probe is due, the caller
-        becomes the probe (False) and others keep skipping until it reports.
-        """
+        becomes the probe (False) and others keep skipping until it reports."""
         if self._probe_at is None:  # the healthy path: no lock, no clock
             return False
         now = self._now()
@@ -192,8 +184,7 @@ class Breaker(Health):
 class Failover:
     """The one failure path of a shared store: ``run(primary, fallback)`` (``arun``
     for coroutines) calls ``primary()``; a ``StoreError`` marks it down and
-    ``fallback()`` answers (``None``: raised); other exceptions propagate.
-    """
+    ``fallback()`` answers (``None``: raised); other exceptions propagate."""
 
     def __init__(
         self,
@@ -209,9 +200,8 @@ class Failover:
         self.health: Union[Breaker, Health] = (
             Health(name) if fallback is None else Breaker(name, probe_after, max_probe_after, clock)
         )
-        self.afallback: Any = None  # an AsyncView, with asyncio and a fallback
-        if asyncio and fallback is not None:
-            self.afallback = AsyncView(fallback)
+        # The fallback's asyncio methods (with asyncio and a fallback).
+        self.afallback: Any = AsyncView(fallback) if asyncio and fallback is not None else None
 
     @property
     def using_fallback(self) -> bool:
@@ -254,8 +244,7 @@ class Failover:
 
     def failed_over(self, error: BaseException) -> bool:
         """Record that the primary raised ``error``; whether the fallback answers (anything
-        but a ``StoreError`` counts as neither failure nor success).
-        """
+        but a ``StoreError`` counts as neither failure nor success)."""
         health = self.health
         if not isinstance(error, StoreError):
             health.abandoned()  # cancelled: let another caller probe
@@ -268,9 +257,9 @@ class AsyncView:
     """A store's asyncio methods, bound once: its own where it has them, else its sync ones."""
 
     def __init__(self, store: Any) -> None:
-        self.aapply: Callable[..., Awaitable[Any]] = _async_method(store, "apply")
-        self.aapply_many: Callable[..., Awaitable[Any]] = _async_method(store, "apply_many")
-        self.areset: Callable[..., Awaitable[Any]] = _async_method(store, "reset")
+        self.aapply = _async_method(store, "apply")
+        self.aapply_many = _async_method(store, "apply_many")
+        self.areset = _async_method(store, "reset")
 
 
 def _async_method(store: Any, name: str) -> Callable[..., Awaitable[Any]]:

@@ -18,8 +18,7 @@ from limiter.core.result import RateLimitResult, combine
 
 
 class _Hooks:
-    """What a store gives its shell (stubs; the store's base defines them), and the
-    properties every shared store has."""
+    """What a store gives its shell (stubs), and every shared store's properties."""
 
     _kind: str
     _failover: Failover
@@ -40,19 +39,17 @@ class _Hooks:
         """True while the server is considered down and the fallback answers."""
         return self._failover.using_fallback
 
+    # Each raises its error before any I/O.
     def _one(self, key: str, limit: Limit, cost: Cost, now: Optional[float]) -> Tuple[Any, Any]:
-        """The keys and argument of an ``apply`` call, or its error before any I/O."""
-        raise NotImplementedError
+        raise NotImplementedError  # the keys and argument of an apply call
 
     def _many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> Tuple[Any, Any]:
-        """The keys and argument of an ``apply_many`` call, or its error before any I/O."""
-        raise NotImplementedError
+        raise NotImplementedError  # the keys and argument of an apply_many call
 
     def _key(self, key: str) -> Any:
-        """``key`` as the server stores it, or its error before any I/O."""
-        raise NotImplementedError
+        raise NotImplementedError  # key as the server stores it
 
 
 class StoreShell(_Hooks):
@@ -89,8 +86,7 @@ class StoreShell(_Hooks):
 
     def reset(self, key: str) -> None:
         """Forget ``key``, in the fallback too; the server's delete is tried even while the
-        fallback answers (``StoreError`` if it fails).
-        """
+        fallback answers (``StoreError`` if it fails)."""
         target = self._key(key)
         if self.fallback is not None:
             self.fallback.reset(key)

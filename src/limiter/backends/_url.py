@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 from urllib.parse import unquote
 
 #: Seconds a check waits for the server to answer (``socket_timeout``).
@@ -26,8 +26,7 @@ _FALSE = ("0", "false", "no", "off")
 def split_userinfo(url: str) -> Tuple[str, Optional[str], str]:
     """``(scheme + "://", userinfo or None, the rest)``, for parsing and redaction alike:
     the user information precedes the last ``@`` before the query, so a password
-    with an unencoded ``@``, ``:`` or ``/`` stays whole.
-    """
+    with an unencoded ``@``, ``:`` or ``/`` stays whole."""
     scheme_end = url.find("://")
     head_start = 0 if scheme_end < 0 else scheme_end + 3
     head, rest = url[:head_start], url[head_start:]
@@ -52,8 +51,7 @@ def redact_url(url: str) -> str:
     """``url`` with its password and secret query values (names holding ``password``,
     ``token`` or ``secret``) replaced by ``***``; a non-string is its ``repr``, cut
     to 100 characters.  ``redact_url("redis://app:s3cret@cache:6379/0")`` is
-    ``"redis://app:***@cache:6379/0"``.
-    """
+    ``"redis://app:***@cache:6379/0"``."""
     if not isinstance(url, str):
         return f"{url!r:.100}"
     head, userinfo, rest = split_userinfo(url)
@@ -98,11 +96,9 @@ def scheme_of(url: str) -> str:
 
 
 class StoreURL:
-    """A store URL taken apart: nothing decided yet but the syntax.
-
-    ``ValueError`` (``"bad store URL ..."``, the URL redacted) for a ``#`` that
-    is not percent-encoded, or a query field without a value or given twice.
-    """
+    """A store URL taken apart: nothing decided yet but the syntax.  ``ValueError``
+    (``"bad store URL ..."``, the URL redacted) for a ``#`` that is not
+    percent-encoded, or a query field without a value or given twice."""
 
     def __init__(self, url: str, scheme: str) -> None:
         self.url = url
@@ -133,7 +129,7 @@ class StoreURL:
                 self.fail(f"query parameter {name!r} is given twice")
             self.query[name] = unquote(raw_value)
 
-    def fail(self, problem: str) -> None:
+    def fail(self, problem: str) -> NoReturn:
         raise ValueError(f"bad store URL {self.shown!r}: {problem}")
 
     def check_query(self, known: Tuple[str, ...]) -> None:
@@ -157,10 +153,7 @@ class StoreURL:
             self.fail(f"{self.scheme}:// takes no user name or password")
 
     def hosts(self, default_port: int) -> List[Tuple[str, int]]:
-        found = []
-        for item in self.netloc.split(","):
-            found.append(self.host(item, default_port))
-        return found
+        return [self.host(item, default_port) for item in self.netloc.split(",")]
 
     def host(self, item: str, default_port: int) -> Tuple[str, int]:
         if item.startswith("["):  # [IPv6]:port
@@ -210,30 +203,27 @@ class StoreURL:
 
     def flag(self, name: str) -> Optional[bool]:
         text = self.query.get(name)
-        if text is None:
-            return None
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        self.fail(f"{name} must be true or false (or 1/0, yes/no, on/off), got {text!r}")
-        return None  # unreachable
+        if text is not None and text.lower() not in _TRUE + _FALSE:
+            self.fail(f"{name} must be true or false (or 1/0, yes/no, on/off), got {text!r}")
+        return None if text is None else text.lower() in _TRUE
 
     def flags(self, names: Tuple[str, ...], into: Dict[str, Any]) -> None:
         """Each of ``names`` the query gives, as a bool (``flag``), into ``into``."""
         for name in names:
-            value = self.flag(name)
-            if value is not None:
-                into[name] = value
+            set_given(into, name, self.flag(name))
 
     def fallback_options(self, into: Dict[str, Any]) -> None:
         fallback = self.query.get("fallback")
         if fallback is not None:
             into["fallback"] = fallback_store(fallback, self)
         for name in ("probe_after", "max_probe_after"):
-            value = self.seconds(name)
-            if value is not None:
-                into[name] = value
+            set_given(into, name, self.seconds(name))
+
+
+def set_given(into: Dict[str, Any], name: str, value: Any) -> None:
+    """``into[name] = value``, unless ``value`` is ``None`` (not in the URL)."""
+    if value is not None:
+        into[name] = value
 
 
 def store_options(
@@ -267,22 +257,17 @@ def fallback_store(value: Any, parsed: Optional[StoreURL] = None) -> Any:
 def deny_cache_options(parsed: StoreURL, options: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """``DenyCache``'s arguments from ``deny_cache`` (int >= 1) and
     ``deny_cache_max_stale`` (seconds > 0 or ``none``; needs ``deny_cache``), or
-    ``None``.  Keyword options of those names override the query and are removed
-    from ``options``.
-    """
+    ``None``.  Keyword options of those names override the query (taken out of ``options``)."""
     kwargs: Dict[str, Any] = {}
     if "deny_cache" in parsed.query:
         kwargs["max_keys"] = parsed.integer("deny_cache", 1)
     stale = parsed.query.get("deny_cache_max_stale")
     if stale is not None:
-        if stale.lower() == "none":
-            kwargs["max_stale"] = None
-        else:
-            kwargs["max_stale"] = parsed.seconds("deny_cache_max_stale")
-    if "deny_cache" in options:
-        kwargs["max_keys"] = options.pop("deny_cache")
-    if "deny_cache_max_stale" in options:
-        kwargs["max_stale"] = options.pop("deny_cache_max_stale")
+        none = stale.lower() == "none"
+        kwargs["max_stale"] = None if none else parsed.seconds("deny_cache_max_stale")
+    for name, argument in zip(DENY_CACHE_PARAMS, ("max_keys", "max_stale")):
+        if name in options:
+            kwargs[argument] = options.pop(name)
     if kwargs.get("max_keys") is None:
         if "max_stale" in kwargs and "deny_cache" not in parsed.query:
             parsed.fail("deny_cache_max_stale needs deny_cache=N (the entries to keep)")

@@ -83,11 +83,8 @@ def ttl_ms(seconds: float) -> int:
 
 
 def hash_tag(key: str) -> Optional[str]:
-    """The cluster hash tag marked in ``key`` (Redis's rule), or ``None``.
-
-    The tag is the text between the first ``{`` and the next ``}``; an empty
-    one (``"{}"``) does not count.
-    """
+    """The cluster hash tag marked in ``key`` (Redis's rule: the text between the first
+    ``{`` and the next ``}``, not empty), or ``None``."""
     start = key.find("{")
     if start < 0:
         return None
@@ -131,11 +128,8 @@ def encode_key(key: str, prefix: str) -> bytes:
 
 
 def encode_keys(keys: Sequence[str], count: int, prefix: str, cluster: bool) -> List[bytes]:
-    """The keys of a call with ``count`` policies, or ``ValueError`` before any I/O.
-
-    One key per policy, at least one; on a cluster (``cluster``) all share a
-    hash tag (``slot_tag``).
-    """
+    """The keys of a call with ``count`` policies, or ``ValueError`` before any I/O: one
+    key per policy, at least one; on a cluster all share a hash tag (``slot_tag``)."""
     if len(keys) != count or not keys:
         raise ValueError(f"need one key per limit and at least one limit, got {count}")
     if cluster and len(keys) > 1:
@@ -151,67 +145,47 @@ def encode_keys(keys: Sequence[str], count: int, prefix: str, cluster: bool) -> 
 # -- policies --------------------------------------------------------------------
 
 
-def _bucket_text(limit: Any, now: float) -> bytes:
-    # The script derives interval, window and slack as Limit does.
-    return f" {limit.rate!r} {limit.burst}".encode("ascii")
-
-
-def _quota_text(quota: Any, now: float) -> bytes:
+def _quota_text(quota: Any, now: float) -> str:
     # The script cannot do time-zone arithmetic: it gets the window holding
     # now + TIME_EPSILON (as step_quota finds it) from the now it is sent.
     start, end = quota.bounds(now + TIME_EPSILON)
-    return f" q{start!r}/{end!r} {quota.burst}".encode("ascii")
-
-
-def _lockout_text(lockout: Any, now: float) -> bytes:
-    return f" l{lockout.within!r}/{lockout.duration!r} {lockout.burst}".encode("ascii")
+    return f" q{start!r}/{end!r} {quota.burst}"
 
 
 #: A fixed window's letter by its anchor: the script finds the window itself.
 _ANCHOR_LETTERS = {"epoch": "w", "first": "f"}
 
 
-def _fixed_window_text(window: Any, now: float) -> bytes:
-    return f" {_ANCHOR_LETTERS[window.anchor]}{window.period!r} {window.count}".encode("ascii")
-
-
-def _sliding_window_text(window: Any, now: float) -> bytes:
-    return f" s{window.period!r} {window.count}".encode("ascii")
-
-
-def _concurrency_text(policy: Any, now: float) -> bytes:
-    return f" c{policy.lease!r} {policy.limit}".encode("ascii")
-
-
 class PolicyCodec(NamedTuple):
     """How one type of policy travels: its text, and where it may stand."""
 
-    encode: Callable[[Any, float], bytes]  # (policy, now) -> its policy text
+    text: Callable[[Any, float], str]  # (policy, now) -> its policy text
     timed: bool  # its text depends on now (never cached; now is then the client's)
     last: bool  # only ever last, after another policy (a lockout)
 
 
 #: Each kind of policy's codec, by its class's ``kind`` (``limiter.core.limits.Policy``).
+#: A bucket's text is its rate and burst: the script derives interval, window and
+#: slack as Limit does.
 _CODECS = {
-    "bucket": PolicyCodec(_bucket_text, False, False),
+    "bucket": PolicyCodec(lambda p, now: f" {p.rate!r} {p.burst}", False, False),
     "quota": PolicyCodec(_quota_text, True, False),
-    "fixed-window": PolicyCodec(_fixed_window_text, False, False),
-    "sliding-window": PolicyCodec(_sliding_window_text, False, False),
-    "lockout": PolicyCodec(_lockout_text, False, True),
-    "concurrency": PolicyCodec(_concurrency_text, False, False),
+    "fixed-window": PolicyCodec(
+        lambda p, now: f" {_ANCHOR_LETTERS[p.anchor]}{p.period!r} {p.count}", False, False
+    ),
+    "sliding-window": PolicyCodec(lambda p, now: f" s{p.period!r} {p.count}", False, False),
+    "lockout": PolicyCodec(lambda p, now: f" l{p.within!r}/{p.duration!r} {p.burst}", False, True),
+    "concurrency": PolicyCodec(lambda p, now: f" c{p.lease!r} {p.limit}", False, False),
 }
 
-#: The letter of a policy text that takes slots (``_concurrency_text``): ``Argv``
+#: The letter of a policy text that takes slots (a concurrency's): ``Argv``
 #: tells them by their text, where a plain cost is checked (``slot_cost``).
 _SLOTS = ord("c")
 
 
 def policy_codec(policy: object) -> PolicyCodec:
-    """The codec of ``policy``'s kind: the one place that tells policies apart.
-
-    Raises ``ValueError`` for anything that is no policy (a class without a
-    ``kind`` of its own, or one of a kind this store does not know).
-    """
+    """The codec of ``policy``'s kind: the one place that tells policies apart;
+    ``ValueError`` for anything else (no ``kind`` of its class's own, or an unknown one)."""
     kind = getattr(type(policy), "kind", None)
     codec = _CODECS.get(kind) if isinstance(kind, str) else None
     if codec is None:
@@ -233,11 +207,8 @@ _HOLD_LETTERS = {"take": "t", "give": "g", "renew": "r"}
 
 def cost_text(cost: Any) -> str:
     """One ``cost`` of the grammar, checked as ``step`` checks it (``ValueError``, ``TypeError``).
-
-    A number above 2**53 (more than any burst, denied alike) and a Charge or
-    Refund beyond 2**54 (at least twice any burst: the bound alike) are sent
-    as 2**54, so the script never reads a huge number nor ``inf``.
-    """
+    A number above 2**53 (more than any burst, denied alike) and a Charge or Refund
+    beyond 2**54 (at least twice any burst: the bound alike) are sent as 2**54."""
     if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
         return "1.0"
     if cost.__class__ is Refund:  # "-t": the debt or the count stops at 0
@@ -278,10 +249,8 @@ class Argv:
 
     def args(self, policies: Sequence[Limit], cost: Cost, now: Optional[float]) -> List[bytes]:
         """``[argv]`` for ``policies`` (``ValueError`` or ``TypeError`` before any I/O).
-
-        ``now``: seconds, or ``None`` for the server's TIME (or ``time.time()``
-        without ``server_time``, and always when a policy is timed).
-        """
+        ``now``: seconds, or ``None`` for the server's TIME (or ``time.time()`` without
+        ``server_time``, and always when a policy is timed)."""
         # The policies first: a timed one (a quota, never cached) may fix now.
         texts = self._texts
         if len(policies) == 1:
@@ -331,8 +300,8 @@ class Argv:
         codec = policy_codec(policy)
         if codec.timed:
             value = float(self._now(time.time() if now is None else now))
-            return value, codec.encode(policy, value)
-        packed = codec.encode(policy, 0.0)
+            return value, codec.text(policy, value).encode("ascii")
+        packed = codec.text(policy, 0.0).encode("ascii")
         texts = self._texts
         if len(texts) > 1024:
             texts.clear()
@@ -344,17 +313,18 @@ class Argv:
 
 
 def _make(
-    policy: Any, allowed: bool, remaining: int, reset_after: float, retry_after: float
+    policy: Any, allowed: Any, remaining: Any, reset_after: Any, retry_after: Any
 ) -> RateLimitResult:
+    """The result of one ``result`` of a reply (its four fields as sent)."""
     # Field for field what limiter.core.bucket.step builds (hot path: tuple.__new__).
     return tuple.__new__(
         RateLimitResult,
         (
-            allowed,
+            int(allowed) == 1,
             policy.burst,
-            remaining,
-            reset_after,
-            retry_after,
+            int(float(remaining)),
+            float(reset_after),
+            float(retry_after),
             policy.window,
             (),
             policy.name,
@@ -363,17 +333,10 @@ def _make(
     )
 
 
-def _bad_reply(kind: str, reply: Any) -> StoreError:
-    return StoreError(f"{kind}: unexpected script reply {reply!r:.200}")
-
-
 def decode_result(reply: Any, policy: Limit, kind: str) -> RateLimitResult:
     """The result of a one-key reply; a malformed one is ``StoreError`` naming ``kind``."""
     try:
-        allowed, remaining, reset_after, retry_after = reply.split()
-        return _make(
-            policy, int(allowed) == 1, int(float(remaining)), float(reset_after), float(retry_after)
-        )
+        return _make(policy, *reply.split())
     except (AttributeError, TypeError, ValueError) as exc:
         raise _bad_reply(kind, reply) from exc
 
@@ -384,15 +347,10 @@ def decode_results(reply: Any, policies: Sequence[Limit], kind: str) -> List[Rat
         fields = reply.split()
         if len(fields) != 4 * len(policies):
             raise ValueError(f"{len(fields)} fields for {len(policies)} limits")
-        return [
-            _make(
-                policy,
-                int(fields[4 * i]) == 1,
-                int(float(fields[4 * i + 1])),
-                float(fields[4 * i + 2]),
-                float(fields[4 * i + 3]),
-            )
-            for i, policy in enumerate(policies)
-        ]
+        return [_make(policy, *fields[4 * i : 4 * i + 4]) for i, policy in enumerate(policies)]
     except (AttributeError, TypeError, ValueError) as exc:
         raise _bad_reply(kind, reply) from exc
+
+
+def _bad_reply(kind: str, reply: Any) -> StoreError:
+    return StoreError(f"{kind}: unexpected script reply {reply!r:.200}")

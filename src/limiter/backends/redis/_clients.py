@@ -36,18 +36,11 @@ class Library:
         self.asyncio = asyncio
         self.scheme = scheme
         self.root = import_module(package, scheme)
+        self.prefix = "Valkey" if package == "valkey" else "Redis"  # of its classes' names
 
     def get(self, module: str, name: str) -> Any:
         base = f"{self.package}.asyncio" if self.asyncio and module != "backoff" else self.package
         return getattr(import_module(f"{base}.{module}" if module else base, self.scheme), name)
-
-    @property
-    def client_class(self) -> Any:
-        return self.get("", "Valkey" if self.package == "valkey" else "Redis")
-
-    @property
-    def cluster_class(self) -> Any:
-        return self.get("cluster", "ValkeyCluster" if self.package == "valkey" else "RedisCluster")
 
     def no_retry(self) -> Any:
         """``Retry(NoBackoff(), 0)`` of this library (and of its asyncio flavour)."""
@@ -61,8 +54,7 @@ class Library:
 
     def cluster_retries_are_legacy(self) -> bool:
         """Whether the cluster client retries ``cluster_error_retry_attempts`` times
-        (redis-py 4-5, valkey-py 6) rather than by its ``retry`` (redis-py >= 6).
-        """
+        (redis-py 4-5, valkey-py 6) rather than by its ``retry`` (redis-py >= 6)."""
         if self.package != "redis":
             return True
         major = str(getattr(self.root, "__version__", "6")).partition(".")[0]
@@ -71,8 +63,7 @@ class Library:
 
 class LazyCluster:
     """A sync cluster client built (and so connected) on first use, so a store can
-    start while its cluster is down.  Thread-safe.
-    """
+    start while its cluster is down.  Thread-safe."""
 
     def __init__(self, factory: Callable[[], Any], description: str) -> None:
         self._factory = factory
@@ -152,7 +143,7 @@ def redis_client(library: Library, kind: str, settings: RedisSettings, target: R
             settings.username, settings.password
         )
     if kind in ("", "unix"):
-        return library.client_class(**target.where, **client_kwargs)
+        return library.get("", library.prefix)(**target.where, **client_kwargs)
     if kind == "sentinel":
         return sentinel_client(library, settings, target)
     return cluster_client(library, client_kwargs, target.hosts)
@@ -182,7 +173,7 @@ def cluster_client(
     if library.cluster_retries_are_legacy():
         client_kwargs.setdefault("cluster_error_retry_attempts", 0)
     node_class = library.get("cluster", "ClusterNode")
-    cluster_class = library.cluster_class
+    cluster_class = library.get("cluster", library.prefix + "Cluster")
 
     def build() -> Any:
         startup = [node_class(host, port) for host, port in hosts]

@@ -1,8 +1,5 @@
-"""What lets a check through a Redis client wait longer than the client's own timeouts.
-
-Read without any I/O from what redis-py and valkey-py expose; ``RedisStore``
-logs the problems once, at construction.
-"""
+"""What lets a check through a Redis client wait longer than the client's own timeouts
+(``RedisStore`` logs it once, at construction)."""
 
 from __future__ import annotations
 
@@ -10,6 +7,8 @@ import copy
 import inspect
 import logging
 from typing import Any, List
+
+from limiter.backends.redis._connection import named
 
 
 def is_cluster(client: Any) -> bool:
@@ -33,35 +32,31 @@ def config_problems(client: Any) -> List[str]:
     cluster, those of every node it knows), a blocking pool's wait, and a
     cluster client's retry policy.  What it cannot read is not reported.
     """
-    problems: List[str] = []
-
-    def add(found: List[str]) -> None:
-        problems.extend(problem for problem in found if problem not in problems)
-
+    found: List[str] = []
     if is_cluster(client):
         what = "the cluster client"
-        add(_retry_problems(getattr(client, "retry", None), what))
+        found += _retry_problems(getattr(client, "retry", None), what)
         manager = getattr(client, "nodes_manager", None)
         for kwargs in (
             getattr(client, "connection_kwargs", None),
             getattr(manager, "connection_kwargs", None),
         ):
-            add(_kwargs_problems(kwargs, None, what))
+            found += _kwargs_problems(kwargs, None, what)
         for node in client.get_nodes():
             pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
             if pool is not None:  # redis-py's sync cluster: one client per node
-                add(_pool_problems(pool, what))
+                found += _pool_problems(pool, what)
             else:  # the asyncio cluster: the node holds the connection arguments
                 kwargs = getattr(node, "connection_kwargs", None)
-                add(_kwargs_problems(kwargs, getattr(node, "connection_class", None), what))
+                found += _kwargs_problems(kwargs, getattr(node, "connection_class", None), what)
     else:
         pool = getattr(client, "connection_pool", None)
-        add(_pool_problems(pool, "the client"))
+        found += _pool_problems(pool, "the client")
         manager = getattr(pool, "sentinel_manager", None)  # a Sentinel master's pool
         for sentinel in getattr(manager, "sentinels", None) or ():
             pool = getattr(sentinel, "connection_pool", None)
-            add(_pool_problems(pool, "each Sentinel client (sentinel_kwargs)"))
-    return problems
+            found += _pool_problems(pool, "each Sentinel client (sentinel_kwargs)")
+    return list(dict.fromkeys(found))  # each once, in order
 
 
 def _pool_problems(pool: Any, what: str) -> List[str]:
@@ -70,8 +65,7 @@ def _pool_problems(pool: Any, what: str) -> List[str]:
     found = _kwargs_problems(
         getattr(pool, "connection_kwargs", None), getattr(pool, "connection_class", None), what
     )
-    blocking = any(cls.__name__ == "BlockingConnectionPool" for cls in type(pool).__mro__)
-    if blocking and getattr(pool, "timeout", 0) is None:
+    if named(pool, "BlockingConnectionPool") and getattr(pool, "timeout", 0) is None:
         found.append(f"{what}'s BlockingConnectionPool waits for ever for a free connection")
     return found
 
@@ -81,12 +75,10 @@ def _kwargs_problems(kwargs: Any, connection_class: Any, what: str) -> List[str]
     if not isinstance(kwargs, dict):
         return []
     found: List[str] = []
-    timeout = kwargs.get("socket_timeout", _MISSING)
-    if timeout is _MISSING:
-        timeout = _default(connection_class, "socket_timeout")
-    connect = kwargs.get("socket_connect_timeout", _MISSING)
-    if connect is _MISSING:
-        connect = _default(connection_class, "socket_connect_timeout")
+    timeout, connect = (
+        kwargs[name] if name in kwargs else _default(connection_class, name)
+        for name in ("socket_timeout", "socket_connect_timeout")
+    )
     if connect is None:  # both libraries connect with socket_timeout then
         connect = timeout
     if timeout is None:

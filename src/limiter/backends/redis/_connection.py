@@ -20,9 +20,15 @@ from limiter.store import PoolFullError
 _T = TypeVar("_T")
 
 
+def named(obj: object, name: str) -> bool:
+    """Whether ``obj``'s class or a base of it is called ``name`` (matched by name: no
+    client library needs to be installed)."""
+    return any(cls.__name__ == name for cls in type(obj).__mro__)
+
+
 def pool_full(exc: BaseException) -> Optional[bool]:
-    """``True``: ``exc`` says the pool is full (wait and try again); ``False``: a
-    blocking pool that already waited; ``None``: anything else."""
+    """``True``: ``exc`` says the pool is full (try again); ``False``: a blocking pool
+    that already waited; ``None``: anything else."""
     for cls in type(exc).__mro__:
         name = cls.__name__
         if name == "MaxConnectionsError":
@@ -39,27 +45,20 @@ def pool_full(exc: BaseException) -> Optional[bool]:
 
 def pool_wait(client: Any) -> Optional[float]:
     """How long a check may wait for a pool connection: the client's connect (else
-    socket) timeout, or ``None`` (no bound).
-    """
+    socket) timeout, or ``None`` (no bound)."""
     try:
-        return _pool_wait(client)
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None)
+        if not isinstance(kwargs, dict):  # a cluster client keeps them itself
+            kwargs = getattr(client, "connection_kwargs", None)
+        if not isinstance(kwargs, dict):
+            kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
+        for name in ("socket_connect_timeout", "socket_timeout"):
+            value = kwargs.get(name) if isinstance(kwargs, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return float(value)
     except Exception:  # a client whose attributes cannot be read: no bound, as for none
-        return None
-
-
-def _pool_wait(client: Any) -> Optional[float]:
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None)
-    if not isinstance(kwargs, dict):  # a cluster client keeps them itself
-        kwargs = getattr(client, "connection_kwargs", None)
-    if not isinstance(kwargs, dict):
-        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
-    if not isinstance(kwargs, dict):
-        return None
-    for name in ("socket_connect_timeout", "socket_timeout"):
-        value = kwargs.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return float(value)
+        pass
     return None
 
 
@@ -68,45 +67,52 @@ _FIRST_DELAY = 0.0005
 _MAX_DELAY = 0.01
 
 
-def _full(exc: BaseException, deadline: Optional[float], wait: Optional[float]) -> None:
-    """Return to try again; raise ``PoolFullError`` when the wait is over, ``exc`` when it
-    is not about the pool."""
-    full = pool_full(exc)
-    if full is None:
-        raise exc
-    if full is False or (deadline is not None and time.monotonic() >= deadline):
-        raise PoolFullError(
-            f"the client's connection pool stayed full for {wait} s "
-            f"({type(exc).__name__}: {exc}): raise its max_connections"
-        ) from exc
+class _Waiting:
+    """The pauses between tries while the pool is full, for up to ``wait`` seconds."""
+
+    def __init__(self, wait: Optional[float]) -> None:
+        self.wait = wait
+        self.deadline = None if wait is None else time.monotonic() + wait
+        self.delay = _FIRST_DELAY
+
+    def pause(self, exc: BaseException) -> float:
+        """The pause before the next try; raise ``PoolFullError`` when the wait is over,
+        ``exc`` when it is not about the pool."""
+        full = pool_full(exc)
+        if full is None:
+            raise exc
+        if full is False or (self.deadline is not None and time.monotonic() >= self.deadline):
+            raise PoolFullError(
+                f"the client's connection pool stayed full for {self.wait} s "
+                f"({type(exc).__name__}: {exc}): raise its max_connections"
+            ) from exc
+        delay, self.delay = self.delay, min(self.delay * 2, _MAX_DELAY)
+        return delay
 
 
 def wait_for_pool(call: Callable[[], _T], wait: Optional[float]) -> _T:
-    """``call()``, tried again while the pool is full, for up to ``wait`` seconds."""
-    deadline = None if wait is None else time.monotonic() + wait
-    delay = _FIRST_DELAY
+    """``call()``, tried again while the pool is full, for up to ``wait`` seconds from the
+    first failure; any other exception propagates."""
+    waiting = None
     while True:
         try:
             return call()
         except Exception as exc:
-            _full(exc, deadline, wait)
-            time.sleep(delay)
-            delay = min(delay * 2, _MAX_DELAY)
+            waiting = waiting or _Waiting(wait)
+            time.sleep(waiting.pause(exc))
 
 
 async def await_pool(call: Callable[[], Awaitable[_T]], wait: Optional[float]) -> _T:
     """``wait_for_pool`` for asyncio: ``await call()``, tried again while the pool is full."""
     import asyncio
 
-    deadline = None if wait is None else time.monotonic() + wait
-    delay = _FIRST_DELAY
+    waiting = None
     while True:
         try:
             return await call()
         except Exception as exc:
-            _full(exc, deadline, wait)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _MAX_DELAY)
+            waiting = waiting or _Waiting(wait)
+            await asyncio.sleep(waiting.pause(exc))
 
 
 _CLIENT_CLASSES = {("redis.client", "Redis"), ("valkey.client", "Valkey")}
@@ -125,7 +131,8 @@ _POLLIN = getattr(select, "POLLIN", 1)
 _HAS_POLL = hasattr(select, "poll")
 
 
-def _bulk(value: bytes) -> bytes:
+def bulk(value: bytes) -> bytes:
+    """``value`` as a RESP bulk string."""
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
@@ -140,8 +147,7 @@ def _library_class(client: Any, asyncio: bool = False) -> Optional[type]:
 def plain_client(client: Any, *, asyncio: bool = False) -> bool:
     """Whether ``client``'s checks may skip its ``execute_command``: a redis/valkey
     client (or subclass) whose ``evalsha``, ``eval`` and ``execute_command`` are the
-    library's own, not overridden, patched or wrapped (so a tracer sees every check).
-    """
+    library's own, not overridden, patched or wrapped (so a tracer sees every check)."""
     base = _library_class(client, asyncio)
     if base is None:
         return False
@@ -173,19 +179,18 @@ class _Held:
 
 
 class Connections:
-    """Packed commands sent on the store's own connections (build with ``for_client``).
-    ``execute`` raises the client library's own exceptions.  Thread- and fork-safe.
-    """
+    """Packed commands sent on the store's own connections (build with ``for_client``);
+    ``execute`` raises the client library's own exceptions.  Thread- and fork-safe."""
 
     def __init__(
         self, pool: Any, script: str, sha: bytes, response_error: Type[BaseException]
     ) -> None:
         self._pool = pool
-        self._script = _bulk(script.encode("utf-8"))
+        self._script = bulk(script.encode("utf-8"))
         self._response_error = response_error
         self._free: List[_Held] = []
         self._pid = _getpid()
-        self._sha = _bulk(sha)
+        self._sha = bulk(sha)
         self._heads: Dict[int, bytes] = {}
 
     @classmethod
@@ -221,18 +226,12 @@ class Connections:
         if head is None:
             head = b"*%d\r\n$7\r\nEVALSHA\r\n" % (count + 3) + self._sha
             self._heads[count] = head
-        parts = [head, _bulk(numkeys)]
-        parts.extend([_bulk(key) for key in keys])
-        parts.extend([_bulk(arg) for arg in args])
-        return b"".join(parts)
+        return b"".join([head, bulk(numkeys), *map(bulk, keys), *map(bulk, args)])
 
     def eval(self, numkeys: bytes, keys: List[bytes], args: List[bytes]) -> bytes:
         """``EVAL script numkeys *keys *args`` in RESP (after ``NOSCRIPT``: rare)."""
-        count = len(keys) + len(args)
-        parts = [b"*%d\r\n$4\r\nEVAL\r\n" % (count + 3), self._script, _bulk(numkeys)]
-        parts.extend([_bulk(key) for key in keys])
-        parts.extend([_bulk(arg) for arg in args])
-        return b"".join(parts)
+        head = b"*%d\r\n$4\r\nEVAL\r\n" % (len(keys) + len(args) + 3) + self._script
+        return b"".join([head, bulk(numkeys), *map(bulk, keys), *map(bulk, args)])
 
     def execute(self, packed: bytes) -> Any:
         """Send one packed command on a connection of this process and read its reply."""
@@ -278,8 +277,7 @@ class Connections:
 
     def close(self) -> None:
         """Disconnect this process's connections (one in use: when its command ends); the
-        next ``execute`` connects again.
-        """
+        next ``execute`` connects again."""
         if self._pid != _getpid():
             self._forked()  # the parent's sockets are the parent's to close
             return

@@ -14,25 +14,18 @@ import contextlib
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from limiter.backends.redis._connection import await_pool, plain_client, pool_full, pool_wait
-
-
-def _named(exc: BaseException, name: str) -> bool:
-    # Matched by name so that this module needs neither redis-py nor valkey-py.
-    return any(cls.__name__ == name for cls in type(exc).__mro__)
-
-
-def _bulk(arg: Any) -> bytes:
-    if arg.__class__ is not bytes:
-        arg = str(arg).encode("ascii")  # numkeys above 32 is an int
-    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+from limiter.backends.redis._connection import (
+    await_pool,
+    bulk,
+    named,
+    plain_client,
+    pool_wait,
+)
 
 
 class _Loop:
-    """One lane's state in one event loop (a client is bound to one loop).
-
-    On a Cluster client, the loop's root state holds one lane per node.
-    """
+    """One lane's state in one event loop (a client is bound to one loop); on a
+    Cluster, the loop's root state holds one lane per node."""
 
     __slots__ = ("busy", "lanes", "loop", "node", "queue", "tasks")
 
@@ -54,20 +47,21 @@ _Outcome = Tuple[bool, Any]
 
 class _Batches:
     """What the single-server and Cluster pipelines share: packing, queueing, batching
-    and a batch's trip; a subclass picks a call's lane and a lane's connection.
-    """
+    and a batch's trip; a subclass picks a lane's connection (the Cluster one, the lane)."""
 
     def __init__(self, script: str, sha: bytes) -> None:
-        self._script = script.encode("utf-8")
-        self._evalsha = b"$7\r\nEVALSHA\r\n" + _bulk(sha)
-        self._eval = b"$4\r\nEVAL\r\n" + _bulk(self._script)
+        self._evalsha = b"$7\r\nEVALSHA\r\n" + bulk(sha)
+        self._eval = b"$4\r\nEVAL\r\n" + bulk(script.encode("utf-8"))
         self._state: Optional[_Loop] = None
 
     def _lane(self, loop: asyncio.AbstractEventLoop, args: List[Any]) -> _Loop:
-        raise NotImplementedError
+        """The lane of a call in ``loop``: the loop's root state (single server)."""
+        state = self._state
+        if state is None or state.loop is not loop:
+            state = self._state = _Loop(loop)
+        return state
 
-    async def _connect(self, node: Any) -> Any:
-        """A connection to ``node`` (``None``: the single server)."""
+    async def _connect(self, node: Any) -> Any:  # node None: the single server
         raise NotImplementedError
 
     async def _release(self, node: Any, connection: Any) -> None:
@@ -77,22 +71,17 @@ class _Batches:
         """``commands``' outcomes, in one write on ``connection`` (a failure is an outcome)."""
         return await _round_trip(connection, commands)
 
-    def _settle(self, node: Any, outcomes: List[_Outcome]) -> List[_Outcome]:
-        """The outcomes a lane's callers get (the Cluster pipeline marks redirects)."""
-        return outcomes
-
     async def _send(
         self, lane: _Loop, commands: List[bytes], args: List[List[Any]]
     ) -> List[_Outcome]:
         """Every command's outcome on ``lane``'s node, any error included (never raising)."""
-        return self._settle(lane.node, await self._trip(lane.node, commands, args))
+        return await self._trip(lane.node, commands, args)
 
     async def _trip(
         self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
     ) -> List[_Outcome]:
         """``commands``' outcomes, in one write on one connection to ``node``; with ``args``,
-        a ``NOSCRIPT`` reply is sent again as ``EVAL`` on that connection.
-        """
+        a ``NOSCRIPT`` reply is sent again as ``EVAL`` on that connection."""
         try:
             # A full pool (the client's other users hold every connection) is
             # no outage: _connect waits for one; nothing was sent.
@@ -101,7 +90,7 @@ class _Batches:
             return _failed(exc, len(commands))
         try:
             outcomes = await self._exchange(node, connection, commands)
-            again = [i for i, outcome in enumerate(outcomes) if _noscript(outcome)]
+            again = [i for i, (ok, value) in enumerate(outcomes) if not ok and _noscript(value)]
             if args is not None and again:
                 evals = [self._pack(self._eval, args[i]) for i in again]
                 for i, outcome in zip(again, await self._exchange(node, connection, evals)):
@@ -111,7 +100,7 @@ class _Batches:
             await self._release(node, connection)
 
     def _pack(self, head: bytes, args: List[Any]) -> bytes:
-        return b"".join([b"*%d\r\n" % (len(args) + 2), head, *map(_bulk, args)])
+        return b"".join([b"*%d\r\n" % (len(args) + 2), head, *map(bulk, args)])
 
     async def run(self, args: List[Any]) -> Any:
         """The script's reply to ``EVALSHA sha *args``, alone or in a batch."""
@@ -165,12 +154,9 @@ class _Batches:
 
 
 class ScriptPipeline(_Batches):
-    """Sends calls of one script (``EVALSHA``) issued in one event-loop tick as one pipeline.
-
-    ``pool``: the client's pool; ``script``: the Lua source; ``sha``: its SHA-1 hex
-    as bytes.  ``await run(args)`` returns the reply or raises the client's
-    exception (never ``NOSCRIPT``).
-    """
+    """Sends calls of one script (``EVALSHA``) issued in one event-loop tick as one pipeline
+    on ``pool``; ``await run(args)`` returns the reply or raises the client's exception
+    (never ``NOSCRIPT``)."""
 
     def __init__(self, pool: Any, script: str, sha: bytes) -> None:
         super().__init__(script, sha)
@@ -186,8 +172,7 @@ class ScriptPipeline(_Batches):
     @classmethod
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[ScriptPipeline]:
         """A pipeline on ``client``'s pool, or ``None`` (a single-connection client, an
-        instrumented one, or no redis-py asyncio pool).
-        """
+        instrumented one, or no redis-py asyncio pool)."""
         if getattr(client, "connection", None) is not None:
             return None
         if not plain_client(client, asyncio=True):  # instrumented: it keeps seeing calls
@@ -205,12 +190,6 @@ class ScriptPipeline(_Batches):
         ):
             return None
         return cls(pool, script, sha)
-
-    def _lane(self, loop: asyncio.AbstractEventLoop, args: List[Any]) -> _Loop:
-        state = self._state
-        if state is None or state.loop is not loop:
-            state = self._state = _Loop(loop)
-        return state
 
     async def _connect(self, node: Any) -> Any:
         return await await_pool(self._checkout, self._pool_wait)
@@ -233,16 +212,13 @@ def _resolve(
             future.set_exception(outcomes[i][1])
 
 
-def _noscript(outcome: _Outcome) -> bool:
-    return not outcome[0] and _named(outcome[1], "NoScriptError")
-
-
 def _failed(exc: BaseException, n: int) -> List[_Outcome]:
     # One exception object per entry: each caller raises (and chains) its own.
-    outcomes: List[_Outcome] = [(False, exc)]
-    for _ in range(n - 1):
-        outcomes.append((False, _copy(exc)))
-    return outcomes
+    return [(False, exc)] + [(False, _copy(exc)) for _ in range(n - 1)]
+
+
+def _noscript(exc: BaseException) -> bool:
+    return named(exc, _NOSCRIPT)
 
 
 def _copy(exc: BaseException) -> BaseException:
@@ -256,18 +232,15 @@ def _copy(exc: BaseException) -> BaseException:
 
 async def _round_trip(connection: Any, commands: List[bytes]) -> List[_Outcome]:
     """Send ``commands`` in one write and read one reply each; an error reply is that
-    entry's outcome, any other failure every unanswered entry's (connection dropped).
-    """
+    entry's outcome, any other failure every unanswered entry's (connection dropped)."""
     outcomes: List[_Outcome] = []
     try:
-        await connection.send_packed_command(
-            commands[0] if len(commands) == 1 else b"".join(commands)
-        )
+        await connection.send_packed_command(b"".join(commands))  # one: the same bytes
         for _ in commands:
             try:
                 outcomes.append((True, await connection.read_response()))
             except Exception as exc:
-                if not _named(exc, "ResponseError"):
+                if not named(exc, "ResponseError"):
                     raise
                 outcomes.append((False, exc))
     except Exception as exc:
@@ -292,7 +265,7 @@ _ASKING = b"*1\r\n$6\r\nASKING\r\n"
 def _redirect(exc: Any) -> Optional[str]:
     """The kind of reply ``exc`` is, when the command did not run (``None``: it is final)."""
     for name in (_NOSCRIPT, _MOVED, _ASK, *_WAIT):  # MovedError before AskError: it subclasses it
-        if _named(exc, name):
+        if named(exc, name):
             return name
     return None
 
@@ -300,18 +273,17 @@ def _redirect(exc: Any) -> Optional[str]:
 class _Redirected(Exception):
     """A batch's outcome for a command that did not run on ``node``: its caller sends it again."""
 
-    def __init__(self, kind: str, reply: Any, node: Any, asking: bool = False) -> None:
+    def __init__(self, kind: str, reply: Any, node: Any) -> None:
         super().__init__(kind)
-        self.kind, self.reply, self.node, self.asking = kind, reply, node, asking
+        self.kind, self.reply, self.node = kind, reply, node
 
 
 class ClusterPipeline(_Batches):
     """``ScriptPipeline`` for a Cluster client: a lane per node owning the call's slot.
 
-    A ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` reply means the command
-    did not run: its caller sends it again where it belongs, up to ``_ROUNDS`` times.
-    A failed connection fails every unanswered command on it (never resent) and
-    asks the client for a topology refresh.
+    A command answered ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` did not run:
+    its caller sends it again, up to ``_ROUNDS`` times.  A failed connection fails
+    every unanswered command on it (never resent) and asks for a topology refresh.
     """
 
     def __init__(self, client: Any, script: str, sha: bytes) -> None:
@@ -362,15 +334,10 @@ class ClusterPipeline(_Batches):
         else:
             self._client._initialize = True
 
-    def _owner(self, args: List[Any]) -> Any:
-        """The node owning the slot of ``args``' first key (args: numkeys, keys..., argv...)."""
-        return self._nodes.get_node_from_slot(self._client.keyslot(args[1]))
-
     def _lane(self, loop: asyncio.AbstractEventLoop, args: List[Any]) -> _Loop:
-        root = self._state
-        if root is None or root.loop is not loop:
-            root = self._state = _Loop(loop)
-        node = self._owner(args)
+        root = super()._lane(loop, args)
+        # The node owning the slot of the first key (args: numkeys, keys..., argv...).
+        node = self._nodes.get_node_from_slot(self._client.keyslot(args[1]))
         lane = root.lanes.get(node.name)
         if lane is None:
             lane = root.lanes[node.name] = _Loop(loop, node)
@@ -378,12 +345,15 @@ class ClusterPipeline(_Batches):
             lane.node = node  # a refresh may have replaced the node object
         return lane
 
-    def _settle(self, node: Any, outcomes: List[_Outcome]) -> List[_Outcome]:
-        """``_Redirected`` for the commands that did not run on ``node``."""
+    async def _send(
+        self, lane: _Loop, commands: List[bytes], args: List[List[Any]]
+    ) -> List[_Outcome]:
+        """Every command's outcome, ``_Redirected`` for those that did not run on the node."""
+        outcomes = await self._trip(lane.node, commands, args)
         for i, (ok, value) in enumerate(outcomes):
             kind = None if ok else _redirect(value)
             if kind is not None:
-                outcomes[i] = (False, _Redirected(kind, value, node))
+                outcomes[i] = (False, _Redirected(kind, value, lane.node))
         return outcomes
 
     async def _follow(self, redirected: _Redirected, args: List[Any]) -> Any:
@@ -419,7 +389,7 @@ class ClusterPipeline(_Batches):
         kind = _redirect(value)
         if kind is None:
             raise value
-        raise _Redirected(kind, value, target, asking=True)
+        raise _Redirected(kind, value, target)
 
     def _target(self, exc: Any, node: Any) -> Any:
         """The node an ``ASK`` reply from ``node`` points to."""
@@ -446,13 +416,7 @@ class ClusterPipeline(_Batches):
             self._refresh_later(node)
 
     async def _connect(self, node: Any) -> Any:
-        try:
-            return node.acquire_connection()
-        except Exception as exc:
-            if pool_full(exc) is None:
-                raise
-            # A full pool is no outage: wait for a connection (nothing was sent).
-            return await await_pool(lambda: _acquired(node), self._pool_wait)
+        return await await_pool(lambda: _acquired(node), self._pool_wait)
 
     async def _release(self, node: Any, connection: Any) -> None:
         release = getattr(node, "release", None)
@@ -466,7 +430,7 @@ class ClusterPipeline(_Batches):
         if settle is not None:
             await settle(connection)
         outcomes = await _round_trip(connection, commands)
-        if not all(ok or _named(value, "ResponseError") for ok, value in outcomes):
+        if not all(ok or named(value, "ResponseError") for ok, value in outcomes):
             # The node may be down or failed over: the slots are read again.
             self._refresh_later(node)
         return outcomes

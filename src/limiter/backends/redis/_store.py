@@ -1,8 +1,5 @@
-"""Redis and Valkey stores: one Lua script call (EVALSHA) per check.
-
-Imports no client library, so ``import limiter`` works without one; what is
-sent and read is ``_wire``'s.
-"""
+"""Redis and Valkey stores: one Lua script call (EVALSHA) per check.  Imports no client
+library, so ``import limiter`` works without one; what is sent and read is ``_wire``'s."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from limiter.backends.redis._config import is_cluster, warn_of_problems
 from limiter.backends.redis._connection import (
     Connections,
     await_pool,
-    pool_full,
+    named,
     pool_wait,
     wait_for_pool,
 )
@@ -32,18 +29,12 @@ from limiter.store import PoolFullError, StoreError
 
 # Passed as bytes, which clients send as they are (str and int are encoded per call).
 _SHA = SCRIPT_SHA.encode("ascii")
-_NUMKEYS = [str(n).encode("ascii") for n in range(33)]
+_NUMKEYS = [b"%d" % n for n in range(33)]
 
 
-def _numkeys(rkeys: List[bytes]) -> Any:
+def _numkeys(rkeys: List[bytes]) -> bytes:
     n = len(rkeys)
-    return _NUMKEYS[n] if n < len(_NUMKEYS) else n
-
-
-def _is_noscript(exc: BaseException) -> bool:
-    # redis-py and valkey-py both name it NoScriptError; match by name so this
-    # module needs neither installed.
-    return any(cls.__name__ == "NoScriptError" for cls in type(exc).__mro__)
+    return _NUMKEYS[n] if n < 33 else b"%d" % n
 
 
 # ping(): a peek at a key no caller uses (a peek writes nothing to a missing key).
@@ -78,16 +69,16 @@ class _RedisBase:
         self._cluster = is_cluster(client)
         self._argv = Argv(bool(server_time))
         self._args = self._argv.args
-        self._conns = self._connections(client)
+        # The sync fast path; a cluster routes each key to its node (MOVED/ASK): only the
+        # client can.
+        self._conns: Optional[Connections] = None
+        if not (self._asyncio or self._cluster):
+            self._conns = Connections.for_client(client, SCRIPT, _SHA)
         self._pool_wait = pool_wait(client)
         self._failover = Failover(
             self._kind, fallback, probe_after, max_probe_after, probe_clock, asyncio=self._asyncio
         )
         warn_of_problems(client, self._kind)
-
-    def _connections(self, client: Any) -> Optional[Connections]:
-        """The store's own connections for the fast path, or ``None``: the client's path."""
-        return None
 
     def __repr__(self) -> str:
         return (
@@ -102,13 +93,11 @@ class _RedisBase:
     def _one(
         self, key: str, limit: Limit, cost: Cost, now: Optional[float]
     ) -> Tuple[List[bytes], List[bytes]]:
-        """The key and argument of an ``apply`` call, or its error before any I/O."""
         return [encode_key(key, self.prefix)], self._args((limit,), cost, now)
 
     def _many(
         self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
     ) -> Tuple[List[bytes], List[bytes]]:
-        """The keys and argument of an ``apply_many`` call, or its error before any I/O."""
         rkeys = encode_keys(keys, len(limits), self.prefix, self._cluster)
         return rkeys, self._argv.many(limits, cost, now)
 
@@ -131,8 +120,7 @@ class RedisStore(_RedisBase, StoreShell):
 
     def ping(self) -> None:
         """Check that the server answers and runs the script, or raise ``StoreError``
-        (a peek writing nothing; never the fallback's).  Call it at start-up.
-        """
+        (a peek writing nothing; never the fallback's).  Call it at start-up."""
         rkeys, args = self._one(_PING_KEY, _PING_LIMIT, 0, None)
         self._failover.run(lambda: decode_result(self._send(rkeys, args), _PING_LIMIT, self._kind))
 
@@ -144,59 +132,41 @@ class RedisStore(_RedisBase, StoreShell):
 
     def close(self) -> None:
         """Disconnect the store's own (fast-path) connections; idempotent, and the store
-        stays usable.  The client stays open.
-        """
+        stays usable.  The client stays open."""
         conns = self._conns
         if conns is not None:
             conns.close()
 
-    def _connections(self, client: Any) -> Optional[Connections]:
-        # A cluster routes each key to its node (MOVED/ASK): only the client can.
-        if self._cluster:
-            return None
-        return Connections.for_client(client, SCRIPT, _SHA)
-
     def _send(self, rkeys: List[bytes], args: List[bytes]) -> Any:
         """The script's reply; any failure of the client is a ``StoreError``."""
         conns = self._conns
+        numkeys = _numkeys(rkeys)
         if conns is not None:
-            numkeys = _NUMKEYS[len(rkeys)] if len(rkeys) < 33 else b"%d" % len(rkeys)
             try:
                 try:
                     return conns.execute(conns.evalsha(numkeys, rkeys, args))
                 except Exception as exc:
-                    if not _is_noscript(exc):
+                    if not named(exc, "NoScriptError"):
                         raise
                     # Flushed, restarted or failed over: EVAL runs and caches it again.
                     return conns.execute(conns.eval(numkeys, rkeys, args))
             except Exception as exc:
                 raise self._error(exc) from exc
-        client = self.client
-        numkeys = _numkeys(rkeys)
         try:
-            try:
-                return client.evalsha(_SHA, numkeys, *rkeys, *args)
-            except Exception as exc:
-                if _is_noscript(exc):
-                    # Flushed, restarted or failed over: EVAL runs and caches it again.
-                    return client.eval(SCRIPT, numkeys, *rkeys, *args)
-                if pool_full(exc) is None:
-                    raise
-                # A full pool is no outage: wait for a connection (nothing was sent).
-                return wait_for_pool(
-                    lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
-                )
+            # A full pool is no outage: wait for a connection (nothing was sent).
+            return wait_for_pool(lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait)
         except PoolFullError:
             raise
         except Exception as exc:
             raise self._error(exc) from exc
 
-    def _eval_client(self, numkeys: Any, rkeys: List[bytes], args: List[bytes]) -> Any:
+    def _eval_client(self, numkeys: bytes, rkeys: List[bytes], args: List[bytes]) -> Any:
         try:
             return self.client.evalsha(_SHA, numkeys, *rkeys, *args)
         except Exception as exc:
-            if not _is_noscript(exc):
+            if not named(exc, "NoScriptError"):
                 raise
+            # Flushed, restarted or failed over: EVAL runs and caches it again.
             return self.client.eval(SCRIPT, numkeys, *rkeys, *args)
 
 
@@ -253,26 +223,19 @@ class AsyncRedisStore(_RedisBase, AsyncStoreShell):
                 # redis-py's asyncio cluster client: commands sent while it
                 # initializes meet MOVED, and enough MOVED close every connection.
                 await client.initialize()
-            try:
-                return await client.evalsha(_SHA, numkeys, *rkeys, *args)
-            except Exception as exc:
-                if _is_noscript(exc):
-                    return await client.eval(SCRIPT, numkeys, *rkeys, *args)
-                if pool_full(exc) is None:
-                    raise
-                # A full pool is no outage: wait for a connection (nothing was sent).
-                return await await_pool(
-                    lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
-                )
+            # A full pool is no outage: wait for a connection (nothing was sent).
+            return await await_pool(
+                lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
+            )
         except PoolFullError:
             raise
         except Exception as exc:
             raise self._error(exc) from exc
 
-    async def _eval_client(self, numkeys: Any, rkeys: List[bytes], args: List[bytes]) -> Any:
+    async def _eval_client(self, numkeys: bytes, rkeys: List[bytes], args: List[bytes]) -> Any:
         try:
             return await self.client.evalsha(_SHA, numkeys, *rkeys, *args)
         except Exception as exc:
-            if not _is_noscript(exc):
+            if not named(exc, "NoScriptError"):
                 raise
             return await self.client.eval(SCRIPT, numkeys, *rkeys, *args)

@@ -1,10 +1,6 @@
-"""Redis and Valkey store URLs: ``redis://``, ``rediss://``, ``redis+unix://``,
-``redis+sentinel://``, ``redis+cluster://`` and the same with ``valkey``.
-
-The query and the caller's keyword options become the store's and the
-client's arguments; every URL error is raised before a client library is
-imported (``_clients`` builds the client).  See docs/stores.md.
-"""
+"""Redis and Valkey store URLs (``redis://``, ``rediss://``, ``redis+unix://``,
+``redis+sentinel://``, ``redis+cluster://``, the same with ``valkey``): every URL error
+is raised before ``_clients`` imports a client library.  See docs/stores.md."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ from limiter.backends._url import (
     FALLBACK_PARAMS,
     StoreURL,
     fallback_store,
+    set_given,
 )
 from limiter.backends.redis._clients import Library, RedisSettings, RedisTarget, redis_client
 from limiter.backends.redis._store import AsyncRedisStore, RedisStore
@@ -83,26 +80,20 @@ def _redis_query(parsed: StoreURL, tls: bool) -> RedisSettings:
         "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT,
         "health_check_interval": 0,
     }
-    if "prefix" in parsed.query:
-        store_kwargs["prefix"] = parsed.query["prefix"]
+    set_given(store_kwargs, "prefix", parsed.query.get("prefix"))
     parsed.flags(("server_time", "pipelining"), store_kwargs)
     parsed.fallback_options(store_kwargs)
-    timeout = parsed.seconds("socket_timeout")
-    if timeout is not None:
-        client_kwargs["socket_timeout"] = timeout
+    set_given(client_kwargs, "socket_timeout", parsed.seconds("socket_timeout"))
     if "connect_timeout" in parsed.query and "socket_connect_timeout" in parsed.query:
         parsed.fail("give connect_timeout or socket_connect_timeout, not both")
     for name in ("connect_timeout", "socket_connect_timeout"):
-        timeout = parsed.seconds(name)
-        if timeout is not None:
-            client_kwargs["socket_connect_timeout"] = timeout
-    db = parsed.integer("db", 0)
+        set_given(client_kwargs, "socket_connect_timeout", parsed.seconds(name))
     if tls:
         _tls_query(parsed, client_kwargs)
     return RedisSettings(
         store_kwargs=store_kwargs,
         client_kwargs=client_kwargs,
-        db=db,
+        db=parsed.integer("db", 0),
         username=parsed.username,
         password=parsed.password,
         sentinel_username=parsed.query.get("sentinel_username"),
@@ -122,35 +113,25 @@ def _tls_query(parsed: StoreURL, client_kwargs: Dict[str, Any]) -> None:
         if reqs.lower() not in ("none", "optional", "required"):
             parsed.fail(f"ssl_cert_reqs must be none, optional or required, got {reqs!r}")
         client_kwargs["ssl_cert_reqs"] = reqs.lower()
-    check_hostname = parsed.flag("ssl_check_hostname")
-    if check_hostname is not None:
-        client_kwargs["ssl_check_hostname"] = check_hostname
+    set_given(client_kwargs, "ssl_check_hostname", parsed.flag("ssl_check_hostname"))
 
 
 def _redis_options(settings: RedisSettings, kind: str, options: Dict[str, Any]) -> RedisSettings:
     """``settings`` with the caller's keyword options applied over what the URL says."""
-    db, username, password = settings.db, settings.username, settings.password
-    sentinel_extra = settings.sentinel_extra
+    fields: Dict[str, Any] = {}  # db, username, password, sentinel_extra: over the URL's
     for name, value in options.items():
         if name in _REDIS_STORE_OPTIONS:
             settings.store_kwargs[name] = fallback_store(value) if name == "fallback" else value
-        elif name == "connect_timeout":
-            settings.client_kwargs["socket_connect_timeout"] = value
-        elif name == "db":
-            db = value
-        elif name == "username":
-            username = value
-        elif name == "password":
-            password = value
+        elif name in ("db", "username", "password"):
+            fields[name] = value
         elif name == "sentinel_kwargs" and kind == "sentinel":
             if not isinstance(value, dict):
                 raise TypeError(f"sentinel_kwargs must be a dict, got {value!r:.100}")
-            sentinel_extra = dict(value)
+            fields["sentinel_extra"] = dict(value)
         else:
+            name = "socket_connect_timeout" if name == "connect_timeout" else name
             settings.client_kwargs[name] = value
-    return settings._replace(
-        db=db, username=username, password=password, sentinel_extra=sentinel_extra
-    )
+    return settings._replace(**fields)
 
 
 def _redis_target(parsed: StoreURL, kind: str, db: Any, options: Dict[str, Any]) -> RedisTarget:
