@@ -443,26 +443,25 @@ class Integration:
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
-        decision = Decision(None, outcomes)
         try:
             for guard in guards:
                 outcome = guard.decide(request)
                 if isinstance(outcome, Response):
-                    decision.headers(outcome.status)
-                    decision.release()
+                    refused = Decision(None, outcomes)
+                    refused.headers(outcome.status)
+                    refused.release()
                     return Decision(outcome)
                 outcomes.append(outcome)
         except BaseException:  # a later limit failed: the earlier ones' slots go back
-            decision.release()
+            Decision(None, outcomes).release()
             raise
-        return decision
+        return Decision(None, outcomes)
 
     async def adecide(self, guards: Sequence[Guard], request: RequestInfo) -> Decision:
         """``decide`` for asyncio: stores and ``async def`` callables are awaited."""
         if not self.enabled or not guards:
             return NOT_LIMITED
         outcomes: List[Pending] = []
-        decision = Decision(None, outcomes)
         try:
             for guard in guards:
                 if guard.nonblocking:
@@ -470,14 +469,15 @@ class Integration:
                 else:
                     outcome = await guard.adecide(request)
                 if isinstance(outcome, Response):
-                    await decision.aheaders(outcome.status)
-                    await decision.arelease()
+                    refused = Decision(None, outcomes)
+                    await refused.aheaders(outcome.status)
+                    await refused.arelease()
                     return Decision(outcome)
                 outcomes.append(outcome)
         except BaseException:  # also a cancelled wait (max_wait): the earlier slots go back
-            await decision.arelease()
+            await arelease(outcomes)
             raise
-        return decision
+        return Decision(None, outcomes)
 
 
 def store_shown(given: Any, store: Any) -> str:
