@@ -8,7 +8,7 @@ masters), through:
 
 * ``RedisStore`` as it is: one ``EVALSHA`` round trip per check;
 * the same store with a prototype per-node combiner in place of its
-  ``_eval``: a thread that finds its node's lane idle sends every check
+  ``_send``: a thread that finds its node's lane idle sends every check
   queued for that node meanwhile (its own included) as one non-transactional
   pipeline on the node's client, and wakes the threads whose checks it sent
   ("flat combining"; no error handling beyond what a measurement needs).
@@ -105,7 +105,7 @@ def _case(url: str, threads: int, combined: bool) -> Dict[str, float]:
     combiner: Optional[Combiner] = None
     if combined:
         combiner = Combiner(client, _SHA.decode() if isinstance(_SHA, bytes) else _SHA)
-        store._eval = lambda rkeys, args: combiner.run(len(rkeys), rkeys, args)  # type: ignore[method-assign]
+        store._send = lambda rkeys, args: combiner.run(len(rkeys), rkeys, args)  # type: ignore[method-assign]
     check = RateLimiter(HIGH, HIGH, store=store).check
     for t in range(threads):  # warm-up: scripts, connections, slot table
         check(f"t{t}-0")
