@@ -90,17 +90,11 @@ def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -
     if locked:
         # combine shows the limit and window of the peek with the fewest tokens
         # left, then the longest reset_after: a near tie there could swap them.
-        if parts:
-            fewest = min(part[2] for part in parts)
-            resets = sorted(part[3] for part in parts if part[2] == fewest)
-            if len(resets) > 1 and resets[-1] - resets[-2] <= widest:
-                return False
-        return True
-    if len(top) > 1:
-        top.sort()
-        if top[-1] - top[-2] <= widest:
-            return False
-    return True
+        fewest = min((part[2] for part in parts), default=0)
+        top = [part[3] for part in parts if part[2] == fewest]
+    # Else combine shows the denial with the longest retry_after: the same for a tie.
+    top.sort()
+    return len(top) < 2 or not (top[-1] - top[-2] <= widest)
 
 
 def _refunds(cost: Any) -> bool:
@@ -307,12 +301,17 @@ class DenyCache:
         replayed = self._replay(ckey, many, limits, cost, now)
         if replayed is not None:
             return replayed
-        # A refund notes nothing, but its now counts as the latest seen: a later
-        # denial at an earlier now was applied at the refund's time (the clock
-        # tolerance), which a replay from the earlier now would not see.
-        epoch, at = self._before(now)
+        # The time the answer counts from.  A refund notes nothing, but its now
+        # counts as the latest seen: a later denial at an earlier now was applied
+        # at the refund's time (the clock tolerance), which a replay from the
+        # earlier now would not see.
+        at = _monotonic() if now is None else 0.0
+        if (now.__class__ is float or now.__class__ is int) and now > self._latest:
+            with self._lock:
+                if now > self._latest:
+                    self._latest = now
         noted = None if _refunds(cost) else noted
-        return _Call(keys, limits, cost, now, noted, epoch, at, many)
+        return _Call(keys, limits, cost, now, noted, self._epoch, at, many)
 
     def _run(self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any) -> RateLimitResult:
         """``plan`` carried out: the store's ``apply`` or ``apply_many`` (``call``) of these."""
@@ -382,16 +381,6 @@ class DenyCache:
         if result[0] or not _settled(result, limits, cost):
             return None  # may pass now, or a rounding could tip a field: ask the store
         return result
-
-    def _before(self, now: Optional[float]) -> Tuple[int, float]:
-        """What a store call must note first: the epoch, and the time its answer counts from."""
-        if now is None:
-            return self._epoch, _monotonic()
-        if (now.__class__ is float or now.__class__ is int) and now > self._latest:
-            with self._lock:
-                if now > self._latest:
-                    self._latest = now
-        return self._epoch, 0.0
 
     def _after(self, call: _Call, result: RateLimitResult) -> None:
         """Remember a denial; forget the key's entry when the store changed its bucket."""
