@@ -369,17 +369,14 @@ class PostgresStore(_PostgresBase, StoreShell):
                 atexit.register(_close_at_exit, weakref.ref(self))
             pool = self.pool
             if not self._ready:
-                self._check_installed(pool)
+                # Install what is missing (with create), or StoreError saying what is.
+                with self._errors(), pool.connection() as conn:
+                    why = self._missing(conn.execute(_sql.installed_sql(self.names)).fetchone())
+                if why is not None:
+                    with self._errors(why), pool.connection() as conn:
+                        _install(conn, self)
                 self._ready = True
         return pool
-
-    def _check_installed(self, pool: Any) -> None:
-        """Install what is missing (with ``create``), or ``StoreError`` saying what is."""
-        with self._errors(), pool.connection() as conn:
-            why = self._missing(conn.execute(_sql.installed_sql(self.names)).fetchone())
-        if why is not None:
-            with self._errors(why), pool.connection() as conn:
-                _install(conn, self)
 
     def _send(self, keys: bytes, argv: bytes) -> bytes:
         """The function's reply; any failure is a ``StoreError``.
@@ -504,19 +501,16 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
                 self._closer = asyncio.ensure_future(self._close_with_loop(pool))
             pool = self.pool
             if not self._ready:
-                await self._check_installed(pool)
+                with self._errors():
+                    async with pool.connection() as conn:
+                        cursor = await conn.execute(_sql.installed_sql(self.names))
+                        why = self._missing(await cursor.fetchone())
+                if why is not None:
+                    with self._errors(why):
+                        async with pool.connection() as conn:
+                            await _ainstall(conn, self)
                 self._ready = True
         return pool
-
-    async def _check_installed(self, pool: Any) -> None:
-        with self._errors():
-            async with pool.connection() as conn:
-                cursor = await conn.execute(_sql.installed_sql(self.names))
-                why = self._missing(await cursor.fetchone())
-        if why is not None:
-            with self._errors(why):
-                async with pool.connection() as conn:
-                    await _ainstall(conn, self)
 
     async def _send(self, keys: bytes, argv: bytes) -> str:
         # psycopg's own path: prepared at first use on each connection, unless
