@@ -226,6 +226,13 @@ class SQLiteStore:
             )
         return lock
 
+    def _connection(self) -> sqlite3.Connection:
+        # Caller holds the lock (see _locked).
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._open()
+        return conn
+
     def _open(self) -> sqlite3.Connection:
         """A new connection, in WAL mode, with the table created."""
         conn = sqlite3.connect(
@@ -324,9 +331,7 @@ class SQLiteStore:
         while True:
             lock = self._locked(deadline)
             try:
-                conn = self._conn
-                if conn is None:
-                    conn = self._conn = self._open()
+                conn = self._connection()
                 left = deadline - time.monotonic()
                 if left < self.timeout - 0.001:  # waited for the lock: less for SQLite
                     conn.execute(f"PRAGMA busy_timeout = {max(0, int(left * 1000))}")
