@@ -37,32 +37,19 @@ _MARGIN_ULPS = 16
 _CacheKey = Union[str, Tuple[str, ...]]
 
 
-class _Denial:
+class _Denial(NamedTuple):
     """One remembered denial: enough to replay it through ``step``."""
 
-    __slots__ = ("at", "cost", "debts", "injected", "limits", "locked", "many", "until")
-
-    def __init__(
-        self,
-        limits: Tuple[Policy, ...],
-        cost: float,
-        debts: Tuple[float, ...],
-        at: float,
-        until: float,
-        injected: bool,
-        many: bool,
-        locked: bool,
-    ) -> None:
-        self.limits = limits  # the limits it was denied under
-        self.cost = cost
-        # Seconds each bucket lacked to be full at ``at``; when ``locked``, the
-        # last is the seconds the lockout had left.
-        self.debts = debts
-        self.at = at  # when: the caller's ``now``, or time.monotonic() before the call
-        self.until = until  # replays stop here (seconds, same clock as ``at``)
-        self.injected = injected  # ``at`` is the caller's clock, not time.monotonic()
-        self.many = many  # from apply_many (the result carries ``results``)
-        self.locked = locked  # a Lockout (the last limit) refused: the key is locked out
+    limits: Tuple[Policy, ...]  # the limits it was denied under
+    cost: float
+    # Seconds each bucket lacked to be full at ``at``; when ``locked``, the
+    # last is the seconds the lockout had left.
+    debts: Tuple[float, ...]
+    at: float  # when: the caller's ``now``, or time.monotonic() before the call
+    until: float  # replays stop here (seconds, same clock as ``at``)
+    injected: bool  # ``at`` is the caller's clock, not time.monotonic()
+    many: bool  # from apply_many (the result carries ``results``)
+    locked: bool  # a Lockout (the last limit) refused: the key is locked out
 
     def states(self) -> List[State]:
         """The states the store's answer came from, as seen at ``at``."""
@@ -103,17 +90,11 @@ def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -
     if locked:
         # combine shows the limit and window of the peek with the fewest tokens
         # left, then the longest reset_after: a near tie there could swap them.
-        if parts:
-            fewest = min(part[2] for part in parts)
-            resets = sorted(part[3] for part in parts if part[2] == fewest)
-            if len(resets) > 1 and resets[-1] - resets[-2] <= widest:
-                return False
-        return True
-    if len(top) > 1:
-        top.sort()
-        if top[-1] - top[-2] <= widest:
-            return False
-    return True
+        fewest = min((part[2] for part in parts), default=0)
+        top = [part[3] for part in parts if part[2] == fewest]
+    # Else combine shows the denial with the longest retry_after: the same for a tie.
+    top.sort()
+    return len(top) < 2 or not (top[-1] - top[-2] <= widest)
 
 
 def _refunds(cost: Any) -> bool:
@@ -142,10 +123,6 @@ class _Call(NamedTuple):
     epoch: int
     at: float
     many: bool
-
-
-#: What ``DenyCache._plan`` decides: a replayed result, or a store call.
-_Plan = Union[RateLimitResult, _Call]
 
 
 class DenyCache:
@@ -247,11 +224,9 @@ class DenyCache:
     ) -> RateLimitResult:
         """The store's ``apply_many``, or the replay of its last denial of this check."""
         plan = self._plan(keys, tuple(limits), cost, now, True)
-        return (
-            self._run(plan, self.store.apply_many, keys, plan.limits)
-            if isinstance(plan, _Call)
-            else plan
-        )
+        if isinstance(plan, _Call):
+            return self._run(plan, self.store.apply_many, keys, plan.limits)
+        return plan
 
     def reset(self, key: str) -> None:
         """Reset ``key`` in the store, and forget its remembered denials."""
@@ -284,11 +259,9 @@ class DenyCache:
     ) -> RateLimitResult:
         """``apply_many`` for asyncio."""
         plan = self._plan(keys, tuple(limits), cost, now, True)
-        return (
-            await self._arun(plan, self.store.aapply_many, keys, plan.limits)
-            if isinstance(plan, _Call)
-            else plan
-        )
+        if isinstance(plan, _Call):
+            return await self._arun(plan, self.store.aapply_many, keys, plan.limits)
+        return plan
 
     async def areset(self, key: str) -> None:
         """``reset`` for asyncio."""
@@ -308,7 +281,7 @@ class DenyCache:
         cost: Cost,
         now: Optional[float],
         many: bool = False,
-    ) -> _Plan:
+    ) -> Union[RateLimitResult, _Call]:
         """What a check does, decided without I/O: a replayed result, or the store call.
 
         A denial is remembered under the ``str`` key or the tuple of keys (never for
@@ -317,20 +290,28 @@ class DenyCache:
         ckey: Optional[_CacheKey]
         noted: Optional[_CacheKey]
         if many:
-            ckey = noted = self._tuple_key(keys)
+            # Only str keys are remembered: anything else goes to the store, which judges it.
+            noted = tuple(keys) if isinstance(keys, (list, tuple)) else None
+            if noted is not None and not all(k.__class__ is str for k in noted):
+                noted = None
+            ckey = noted
         else:
             noted = keys[0]
             ckey = noted if noted.__class__ is str else None
         replayed = self._replay(ckey, many, limits, cost, now)
         if replayed is not None:
             return replayed
-        # A refund notes nothing, but its now counts as the latest seen: a later
-        # denial at an earlier now was applied at the refund's time (the clock
-        # tolerance), which a replay from the earlier now would not see.
-        epoch, at = self._before(now)
-        if _refunds(cost):
-            return _Call(keys, limits, cost, now, None, epoch, at, many)
-        return _Call(keys, limits, cost, now, noted, epoch, at, many)
+        # The time the answer counts from.  A refund notes nothing, but its now
+        # counts as the latest seen: a later denial at an earlier now was applied
+        # at the refund's time (the clock tolerance), which a replay from the
+        # earlier now would not see.
+        at = _monotonic() if now is None else 0.0
+        if (now.__class__ is float or now.__class__ is int) and now > self._latest:
+            with self._lock:
+                if now > self._latest:
+                    self._latest = now
+        noted = None if _refunds(cost) else noted
+        return _Call(keys, limits, cost, now, noted, self._epoch, at, many)
 
     def _run(self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any) -> RateLimitResult:
         """``plan`` carried out: the store's ``apply`` or ``apply_many`` (``call``) of these."""
@@ -338,7 +319,8 @@ class DenyCache:
             result: RateLimitResult = call(key, limit, plan.cost, plan.now)
         finally:
             self._settle(plan)
-        return self._done(plan, result)
+        self._after(plan, result)
+        return result
 
     async def _arun(
         self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any
@@ -348,7 +330,8 @@ class DenyCache:
             result: RateLimitResult = await call(key, limit, plan.cost, plan.now)
         finally:
             self._settle(plan)
-        return self._done(plan, result)
+        self._after(plan, result)
+        return result
 
     def _settle(self, call: _Call) -> None:
         """After the store call, answered or not: a refund's keys are forgotten, and so
@@ -362,20 +345,6 @@ class DenyCache:
             # bucket at that now, even on denial (bucket.py rule 7), so a denial
             # remembered at a later now may deny what the store admits.
             self._forget(*call.keys)
-
-    def _done(self, call: _Call, result: RateLimitResult) -> RateLimitResult:
-        """The store's ``result`` of ``call``, noted (a denial is remembered)."""
-        if call.noted is not None:
-            self._after(call, result)
-        return result
-
-    @staticmethod
-    def _tuple_key(keys: Sequence[str]) -> Optional[Tuple[str, ...]]:
-        # Only str keys are remembered: anything else goes to the store, which judges it.
-        ckey = tuple(keys) if isinstance(keys, (list, tuple)) else None
-        if ckey is None or not all(k.__class__ is str for k in ckey):
-            return None
-        return ckey
 
     def _replay(
         self,
@@ -413,20 +382,11 @@ class DenyCache:
             return None  # may pass now, or a rounding could tip a field: ask the store
         return result
 
-    def _before(self, now: Optional[float]) -> Tuple[int, float]:
-        """What a store call must note first: the epoch, and the time its answer counts from."""
-        if now is None:
-            return self._epoch, _monotonic()
-        if (now.__class__ is float or now.__class__ is int) and now > self._latest:
-            with self._lock:
-                if now > self._latest:
-                    self._latest = now
-        return self._epoch, 0.0
-
     def _after(self, call: _Call, result: RateLimitResult) -> None:
         """Remember a denial; forget the key's entry when the store changed its bucket."""
-        _, limits, cost, now, noted, epoch, at, many = call
-        ckey: _CacheKey = noted  # type: ignore[assignment]  # _done: never None here
+        _, limits, cost, now, ckey, epoch, at, many = call
+        if ckey is None:
+            return  # a refund, or a key never remembered
         if result[0]:
             if cost != 0 and ckey in self._entries:
                 # An admission took tokens: the entry's debts are out of date.
@@ -435,10 +395,8 @@ class DenyCache:
             return
         if not _positive_cost(cost) or self.using_fallback:
             return
-        for limit in limits:
-            if limit.standalone and limit.kind != "bucket":
-                # No debt, the store's clock, or a slot given back any moment.
-                return
+        if any(limit.standalone and limit.kind != "bucket" for limit in limits):
+            return  # no debt, the store's clock, or a slot given back any moment
         locked = not limits[-1].standalone
         if locked and result[8] != "lockout":
             # A breach: the store must count the next one too, and the lock an
@@ -480,12 +438,9 @@ class DenyCache:
         # only against a reading of that clock (``injected_now``).
         entries = self._entries
         mono = _monotonic()
-        oldest = list(itertools.islice(entries.items(), _PURGE_SCAN))
-        for ckey, entry in oldest:
-            if entry.injected:
-                if injected_now is not None and entry.until <= injected_now:
-                    self._drop(ckey)
-            elif entry.until <= mono:
+        for ckey, entry in list(itertools.islice(entries.items(), _PURGE_SCAN)):
+            clock = injected_now if entry.injected else mono
+            if clock is not None and entry.until <= clock:
                 self._drop(ckey)
         if len(entries) >= self._max_keys:
             self._drop(next(iter(entries)))

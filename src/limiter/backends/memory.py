@@ -304,14 +304,10 @@ class MemoryStore:
                 # Lockouts and held slots go last: when all in reach are, look further,
                 # up to _LOCKED_PROBES entries, for one that is neither.
                 probes = _LOCKED_PROBES
-        if in_use:  # nothing full in reach: the oldest that is neither goes
-            if evicted_last(in_use[0][1]):
-                for i, entry in enumerate(in_use):
-                    if not evicted_last(entry[1]):
-                        del in_use[i]
-                        self._keep_young(in_use)
-                        return
-            self._keep_young(in_use[1:])
+        if in_use:  # nothing full in reach: the oldest that is neither goes, else the oldest
+            victim = next((i for i, (_, state) in enumerate(in_use) if not evicted_last(state)), 0)
+            del in_use[victim]
+            self._keep_young(in_use)
             return
         # The order list is used up, so the old generation is empty: rotate again.
         self._evict(now)

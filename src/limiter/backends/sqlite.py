@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
 
 from limiter.backends._failover import Failover
 from limiter.clock import finite_seconds
@@ -26,12 +26,6 @@ from limiter.core.state import State, from_row, keep_until, to_row
 from limiter.store import StoreError
 
 T = TypeVar("T")
-
-#: What a transaction applies to the states it read: ``step_all``, or ``_step_one``.
-Algorithm = Callable[
-    [List[Optional[State]], float, Sequence[Policy], Cost],
-    Tuple[List[Optional[State]], RateLimitResult],
-]
 
 _SCHEMA = (
     # key is a BLOB (UTF-8, surrogates passed through) so any str is a key.
@@ -52,9 +46,6 @@ _PURGE = "DELETE FROM limiter_buckets WHERE full_at <= ?"
 # The construction check writes and deletes this key: 0xFF is never in UTF-8,
 # so it is no store key's blob.
 _PROBE_KEY = b"\xff"
-_PROBE_WRITE = (
-    "INSERT OR REPLACE INTO limiter_buckets (key, debt, updated_at, full_at) VALUES (?,0,0,0)"
-)
 _DELETE = "DELETE FROM limiter_buckets WHERE key = ?"
 
 
@@ -87,19 +78,6 @@ def _unusable(path: str, directory: str, exc: sqlite3.Error) -> Optional[OSError
                 path,
             )
     return OSError(f"SQLiteStore: cannot use the database {path!r} ({reason})")
-
-
-def _step_one(
-    states: List[Optional[State]], now: float, limits: Sequence[Policy], cost: Cost
-) -> Tuple[List[Optional[State]], RateLimitResult]:
-    """``step`` for ``apply``, in ``step_all``'s shape (its result has no ``results``)."""
-    new_state, result = step(states[0], now, limits[0], cost)  # type: ignore[arg-type]
-    return [new_state], result
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    message = str(exc)
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
 
 
 class SQLiteStore:
@@ -157,13 +135,9 @@ class SQLiteStore:
         """True while the database fails and the fallback answers."""
         return self._failover.using_fallback
 
-    # -- Store -------------------------------------------------------------
-
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
-        return self._guarded(
-            _step_one, [key], [limit], cost, now, lambda: self.fallback.apply(key, limit, cost, now)
-        )
+        return self._guarded(False, [key], [limit], cost, now)
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
@@ -175,14 +149,7 @@ class SQLiteStore:
         """
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
-        return self._guarded(
-            step_all,
-            keys,
-            limits,
-            cost,
-            now,
-            lambda: self.fallback.apply_many(keys, limits, cost, now),
-        )
+        return self._guarded(True, keys, limits, cost, now)
 
     def reset(self, key: str) -> None:
         """Forget ``key``, in the fallback too; ``StoreError`` when the database fails.
@@ -193,11 +160,11 @@ class SQLiteStore:
         blob = self._blob(key)
         if self.fallback is not None:
             self.fallback.reset(key)
-        self._failover.run(lambda: self._run(_delete, blob))
+        self._failover.run(lambda: self._run(lambda conn: conn.execute(_DELETE, (blob,))))
 
     def clear(self) -> None:
         """Forget every key."""
-        self._run(_clear)
+        self._run(lambda conn: conn.execute("DELETE FROM limiter_buckets"))
 
     def close(self) -> None:
         """Close this process's connection (the next check reopens it)."""
@@ -211,8 +178,6 @@ class SQLiteStore:
 
     def __len__(self) -> int:
         return self._run(_count)
-
-    # -- AsyncStore --------------------------------------------------------
 
     async def aapply(
         self, key: str, limit: Policy, cost: float, now: Optional[float]
@@ -233,8 +198,6 @@ class SQLiteStore:
     async def areset(self, key: str) -> None:
         """``reset`` in a worker thread."""
         await asyncio.get_running_loop().run_in_executor(None, self.reset, key)
-
-    # -- internals ---------------------------------------------------------
 
     @staticmethod
     def _blob(key: str) -> bytes:
@@ -282,7 +245,11 @@ class SQLiteStore:
                 conn.execute(statement)
             columns = [row[1] for row in conn.execute("PRAGMA table_info(limiter_buckets)")]
             if "extra" not in columns:
-                _migrate(conn)
+                try:
+                    conn.execute(_MIGRATE)
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):  # another process just added it
+                        raise
         except BaseException:
             conn.close()
             raise
@@ -317,7 +284,7 @@ class SQLiteStore:
                 # A real write: a read-only file in WAL mode opens and even
                 # begins a write transaction, and only fails when it commits.
                 conn.execute("BEGIN IMMEDIATE")
-                conn.execute(_PROBE_WRITE, (_PROBE_KEY,))
+                conn.execute(_UPSERT, (_PROBE_KEY, 0, 0, None, 0))
                 conn.execute(_DELETE, (_PROBE_KEY,))
                 conn.execute("COMMIT")
             finally:
@@ -329,24 +296,29 @@ class SQLiteStore:
 
     def _guarded(
         self,
-        algorithm: Algorithm,
+        many: bool,
         keys: Sequence[str],
         limits: Sequence[Policy],
         cost: Cost,
         now: Optional[float],
-        fallback: Callable[[], RateLimitResult],
     ) -> RateLimitResult:
+        """``apply_many`` (``apply`` of ``keys[0]`` unless ``many``) in one transaction,
+        or by the fallback."""
+
+        def fallback() -> Any:
+            if many:
+                return self.fallback.apply_many(keys, limits, cost, now)
+            return self.fallback.apply(keys[0], limits[0], cost, now)
+
         # Before any lock: a bad cost or key costs nothing, and never reaches
         # the fallback.  A Refund (negative on purpose) and a Charge pass as
         # they are: step settles them.
-        if algorithm is not _step_one:
-            cost = validate_costs(cost, len(limits))
-        else:
-            cost = checked_cost(cost)
+        checked = validate_costs(cost, len(limits)) if many else checked_cost(cost)
         blobs = [self._blob(key) for key in keys]
-        return self._failover.run(
-            lambda: self._run(self._transact, algorithm, blobs, limits, cost, now), fallback
+        result: RateLimitResult = self._failover.run(
+            lambda: self._run(self._transact, many, blobs, limits, checked, now), fallback
         )
+        return result
 
     def _run(self, operation: Callable[..., T], *args: Any) -> T:
         """``operation(connection, *args)`` under this process's lock; errors are ``StoreError``.
@@ -369,7 +341,10 @@ class SQLiteStore:
                         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 return operation(conn, *args)
             except sqlite3.Error as exc:
-                if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                busy = isinstance(exc, sqlite3.OperationalError) and (
+                    "locked" in str(exc) or "busy" in str(exc)
+                )
+                if not busy or time.monotonic() + pause > deadline:
                     raise StoreError(f"SQLiteStore: {type(exc).__name__}: {exc}") from exc
             finally:
                 lock.release()
@@ -379,13 +354,14 @@ class SQLiteStore:
     def _transact(
         self,
         conn: sqlite3.Connection,
-        algorithm: Algorithm,
+        many: bool,
         blobs: List[bytes],
         limits: Sequence[Policy],
         cost: Cost,
         now: Optional[float],
     ) -> RateLimitResult:
-        """One transaction: read the states, apply ``algorithm``, write what changed."""
+        """One transaction: read the states, ``step_all`` (``step`` unless ``many``), write
+        what changed; a row no store wrote (corrupt) is a ``StoreError``."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             if now is None:
@@ -395,8 +371,16 @@ class SQLiteStore:
             states: List[Optional[State]] = []
             for blob in blobs:
                 row = conn.execute(_SELECT, (blob,)).fetchone()
-                states.append(None if row is None else _state(row, blob))
-            new_states, result = algorithm(states, now, limits, cost)
+                try:
+                    states.append(None if row is None else from_row(*row))
+                except (TypeError, ValueError):
+                    corrupt = f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}"
+                    raise StoreError(corrupt) from None
+            if many:
+                new_states, result = step_all(states, now, limits, cost)
+            else:
+                new_state, result = step(states[0], now, limits[0], cost)  # type: ignore[arg-type]
+                new_states = [new_state]
             writes = 0
             for blob, old, new in zip(blobs, states, new_states):
                 if new is not old and new is not None:
@@ -414,32 +398,6 @@ class SQLiteStore:
         return result
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Add the ``extra`` column to a file made before it (another process may have just done so)."""
-    try:
-        conn.execute(_MIGRATE)
-    except sqlite3.OperationalError as exc:
-        if "duplicate column" not in str(exc):
-            raise
-
-
-def _delete(conn: sqlite3.Connection, blob: bytes) -> None:
-    conn.execute(_DELETE, (blob,))
-
-
-def _clear(conn: sqlite3.Connection) -> None:
-    conn.execute("DELETE FROM limiter_buckets")
-
-
 def _count(conn: sqlite3.Connection) -> int:
     count: int = conn.execute("SELECT count(*) FROM limiter_buckets").fetchone()[0]
     return count
-
-
-def _state(row: Tuple[Any, Any, Any], blob: bytes) -> State:
-    """A stored row as a state; a row no store wrote (corrupt) is a ``StoreError``."""
-    try:
-        return from_row(*row)
-    except (TypeError, ValueError):
-        corrupt = f"SQLiteStore: corrupt state for key {blob!r:.100}: {row!r:.100}"
-        raise StoreError(corrupt) from None

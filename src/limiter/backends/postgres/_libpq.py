@@ -30,10 +30,8 @@ def execute_prepared(conn: Any, statement: Statement, params: List[bytes]) -> by
     else:
         result = pgconn.exec_prepared(statement.name, params, _FORMATS)
         if result.status != _TUPLES_OK and result.error_field(_SQLSTATE) == b"26000":
-            prepared = pgconn.prepare(statement.name, statement.text)
-            if prepared.status != _COMMAND_OK:
-                result = prepared
-            else:
+            result = pgconn.prepare(statement.name, statement.text)  # its error, if it fails
+            if result.status == _COMMAND_OK:
                 result = pgconn.exec_prepared(statement.name, params, _FORMATS)
     if result.status != _TUPLES_OK:
         from psycopg.errors import error_from_result

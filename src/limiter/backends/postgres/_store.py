@@ -60,13 +60,6 @@ def row_key(key: str, prefix: str = "") -> str:
     return row
 
 
-def redact_conninfo(conninfo: str) -> str:
-    """``conninfo`` (a URL or ``key=value`` pairs) with its password shown as ``***``."""
-    if "://" in conninfo:
-        return redact_url(conninfo)
-    return _PASSWORD.sub(r"\1***", conninfo)
-
-
 class _PostgresBase:
     """What the sync and asyncio stores share: options, names, arguments, fallback."""
 
@@ -135,7 +128,9 @@ class _PostgresBase:
         )
 
     def __repr__(self) -> str:
-        shown = redact_conninfo(self.conninfo) if self.conninfo is not None else self.pool
+        shown, conninfo = self.pool, self.conninfo
+        if conninfo is not None:  # a URL, or key=value pairs
+            shown = redact_url(conninfo) if "://" in conninfo else _PASSWORD.sub(r"\1***", conninfo)
         return (
             f"{type(self).__name__}({shown!r}, table={self.table!r}, prefix={self.prefix!r}, "
             f"server_time={self._argv.server_time!r}, fallback={self.fallback!r})"
@@ -146,13 +141,11 @@ class _PostgresBase:
         return _sql.install_sql(self.names, self.unlogged)
 
     def _key(self, key: str) -> str:
-        """``key``'s row key, or its error before any I/O."""
         return row_key(key, self.prefix)
 
     def _one(self, key: str, limit: Any, cost: Cost, now: Optional[float]) -> Tuple[bytes, bytes]:
         """The parameters of an ``apply`` call (``apply_sql``'s), or its error before any I/O."""
-        row = row_key(key, self.prefix)
-        return _sql.array_literal((row,)), self._argv.args((limit,), cost, now)[0]
+        return _sql.array_literal((self._key(key),)), self._argv.args((limit,), cost, now)[0]
 
     def _many(
         self, keys: Sequence[str], limits: Sequence[Any], cost: Cost, now: Optional[float]
@@ -178,11 +171,13 @@ class _PostgresBase:
         """``exc`` as a ``StoreError``, or a ``PoolFullError`` when every connection
         of the pool was in use for ``pool_timeout`` (a local limit, not an outage)."""
         timed_out = type(exc).__name__ == "PoolTimeout"
-        lent = _all_lent(self.pool) if timed_out else 0
-        if lent:
+        # Full: the pool holds its most and none is free.  A pool that cannot reach
+        # the server holds fewer, and that timeout is the server's.
+        stats = self.pool.get_stats() if timed_out and self.pool is not None else {}
+        if stats and stats["pool_size"] >= stats["pool_max"] and not stats["pool_available"]:
             return PoolFullError(
                 f"{self._kind}: no connection of the pool came free in time: "
-                f"all {lent} are in use (max_connections)"
+                f"all {stats['pool_max']} are in use (max_connections)"
             )
         text = f"{self._kind}: {type(exc).__name__}: {exc}".strip()
         refused = self._refused if timed_out else None
@@ -326,11 +321,7 @@ class PostgresStore(_PostgresBase, StoreShell):
         reserved key, writing nothing.  Never answered by the fallback.
         """
         params = self._ping_params()
-
-        def ping() -> None:
-            self._verdict(self._execute(_sql.ping_sql(self.names), params))
-
-        self._failover.run(ping)
+        self._failover.run(lambda: self._verdict(self._execute(_sql.ping_sql(self.names), params)))
 
     def sweep(
         self, now: Optional[float] = None, max_age: Optional[float] = None, batch: int = 1000
@@ -378,17 +369,14 @@ class PostgresStore(_PostgresBase, StoreShell):
                 atexit.register(_close_at_exit, weakref.ref(self))
             pool = self.pool
             if not self._ready:
-                self._check_installed(pool)
+                # Install what is missing (with create), or StoreError saying what is.
+                with self._errors(), pool.connection() as conn:
+                    why = self._missing(conn.execute(_sql.installed_sql(self.names)).fetchone())
+                if why is not None:
+                    with self._errors(why), pool.connection() as conn:
+                        _install(conn, self)
                 self._ready = True
         return pool
-
-    def _check_installed(self, pool: Any) -> None:
-        """Install what is missing (with ``create``), or ``StoreError`` saying what is."""
-        with self._errors(), pool.connection() as conn:
-            why = self._missing(conn.execute(_sql.installed_sql(self.names)).fetchone())
-        if why is not None:
-            with self._errors(why), pool.connection() as conn:
-                _install(conn, self)
 
     def _send(self, keys: bytes, argv: bytes) -> bytes:
         """The function's reply; any failure is a ``StoreError``.
@@ -513,24 +501,21 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
                 self._closer = asyncio.ensure_future(self._close_with_loop(pool))
             pool = self.pool
             if not self._ready:
-                await self._check_installed(pool)
+                with self._errors():
+                    async with pool.connection() as conn:
+                        cursor = await conn.execute(_sql.installed_sql(self.names))
+                        why = self._missing(await cursor.fetchone())
+                if why is not None:
+                    with self._errors(why):
+                        async with pool.connection() as conn:
+                            await _ainstall(conn, self)
                 self._ready = True
         return pool
-
-    async def _check_installed(self, pool: Any) -> None:
-        with self._errors():
-            async with pool.connection() as conn:
-                cursor = await conn.execute(_sql.installed_sql(self.names))
-                why = self._missing(await cursor.fetchone())
-        if why is not None:
-            with self._errors(why):
-                async with pool.connection() as conn:
-                    await _ainstall(conn, self)
 
     async def _send(self, keys: bytes, argv: bytes) -> str:
         # psycopg's own path: prepared at first use on each connection, unless
         # the connection never prepares (prepare_threshold None: a pooler).
-        try:
+        with self._errors():
             async with await self._connection() as conn:
                 cursor = await conn.execute(
                     self._apply,
@@ -538,10 +523,6 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
                     prepare=conn.prepare_threshold is not None,
                 )
                 row = await cursor.fetchone()
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc
         return row[0]  # type: ignore[no-any-return]
 
     async def _delete(self, row: str) -> None:
@@ -552,15 +533,6 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
             async with await self._connection() as conn:
                 cursor = await conn.execute(statement, params)
                 return (await cursor.fetchone()) if cursor.description else cursor.rowcount
-
-
-def _all_lent(pool: Any) -> int:
-    """How many connections ``pool`` (a psycopg_pool pool) lent out when it holds its
-    most and none is free, else 0: a pool that cannot reach the server holds fewer,
-    and that timeout is the server's."""
-    stats = pool.get_stats() if pool is not None else {}
-    full = stats and stats["pool_size"] >= stats["pool_max"] and not stats["pool_available"]
-    return int(stats["pool_max"]) if full else 0
 
 
 def _close_at_exit(store: Any) -> None:

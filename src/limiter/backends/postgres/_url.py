@@ -29,32 +29,13 @@ DEFAULT_CONNECT_TIMEOUT = 2
 #: a pooled connection: the Redis URLs' socket timeout.
 DEFAULT_STATEMENT_TIMEOUT = DEFAULT_SOCKET_TIMEOUT
 
-_STORE_PARAMS = (
-    "table",
-    "prefix",
-    "server_time",
-    "create",
-    "unlogged",
-    "synchronous_commit",
-    "max_connections",
-    "pool_timeout",
-    *FALLBACK_PARAMS,
-)
+_FLAGS = ("server_time", "create", "unlogged", "synchronous_commit")
+_STORE_PARAMS = ("table", "prefix", *_FLAGS, "max_connections", "pool_timeout", *FALLBACK_PARAMS)
 _TIMEOUTS = ("connect_timeout", "statement_timeout")
 #: libpq's parameters a URL may carry on (TLS, routing, naming).
 _LIBPQ_PARAMS = (
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "channel_binding",
-    "target_session_attrs",
-    "application_name",
-    "options",
-    "host",
-    "port",
-    "keepalives",
-    "keepalives_idle",
+    *("sslmode", "sslrootcert", "sslcert", "sslkey", "channel_binding", "target_session_attrs"),
+    *("application_name", "options", "host", "port", "keepalives", "keepalives_idle"),
 )
 #: ``options`` that set statement_timeout (``-c statement_timeout=``, ``--statement-timeout=``).
 _SETS_STATEMENT_TIMEOUT = re.compile(r"statement[_-]timeout\s*=", re.IGNORECASE)
@@ -102,7 +83,7 @@ def _store_kwargs(parsed: StoreURL) -> Dict[str, Any]:
     for name in ("table", "prefix"):
         if name in parsed.query:
             kwargs[name] = parsed.query[name]
-    parsed.flags(("server_time", "create", "unlogged", "synchronous_commit"), kwargs)
+    parsed.flags(_FLAGS, kwargs)
     size = parsed.integer("max_connections", 1)
     if size is not None:
         kwargs["max_connections"] = size
