@@ -40,12 +40,15 @@ class SystemClock:
     __slots__ = ()
 
     def now(self) -> float:
+        """``time.time()``."""
         return time.time()
 
     def sleep(self, seconds: float) -> None:
+        """``time.sleep(seconds)``."""
         time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
+        """``await asyncio.sleep(seconds)``."""
         import asyncio  # here, not at the top: ``import limiter`` must not pay for asyncio
 
         await asyncio.sleep(seconds)

@@ -265,7 +265,7 @@ def deny_cache_options(parsed: StoreURL, options: Dict[str, Any]) -> Optional[Di
     if stale is not None:
         none = stale.lower() == "none"
         kwargs["max_stale"] = None if none else parsed.seconds("deny_cache_max_stale")
-    for name, argument in zip(DENY_CACHE_PARAMS, ("max_keys", "max_stale")):
+    for name, argument in {"deny_cache": "max_keys", "deny_cache_max_stale": "max_stale"}.items():
         if name in options:
             kwargs[argument] = options.pop(name)
     if kwargs.get("max_keys") is None:

@@ -207,8 +207,11 @@ _HOLD_LETTERS = {"take": "t", "give": "g", "renew": "r"}
 
 def cost_text(cost: Any) -> str:
     """One ``cost`` of the grammar, checked as ``step`` checks it (``ValueError``, ``TypeError``).
-    A number above 2**53 (more than any burst, denied alike) and a Charge or Refund
-    beyond 2**54 (at least twice any burst: the bound alike) are sent as 2**54."""
+
+    A number above 2**53 (more than any burst, denied alike) and a Charge or
+    Refund beyond 2**54 (at least twice any burst: the bound alike) are sent
+    as 2**54, so the script never reads a huge number nor ``inf``.
+    """
     if cost.__class__ is int and cost == 1:  # the usual cost, formatted once
         return "1.0"
     if cost.__class__ is Refund:  # "-t": the debt or the count stops at 0
@@ -315,7 +318,7 @@ class Argv:
 def _make(
     policy: Any, allowed: Any, remaining: Any, reset_after: Any, retry_after: Any
 ) -> RateLimitResult:
-    """The result of one ``result`` of a reply (its four fields as sent)."""
+    """A ``RateLimitResult`` from one policy's four reply fields (bytes or str, as sent)."""
     # Field for field what limiter.core.bucket.step builds (hot path: tuple.__new__).
     return tuple.__new__(
         RateLimitResult,

@@ -91,10 +91,12 @@ def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -
         # combine shows the limit and window of the peek with the fewest tokens
         # left, then the longest reset_after: a near tie there could swap them.
         fewest = min((part[2] for part in parts), default=0)
-        top = [part[3] for part in parts if part[2] == fewest]
-    # Else combine shows the denial with the longest retry_after: the same for a tie.
-    top.sort()
-    return len(top) < 2 or not (top[-1] - top[-2] <= widest)
+        near = sorted(part[3] for part in parts if part[2] == fewest)
+    else:
+        # combine shows the denial with the longest retry_after: the same for a tie.
+        near = sorted(top)
+    # "not (gap <= widest)" rather than "gap > widest": a NaN gap counts as settled.
+    return len(near) < 2 or not (near[-1] - near[-2] <= widest)
 
 
 def _refunds(cost: Any) -> bool:

@@ -163,7 +163,14 @@ def _slot_result(
     free = max(policy.limit - len(expiries), 0)
     reset = max(expiries) - now if expiries else 0.0
     return RateLimitResult(
-        allowed, policy.limit, free, reset, retry, policy.lease, (), policy.name, "concurrency"
+        allowed=allowed,
+        limit=policy.limit,
+        remaining=free,
+        reset_after=reset,
+        retry_after=retry,
+        window=policy.lease,
+        policy=policy.name,
+        kind="concurrency",
     )
 
 

@@ -286,11 +286,19 @@ def _count_result(
 ) -> RateLimitResult:
     """``policy``'s result with ``used`` units taken: ``remaining`` is what is left, at least 0."""
     remaining = _trunc(policy.burst - used)
-    if remaining < 0:
-        remaining = 0
     return _new_result(
         RateLimitResult,
-        (allowed, policy.burst, remaining, reset, retry, window, (), policy.name, policy.kind),
+        (
+            allowed,
+            policy.burst,
+            remaining if remaining > 0 else 0,
+            reset,
+            retry,
+            window,
+            (),
+            policy.name,
+            policy.kind,
+        ),
     )
 
 
@@ -418,17 +426,24 @@ def _sliding_result(
     retry: float,
 ) -> RateLimitResult:
     """``policy``'s result: ``remaining`` is ``count - floor(estimate)``, at least 0."""
-    period = policy.period
     remaining = policy.count - _floor(previous * weight + current)
-    if remaining < 0:
-        remaining = 0
     if current > 0.0:
-        reset = end + period - now
+        reset = end + policy.period - now
     elif previous > 0.0:
         reset = end - now
     else:
         reset = 0.0
     return _new_result(
         RateLimitResult,
-        (allowed, policy.count, remaining, reset, retry, period, (), policy.name, policy.kind),
+        (
+            allowed,
+            policy.count,
+            remaining if remaining > 0 else 0,
+            reset,
+            retry,
+            policy.period,
+            (),
+            policy.name,
+            "sliding-window",
+        ),
     )

@@ -413,7 +413,8 @@ def route_cost(cost: Any, rate: object, algorithm: Optional[str]) -> Any:
     mapping = isinstance(cost, Mapping)
     if mapping and isinstance(rate, str):  # a typo in a name fails at start-up
         rate = RateLimiter(rate, algorithm=algorithm or "token-bucket")
-    checked = checked_cost(cost, [rate])  # a number: one a limiter of slots cannot take
+    # A number is checked too: a limiter of slots refuses any cost but 1.
+    checked = checked_cost(cost, [rate])
     return checked if mapping else cost
 
 

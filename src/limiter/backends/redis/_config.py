@@ -75,10 +75,11 @@ def _kwargs_problems(kwargs: Any, connection_class: Any, what: str) -> List[str]
     if not isinstance(kwargs, dict):
         return []
     found: List[str] = []
-    timeout, connect = (
-        kwargs[name] if name in kwargs else _default(connection_class, name)
-        for name in ("socket_timeout", "socket_connect_timeout")
-    )
+
+    def given(name: str) -> Any:
+        return kwargs[name] if name in kwargs else _default(connection_class, name)
+
+    timeout, connect = given("socket_timeout"), given("socket_connect_timeout")
     if connect is None:  # both libraries connect with socket_timeout then
         connect = timeout
     if timeout is None:

@@ -88,12 +88,13 @@ def _redis_query(parsed: StoreURL, tls: bool) -> RedisSettings:
         parsed.fail("give connect_timeout or socket_connect_timeout, not both")
     for name in ("connect_timeout", "socket_connect_timeout"):
         set_given(client_kwargs, "socket_connect_timeout", parsed.seconds(name))
+    db = parsed.integer("db", 0)  # read before the TLS options: its error is reported first
     if tls:
         _tls_query(parsed, client_kwargs)
     return RedisSettings(
         store_kwargs=store_kwargs,
         client_kwargs=client_kwargs,
-        db=parsed.integer("db", 0),
+        db=db,
         username=parsed.username,
         password=parsed.password,
         sentinel_username=parsed.query.get("sentinel_username"),
