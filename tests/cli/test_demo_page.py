@@ -102,7 +102,9 @@ def test_a_burst_shows_the_429s_the_limit_implies_and_the_chart_follows(
     drops = [(a, b) for a, b in zip(line, line[1:]) if b[1] < a[1]]
     assert drops and all(a[0] == b[0] for a, b in drops), line
     assert sum(a[1] - b[1] for a, b in drops) == pytest.approx(3, abs=0.01)
-    assert drops[-1][1][1] == 0
+    # To 0, within what the refill between the server's answer and the page's clock
+    # adds on a loaded machine (1/hour: 0.0001 tokens is 0.36 s).
+    assert drops[-1][1][1] == pytest.approx(0, abs=0.01)
     # The last response's headers, as the page shows them.
     shown = browser.find_element(By.ID, "headers").text.splitlines()
     assert shown[0] == "HTTP 429"
