@@ -240,7 +240,7 @@ def test_validation() -> None:
         with pytest.raises(ValueError, match=r"batch must be from 1 to 2\*\*31 - 1"):
             PostgresStore("dbname=x").sweep(batch=batch)
     store: Any = PostgresStore("dbname=x", table="app.rates", fallback=MemoryStore())
-    assert store.names.apply == '"app"."rates_apply_v5"'
+    assert store.names.apply == '"app"."rates_apply_v6"'
     assert "table='app.rates'" in repr(store) and "MemoryStore" in repr(store)
 
 

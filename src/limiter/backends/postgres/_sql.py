@@ -15,13 +15,13 @@ from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 
 #: The version in every function's name: a change of ``apply.sql`` that changes
 #: results bumps it, so that an upgrade installs new functions beside the old.
-VERSION = 5
+VERSION = 6
 
 #: The first key of the stores' advisory locks (``pg_advisory_xact_lock(LOCK_CLASS, hash)``):
 #: "LIMI" in ASCII, apart from an application's own single-key locks.
 LOCK_CLASS = 0x4C494D49
 
-#: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v5``.
+#: Each function's name after the table's: ``limiter`` gives ``limiter_apply_v6``.
 _FUNCTIONS = ("apply", "lockstatus", "breach", "mul", "div", "slots")
 _LONGEST = max(len(f"_{name}_v{VERSION}") for name in _FUNCTIONS)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -25,11 +25,15 @@
 -- Speed (a check is about 20 us of the server's execution on a small machine:
 -- the call 2, the lock and now 2, the SELECT 3, the step 5.5, the UPDATE 5.5;
 -- then its transaction's commit): PL/pgSQL prepares each expression anew in
--- every transaction (0.2 us, and 0.1 to 0.2 more per function or operator in
--- it), and every
--- check is its own transaction.  So the step is inlined in APPLY (a call
--- costs 2.5 us), no variable has an initializer but parts, the lock, the
--- formatting check and now are one expression, clamps are LEAST and GREATEST
+-- every transaction, and every check is its own transaction.  Under callgrind
+-- a statement costs about 500 instructions and each node of its expression
+-- (a variable, a constant, an operator, a function) about 900 more, with all
+-- of a CASE's branches prepared whether taken or not; a cast from text or an
+-- array subscript about 2,500 more.  So the step is inlined in APPLY (a call
+-- costs 2.5 us), no variable has an initializer, one key's path splits argv
+-- with split_part (no array), a rare branch (an explicit now, a lowered
+-- extra_float_digits, a bucket's cap and settle) is a statement of its own
+-- behind a cheap test, clamps are LEAST and GREATEST
 -- (they keep their first argument on a tie, as Lua's "if x > y then x = y"
 -- does, and no NaN ever reaches them), and a call of MUL or DIV (a function:
 -- costly to prepare) stands alone behind its test, not in a CASE of a hot
@@ -249,12 +253,12 @@ $fn$;
 -- (the grammar's), and leaves res = [a, b, c, allowed, remaining,
 -- reset_after, retry_after]: the state to write (a NULL: nothing; c NULL but
 -- for a sliding window) and the reply's four numbers.  No variable has an
--- initializer but parts: each would be an expression evaluated on every call,
--- so each path sets what it uses.
+-- initializer: each would be an expression evaluated on every call, so each
+-- path sets what it uses.
 CREATE OR REPLACE FUNCTION @APPLY@(keys text[], argv text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
-  parts text[] := string_to_array(argv, ' ');
+  parts text[];  -- several keys: argv's fields
   n int;
   i int;
   j int;
@@ -320,19 +324,25 @@ DECLARE
   target float8;
   pw float8;
 BEGIN
-  IF cardinality(parts) = 4 AND cardinality(keys) = 1 THEN
-    -- One expression locks the key, checks the formatting (see the header)
-    -- and reads now ("": the server's clock), in that order (CASE's).
-    n := 1; i := 1;
+  IF cardinality(keys) = 1 AND argv LIKE '% % % %' AND argv NOT LIKE '% % % % %' THEN
+    -- One key, argv's four fields.  One expression locks the key and reads
+    -- the server's clock, in that order (CASE's), unless argv has a now (its
+    -- first character is not the space after an empty now).
+    n := 1;
     tnow := CASE WHEN pg_advisory_xact_lock(@LOCKCLASS@, hashtext(keys[1])) IS NULL THEN NULL
-                 WHEN current_setting('extra_float_digits')::int < 1
-                      AND set_config('extra_float_digits', '1', true) IS NULL THEN NULL
-                 WHEN parts[1] = '' THEN date_part('epoch', clock_timestamp())
-                 ELSE parts[1]::float8 END;
+                 WHEN ascii(argv) = 32 THEN date_part('epoch', clock_timestamp()) END;
+    IF tnow IS NULL THEN
+      tnow := split_part(argv, ' ', 1)::float8;
+    END IF;
+    IF ascii(current_setting('extra_float_digits')) < 49 THEN  -- "-15" to "0": below 1
+      PERFORM set_config('extra_float_digits', '1', true);
+    END IF;
     SELECT t.a, t.b, t.c, t.leases, t.ctid INTO d, u, v, ls, tid
       FROM @TABLE@ AS t WHERE t.key = keys[1];
-    costtext := parts[2]; spec := parts[3]; counttext := parts[4];
+    costtext := split_part(argv, ' ', 2); spec := split_part(argv, ' ', 3);
+    counttext := split_part(argv, ' ', 4);
   ELSE
+    parts := string_to_array(argv, ' ');
     n := cardinality(keys);
     IF n IS NULL OR cardinality(parts) <> 2 + 2 * n THEN
       RAISE EXCEPTION 'limiter: argument % does not match % keys', argv, coalesce(n, 0)
@@ -421,7 +431,7 @@ BEGIN
         burst := counttext::float8;
         win := burst / rate;
         slack := LEAST(1e-3 / rate, @EPSILON@);
-        IF d IS NOT NULL AND tnow < u THEN
+        IF tnow < u THEN  -- (u is NULL when d is: a new key)
           debt := d;
           IF tnow < u - @TOLERANCE@ THEN
             wa := d;  -- a clock stepped back: re-anchored at now
@@ -429,30 +439,32 @@ BEGIN
             wb := u;  -- read before a later reading was applied: applied at u
           END IF;
         ELSE
-          debt := CASE WHEN d IS NULL THEN 0.0 ELSE GREATEST(d - (tnow - u), 0.0) END;
+          debt := GREATEST(d - (tnow - u), 0.0);  -- GREATEST skips a NULL: 0 for a new key
         END IF;
-        IF debt > win * 2.0 THEN  -- never more than one burst owed (a state from a larger limit)
-          debt := win * 2.0;
-          wa := debt;
-        END IF;
-        IF mode IS NOT NULL OR (cost = 0 AND debt > win + slack) THEN
-          -- A Refund or a Charge (_settle), or a peek of a bucket in debt: always admitted.
-          after := debt;
-          IF cost <> 0 THEN
-            IF cost >= 2.0 * burst THEN
-              after := win * 2.0;  -- the 2^54 stand-in too
-            ELSE
-              IF abs(cost) >= 1e-150 AND rate <= 1e150 THEN
-                after := LEAST(GREATEST(debt + cost * (1 / rate), 0.0), win * 2.0);
-              ELSE  -- a product that may underflow
-                after := LEAST(GREATEST(debt + @MUL@(cost, 1 / rate), 0.0), win * 2.0);
-              END IF;
-            END IF;
-            wa := after;
+        IF mode IS NOT NULL OR cost <= 0 OR debt > win * 2.0 THEN  -- the checks a request skips
+          IF debt > win * 2.0 THEN  -- never more than one burst owed (a state from a larger limit)
+            debt := win * 2.0;
+            wa := debt;
           END IF;
-          res := ARRAY[wa, coalesce(wb, tnow), NULL, 1,
-                       GREATEST(LEAST(trunc((win - after + slack) * rate), burst), 0), after, 0];
-          EXIT step;
+          IF mode IS NOT NULL OR (cost = 0 AND debt > win + slack) THEN
+            -- A Refund or a Charge (_settle), or a peek of a bucket in debt: always admitted.
+            after := debt;
+            IF cost <> 0 THEN
+              IF cost >= 2.0 * burst THEN
+                after := win * 2.0;  -- the 2^54 stand-in too
+              ELSE
+                IF abs(cost) >= 1e-150 AND rate <= 1e150 THEN
+                  after := LEAST(GREATEST(debt + cost * (1 / rate), 0.0), win * 2.0);
+                ELSE  -- a product that may underflow
+                  after := LEAST(GREATEST(debt + @MUL@(cost, 1 / rate), 0.0), win * 2.0);
+                END IF;
+              END IF;
+              wa := after;
+            END IF;
+            res := ARRAY[wa, coalesce(wb, tnow), NULL, 1,
+                         GREATEST(LEAST(trunc((win - after + slack) * rate), burst), 0), after, 0];
+            EXIT step;
+          END IF;
         END IF;
         IF cost > burst THEN
           after := 'Infinity';  -- never admitted, however close
