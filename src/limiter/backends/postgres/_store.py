@@ -1,4 +1,4 @@
-"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v5(keys, argv)``, per check.
+"""PostgreSQL stores: one statement, ``SELECT <table>_apply_v6(keys, argv)``, per check.
 
 psycopg is imported lazily; the argument and reply are the Redis script's
 (``limiter.backends._wire``), the SQL is ``_sql``'s.
