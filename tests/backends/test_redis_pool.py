@@ -158,3 +158,34 @@ def _needs_name(pool: Any) -> bool:
 
     parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
     return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+class CrowdedAtEval(Traced):
+    """A client whose pool is full when the script must be loaded again: another user
+    takes the only connection as ``EVAL`` starts and gives it back 50 ms later."""
+
+    crowded = False
+
+    def eval(self, *args: Any) -> Any:
+        if not self.crowded:
+            self.crowded = True
+            pool = self.connection_pool
+            held = pool.get_connection("EVAL") if _needs_name(pool) else pool.get_connection()
+            threading.Timer(0.05, pool.release, [held]).start()
+        return super().eval(*args)
+
+
+def test_a_full_pool_while_the_script_is_loaded_again_waits(server: RedisServer) -> None:
+    # SCRIPT FLUSH (a restart, a failover): EVALSHA meets NOSCRIPT and the EVAL
+    # that follows meets a full pool. That is a local limit too: the check waits
+    # and is answered; it used to be a StoreError, which the fallback answered.
+    pool = redis.ConnectionPool(
+        host="127.0.0.1", port=server.port, socket_timeout=5, max_connections=1
+    )
+    client = CrowdedAtEval(connection_pool=pool)
+    store = RedisStore(client, prefix=unique_prefix(), fallback=MemoryStore())
+    assert [store.apply("k", LIMIT, 1, T0).remaining for _ in range(2)] == [4, 3]
+    client.script_flush()
+    assert store.apply("k", LIMIT, 1, T0).remaining == 2  # the server's count, not a fallback's
+    assert client.crowded and not store.using_fallback
+    client.close()
