@@ -129,19 +129,21 @@ def _add_leases_sql(names: Names) -> str:
     )
 
 
+def install_statements(names: Names, unlogged: bool = False) -> List[str]:
+    """What ``install()`` runs, in order, in one transaction."""
+    return [
+        f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)",  # one installer at a time
+        table_sql(names, unlogged),
+        functions_sql(names),
+        comment_sql(names),
+    ]
+
+
 def install_sql(names: Names, unlogged: bool = False) -> str:
     """Every statement ``install()`` runs, as one script for a DBA (psql -f)."""
-    lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0);\n"
-    return (
-        "BEGIN;\n"
-        + lock
-        + table_sql(names, unlogged)
-        + ";\n"
-        + functions_sql(names)
-        + "\n"
-        + comment_sql(names)
-        + ";\nCOMMIT;\n"
-    )
+    statements = install_statements(names, unlogged)
+    ended = [s + ("\n" if s.endswith(";\n") else ";\n") for s in statements]
+    return "BEGIN;\n" + "".join(ended) + "COMMIT;\n"
 
 
 def fingerprint(names: Names) -> str:

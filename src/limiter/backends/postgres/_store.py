@@ -12,7 +12,7 @@ import hashlib
 import re
 import threading
 import weakref
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
 from limiter.backends._shell import AsyncStoreShell, StoreShell
@@ -264,27 +264,17 @@ def _password_of(conninfo: str, kind: str) -> Optional[str]:
     return str(password) if password else None
 
 
-def _install_statements(store: _PostgresBase) -> List[str]:
-    names = store.names
-    return [
-        f"SELECT pg_advisory_xact_lock({_sql.LOCK_CLASS}, 0)",  # one installer at a time
-        _sql.table_sql(names, store.unlogged),
-        _sql.functions_sql(names),
-        _sql.comment_sql(names),
-    ]
-
-
 def _install(conn: Any, store: _PostgresBase) -> None:
     """Run ``install()``'s statements on ``conn`` (sync), in one transaction."""
     with conn.transaction():
-        for statement in _install_statements(store):
+        for statement in _sql.install_statements(store.names, store.unlogged):
             conn.execute(statement)
 
 
 async def _ainstall(conn: Any, store: _PostgresBase) -> None:
     """``_install`` on an ``AsyncConnection``."""
     async with conn.transaction():
-        for statement in _install_statements(store):
+        for statement in _sql.install_statements(store.names, store.unlogged):
             await conn.execute(statement)
 
 
