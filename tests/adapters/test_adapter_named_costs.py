@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 
 import httpx
 import pytest
-import waitress
 
-from helpers.servers import uvicorn_running, wait_until_up
+from helpers.servers import uvicorn_running, waitress_running
 from limiter import (
     DENIED_BODY,
     ManualClock,
@@ -364,27 +362,22 @@ def test_waitress_charges_named_costs_and_gives_them_back():
         deduct_when=lambda status: status < 500,
         header_style="draft",
     )
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        wait_until_up(server.effective_port)
-        url = f"http://127.0.0.1:{server.effective_port}"
-        with httpx.Client(base_url=url, headers={"X-API-Key": "k"}) as client:
-            responses = [client.get("/") for _ in range(3)]
-            assert [
-                (str(r.status_code), r.headers["RateLimit"], r.headers.get("Retry-After"))
-                for r in responses
-            ] == EXPECTED
-            # A failed call (5xx) is given back whole: both limits.
-            failed = client.get("/", headers={"X-Tokens": "20", "X-Status": "503 Unavailable"})
-            assert failed.status_code == 503
-            assert failed.headers["RateLimit"] == '"requests";r=1;t=20, "tokens";r=20;t=1'
-            assert client.get("/", headers={"X-Tokens": "20"}).status_code == 200
-            assert client.get("/", headers={"X-Tokens": "0"}).status_code == 429  # requests
-    finally:
-        server.close()
-        thread.join(10)
+    # The shared launcher: a close() that pulls the socket from under select() is expected.
+    with (
+        waitress_running(app, threads=4) as url,
+        httpx.Client(base_url=url, headers={"X-API-Key": "k"}) as client,
+    ):
+        responses = [client.get("/") for _ in range(3)]
+        assert [
+            (str(r.status_code), r.headers["RateLimit"], r.headers.get("Retry-After"))
+            for r in responses
+        ] == EXPECTED
+        # A failed call (5xx) is given back whole: both limits.
+        failed = client.get("/", headers={"X-Tokens": "20", "X-Status": "503 Unavailable"})
+        assert failed.status_code == 503
+        assert failed.headers["RateLimit"] == '"requests";r=1;t=20, "tokens";r=20;t=1'
+        assert client.get("/", headers={"X-Tokens": "20"}).status_code == 200
+        assert client.get("/", headers={"X-Tokens": "0"}).status_code == 429  # requests
     assert budgets(lim, "x-api-key:k") == [0, 0]
 
 
