@@ -10,14 +10,12 @@ from __future__ import annotations
 import asyncio
 import math
 import textwrap
-import threading
 import time
 
 import httpx
 import pytest
-import waitress
 
-from helpers.servers import gunicorn_running, uvicorn_running, wait_until_up
+from helpers.servers import gunicorn_running, uvicorn_running, waitress_running
 from limiter import ManualClock, RateLimiter
 from limiter.adapters.asgi import RateLimitMiddleware as ASGIMiddleware
 from limiter.adapters.wsgi import RateLimitMiddleware as WSGIMiddleware
@@ -116,15 +114,8 @@ def waitress_server():
     clock = ManualClock()
     limiter = RateLimiter("3/second", clock=clock)
     app = WSGIMiddleware(wsgi_hello, limiter)
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        wait_until_up(server.effective_port)
-        yield f"http://127.0.0.1:{server.effective_port}", limiter, clock
-    finally:
-        server.close()
-        thread.join(10)
+    with waitress_running(app, threads=4) as url:
+        yield url, limiter, clock
 
 
 def test_waitress_exact_counts_headers_and_body(waitress_server):

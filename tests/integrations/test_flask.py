@@ -10,17 +10,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import httpx
 import pytest
-import waitress
 from flask import Blueprint, Flask, abort, request
 from flask.testing import FlaskClient
 from flask.views import MethodView
 
+from helpers.servers import waitress_running
 from limiter import DENIED_BODY, ManualClock, RequestInfo
 from limiter.http.keys import header_key
 from limiter.http.responses import UNAVAILABLE_BODY
@@ -942,14 +941,8 @@ def waitress_url() -> Iterator[Tuple[str, ManualClock]]:
     def index() -> str:
         return "hello"
 
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=2)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.effective_port}", clock
-    finally:
-        server.close()
-        thread.join(10)
+    with waitress_running(app) as url:
+        yield url, clock
 
 
 @pytest.mark.servers
