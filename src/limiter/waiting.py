@@ -264,7 +264,9 @@ class Lines:
     def join(self, ident: Ident, ticket: Ticket) -> _Line:
         """Put ``ticket`` at the end of ``ident``'s line and return the line."""
         with self._lock:
-            line = self._lines.setdefault(ident, _Line())
+            line = self._lines.get(ident)
+            if line is None:  # not setdefault: a line is built only for a new key
+                line = self._lines[ident] = _Line()
             line.tickets.append(ticket)
             return line
 
