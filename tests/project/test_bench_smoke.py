@@ -8,12 +8,13 @@ JSON and Markdown where it is told, and that only ``--publish`` touches docs/.
 from __future__ import annotations
 
 import copy
+import gc
 import hashlib
 import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 import pytest
 
@@ -22,6 +23,16 @@ sys.path.insert(0, str(ROOT))
 
 bench_common = pytest.importorskip("bench.common")
 bench_core = pytest.importorskip("bench.core")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _frozen_heap() -> Iterator[None]:
+    """The bench collects garbage before every case; in a worker that has run hundreds of
+    tests first, each collection walked the whole heap (seconds per section). Freezing
+    what exists leaves it only this module's new objects to walk."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 def _fast_libs(monkeypatch: pytest.MonkeyPatch) -> None:
