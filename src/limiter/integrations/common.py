@@ -529,17 +529,6 @@ async def acheck_store(owner: str, store: Any, shown: str) -> None:
         _unreachable(owner, shown, store, exc)
 
 
-def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
-    """The scope of a limit on ``func``: ``name``, else ``"<module>.<qualname>"``."""
-    if name is not None:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty str or None, got {name!r}")
-        return name
-    module = getattr(func, "__module__", None) or "?"
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-    return f"{module}.{qualname or repr(func)}"
-
-
 @contextlib.contextmanager
 def reworded(prefix: str, suffix: str = "", error: Optional[type] = None) -> Iterator[None]:
     """A ``TypeError``/``ValueError`` of the block raised again as ``error`` (else its own

@@ -46,7 +46,6 @@ from limiter.integrations.common import (
     RouteLimit,
     ScopedLimit,
     check_store,
-    view_scope,
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
@@ -377,16 +376,16 @@ def _method_key(view: Callable[..., Any]) -> Optional[Tuple[Any, type]]:
     return (function, type(owner))
 
 
-def _scope(view: Callable[..., Any], name: Optional[str]) -> str:
-    """``view_scope``, but a ``method_decorator`` method is named after the serving
-    class (else every view inheriting ``View.dispatch`` would share buckets)."""
-    if name is None:
-        bound = getattr(view, "func", None)  # method_decorator: partial(bound method)
-        owner = getattr(bound, "__self__", None)
-        if owner is not None and not isinstance(owner, type):
-            cls = type(owner)
-            return f"{cls.__module__}.{cls.__qualname__}.{getattr(bound, '__name__', '?')}"
-    return view_scope(view, name)
+def _scope(view: Callable[..., Any]) -> str:
+    """The scope of an unnamed limit on ``view``: ``"<module>.<qualname>"``; for a
+    ``method_decorator`` method, the serving class's (else every view inheriting
+    ``View.dispatch`` would share buckets)."""
+    key = _method_key(view)
+    if key is not None:
+        function, cls = key
+        return f"{cls.__module__}.{cls.__qualname__}.{getattr(function, '__name__', '?')}"
+    qualname = getattr(view, "__qualname__", None) or getattr(view, "__name__", None)
+    return f"{getattr(view, '__module__', None) or '?'}.{qualname or repr(view)}"
 
 
 def ratelimit(
@@ -444,7 +443,7 @@ def _settings_wait() -> object:
 def _prepare(limit: ScopedLimit, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
     """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
     inner = _unwrap(view)
-    route = limit.route(_scope(inner, limit.name))
+    route = limit.route(_scope(inner))  # (a name wins)
     if _is_async_view(inner):
         return _async_call(route), True
     store = getattr(route.rate, "store", None)

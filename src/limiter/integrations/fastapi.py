@@ -53,7 +53,7 @@ class RateLimitOptions(IntegrationOptions, WebSocketOptions, total=False):
 _HELD = "limiter.fastapi.held"
 _MARK = "__limiter_rate_limit__"  # value: the RateLimit owning the dependency
 _NO_MIDDLEWARE = "ran on an app without its middleware: call rl.init_app(app) (or RateLimit(app))"
-_BIND = "__limiter_bind__"
+_LIMIT = "__limiter_limit__"  # value: the ScopedLimit and the list of its one guard
 
 
 class _Refusal(Exception):
@@ -180,17 +180,9 @@ class RateLimit:
         limit = common.ScopedLimit(
             self, rate, name, key_func, cost, methods, deduct_when, algorithm, bucket_scope
         )
-        # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
+        # Built now so a bad option fails at start-up; _name_limits replaces guards[0] once.
         guards = [self.integration.guard(limit.first)]
         rate_limit = _dependency(self.integration, guards, limit.first, self._key)
-        bound = False
-
-        def bind(routes: str) -> None:
-            nonlocal bound
-            if not bound:
-                bound = True
-                guards[0] = self.integration.guard(limit.route(routes))
-
         rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
         rate_limit.__qualname__ = (
             f"rate_limit[{bucket_scope}] is a dependency, not a decorator: write "
@@ -199,7 +191,7 @@ class RateLimit:
         if sys.version_info < (3, 10):  # 3.9 names a function by its code in a TypeError
             rate_limit.__code__ = rate_limit.__code__.replace(co_name=rate_limit.__qualname__)
         setattr(rate_limit, _MARK, self)
-        setattr(rate_limit, _BIND, bind)
+        setattr(rate_limit, _LIMIT, (limit, guards))
         return rate_limit
 
     def exempt(self, endpoint: F) -> F:
@@ -442,7 +434,9 @@ class _RateLimitMiddleware:
                 if getattr(call, _MARK, None) is owner:
                     found.setdefault(id(call), (call, set()))[1].add(label)
         for call, labels in found.values():
-            getattr(call, _BIND)(", ".join(sorted(labels)))
+            limit, guards = getattr(call, _LIMIT)
+            if not limit.routes:  # unnamed, and not named by another app's routes yet
+                guards[0] = owner.integration.guard(limit.route(", ".join(sorted(labels))))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._named:
