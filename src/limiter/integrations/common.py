@@ -188,12 +188,6 @@ class RouteLimit:
     def __repr__(self) -> str:
         return f"RouteLimit({self.rate!r}, scope={self.scope!r})"
 
-    def in_scope(self, scope: str) -> RouteLimit:
-        """This limit with its buckets under ``scope``: the same options, checked once."""
-        route = copy.copy(self)
-        route.scope = scope
-        return route
-
 
 class ScopedLimit:
     """A declared limit (``rl.limit``, ``ratelimit``): a ``RouteLimit`` per scope, its
@@ -232,8 +226,10 @@ class ScopedLimit:
         if self.name is not None:
             scope = self.name
         route = self.routes.get(scope)
-        if route is None:  # setdefault: threads building the same scope share one
-            route = self.routes.setdefault(scope, self.first.in_scope(scope))
+        if route is None:  # a copy: the same options, checked once
+            route = copy.copy(self.first)
+            route.scope = scope
+            route = self.routes.setdefault(scope, route)  # threads building it share one
         return route
 
 

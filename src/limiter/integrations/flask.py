@@ -105,9 +105,14 @@ def _refuse_async(owner: str, **funcs: Any) -> None:
             )
 
 
-def _sync_store(store: object, where: str) -> None:
-    if is_async_only(store):
-        raise ValueError(f"Flask needs a synchronous store; {where} is {store!r}, async only")
+def _sync_store(store: object, where: str) -> Any:
+    """``store`` resolved (``resolve_store``), refused if async only."""
+    from limiter.urls import resolve_store
+
+    resolved = resolve_store(store)
+    if is_async_only(resolved):
+        raise ValueError(f"Flask needs a synchronous store; {where} is {resolved!r}, async only")
+    return resolved
 
 
 class _AppState:
@@ -213,12 +218,8 @@ class RateLimit:
                 _sync_store(default.store, "the default limiter's store")
         self._store: Any = store
         self._store_given: Any = store
-        if isinstance(store, str):
-            from limiter.urls import resolve_store  # one store for every app of this RateLimit
-
-            self._store = resolve_store(store)
-        if store is not _UNSET and store is not None:
-            _sync_store(self._store, "store")
+        if store is not _UNSET and store is not None:  # one store for every app of this RateLimit
+            self._store = _sync_store(store, "store")
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must be a limiter.Clock or None, got {clock!r}")
         self._clock = clock
@@ -252,11 +253,8 @@ class RateLimit:
             default = _config_default(config)
         store = _config_store(config) if self._store is _UNSET else self._store
         given = config.get("RATELIMIT_STORAGE_URL") if self._store is _UNSET else self._store_given
-        if store is None:
-            from limiter.urls import resolve_store
-
-            store = resolve_store(None)  # LIMITER_STORAGE_URL, else a MemoryStore
-            _sync_store(store, "the store of LIMITER_STORAGE_URL")
+        if store is None:  # LIMITER_STORAGE_URL, else a MemoryStore
+            store = _sync_store(None, "the store of LIMITER_STORAGE_URL")
         if "header_style" not in options and "RATELIMIT_HEADERS" in config:
             options["header_style"] = _config_headers(config["RATELIMIT_HEADERS"])
         if "enabled" not in options and "RATELIMIT_ENABLED" in config:
@@ -379,8 +377,7 @@ def _config_store(config: flask.Config) -> Any:
 
     with reworded("RATELIMIT_STORAGE_URL: "):  # its message redacts the URL's password
         store = resolve_store(url)
-    _sync_store(store, "RATELIMIT_STORAGE_URL's store")
-    return store
+    return _sync_store(store, "RATELIMIT_STORAGE_URL's store")
 
 
 def _config_headers(value: object) -> Optional[str]:
