@@ -347,7 +347,7 @@ class Integration:
         self._lock = threading.Lock()
         self._limiters: Dict[Tuple[str, str, str], RateLimiter] = {}
         self._counts: Dict[str, int] = {}
-        self._guards: Dict[int, Tuple[RouteLimit, Guard]] = {}
+        self._guards: Dict[RouteLimit, Guard] = {}  # by identity
         self.default: Optional[Guard] = None
         if default is not None:
             spec = self.spec(check_rate(default), "default")
@@ -410,16 +410,16 @@ class Integration:
 
     def guard(self, route: RouteLimit) -> Guard:
         """The ``Guard`` of ``route`` (built once per ``RouteLimit``)."""
-        entry = self._guards.get(id(route))
-        if entry is not None and entry[0] is route:
-            return entry[1]
+        guard = self._guards.get(route)
+        if guard is not None:
+            return guard
         options = {**self._shared, "cost": route.cost, "deduct_when": route.deduct_when}
         if route.key_func is not None:
             options["key_func"] = route.key_func
         spec = self.spec(route.rate, route.scope, route.algorithm)
         guard = Guard(spec, Options(options, owner=self.owner))
         with self._lock:
-            self._guards[id(route)] = (route, guard)
+            self._guards[route] = guard
         return guard
 
     def guards(self, routes: Sequence[RouteLimit], method: str) -> List[Guard]:

@@ -215,9 +215,7 @@ class RateLimitMiddleware:
         try:
             response = self.get_response(request)
         except BaseException:  # no response (gevent's Timeout): process_view's slots go back
-            recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-            if recorded is not None:
-                recorded.release()
+            request.__dict__.pop(_DECISION, NOT_LIMITED).release()
             raise
         decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
         if decision is None and _unresolved(request, response):
@@ -230,9 +228,7 @@ class RateLimitMiddleware:
         try:
             response = await self.get_response(request)
         except BaseException:  # cancelled (a disconnect): process_view's slots go back
-            recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-            if recorded is not None:
-                await recorded.arelease()
+            await request.__dict__.pop(_DECISION, NOT_LIMITED).arelease()
             raise
         decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
         if decision is None and _unresolved(request, response):

@@ -141,9 +141,8 @@ class RateLimit:
         return f"RateLimit(default={None if default is None else default.limiter!r})"
 
     def init_app(self, app: Starlette) -> None:
-        """Install on ``app`` the exception handler sending refusals, and the middleware,
-        before it serves (else ``RuntimeError``, as the second time).  Add
-        ``CORSMiddleware`` after it so that 429s get CORS headers."""
+        """Install the refusals' exception handler and the middleware on ``app``, before
+        it serves (else ``RuntimeError``, as the second time); docs/fastapi.md#how-it-works."""
         if not isinstance(app, Starlette):
             raise TypeError(f"app must be a FastAPI or Starlette application, got {app!r:.200}")
         if any(known is app for known in self._apps):
@@ -292,8 +291,7 @@ def _limit_calls(dependant: Any) -> List[Any]:
 
 
 def _flat_routes(routes: List[Any]) -> List[Any]:
-    """``routes`` in the router's order, included routers opened (FastAPI 0.16x
-    keeps one as a single route; earlier versions copy its routes in)."""
+    """``routes`` in the router's order, included routers (FastAPI 0.16x) opened."""
     try:
         from fastapi.routing import iter_route_contexts
     except ImportError:  # older FastAPI, or plain Starlette without FastAPI installed
@@ -307,9 +305,8 @@ def _included(router: Any) -> List[Any]:
     return [included for included in found if included is not None]
 
 
-#: The route classes of WebSocket endpoints (they never match an http request),
-#: and the ``matches`` functions that read only the scope's type, path,
-#: ``root_path`` and method (their answers can be remembered per method and path).
+#: WebSocket route classes, and the ``matches`` that read only the type, path,
+#: ``root_path`` and method (answers remembered: docs/fastapi.md#how-it-works).
 _SOCKETS: Tuple[type, ...] = (WebSocketRoute,)
 _BY_PATH: Tuple[Any, ...] = (Route.matches, Mount.matches, WebSocketRoute.matches)
 try:
@@ -326,8 +323,7 @@ def _original(route: Any) -> Any:
     return getattr(route, "original_route", route)
 
 
-#: How many answers are remembered (full: forgotten together, so made-up paths
-#: cannot grow memory), and the longest path remembered.
+#: How many answers are remembered (then all forgotten), and the longest path.
 _CACHE_SIZE = 4096
 _LONGEST_CACHED = 512
 #: A route's bound ``matches`` and whether the default applies to what it matches.
@@ -343,8 +339,7 @@ def _scan(table: List[_Row], scope: Scope) -> bool:
 
 
 class _DefaultRoutes:
-    """Which requests ``default`` applies to on one app, asked of its routes; rebuilt when
-    a route or router is added, or ``exempt`` marks another endpoint."""
+    """Which requests ``default`` applies to on one app (docs/fastapi.md#how-it-works)."""
 
     def __init__(self, rate_limit: RateLimit, app: Starlette) -> None:
         self.rate_limit = rate_limit
@@ -353,8 +348,7 @@ class _DefaultRoutes:
         self.sizes: List[int] = []
         self.exempt = -1
         self.table: List[_Row] = []
-        # (method, path, root_path, host) -> answer; None: a route reads more
-        # of the request than that, so every request is asked afresh.
+        # (method, path, root_path, host) -> answer; None: a route reads more.
         self.cache: Optional[Dict[Tuple[Any, ...], bool]] = None
         self.by_host = False
 
@@ -389,8 +383,7 @@ class _DefaultRoutes:
         self.sizes = [len(known.routes) for known in self.routers]
         self.exempt = len(self.rate_limit._exempt)
         covered = self.rate_limit._covered
-        # route.matches bound once: FastAPI's RouteContext resolves it through
-        # __getattr__. A WebSocket route never matches http: the default applies past it.
+        # route.matches bound once (FastAPI's RouteContext resolves it in __getattr__).
         rows = [
             (route, route.matches, isinstance(_original(route), _SOCKETS) or not covered(route))
             for route in _flat_routes(router.routes)

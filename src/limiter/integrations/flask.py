@@ -25,7 +25,7 @@ from flask.views import MethodView
 from limiter.adapters.wsgi import request_info
 from limiter.clock import Clock
 from limiter.http.guard import Guard
-from limiter.http.options import IntegrationOptions, Options, check_options
+from limiter.http.options import IntegrationOptions, Options
 from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import Response
 from limiter.http.rules import DeductWhen, is_async_callable
@@ -195,7 +195,6 @@ class RateLimit:
         algorithm: Optional[str] = None,
         **options: Unpack[IntegrationOptions],
     ) -> None:
-        check_options("RateLimit", options)
         self._algorithm = check_algorithm(algorithm)
         if not isinstance(check_store, bool):
             raise TypeError(f"check_store must be True or False, got {check_store!r}")
