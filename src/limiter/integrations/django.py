@@ -328,7 +328,6 @@ def _sync_call(route: RouteLimit) -> Callable[..., Any]:
             return _finish(response, request, decision)
         return _respond(request, response, decision, decision.headers(response.status_code))
 
-    setattr(call, _CALL, True)
     return call
 
 
@@ -345,7 +344,6 @@ def _async_call(route: RouteLimit) -> Callable[..., Any]:
             return await view(*args, **kwargs)
         return await _finish(view(*args, **kwargs), request, decision)
 
-    setattr(acall, _CALL, True)
     return acall
 
 
@@ -440,16 +438,17 @@ def _prepare(limit: ScopedLimit, view: Callable[..., Any]) -> Tuple[Callable[...
     """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
     inner = _unwrap(view)
     route = limit.route(_scope(inner))  # (a name wins)
-    if _is_async_view(inner):
-        return _async_call(route), True
+    is_async = _is_async_view(inner)
     store = getattr(route.rate, "store", None)
-    if store is not None and is_async_only(store):
+    if not is_async and store is not None and is_async_only(store):
         raise ValueError(
             f"ratelimit: the synchronous view {route.scope} cannot await "
             f"{type(store).__name__}, which is async only: decorate an async def view, "
             f"or give the limiter a synchronous store"
         )
-    return _sync_call(route), False
+    call = _async_call(route) if is_async else _sync_call(route)
+    setattr(call, _CALL, True)
+    return call, is_async
 
 
 def _wrapped(view: F, call: Callable[..., Any], is_async: bool) -> F:

@@ -415,7 +415,7 @@ class _RateLimitMiddleware:
         ``"GET /items/{id}"``, ``"WEBSOCKET /ws"``; stable across deploys and workers."""
         self._named = True
         owner = self.rate_limit
-        found: Dict[int, Tuple[Any, Set[str]]] = {}
+        found: Dict[Any, Set[str]] = {}  # limit() dependency -> its routes
         for route in _flat_routes(self.routed.router.routes):
             dependant = getattr(route, "dependant", None)
             path = getattr(route, "path", None)
@@ -425,8 +425,8 @@ class _RateLimitMiddleware:
             label = f"{','.join(sorted(methods)) if methods else 'WEBSOCKET'} {path}"
             for call in _limit_calls(dependant):
                 if getattr(call, _MARK, None) is owner:
-                    found.setdefault(id(call), (call, set()))[1].add(label)
-        for call, labels in found.values():
+                    found.setdefault(call, set()).add(label)
+        for call, labels in found.items():
             limit, guards = getattr(call, _LIMIT)
             if not limit.routes:  # unnamed, and not named by another app's routes yet
                 guards[0] = owner.integration.guard(limit.route(", ".join(sorted(labels))))

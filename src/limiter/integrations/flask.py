@@ -30,6 +30,7 @@ from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import Response
 from limiter.http.rules import DeductWhen, is_async_callable
 from limiter.integrations.common import (
+    NOT_LIMITED,
     F,
     Integration,
     RateSpec,
@@ -473,6 +474,4 @@ def _release_unsent(error: Optional[BaseException]) -> None:
 def _release(environ: Dict[str, Any], names: Tuple[str, ...]) -> None:
     """Give back the slots of the decisions under ``names`` in ``environ``, removed."""
     for name in names:
-        decision = environ.pop(name, None)
-        if decision is not None:
-            decision.release()
+        environ.pop(name, NOT_LIMITED).release()
