@@ -115,10 +115,9 @@ def check_deduct_when_signature(deduct_when: object) -> None:
 
 
 def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
-    """``rate`` checked as a ``RateSpec`` (a list of rate strings joined with ``;``).
-
-    ``ValueError`` for a bad rate string or an ``algorithm`` beside a ``RateLimiter``,
-    ``TypeError`` for anything else."""
+    """``rate`` checked as a ``RateSpec`` (a list of rate strings joined with ``;``):
+    ``ValueError`` for a bad string or an ``algorithm`` beside a ``RateLimiter``, else
+    ``TypeError``."""
     algorithm = check_algorithm(algorithm)
     if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
         rate = ";".join(rate)
@@ -256,10 +255,8 @@ async def arelease(outcomes: Iterable[object]) -> None:
 
 
 class Decision:
-    """One request's decision: ``response`` to send instead of the view, or ``None``.
-
-    After the view, ``headers(status)`` settles ``deduct_when`` charges and returns the
-    headers to add; ``release()`` gives back the slots held once the response ended."""
+    """One request's decision: ``response`` to send instead of the view, or ``None``;
+    then ``headers(status)`` to add, and ``release()`` once the response ended."""
 
     __slots__ = ("_outcomes", "response")
 
@@ -316,10 +313,9 @@ NOT_LIMITED = Decision(None)
 class Integration:
     """One framework integration's store, options, default guard and view guards.
 
-    ``owner`` names it in errors; ``store`` goes through ``resolve_store`` (``asyncio``:
-    a URL gives an async store); ``cost``, ``rules`` and ``deduct_when`` apply to the
-    default only.  ``TypeError``/``ValueError`` for a bad option (docs/adapters.md#options).
-    """
+    ``owner`` names it in errors; ``asyncio``: a store URL gives an async store;
+    ``cost``, ``rules`` and ``deduct_when`` apply to the default only.
+    ``TypeError``/``ValueError`` for a bad option (docs/adapters.md#options)."""
 
     def __init__(
         self,

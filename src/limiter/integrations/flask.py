@@ -94,10 +94,6 @@ class _Unset(enum.Enum):
 _UNSET = _Unset.UNSET
 
 
-def _class_scope(view_class: type) -> str:
-    return f"{view_class.__module__}.{view_class.__qualname__}"
-
-
 def _refuse_async(owner: str, **funcs: Any) -> None:
     for option, func in funcs.items():
         if func is not None and not isinstance(func, RateLimiter) and is_async_callable(func):
@@ -141,7 +137,7 @@ class _AppState:
         exempt = bool(getattr(view, _EXEMPT, False))
         view_class = getattr(view, "view_class", None)
         if isinstance(view_class, type):
-            scope = _class_scope(view_class)
+            scope = f"{view_class.__module__}.{view_class.__qualname__}"
         else:
             # The endpoint, not the qualname: unique in the app and stable across
             # processes, so views made by one factory do not share buckets.
@@ -154,7 +150,7 @@ class _AppState:
             if handler is not None:
                 # Per serving class: an inherited limited ``get`` gets its own
                 # buckets; ``head = get`` shares.
-                scope = f"{_class_scope(view_class)}.{getattr(handler, '__name__', method.lower())}"
+                scope = f"{scope}.{getattr(handler, '__name__', method.lower())}"
                 routes.extend(limit.route(scope) for limit in getattr(handler, _LIMITS, ()))
                 exempt = exempt or bool(getattr(handler, _EXEMPT, False))
         if routes:
