@@ -404,7 +404,9 @@ def ratelimit(
     limit = ScopedLimit(
         None, rate, name, key_func, cost, methods, deduct_when, algorithm, "ratelimit"
     )
-    wait = _settings_wait()
+    # settings.RATE_LIMIT's max_wait, read raw (checked when served).
+    source = getattr(settings, "RATE_LIMIT", None) if settings.configured else None
+    wait = source.get("max_wait") if isinstance(source, dict) else None
     if isinstance(rate, RateLimiter) and wait is not None:  # known now: refused now
         refuse_max_wait_with_lockout(rate, f"settings.RATE_LIMIT['max_wait'] = {wait!r}")
     # method_decorator builds a new partial per request: one call per (function, class).
@@ -426,12 +428,6 @@ def ratelimit(
     if callable(rate) and not isinstance(rate, type) and not hasattr(rate, "limits"):
         setattr(decorator, _BARE, rate)
     return decorator
-
-
-def _settings_wait() -> object:
-    """``settings.RATE_LIMIT``'s ``max_wait``, ``None`` if unset (read raw; checked when served)."""
-    source = getattr(settings, "RATE_LIMIT", None) if settings.configured else None
-    return source.get("max_wait") if isinstance(source, dict) else None
 
 
 def _prepare(limit: ScopedLimit, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
