@@ -813,6 +813,12 @@ def test_a_store_url_as_the_whole_setting_never_shows_its_password() -> None:
     )
 
 
+def test_an_unnamed_limit_is_scoped_by_the_qualified_view_name() -> None:
+    from limiter.integrations.django import _scope
+
+    assert _scope(hello) == "test_django.hello"
+
+
 def test_bad_decorator_arguments_fail_when_decorating() -> None:
     with pytest.raises(ValueError, match="fortnight"):
         ratelimit("1/fortnight")

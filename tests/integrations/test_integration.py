@@ -21,7 +21,6 @@ from limiter.integrations.common import (
     NOT_LIMITED,
     Integration,
     RouteLimit,
-    view_scope,
 )
 
 T0 = 1_700_000_000.0
@@ -173,17 +172,6 @@ def test_options_are_checked_at_start_up() -> None:
         Integration("RateLimit", on_error="open")
     with pytest.raises(ValueError, match="minnute"):
         Integration("RateLimit", default="5/minnute")
-
-
-def view() -> None:
-    pass
-
-
-def test_view_scope_is_the_name_or_the_qualified_view_name() -> None:
-    assert view_scope(view, None) == "test_integration.view"
-    assert view_scope(view, "search") == "search"
-    with pytest.raises(TypeError, match="name must be a non-empty str"):
-        view_scope(view, "")
 
 
 def test_a_rate_limiter_is_used_as_given(integration) -> None:

@@ -29,16 +29,15 @@ class Config:
     def __init__(self, source: object) -> None:
         if source is None:
             source = {}
-        if not isinstance(source, dict):
+        if isinstance(source, str):  # a store URL as the whole setting: never show its password
             from limiter.backends._url import redact_url
 
-            # A store URL given as the whole setting: never show its password.
-            shown = redact_url(source) if isinstance(source, str) else f"{source!r:.200}"
-            hint = ' (a store URL goes under "store": {"store": "redis://..."})'
             raise ImproperlyConfigured(
-                f"settings.RATE_LIMIT must be a dict, got {shown:.200}"
-                + (hint if isinstance(source, str) else "")
+                f"settings.RATE_LIMIT must be a dict, got {redact_url(source):.200} "
+                '(a store URL goes under "store": {"store": "redis://..."})'
             )
+        if not isinstance(source, dict):
+            raise ImproperlyConfigured(f"settings.RATE_LIMIT must be a dict, got {source!r:.200}")
         for key in source:
             if key not in KEYS:
                 close = difflib.get_close_matches(str(key), sorted(KEYS), n=1)

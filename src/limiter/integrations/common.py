@@ -115,10 +115,9 @@ def check_deduct_when_signature(deduct_when: object) -> None:
 
 
 def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
-    """``rate`` checked as a ``RateSpec`` (a list of rate strings joined with ``;``).
-
-    ``ValueError`` for a bad rate string or an ``algorithm`` beside a ``RateLimiter``,
-    ``TypeError`` for anything else."""
+    """``rate`` checked as a ``RateSpec`` (a list of rate strings joined with ``;``):
+    ``ValueError`` for a bad string or an ``algorithm`` beside a ``RateLimiter``, else
+    ``TypeError``."""
     algorithm = check_algorithm(algorithm)
     if isinstance(rate, (list, tuple)) and rate and all(isinstance(r, str) for r in rate):
         rate = ";".join(rate)
@@ -188,12 +187,6 @@ class RouteLimit:
     def __repr__(self) -> str:
         return f"RouteLimit({self.rate!r}, scope={self.scope!r})"
 
-    def in_scope(self, scope: str) -> RouteLimit:
-        """This limit with its buckets under ``scope``: the same options, checked once."""
-        route = copy.copy(self)
-        route.scope = scope
-        return route
-
 
 class ScopedLimit:
     """A declared limit (``rl.limit``, ``ratelimit``): a ``RouteLimit`` per scope, its
@@ -232,8 +225,10 @@ class ScopedLimit:
         if self.name is not None:
             scope = self.name
         route = self.routes.get(scope)
-        if route is None:  # setdefault: threads building the same scope share one
-            route = self.routes.setdefault(scope, self.first.in_scope(scope))
+        if route is None:  # a copy: the same options, checked once
+            route = copy.copy(self.first)
+            route.scope = scope
+            route = self.routes.setdefault(scope, route)  # threads building it share one
         return route
 
 
@@ -260,10 +255,8 @@ async def arelease(outcomes: Iterable[object]) -> None:
 
 
 class Decision:
-    """One request's decision: ``response`` to send instead of the view, or ``None``.
-
-    After the view, ``headers(status)`` settles ``deduct_when`` charges and returns the
-    headers to add; ``release()`` gives back the slots held once the response ended."""
+    """One request's decision: ``response`` to send instead of the view, or ``None``;
+    then ``headers(status)`` to add, and ``release()`` once the response ended."""
 
     __slots__ = ("_outcomes", "response")
 
@@ -320,10 +313,9 @@ NOT_LIMITED = Decision(None)
 class Integration:
     """One framework integration's store, options, default guard and view guards.
 
-    ``owner`` names it in errors; ``store`` goes through ``resolve_store`` (``asyncio``:
-    a URL gives an async store); ``cost``, ``rules`` and ``deduct_when`` apply to the
-    default only.  ``TypeError``/``ValueError`` for a bad option (docs/adapters.md#options).
-    """
+    ``owner`` names it in errors; ``asyncio``: a store URL gives an async store;
+    ``cost``, ``rules`` and ``deduct_when`` apply to the default only.
+    ``TypeError``/``ValueError`` for a bad option (docs/adapters.md#options)."""
 
     def __init__(
         self,
@@ -351,7 +343,7 @@ class Integration:
         self._lock = threading.Lock()
         self._limiters: Dict[Tuple[str, str, str], RateLimiter] = {}
         self._counts: Dict[str, int] = {}
-        self._guards: Dict[int, Tuple[RouteLimit, Guard]] = {}
+        self._guards: Dict[RouteLimit, Guard] = {}  # by identity
         self.default: Optional[Guard] = None
         if default is not None:
             spec = self.spec(check_rate(default), "default")
@@ -414,16 +406,16 @@ class Integration:
 
     def guard(self, route: RouteLimit) -> Guard:
         """The ``Guard`` of ``route`` (built once per ``RouteLimit``)."""
-        entry = self._guards.get(id(route))
-        if entry is not None and entry[0] is route:
-            return entry[1]
+        guard = self._guards.get(route)
+        if guard is not None:
+            return guard
         options = {**self._shared, "cost": route.cost, "deduct_when": route.deduct_when}
         if route.key_func is not None:
             options["key_func"] = route.key_func
         spec = self.spec(route.rate, route.scope, route.algorithm)
         guard = Guard(spec, Options(options, owner=self.owner))
         with self._lock:
-            self._guards[id(route)] = (route, guard)
+            self._guards[route] = guard
         return guard
 
     def guards(self, routes: Sequence[RouteLimit], method: str) -> List[Guard]:
@@ -527,17 +519,6 @@ async def acheck_store(owner: str, store: Any, shown: str) -> None:
         await aping()
     except StoreError as exc:
         _unreachable(owner, shown, store, exc)
-
-
-def view_scope(func: Callable[..., Any], name: Optional[str]) -> str:
-    """The scope of a limit on ``func``: ``name``, else ``"<module>.<qualname>"``."""
-    if name is not None:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty str or None, got {name!r}")
-        return name
-    module = getattr(func, "__module__", None) or "?"
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-    return f"{module}.{qualname or repr(func)}"
 
 
 @contextlib.contextmanager

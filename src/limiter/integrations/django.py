@@ -46,7 +46,6 @@ from limiter.integrations.common import (
     RouteLimit,
     ScopedLimit,
     check_store,
-    view_scope,
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.store import is_async_only
@@ -216,9 +215,7 @@ class RateLimitMiddleware:
         try:
             response = self.get_response(request)
         except BaseException:  # no response (gevent's Timeout): process_view's slots go back
-            recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-            if recorded is not None:
-                recorded.release()
+            request.__dict__.pop(_DECISION, NOT_LIMITED).release()
             raise
         decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
         if decision is None and _unresolved(request, response):
@@ -231,9 +228,7 @@ class RateLimitMiddleware:
         try:
             response = await self.get_response(request)
         except BaseException:  # cancelled (a disconnect): process_view's slots go back
-            recorded: Optional[Decision] = request.__dict__.pop(_DECISION, None)
-            if recorded is not None:
-                await recorded.arelease()
+            await request.__dict__.pop(_DECISION, NOT_LIMITED).arelease()
             raise
         decision: Optional[Decision] = request.__dict__.pop(_DECISION, None)
         if decision is None and _unresolved(request, response):
@@ -333,7 +328,6 @@ def _sync_call(route: RouteLimit) -> Callable[..., Any]:
             return _finish(response, request, decision)
         return _respond(request, response, decision, decision.headers(response.status_code))
 
-    setattr(call, _CALL, True)
     return call
 
 
@@ -350,7 +344,6 @@ def _async_call(route: RouteLimit) -> Callable[..., Any]:
             return await view(*args, **kwargs)
         return await _finish(view(*args, **kwargs), request, decision)
 
-    setattr(acall, _CALL, True)
     return acall
 
 
@@ -377,16 +370,16 @@ def _method_key(view: Callable[..., Any]) -> Optional[Tuple[Any, type]]:
     return (function, type(owner))
 
 
-def _scope(view: Callable[..., Any], name: Optional[str]) -> str:
-    """``view_scope``, but a ``method_decorator`` method is named after the serving
-    class (else every view inheriting ``View.dispatch`` would share buckets)."""
-    if name is None:
-        bound = getattr(view, "func", None)  # method_decorator: partial(bound method)
-        owner = getattr(bound, "__self__", None)
-        if owner is not None and not isinstance(owner, type):
-            cls = type(owner)
-            return f"{cls.__module__}.{cls.__qualname__}.{getattr(bound, '__name__', '?')}"
-    return view_scope(view, name)
+def _scope(view: Callable[..., Any]) -> str:
+    """The scope of an unnamed limit on ``view``: ``"<module>.<qualname>"``; for a
+    ``method_decorator`` method, the serving class's (else every view inheriting
+    ``View.dispatch`` would share buckets)."""
+    key = _method_key(view)
+    if key is not None:
+        function, cls = key
+        return f"{cls.__module__}.{cls.__qualname__}.{getattr(function, '__name__', '?')}"
+    qualname = getattr(view, "__qualname__", None) or getattr(view, "__name__", None)
+    return f"{getattr(view, '__module__', None) or '?'}.{qualname or repr(view)}"
 
 
 def ratelimit(
@@ -411,7 +404,9 @@ def ratelimit(
     limit = ScopedLimit(
         None, rate, name, key_func, cost, methods, deduct_when, algorithm, "ratelimit"
     )
-    wait = _settings_wait()
+    # settings.RATE_LIMIT's max_wait, read raw (checked when served).
+    source = getattr(settings, "RATE_LIMIT", None) if settings.configured else None
+    wait = source.get("max_wait") if isinstance(source, dict) else None
     if isinstance(rate, RateLimiter) and wait is not None:  # known now: refused now
         refuse_max_wait_with_lockout(rate, f"settings.RATE_LIMIT['max_wait'] = {wait!r}")
     # method_decorator builds a new partial per request: one call per (function, class).
@@ -435,26 +430,21 @@ def ratelimit(
     return decorator
 
 
-def _settings_wait() -> object:
-    """``settings.RATE_LIMIT``'s ``max_wait``, ``None`` if unset (read raw; checked when served)."""
-    source = getattr(settings, "RATE_LIMIT", None) if settings.configured else None
-    return source.get("max_wait") if isinstance(source, dict) else None
-
-
 def _prepare(limit: ScopedLimit, view: Callable[..., Any]) -> Tuple[Callable[..., Any], bool]:
     """``(call, is_async)`` for ``view``: ``call(view, *args, **kwargs)`` limits it."""
     inner = _unwrap(view)
-    route = limit.route(_scope(inner, limit.name))
-    if _is_async_view(inner):
-        return _async_call(route), True
+    route = limit.route(_scope(inner))  # (a name wins)
+    is_async = _is_async_view(inner)
     store = getattr(route.rate, "store", None)
-    if store is not None and is_async_only(store):
+    if not is_async and store is not None and is_async_only(store):
         raise ValueError(
             f"ratelimit: the synchronous view {route.scope} cannot await "
             f"{type(store).__name__}, which is async only: decorate an async def view, "
             f"or give the limiter a synchronous store"
         )
-    return _sync_call(route), False
+    call = _async_call(route) if is_async else _sync_call(route)
+    setattr(call, _CALL, True)
+    return call, is_async
 
 
 def _wrapped(view: F, call: Callable[..., Any], is_async: bool) -> F:

@@ -53,7 +53,7 @@ class RateLimitOptions(IntegrationOptions, WebSocketOptions, total=False):
 _HELD = "limiter.fastapi.held"
 _MARK = "__limiter_rate_limit__"  # value: the RateLimit owning the dependency
 _NO_MIDDLEWARE = "ran on an app without its middleware: call rl.init_app(app) (or RateLimit(app))"
-_BIND = "__limiter_bind__"
+_LIMIT = "__limiter_limit__"  # value: the ScopedLimit and the list of its one guard
 
 
 class _Refusal(Exception):
@@ -141,9 +141,8 @@ class RateLimit:
         return f"RateLimit(default={None if default is None else default.limiter!r})"
 
     def init_app(self, app: Starlette) -> None:
-        """Install on ``app`` the exception handler sending refusals, and the middleware,
-        before it serves (else ``RuntimeError``, as the second time).  Add
-        ``CORSMiddleware`` after it so that 429s get CORS headers."""
+        """Install the refusals' exception handler and the middleware on ``app``, before
+        it serves (else ``RuntimeError``, as the second time); docs/fastapi.md#how-it-works."""
         if not isinstance(app, Starlette):
             raise TypeError(f"app must be a FastAPI or Starlette application, got {app!r:.200}")
         if any(known is app for known in self._apps):
@@ -180,17 +179,9 @@ class RateLimit:
         limit = common.ScopedLimit(
             self, rate, name, key_func, cost, methods, deduct_when, algorithm, bucket_scope
         )
-        # Built now so a bad option fails at start-up; bind() replaces guards[0] once.
+        # Built now so a bad option fails at start-up; _name_limits replaces guards[0] once.
         guards = [self.integration.guard(limit.first)]
         rate_limit = _dependency(self.integration, guards, limit.first, self._key)
-        bound = False
-
-        def bind(routes: str) -> None:
-            nonlocal bound
-            if not bound:
-                bound = True
-                guards[0] = self.integration.guard(limit.route(routes))
-
         rate_limit.__name__ = f"rate_limit[{bucket_scope}]"
         rate_limit.__qualname__ = (
             f"rate_limit[{bucket_scope}] is a dependency, not a decorator: write "
@@ -199,7 +190,7 @@ class RateLimit:
         if sys.version_info < (3, 10):  # 3.9 names a function by its code in a TypeError
             rate_limit.__code__ = rate_limit.__code__.replace(co_name=rate_limit.__qualname__)
         setattr(rate_limit, _MARK, self)
-        setattr(rate_limit, _BIND, bind)
+        setattr(rate_limit, _LIMIT, (limit, guards))
         return rate_limit
 
     def exempt(self, endpoint: F) -> F:
@@ -300,8 +291,7 @@ def _limit_calls(dependant: Any) -> List[Any]:
 
 
 def _flat_routes(routes: List[Any]) -> List[Any]:
-    """``routes`` in the router's order, included routers opened (FastAPI 0.16x
-    keeps one as a single route; earlier versions copy its routes in)."""
+    """``routes`` in the router's order, included routers (FastAPI 0.16x) opened."""
     try:
         from fastapi.routing import iter_route_contexts
     except ImportError:  # older FastAPI, or plain Starlette without FastAPI installed
@@ -315,9 +305,8 @@ def _included(router: Any) -> List[Any]:
     return [included for included in found if included is not None]
 
 
-#: The route classes of WebSocket endpoints (they never match an http request),
-#: and the ``matches`` functions that read only the scope's type, path,
-#: ``root_path`` and method (their answers can be remembered per method and path).
+#: WebSocket route classes, and the ``matches`` that read only the type, path,
+#: ``root_path`` and method (answers remembered: docs/fastapi.md#how-it-works).
 _SOCKETS: Tuple[type, ...] = (WebSocketRoute,)
 _BY_PATH: Tuple[Any, ...] = (Route.matches, Mount.matches, WebSocketRoute.matches)
 try:
@@ -334,8 +323,7 @@ def _original(route: Any) -> Any:
     return getattr(route, "original_route", route)
 
 
-#: How many answers are remembered (full: forgotten together, so made-up paths
-#: cannot grow memory), and the longest path remembered.
+#: How many answers are remembered (then all forgotten), and the longest path.
 _CACHE_SIZE = 4096
 _LONGEST_CACHED = 512
 #: A route's bound ``matches`` and whether the default applies to what it matches.
@@ -351,8 +339,7 @@ def _scan(table: List[_Row], scope: Scope) -> bool:
 
 
 class _DefaultRoutes:
-    """Which requests ``default`` applies to on one app, asked of its routes; rebuilt when
-    a route or router is added, or ``exempt`` marks another endpoint."""
+    """Which requests ``default`` applies to on one app (docs/fastapi.md#how-it-works)."""
 
     def __init__(self, rate_limit: RateLimit, app: Starlette) -> None:
         self.rate_limit = rate_limit
@@ -361,8 +348,7 @@ class _DefaultRoutes:
         self.sizes: List[int] = []
         self.exempt = -1
         self.table: List[_Row] = []
-        # (method, path, root_path, host) -> answer; None: a route reads more
-        # of the request than that, so every request is asked afresh.
+        # (method, path, root_path, host) -> answer; None: a route reads more.
         self.cache: Optional[Dict[Tuple[Any, ...], bool]] = None
         self.by_host = False
 
@@ -397,8 +383,7 @@ class _DefaultRoutes:
         self.sizes = [len(known.routes) for known in self.routers]
         self.exempt = len(self.rate_limit._exempt)
         covered = self.rate_limit._covered
-        # route.matches bound once: FastAPI's RouteContext resolves it through
-        # __getattr__. A WebSocket route never matches http: the default applies past it.
+        # route.matches bound once (FastAPI's RouteContext resolves it in __getattr__).
         rows = [
             (route, route.matches, isinstance(_original(route), _SOCKETS) or not covered(route))
             for route in _flat_routes(router.routes)
@@ -430,7 +415,7 @@ class _RateLimitMiddleware:
         ``"GET /items/{id}"``, ``"WEBSOCKET /ws"``; stable across deploys and workers."""
         self._named = True
         owner = self.rate_limit
-        found: Dict[int, Tuple[Any, Set[str]]] = {}
+        found: Dict[Any, Set[str]] = {}  # limit() dependency -> its routes
         for route in _flat_routes(self.routed.router.routes):
             dependant = getattr(route, "dependant", None)
             path = getattr(route, "path", None)
@@ -440,9 +425,11 @@ class _RateLimitMiddleware:
             label = f"{','.join(sorted(methods)) if methods else 'WEBSOCKET'} {path}"
             for call in _limit_calls(dependant):
                 if getattr(call, _MARK, None) is owner:
-                    found.setdefault(id(call), (call, set()))[1].add(label)
-        for call, labels in found.values():
-            getattr(call, _BIND)(", ".join(sorted(labels)))
+                    found.setdefault(call, set()).add(label)
+        for call, labels in found.items():
+            limit, guards = getattr(call, _LIMIT)
+            if not limit.routes:  # unnamed, and not named by another app's routes yet
+                guards[0] = owner.integration.guard(limit.route(", ".join(sorted(labels))))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._named:

@@ -25,11 +25,12 @@ from flask.views import MethodView
 from limiter.adapters.wsgi import request_info
 from limiter.clock import Clock
 from limiter.http.guard import Guard
-from limiter.http.options import IntegrationOptions, Options, check_options
+from limiter.http.options import IntegrationOptions, Options
 from limiter.http.request import Cost, KeyFunc
 from limiter.http.responses import Response
 from limiter.http.rules import DeductWhen, is_async_callable
 from limiter.integrations.common import (
+    NOT_LIMITED,
     F,
     Integration,
     RateSpec,
@@ -93,10 +94,6 @@ class _Unset(enum.Enum):
 _UNSET = _Unset.UNSET
 
 
-def _class_scope(view_class: type) -> str:
-    return f"{view_class.__module__}.{view_class.__qualname__}"
-
-
 def _refuse_async(owner: str, **funcs: Any) -> None:
     for option, func in funcs.items():
         if func is not None and not isinstance(func, RateLimiter) and is_async_callable(func):
@@ -105,9 +102,14 @@ def _refuse_async(owner: str, **funcs: Any) -> None:
             )
 
 
-def _sync_store(store: object, where: str) -> None:
-    if is_async_only(store):
-        raise ValueError(f"Flask needs a synchronous store; {where} is {store!r}, async only")
+def _sync_store(store: object, where: str) -> Any:
+    """``store`` resolved (``resolve_store``), refused if async only."""
+    from limiter.urls import resolve_store
+
+    resolved = resolve_store(store)
+    if is_async_only(resolved):
+        raise ValueError(f"Flask needs a synchronous store; {where} is {resolved!r}, async only")
+    return resolved
 
 
 class _AppState:
@@ -135,7 +137,7 @@ class _AppState:
         exempt = bool(getattr(view, _EXEMPT, False))
         view_class = getattr(view, "view_class", None)
         if isinstance(view_class, type):
-            scope = _class_scope(view_class)
+            scope = f"{view_class.__module__}.{view_class.__qualname__}"
         else:
             # The endpoint, not the qualname: unique in the app and stable across
             # processes, so views made by one factory do not share buckets.
@@ -148,7 +150,7 @@ class _AppState:
             if handler is not None:
                 # Per serving class: an inherited limited ``get`` gets its own
                 # buckets; ``head = get`` shares.
-                scope = f"{_class_scope(view_class)}.{getattr(handler, '__name__', method.lower())}"
+                scope = f"{scope}.{getattr(handler, '__name__', method.lower())}"
                 routes.extend(limit.route(scope) for limit in getattr(handler, _LIMITS, ()))
                 exempt = exempt or bool(getattr(handler, _EXEMPT, False))
         if routes:
@@ -190,7 +192,6 @@ class RateLimit:
         algorithm: Optional[str] = None,
         **options: Unpack[IntegrationOptions],
     ) -> None:
-        check_options("RateLimit", options)
         self._algorithm = check_algorithm(algorithm)
         if not isinstance(check_store, bool):
             raise TypeError(f"check_store must be True or False, got {check_store!r}")
@@ -213,12 +214,8 @@ class RateLimit:
                 _sync_store(default.store, "the default limiter's store")
         self._store: Any = store
         self._store_given: Any = store
-        if isinstance(store, str):
-            from limiter.urls import resolve_store  # one store for every app of this RateLimit
-
-            self._store = resolve_store(store)
-        if store is not _UNSET and store is not None:
-            _sync_store(self._store, "store")
+        if store is not _UNSET and store is not None:  # one store for every app of this RateLimit
+            self._store = _sync_store(store, "store")
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must be a limiter.Clock or None, got {clock!r}")
         self._clock = clock
@@ -252,11 +249,8 @@ class RateLimit:
             default = _config_default(config)
         store = _config_store(config) if self._store is _UNSET else self._store
         given = config.get("RATELIMIT_STORAGE_URL") if self._store is _UNSET else self._store_given
-        if store is None:
-            from limiter.urls import resolve_store
-
-            store = resolve_store(None)  # LIMITER_STORAGE_URL, else a MemoryStore
-            _sync_store(store, "the store of LIMITER_STORAGE_URL")
+        if store is None:  # LIMITER_STORAGE_URL, else a MemoryStore
+            store = _sync_store(None, "the store of LIMITER_STORAGE_URL")
         if "header_style" not in options and "RATELIMIT_HEADERS" in config:
             options["header_style"] = _config_headers(config["RATELIMIT_HEADERS"])
         if "enabled" not in options and "RATELIMIT_ENABLED" in config:
@@ -379,8 +373,7 @@ def _config_store(config: flask.Config) -> Any:
 
     with reworded("RATELIMIT_STORAGE_URL: "):  # its message redacts the URL's password
         store = resolve_store(url)
-    _sync_store(store, "RATELIMIT_STORAGE_URL's store")
-    return store
+    return _sync_store(store, "RATELIMIT_STORAGE_URL's store")
 
 
 def _config_headers(value: object) -> Optional[str]:
@@ -477,6 +470,4 @@ def _release_unsent(error: Optional[BaseException]) -> None:
 def _release(environ: Dict[str, Any], names: Tuple[str, ...]) -> None:
     """Give back the slots of the decisions under ``names`` in ``environ``, removed."""
     for name in names:
-        decision = environ.pop(name, None)
-        if decision is not None:
-            decision.release()
+        environ.pop(name, NOT_LIMITED).release()
