@@ -135,7 +135,7 @@ def install_statements(names: Names, unlogged: bool = False) -> List[str]:
         f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)",  # one installer at a time
         table_sql(names, unlogged),
         functions_sql(names),
-        comment_sql(names),
+        f"COMMENT ON FUNCTION {names.apply}(text[], text) IS '{fingerprint(names)}'",
     ]
 
 
@@ -150,10 +150,6 @@ def fingerprint(names: Names) -> str:
     """What ``COMMENT ON FUNCTION apply`` holds once installed: the functions' digest."""
     digest = hashlib.sha256(functions_sql(names).encode("utf-8")).hexdigest()[:32]
     return f"limiter v{VERSION} {digest}"
-
-
-def comment_sql(names: Names) -> str:
-    return f"COMMENT ON FUNCTION {names.apply}(text[], text) IS '{fingerprint(names)}'"
 
 
 def installed_sql(names: Names) -> str:
