@@ -47,6 +47,7 @@ _PURGE = "DELETE FROM limiter_buckets WHERE full_at <= ?"
 # so it is no store key's blob.
 _PROBE_KEY = b"\xff"
 _DELETE = "DELETE FROM limiter_buckets WHERE key = ?"
+_COUNT = "SELECT count(*) FROM limiter_buckets"
 
 
 def _unusable(path: str, directory: str, exc: sqlite3.Error) -> Optional[OSError]:
@@ -137,7 +138,16 @@ class SQLiteStore:
 
     def apply(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds (``None``: ``time.time()``)."""
-        return self._guarded(False, [key], [limit], cost, now)
+        # Before any lock: a bad cost or key costs nothing, and never reaches the
+        # fallback.  A Refund (negative on purpose) and a Charge pass as they are:
+        # step settles them.
+        checked = checked_cost(cost)
+        blobs = [self._blob(key)]
+        result: RateLimitResult = self._failover.run(
+            lambda: self._run(self._transact, False, blobs, [limit], checked, now),
+            lambda: self.fallback.apply(key, limit, cost, now),
+        )
+        return result
 
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
@@ -149,7 +159,13 @@ class SQLiteStore:
         """
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
-        return self._guarded(True, keys, limits, cost, now)
+        checked = validate_costs(cost, len(limits))  # before any lock, as in apply
+        blobs = [self._blob(key) for key in keys]
+        result: RateLimitResult = self._failover.run(
+            lambda: self._run(self._transact, True, blobs, limits, checked, now),
+            lambda: self.fallback.apply_many(keys, limits, cost, now),
+        )
+        return result
 
     def reset(self, key: str) -> None:
         """Forget ``key``, in the fallback too; ``StoreError`` when the database fails.
@@ -177,27 +193,23 @@ class SQLiteStore:
             lock.release()
 
     def __len__(self) -> int:
-        return self._run(_count)
+        return self._run(lambda conn: int(conn.execute(_COUNT).fetchone()[0]))
 
     async def aapply(
         self, key: str, limit: Policy, cost: float, now: Optional[float]
     ) -> RateLimitResult:
         """``apply`` in a worker thread, so waiting for the lock never blocks the loop."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self.apply, key, limit, cost, now
-        )
+        return await _in_thread(self.apply, key, limit, cost, now)
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
         """``apply_many`` in a worker thread."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self.apply_many, keys, limits, cost, now
-        )
+        return await _in_thread(self.apply_many, keys, limits, cost, now)
 
     async def areset(self, key: str) -> None:
         """``reset`` in a worker thread."""
-        await asyncio.get_running_loop().run_in_executor(None, self.reset, key)
+        await _in_thread(self.reset, key)
 
     @staticmethod
     def _blob(key: str) -> bytes:
@@ -225,13 +237,6 @@ class SQLiteStore:
                 f"SQLiteStore: the database stayed locked for {self.timeout:g} s (timeout)"
             )
         return lock
-
-    def _connection(self) -> sqlite3.Connection:
-        # Caller holds the lock (see _locked).
-        conn = self._conn
-        if conn is None:
-            conn = self._conn = self._open()
-        return conn
 
     def _open(self) -> sqlite3.Connection:
         """A new connection, in WAL mode, with the table created."""
@@ -294,32 +299,6 @@ class SQLiteStore:
             if error is not None:
                 raise error from exc
 
-    def _guarded(
-        self,
-        many: bool,
-        keys: Sequence[str],
-        limits: Sequence[Policy],
-        cost: Cost,
-        now: Optional[float],
-    ) -> RateLimitResult:
-        """``apply_many`` (``apply`` of ``keys[0]`` unless ``many``) in one transaction,
-        or by the fallback."""
-
-        def fallback() -> Any:
-            if many:
-                return self.fallback.apply_many(keys, limits, cost, now)
-            return self.fallback.apply(keys[0], limits[0], cost, now)
-
-        # Before any lock: a bad cost or key costs nothing, and never reaches
-        # the fallback.  A Refund (negative on purpose) and a Charge pass as
-        # they are: step settles them.
-        checked = validate_costs(cost, len(limits)) if many else checked_cost(cost)
-        blobs = [self._blob(key) for key in keys]
-        result: RateLimitResult = self._failover.run(
-            lambda: self._run(self._transact, many, blobs, limits, checked, now), fallback
-        )
-        return result
-
     def _run(self, operation: Callable[..., T], *args: Any) -> T:
         """``operation(connection, *args)`` under this process's lock; errors are ``StoreError``.
 
@@ -331,7 +310,9 @@ class SQLiteStore:
         while True:
             lock = self._locked(deadline)
             try:
-                conn = self._connection()
+                conn = self._conn
+                if conn is None:
+                    conn = self._conn = self._open()
                 left = deadline - time.monotonic()
                 if left < self.timeout - 0.001:  # waited for the lock: less for SQLite
                     conn.execute(f"PRAGMA busy_timeout = {max(0, int(left * 1000))}")
@@ -398,6 +379,5 @@ class SQLiteStore:
         return result
 
 
-def _count(conn: sqlite3.Connection) -> int:
-    count: int = conn.execute("SELECT count(*) FROM limiter_buckets").fetchone()[0]
-    return count
+async def _in_thread(function: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, function, *args)

@@ -117,8 +117,8 @@ class StoreDriver:
         return sum(admitted)
 
 
-def property_test(make: Callable[[Any], Tuple[Dict[str, Any], Callable[..., None]]]) -> Any:
-    """A suite's hypothesis test: ``make(strategies)`` gives ``given``'s strategies and the body.
+def property_test(strategies: Callable[[Any], Dict[str, Any]]) -> Callable[..., Any]:
+    """A decorator making a suite's method a hypothesis test, ``given`` ``strategies(st)``.
 
     One test function serves every subclass (one executor per store); each
     example uses its own key (``fresh_key``), so the shared ``store`` fixture
@@ -135,13 +135,11 @@ def property_test(make: Callable[[Any], Tuple[Dict[str, Any], Callable[..., None
         def needs_hypothesis(self: Any) -> None:
             pytest.skip("install hypothesis to run the property test")
 
-        return needs_hypothesis
+        return lambda body: needs_hypothesis
 
-    strategies, body = make(st)
     checks = [HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
-    return settings(max_examples=60, deadline=None, suppress_health_check=checks)(
-        given(**strategies)(body)
-    )
+    run = settings(max_examples=60, deadline=None, suppress_health_check=checks)
+    return lambda body: run(given(**strategies(st))(body))
 
 
 def assert_same_result(got: Any, expected: Any) -> None:

@@ -4,7 +4,7 @@ inherits (private: import the suites from ``limiter.testing``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import pytest
 
@@ -14,8 +14,8 @@ from limiter.core.limits import Limit
 from limiter.testing._shared import T0, StoreDriver, property_test
 
 
-def _slots_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]]:
-    strategies = {
+def _slot_steps(st: Any) -> Dict[str, Any]:
+    return {
         "policy": st.builds(Concurrency, st.integers(1, 4), st.sampled_from([0.5, 2.0, 60.0])),
         # (seconds on, in leases: back beyond the clock tolerance too; action; holder)
         "ops": st.lists(
@@ -29,8 +29,13 @@ def _slots_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., N
         ),
     }
 
+
+class SlotConformance(StoreDriver):
+    """The ``Concurrency`` cases of ``StoreConformance`` (which defines the ``store`` fixture)."""
+
+    @property_test(_slot_steps)
     def test_slots_match_the_pure_step(
-        self: Any, policy: Concurrency, ops: List[Any], store: Any
+        self, policy: Concurrency, ops: List[Any], store: Any
     ) -> None:
         """The store computes what ``step`` computes for slots, expiry and clock steps included."""
         steps = [
@@ -38,14 +43,6 @@ def _slots_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., N
             for leases_on, action, holder in ops
         ]
         self.replay(store, "slot-prop", policy, steps)
-
-    return strategies, test_slots_match_the_pure_step
-
-
-class SlotConformance(StoreDriver):
-    """The ``Concurrency`` cases of ``StoreConformance`` (which defines the ``store`` fixture)."""
-
-    test_slots_match_the_pure_step = property_test(_slots_match_the_pure_step)
 
     def test_slots_are_taken_up_to_the_limit_and_come_back(self, store: Any) -> None:
         slots = Concurrency(3, lease=30)

@@ -6,7 +6,7 @@ Private: ``limiter.testing`` loads it (with pytest and hypothesis) on first use.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
@@ -25,8 +25,8 @@ from limiter.testing._slot_suite import SlotConformance
 from limiter.testing._window_suite import WindowConformance
 
 
-def _matches_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]]:
-    strategies = {
+def _bucket_steps(st: Any) -> Dict[str, Any]:
+    return {
         "rate": st.sampled_from([0.5, 1.0, 3.0, 10.0, 100 / 60]),
         "burst": st.integers(1, 20),
         "ops": st.lists(
@@ -39,14 +39,6 @@ def _matches_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]
             max_size=40,
         ),
     }
-
-    def test_matches_the_pure_step(
-        self: Any, rate: float, burst: int, ops: List[Any], store: Any
-    ) -> None:
-        """The store computes exactly what ``limiter.core.bucket.step`` computes."""
-        self.replay(store, "prop", Limit(rate, burst), ops)
-
-    return strategies, test_matches_the_pure_step
 
 
 class StoreConformance(WindowConformance, SlotConformance):
@@ -79,7 +71,12 @@ class StoreConformance(WindowConformance, SlotConformance):
 
     # -- the contract ------------------------------------------------------
 
-    test_matches_the_pure_step = property_test(_matches_the_pure_step)
+    @property_test(_bucket_steps)
+    def test_matches_the_pure_step(
+        self, rate: float, burst: int, ops: List[Any], store: Any
+    ) -> None:
+        """The store computes exactly what ``limiter.core.bucket.step`` computes."""
+        self.replay(store, "prop", Limit(rate, burst), ops)
 
     def test_new_key_starts_full_and_admits_exactly_burst(self, store: Any) -> None:
         limit = Limit(1, 5)

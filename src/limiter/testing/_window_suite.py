@@ -5,7 +5,7 @@ inherits (private: import the suites from ``limiter.testing``).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import pytest
 
@@ -18,12 +18,12 @@ from limiter.testing._shared import T0, StoreDriver, property_test
 # boundary of 10 s windows.
 
 
-def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[..., None]]:
+def _window_steps(st: Any) -> Dict[str, Any]:
     periods = st.sampled_from([0.5, 1.0, 7.5, 60.0])
     costs = st.sampled_from(
         [0, 1, 1, 1, 2, 0.5, 3, 13, Charge(2), Charge(40), Refund(1), "refund-taken"]
     )
-    strategies = {
+    return {
         "policy": st.one_of(
             st.builds(FixedWindow, st.integers(1, 8), periods, st.sampled_from(["epoch", "first"])),
             st.builds(SlidingWindow, st.integers(1, 8), periods),
@@ -32,9 +32,12 @@ def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[...,
         "ops": st.lists(st.tuples(st.floats(-3.0, 2.5), costs), min_size=1, max_size=30),
     }
 
-    def test_windows_match_the_pure_step(
-        self: Any, policy: Any, ops: List[Any], store: Any
-    ) -> None:
+
+class WindowConformance(StoreDriver):
+    """The window cases of ``StoreConformance`` (which defines the ``store`` fixture)."""
+
+    @property_test(_window_steps)
+    def test_windows_match_the_pure_step(self, policy: Any, ops: List[Any], store: Any) -> None:
         """The store computes what ``step`` computes for a window, clock steps back included."""
 
         def taken_a_period_ago(now: float) -> Refund:  # maybe the previous window's units
@@ -45,14 +48,6 @@ def _windows_match_the_pure_step(st: Any) -> Tuple[Dict[str, Any], Callable[...,
             for on, cost in ops
         ]
         self.replay(store, "window-prop", policy, steps)
-
-    return strategies, test_windows_match_the_pure_step
-
-
-class WindowConformance(StoreDriver):
-    """The window cases of ``StoreConformance`` (which defines the ``store`` fixture)."""
-
-    test_windows_match_the_pure_step = property_test(_windows_match_the_pure_step)
 
     def test_a_fixed_window_admits_its_count_in_each_window(self, store: Any) -> None:
         fixed = FixedWindow(3, 60)

@@ -7,7 +7,8 @@ documented libpq wrapper).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+import contextlib
+from typing import Any, Callable, Iterator, List, Optional
 
 from limiter.backends.postgres._sql import Statement
 
@@ -49,30 +50,29 @@ def connection_class(asyncio: bool, remember: Callable[[Optional[BaseException]]
     """
     import psycopg
 
+    @contextlib.contextmanager
+    def reported() -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            remember(exc)
+            raise
+        remember(None)
+
     if asyncio:
 
         class AsyncConnection(psycopg.AsyncConnection):
             @classmethod
             async def connect(cls, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    conn = await super().connect(*args, **kwargs)
-                except Exception as exc:
-                    remember(exc)
-                    raise
-                remember(None)
-                return conn
+                with reported():
+                    return await super().connect(*args, **kwargs)
 
         return AsyncConnection
 
     class Connection(psycopg.Connection):
         @classmethod
         def connect(cls, *args: Any, **kwargs: Any) -> Any:
-            try:
-                conn = super().connect(*args, **kwargs)
-            except Exception as exc:
-                remember(exc)
-                raise
-            remember(None)
-            return conn
+            with reported():
+                return super().connect(*args, **kwargs)
 
     return Connection

@@ -135,7 +135,7 @@ def install_statements(names: Names, unlogged: bool = False) -> List[str]:
         f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0)",  # one installer at a time
         table_sql(names, unlogged),
         functions_sql(names),
-        comment_sql(names),
+        f"COMMENT ON FUNCTION {names.apply}(text[], text) IS '{fingerprint(names)}'",
     ]
 
 
@@ -150,10 +150,6 @@ def fingerprint(names: Names) -> str:
     """What ``COMMENT ON FUNCTION apply`` holds once installed: the functions' digest."""
     digest = hashlib.sha256(functions_sql(names).encode("utf-8")).hexdigest()[:32]
     return f"limiter v{VERSION} {digest}"
-
-
-def comment_sql(names: Names) -> str:
-    return f"COMMENT ON FUNCTION {names.apply}(text[], text) IS '{fingerprint(names)}'"
 
 
 def installed_sql(names: Names) -> str:
@@ -235,22 +231,22 @@ def sweep_params(now: Optional[float], max_age: Optional[float], batch: int) -> 
     if not 1 <= batch <= 2**31 - 1:  # a LIMIT the server takes as an integer
         raise ValueError(f"batch must be from 1 to 2**31 - 1, got {batch!r}")
     if now is not None:
-        now = _seconds(now, "now")  # NaN is above every number in SQL: all rows would go
+        now = seconds(now, "now")  # NaN is above every number in SQL: all rows would go
     if max_age is None:
         horizon = float("-inf")
     elif now is None:
         raise ValueError("max_age needs now (the clock of the checks), got now=None")
     else:
-        horizon = now - _seconds(max_age, "max_age", at_least_zero=True)
+        horizon = now - seconds(max_age, "max_age", ">= 0")
     return {"now": now, "horizon": horizon, "batch": batch}
 
 
-def _seconds(value: Any, name: str, at_least_zero: bool = False) -> float:
-    """``finite_seconds(value, name)``, and ``>= 0`` with ``at_least_zero``."""
-    seconds = finite_seconds(value, name)
-    if at_least_zero and seconds < 0:
-        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return seconds
+def seconds(value: Any, name: str, bound: Optional[str] = None) -> float:
+    """``finite_seconds(value, name)``, and ``> 0`` or ``>= 0`` as ``bound`` says."""
+    checked = finite_seconds(value, name)
+    if bound is not None and not (checked > 0 if bound == "> 0" else checked >= 0):
+        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    return checked
 
 
 #: The privileges a store needs on its table: checks read and write, reset and sweep delete.

@@ -20,7 +20,6 @@ from limiter.backends._url import redact_url
 from limiter.backends._wire import Argv, decode_result
 from limiter.backends.postgres import _sql
 from limiter.backends.postgres._libpq import connection_class, execute_prepared
-from limiter.clock import finite_seconds
 from limiter.core.costs import Cost
 from limiter.core.limits import Limit
 from limiter.store import PoolFullError, StoreError
@@ -104,11 +103,8 @@ class _PostgresBase:
                 raise TypeError(f"{flag} must be True or False, got {value!r:.100}")
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections!r}")
-        if finite_seconds(pool_timeout, "pool_timeout") <= 0:
-            # Else every check would time out at once: a StoreError, the fail-open path.
-            raise ValueError(
-                f"pool_timeout must be a finite number of seconds > 0, got {pool_timeout!r}"
-            )
+        # > 0: else every check would time out at once (a StoreError, the fail-open path).
+        self.pool_timeout = _sql.seconds(pool_timeout, "pool_timeout", "> 0")
         self.names = _sql.names(table)
         self.table = table
         self.prefix = row_key(prefix)
@@ -116,7 +112,6 @@ class _PostgresBase:
         self.unlogged = unlogged
         self.synchronous_commit = synchronous_commit
         self.max_connections = max_connections
-        self.pool_timeout = float(pool_timeout)
         self.fallback: Any = fallback
         self._argv = Argv(server_time)
         self._apply = _sql.apply_sql(self.names, synchronous_commit)
@@ -153,7 +148,7 @@ class _PostgresBase:
         """The parameters of an ``apply_many`` call, or its error before any I/O."""
         if len(keys) != len(limits) or not keys:
             raise ValueError(f"need one key per limit and at least one limit, got {len(limits)}")
-        rows = [row_key(k, self.prefix) for k in keys]
+        rows = [self._key(k) for k in keys]
         return _sql.array_literal(rows), self._argv.many(limits, cost, now)[0]
 
     def _ping_params(self) -> Tuple[bytes, str]:
@@ -503,25 +498,19 @@ class AsyncPostgresStore(_PostgresBase, AsyncStoreShell):
         return pool
 
     async def _send(self, keys: bytes, argv: bytes) -> str:
-        # psycopg's own path: prepared at first use on each connection, unless
-        # the connection never prepares (prepare_threshold None: a pooler).
-        with self._errors():
-            async with await self._connection() as conn:
-                cursor = await conn.execute(
-                    self._apply,
-                    (keys, argv.decode("ascii")),
-                    prepare=conn.prepare_threshold is not None,
-                )
-                row = await cursor.fetchone()
+        row = await self._aexecute(self._apply, (keys, argv.decode("ascii")), at_first_use=True)
         return row[0]  # type: ignore[no-any-return]
 
     async def _delete(self, row: str) -> None:
         await self._aexecute(_sql.reset_sql(self.names), (row,))
 
-    async def _aexecute(self, statement: str, params: Any) -> Any:
+    async def _aexecute(self, statement: str, params: Any, at_first_use: bool = False) -> Any:
+        """``PostgresStore._execute`` for asyncio; ``at_first_use``: prepared at first use on
+        each connection, unless it never prepares (``prepare_threshold`` None: a pooler)."""
         with self._errors():
             async with await self._connection() as conn:
-                cursor = await conn.execute(statement, params)
+                prepare = (conn.prepare_threshold is not None) if at_first_use else None
+                cursor = await conn.execute(statement, params, prepare=prepare)
                 return (await cursor.fetchone()) if cursor.description else cursor.rowcount
 
 

@@ -19,7 +19,7 @@ from limiter.backends._url import (
     StoreURL,
     store_options,
 )
-from limiter.clock import finite_seconds
+from limiter.backends.postgres._sql import seconds
 
 #: PostgreSQL's port.
 DEFAULT_PORT = 5432
@@ -31,7 +31,8 @@ DEFAULT_STATEMENT_TIMEOUT = DEFAULT_SOCKET_TIMEOUT
 
 _FLAGS = ("server_time", "create", "unlogged", "synchronous_commit")
 _STORE_PARAMS = ("table", "prefix", *_FLAGS, "max_connections", "pool_timeout", *FALLBACK_PARAMS)
-_TIMEOUTS = ("connect_timeout", "statement_timeout")
+#: The keyword timeouts and their bounds (statement_timeout 0: none).
+_TIMEOUTS = {"connect_timeout": "> 0", "statement_timeout": ">= 0"}
 #: libpq's parameters a URL may carry on (TLS, routing, naming).
 _LIBPQ_PARAMS = (
     *("sslmode", "sslrootcert", "sslcert", "sslkey", "channel_binding", "target_session_attrs"),
@@ -51,22 +52,17 @@ def postgres_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> 
         parsed.fail("a host is missing (postgresql://user:password@host:5432/dbname)")
     _check_hosts(parsed)
     kwargs = _store_kwargs(parsed)
-    timeouts = {name: _timeout(name, options.pop(name)) for name in _TIMEOUTS if name in options}
-    store_options(options, _STORE_OPTIONS + _TIMEOUTS, f"a {parsed.scheme}://", kwargs)
+    timeouts = {
+        name: seconds(options.pop(name), name, bound)
+        for name, bound in _TIMEOUTS.items()
+        if name in options
+    }
+    store_options(options, (*_STORE_OPTIONS, *_TIMEOUTS), f"a {parsed.scheme}://", kwargs)
     conninfo = connection_string(parsed, timeouts)
     from limiter.backends.postgres._store import AsyncPostgresStore, PostgresStore
 
     store_class = AsyncPostgresStore if asyncio else PostgresStore
     return store_class(conninfo, **kwargs)
-
-
-def _timeout(name: str, value: Any) -> float:
-    """A keyword ``connect_timeout`` (> 0) or ``statement_timeout`` (>= 0; 0: none), checked."""
-    seconds = finite_seconds(value, name)
-    if seconds < 0 or (seconds == 0 and name == "connect_timeout"):
-        bound = "> 0" if name == "connect_timeout" else ">= 0"
-        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-    return seconds
 
 
 def _check_hosts(parsed: StoreURL) -> None:
