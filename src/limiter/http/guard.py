@@ -5,35 +5,18 @@ Adapters translate their protocol to a ``RequestInfo`` and the ``Verdict`` back.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import threading
 import time
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    List,
-    Optional,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
 
 from limiter.clock import SystemClock
+from limiter.core.costs import validate_cost
 from limiter.core.result import RateLimitResult
 from limiter.core.spec import CostSpec
-from limiter.http.options import (
-    COPIED,
-    Options,
-    Settings,
-    awaited,
-    bad_key,
-    cost_of,
-    flag_of,
-    limiter_of,
-    refuse_async,
-)
+from limiter.http.options import COPIED, Options, Settings, refuse_async
 from limiter.http.request import KeyFunc, RequestInfo
 from limiter.http.responses import UNAVAILABLE, HeaderList, Response
 from limiter.http.rules import (
@@ -41,7 +24,9 @@ from limiter.http.rules import (
     LimiterSpec,
     check_distinct_names,
     checked_cost,
+    fits,
     is_async_callable,
+    plain_mapping,
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
@@ -68,6 +53,66 @@ _N = TypeVar("_N")  # an adapter's native request (environ, scope, handler)
 
 def _no_decision(request: RequestInfo) -> Verdict:
     return _NO_HEADERS
+
+
+def flag_of(value: object, name: str) -> bool:
+    """``value`` as a bool; an awaitable is a ``TypeError`` (a coroutine would exempt all)."""
+    if value.__class__ is bool:
+        return value
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning on top of the error
+        raise TypeError(
+            f"{name} returned an awaitable ({value!r:.100}): a synchronous adapter "
+            "cannot await it; use a plain function, or the ASGI adapter"
+        )
+    return bool(value)
+
+
+def bad_key(key: object) -> NoReturn:
+    """Raise ``TypeError`` for a ``key_func`` answer that is neither ``str`` nor ``None``."""
+    raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
+
+
+def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
+    """A cost function's answer checked as ``cost`` before the store is asked
+    (``TypeError``/``ValueError``; for one a slot cannot take, ``ValueError`` naming
+    the answer and the limiter: a slot is one unit, ``RateLimiter.slot``).
+    """
+    if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
+        checked: CostSpec = validate_cost(cost)
+    elif isinstance(cost, Mapping):
+        limiter.validate_cost(cost)
+        checked = plain_mapping(cost)
+    else:
+        checked = validate_cost(cost)
+    if limiter.holds_slots:
+        fits(limiter, cost, f"a cost function returned {cost!r:.100} for ")
+    return checked
+
+
+async def awaited(value: Any) -> Any:
+    """``value``, awaited first if it is awaitable (an ``async def`` callable's result)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
+    """A limiter function's answer checked as a ``RateLimiter`` taking ``cost``
+    (``TypeError``; ``ValueError`` for a mapping it does not take, or a cost its
+    slots cannot: a slot is one unit, ``RateLimiter.slot``).
+    """
+    if not isinstance(limiter, RateLimiter):
+        raise TypeError(
+            f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
+        )
+    if limiter.holds_slots:
+        fits(limiter, cost, "a limiter function returned ")
+    elif cost.__class__ is dict:
+        limiter.validate_cost(cost)
+    return limiter
 
 
 class Deferred:
