@@ -105,8 +105,6 @@ class WebSocketOptions(TypedDict, total=False):
 
 #: The names of ``WebSocketOptions``.
 WEBSOCKET_OPTION_NAMES = frozenset(WebSocketOptions.__annotations__)
-#: The names the ASGI adapter takes: ``GuardOptions`` and ``WebSocketOptions``.
-ASGI_OPTION_NAMES = _OPTION_NAMES | WEBSOCKET_OPTION_NAMES
 #: ``ws_close_code``'s values besides the application's own, 4000-4999:
 #: 1008 "policy violation" (the default) and 1013 "try again later".
 CLOSE_CODES = (1008, 1013)
@@ -118,7 +116,7 @@ def websocket_options(
     """``options`` split into ``GuardOptions`` and ``WebSocketOptions``; ``TypeError``
     naming ``owner`` and a close match for an unknown name.
     """
-    check_options(owner, options, ASGI_OPTION_NAMES)
+    check_options(owner, options, _OPTION_NAMES | WEBSOCKET_OPTION_NAMES)
     guard = {k: v for k, v in options.items() if k not in WEBSOCKET_OPTION_NAMES}
     return guard, {k: v for k, v in options.items() if k in WEBSOCKET_OPTION_NAMES}
 
