@@ -22,17 +22,13 @@ from limiter.http.responses import UNAVAILABLE, HeaderList, Response
 from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
-    check_distinct_names,
-    checked_cost,
     fits,
     is_async_callable,
     plain_mapping,
-    shadowed,
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.slots import Slot
 from limiter.store import StoreError
-from limiter.waiting import refuse_max_wait_with_lockout
 
 # RequestInfo stays importable from here (tests/project/test_layers.py).
 #: Seconds between two log records of store failures, so an outage cannot flood the log.
@@ -257,7 +253,7 @@ class Guard(Settings):
             raise TypeError(f"Guard takes an Options or keyword options, got {options!r:.100}")
         for name in COPIED:
             setattr(self, name, getattr(options, name))
-        self.limiter = _checked_limiter(limiter, options)
+        self.limiter = options.checked_limiter(limiter)
         #: True when a callable is ``async``: only ``adecide`` may then be used.
         self.is_async: bool = options.is_async or is_async_callable(limiter)
         if options.sync is not None:
@@ -542,17 +538,3 @@ class Guard(Settings):
                 exc_info=True,
             )
         return _NO_HEADERS if self.on_error == "allow" else UNAVAILABLE
-
-
-def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
-    """``limiter`` checked against ``options``; its shadow view in shadow mode."""
-    if not isinstance(limiter, RateLimiter) and not callable(limiter):
-        raise TypeError(
-            f"limiter must be a limiter.RateLimiter or a function of the request "
-            f"returning one, got {limiter!r}"
-        )
-    check_distinct_names([limiter, *(rule.limiter for rule in options.rules)])
-    checked_cost(options.cost, [limiter])  # options may be built without this limiter
-    if options.waits is not None and isinstance(limiter, RateLimiter):  # likewise
-        refuse_max_wait_with_lockout(limiter, options.waits.where)
-    return shadowed(limiter) if options.mode == "shadow" else limiter

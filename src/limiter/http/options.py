@@ -381,6 +381,21 @@ class Options(Settings):
         if sync is not None:
             refuse_async(sync, [lim for lim in own if isinstance(lim, RateLimiter)], self.is_async)
 
+    def checked_limiter(self, limiter: object) -> LimiterSpec:
+        """``limiter`` checked against these options (built with it or not); its shadow
+        view in shadow mode.  ``TypeError``/``ValueError``.
+        """
+        if not isinstance(limiter, RateLimiter) and not callable(limiter):
+            raise TypeError(
+                f"limiter must be a limiter.RateLimiter or a function of the request "
+                f"returning one, got {limiter!r}"
+            )
+        check_distinct_names([limiter, *(rule.limiter for rule in self.rules)])
+        checked_cost(self.cost, [limiter])
+        if self.waits is not None and isinstance(limiter, RateLimiter):
+            refuse_max_wait_with_lockout(limiter, self.waits.where)
+        return shadowed(limiter) if self.mode == "shadow" else limiter
+
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
             raise AttributeError(f"Options are read-only: {name} is set when they are built")
