@@ -7,6 +7,8 @@
 >>> app = RateLimitMiddleware(app, RateLimiter("10/second"))
 
 With Starlette or FastAPI: ``app.add_middleware(RateLimitMiddleware, limiter=limiter)``.
+Inbound WebSocket messages: ``ws_messages_per_connection=`` and the other
+``WebSocketOptions`` (docs/adapters.md#websocket-messages).
 """
 
 from __future__ import annotations
@@ -109,8 +111,12 @@ class RateLimitMiddleware:
     """Rate-limit an ASGI app: ``app = RateLimitMiddleware(app, limiter)``.
 
     ``limiter``: a ``RateLimiter`` or a function (``async def`` allowed) of the
-    ``RequestInfo`` returning one.  ``TypeError``/``ValueError`` for a bad option,
-    here.  docs/adapters.md#asgi, #options and #websocket-messages.
+    ``RequestInfo`` returning one.  Allowed responses get the rate-limit
+    headers; limited requests the 429 without calling the app, a limited
+    WebSocket handshake a refusal (code 1013 without a response); ``ws_*``
+    options limit inbound messages.  ``TypeError``/``ValueError`` for a bad
+    option, here; only a ``StoreError`` goes to ``on_error``.  Options:
+    docs/adapters.md#options, #websocket-messages, #asgi.
     """
 
     def __init__(self, app: ASGIApp, limiter: LimiterSpec, **options: Unpack[ASGIOptions]) -> None:

@@ -277,8 +277,11 @@ class AllowList:
         return self._contains(key)
 
 
-# The key functions of the last 32 option sets.
-_client_ip = functools.lru_cache(maxsize=32, typed=True)(ClientIP)
+@functools.lru_cache(maxsize=32, typed=True)
+def _client_ip(
+    trusted_proxies: Tuple[str, ...], ipv6_prefix: int, header: Optional[str]
+) -> ClientIP:
+    return ClientIP(trusted_proxies, ipv6_prefix, header=header)
 
 
 def client_ip(
@@ -293,7 +296,7 @@ def client_ip(
     """
     proxies = _entries(trusted_proxies, "trusted_proxies")
     try:
-        key_func = _client_ip(proxies, ipv6_prefix, header=header)
+        key_func = _client_ip(proxies, ipv6_prefix, header)
     except TypeError:  # perhaps unhashable: ClientIP names the option
         ClientIP(ipv6_prefix=ipv6_prefix, header=header)
         raise
