@@ -122,9 +122,8 @@ def websocket_options(
 
 
 def _close_code(code: object) -> int:
-    if code.__class__ is not int:  # a bool is no code
+    if type(code) is not int:  # a bool is no code
         raise TypeError(f"ws_close_code must be an int, got {code!r:.100}")
-    assert isinstance(code, int)
     if code not in CLOSE_CODES and not 4000 <= code <= 4999:
         raise ValueError(f"ws_close_code must be 1008, 1013 or 4000-4999, got {code!r}")
     return code
@@ -266,9 +265,8 @@ def _waits(
             f"got {max_wait!r}"
         )
     queue = MAX_QUEUE if max_queue is None else max_queue
-    if queue.__class__ is not int:  # a bool is no count
+    if type(queue) is not int:  # a bool is no count
         raise TypeError(f"max_queue must be an int >= 1, got {queue!r:.100}")
-    assert isinstance(queue, int)
     if queue < 1:
         raise ValueError(f"max_queue must be an int >= 1, got {queue!r}")
     waits = Waits(float(max_wait), queue, where=f"{owner}(max_wait={max_wait!r})")
