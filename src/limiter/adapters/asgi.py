@@ -90,21 +90,9 @@ def request_info(scope: Scope) -> RequestInfo:
     )
 
 
-# Header names repeat on every response: encode each once.
-_NAMES: Dict[str, bytes] = {}
-
-
-def _encode(headers: Iterable[Any]) -> List[Tuple[bytes, bytes]]:
-    names = _NAMES
-    out = []
-    for name, value in headers:
-        raw = names.get(name)
-        if raw is None:
-            raw = name.encode("latin-1")
-            if len(names) < 256:
-                names[name] = raw
-        out.append((raw, value.encode("latin-1")))
-    return out
+def _encode(headers: Iterable[Tuple[str, str]]) -> RawHeaders:
+    """``headers`` as ASGI sends them: latin-1 ``bytes`` pairs."""
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
 class RateLimitMiddleware:

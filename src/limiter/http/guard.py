@@ -5,49 +5,30 @@ Adapters translate their protocol to a ``RequestInfo`` and the ``Verdict`` back.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import threading
 import time
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    List,
-    Optional,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
 
 from limiter.clock import SystemClock
+from limiter.core.costs import validate_cost
 from limiter.core.result import RateLimitResult
 from limiter.core.spec import CostSpec
-from limiter.http.options import (
-    COPIED,
-    Options,
-    Settings,
-    awaited,
-    bad_key,
-    cost_of,
-    flag_of,
-    limiter_of,
-    refuse_async,
-)
+from limiter.http.options import COPIED, Options, Settings, refuse_async
 from limiter.http.request import KeyFunc, RequestInfo
 from limiter.http.responses import UNAVAILABLE, HeaderList, Response
 from limiter.http.rules import (
     DeductWhen,
     LimiterSpec,
-    check_distinct_names,
-    checked_cost,
+    fits,
     is_async_callable,
-    shadowed,
+    plain_mapping,
 )
 from limiter.ratelimiter import RateLimiter
 from limiter.slots import Slot
 from limiter.store import StoreError
-from limiter.waiting import refuse_max_wait_with_lockout
 
 # RequestInfo stays importable from here (tests/project/test_layers.py).
 #: Seconds between two log records of store failures, so an outage cannot flood the log.
@@ -68,6 +49,66 @@ _N = TypeVar("_N")  # an adapter's native request (environ, scope, handler)
 
 def _no_decision(request: RequestInfo) -> Verdict:
     return _NO_HEADERS
+
+
+def flag_of(value: object, name: str) -> bool:
+    """``value`` as a bool; an awaitable is a ``TypeError`` (a coroutine would exempt all)."""
+    if value.__class__ is bool:
+        return value
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning on top of the error
+        raise TypeError(
+            f"{name} returned an awaitable ({value!r:.100}): a synchronous adapter "
+            "cannot await it; use a plain function, or the ASGI adapter"
+        )
+    return bool(value)
+
+
+def bad_key(key: object) -> NoReturn:
+    """Raise ``TypeError`` for a ``key_func`` answer that is neither ``str`` nor ``None``."""
+    raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
+
+
+def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
+    """A cost function's answer checked as ``cost`` before the store is asked
+    (``TypeError``/``ValueError``; for one a slot cannot take, ``ValueError`` naming
+    the answer and the limiter: a slot is one unit, ``RateLimiter.slot``).
+    """
+    if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
+        checked: CostSpec = validate_cost(cost)
+    elif isinstance(cost, Mapping):
+        limiter.validate_cost(cost)
+        checked = plain_mapping(cost)
+    else:
+        checked = validate_cost(cost)
+    if limiter.holds_slots:
+        fits(limiter, cost, f"a cost function returned {cost!r:.100} for ")
+    return checked
+
+
+async def awaited(value: Any) -> Any:
+    """``value``, awaited first if it is awaitable (an ``async def`` callable's result)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
+    """A limiter function's answer checked as a ``RateLimiter`` taking ``cost``
+    (``TypeError``; ``ValueError`` for a mapping it does not take, or a cost its
+    slots cannot: a slot is one unit, ``RateLimiter.slot``).
+    """
+    if not isinstance(limiter, RateLimiter):
+        raise TypeError(
+            f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
+        )
+    if limiter.holds_slots:
+        fits(limiter, cost, "a limiter function returned ")
+    elif cost.__class__ is dict:
+        limiter.validate_cost(cost)
+    return limiter
 
 
 class Deferred:
@@ -212,7 +253,7 @@ class Guard(Settings):
             raise TypeError(f"Guard takes an Options or keyword options, got {options!r:.100}")
         for name in COPIED:
             setattr(self, name, getattr(options, name))
-        self.limiter = _checked_limiter(limiter, options)
+        self.limiter = options.checked_limiter(limiter)
         #: True when a callable is ``async``: only ``adecide`` may then be used.
         self.is_async: bool = options.is_async or is_async_callable(limiter)
         if options.sync is not None:
@@ -497,17 +538,3 @@ class Guard(Settings):
                 exc_info=True,
             )
         return _NO_HEADERS if self.on_error == "allow" else UNAVAILABLE
-
-
-def _checked_limiter(limiter: object, options: Options) -> LimiterSpec:
-    """``limiter`` checked against ``options``; its shadow view in shadow mode."""
-    if not isinstance(limiter, RateLimiter) and not callable(limiter):
-        raise TypeError(
-            f"limiter must be a limiter.RateLimiter or a function of the request "
-            f"returning one, got {limiter!r}"
-        )
-    check_distinct_names([limiter, *(rule.limiter for rule in options.rules)])
-    checked_cost(options.cost, [limiter])  # options may be built without this limiter
-    if options.waits is not None and isinstance(limiter, RateLimiter):  # likewise
-        refuse_max_wait_with_lockout(limiter, options.waits.where)
-    return shadowed(limiter) if options.mode == "shadow" else limiter

@@ -129,12 +129,6 @@ def _policy(
     return item, quoted
 
 
-def _until_more(result: RateLimitResult) -> int:
-    """The draft's ``t``: whole seconds until one more whole token (0 when full)."""
-    seconds = next_token_in(result)
-    return _up(seconds) if seconds > 0.0 else 0
-
-
 def rate_limit_headers(
     result: RateLimitResult,
     *,
@@ -158,10 +152,8 @@ def rate_limit_headers(
     """
     if result.__class__ is not RateLimitResult and not isinstance(result, RateLimitResult):
         raise TypeError(f"result must be a RateLimitResult, got {result!r:.100}")
-    if now.__class__ is not float:  # an int, a bool, a Decimal, 10**400...: the one check
+    if now.__class__ is not float or not _isfinite(now):  # an int, a bool, inf, 10**400...
         now = finite_seconds(now, "now")
-    elif not _isfinite(now):
-        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
     if policy is not None:
         _quoted_name(policy, "policy")
     if style not in _STYLES:  # inline: see CONTRIBUTING.md
@@ -235,7 +227,8 @@ def _draft(
             item, name = _policy(part.policy, part.limit, window, "result.policy", unit)
         policies.append(item)
         remaining = min(max(part.remaining, 0), SF_INT_MAX)
-        until = _until_more(part)
+        seconds = next_token_in(part)  # the draft's t: until one more whole token (0: full)
+        until = _up(seconds) if seconds > 0.0 else 0
         if window is None or (
             retry is not None and (until > retry or (locked and part is not parts[-1]))
         ):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import inspect
 import math
 from typing import (
     AbstractSet,
@@ -18,7 +17,6 @@ from typing import (
     List,
     Literal,
     Mapping,
-    NoReturn,
     Optional,
     Sequence,
     Tuple,
@@ -26,7 +24,6 @@ from typing import (
     Union,
 )
 
-from limiter.core.costs import validate_cost
 from limiter.core.result import RateLimitResult
 from limiter.core.spec import CostSpec
 from limiter.http.headers import build_headers, build_raw_headers, validate_style, validate_units
@@ -34,17 +31,16 @@ from limiter.http.keys import AllowList, ClientIP
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.http.responses import HeaderList, OnLimited, default_on_limited, problem_on_limited
 from limiter.http.rules import (
+    MODES,
     DeductWhen,
     LimiterSpec,
     Rule,
     check_deduct_when,
     check_distinct_names,
-    check_mode,
     checked_cost,
-    fits,
     is_async_callable,
+    one_of,
     optional_callable,
-    plain_mapping,
     shadowed,
 )
 from limiter.ratelimiter import RateLimiter
@@ -109,8 +105,6 @@ class WebSocketOptions(TypedDict, total=False):
 
 #: The names of ``WebSocketOptions``.
 WEBSOCKET_OPTION_NAMES = frozenset(WebSocketOptions.__annotations__)
-#: The names the ASGI adapter takes: ``GuardOptions`` and ``WebSocketOptions``.
-ASGI_OPTION_NAMES = _OPTION_NAMES | WEBSOCKET_OPTION_NAMES
 #: ``ws_close_code``'s values besides the application's own, 4000-4999:
 #: 1008 "policy violation" (the default) and 1013 "try again later".
 CLOSE_CODES = (1008, 1013)
@@ -122,22 +116,14 @@ def websocket_options(
     """``options`` split into ``GuardOptions`` and ``WebSocketOptions``; ``TypeError``
     naming ``owner`` and a close match for an unknown name.
     """
-    check_options(owner, options, ASGI_OPTION_NAMES)
+    check_options(owner, options, _OPTION_NAMES | WEBSOCKET_OPTION_NAMES)
     guard = {k: v for k, v in options.items() if k not in WEBSOCKET_OPTION_NAMES}
     return guard, {k: v for k, v in options.items() if k in WEBSOCKET_OPTION_NAMES}
 
 
-def _one_of(name: str, value: object, choices: Tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        error = ValueError if isinstance(value, str) else TypeError
-        raise error(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r:.100}")
-    return value
-
-
 def _close_code(code: object) -> int:
-    if code.__class__ is not int:  # a bool is no code
+    if type(code) is not int:  # a bool is no code
         raise TypeError(f"ws_close_code must be an int, got {code!r:.100}")
-    assert isinstance(code, int)
     if code not in CLOSE_CODES and not 4000 <= code <= 4999:
         raise ValueError(f"ws_close_code must be 1008, 1013 or 4000-4999, got {code!r}")
     return code
@@ -199,10 +185,12 @@ class MessageLimits:
             )
         #: True: a message costs its payload's length in bytes (UTF-8 for text), else 1.
         self.by_bytes = (
-            _one_of("ws_cost", get("ws_cost", "message"), ("message", "bytes")) == "bytes"
+            one_of("ws_cost", get("ws_cost", "message"), ("message", "bytes"), 100) == "bytes"
         )
         #: True: a refused message is dropped with a notice; False: the connection is closed.
-        self.drop = _one_of("ws_on_limit", get("ws_on_limit", "close"), ("close", "drop")) == "drop"
+        self.drop = (
+            one_of("ws_on_limit", get("ws_on_limit", "close"), ("close", "drop"), 100) == "drop"
+        )
         self.close_code = _close_code(get("ws_close_code", CLOSE_CODES[0]))
         if self.drop and "ws_close_code" in options:
             raise ValueError("ws_close_code applies to ws_on_limit='close', not 'drop'")
@@ -219,13 +207,6 @@ def _rules(rules: object) -> Tuple[Rule, ...]:
         if all(isinstance(rule, Rule) for rule in table):
             return table
     raise TypeError(f"rules must be a list of limiter.Rule, got {rules!r:.200}")
-
-
-def _on_error(on_error: object) -> str:
-    if on_error not in ("allow", "deny"):
-        error = ValueError if isinstance(on_error, str) else TypeError
-        raise error(f"on_error must be 'allow' or 'deny', got {on_error!r}")
-    return on_error
 
 
 def _header_style(style: object) -> Optional[str]:
@@ -284,9 +265,8 @@ def _waits(
             f"got {max_wait!r}"
         )
     queue = MAX_QUEUE if max_queue is None else max_queue
-    if queue.__class__ is not int:  # a bool is no count
+    if type(queue) is not int:  # a bool is no count
         raise TypeError(f"max_queue must be an int >= 1, got {queue!r:.100}")
-    assert isinstance(queue, int)
     if queue < 1:
         raise ValueError(f"max_queue must be an int >= 1, got {queue!r}")
     waits = Waits(float(max_wait), queue, where=f"{owner}(max_wait={max_wait!r})")
@@ -357,12 +337,12 @@ class Options(Settings):
         self.key_func = optional_callable("key_func", get("key_func"))
         self.exempt = optional_callable("exempt", get("exempt"))
         self.on_limited = _on_limited(get("on_limited"))
-        self.on_error = _on_error(get("on_error", "allow"))
+        self.on_error = one_of("on_error", get("on_error", "allow"), ("allow", "deny"))
         self.header_style = _header_style(get("header_style", "x"))
         self.enabled = get("enabled", True)
         if not isinstance(self.enabled, bool):
             raise TypeError(f"enabled must be True or False, got {self.enabled!r}")
-        self.mode = check_mode(get("mode", "enforce"))
+        self.mode = one_of("mode", get("mode", "enforce"), MODES)
         self.rule_limiters = tuple(
             shadowed(rule.limiter) if (rule.mode or self.mode) == "shadow" else rule.limiter
             for rule in self.rules
@@ -399,6 +379,21 @@ class Options(Settings):
         if sync is not None:
             refuse_async(sync, [lim for lim in own if isinstance(lim, RateLimiter)], self.is_async)
 
+    def checked_limiter(self, limiter: object) -> LimiterSpec:
+        """``limiter`` checked against these options (built with it or not); its shadow
+        view in shadow mode.  ``TypeError``/``ValueError``.
+        """
+        if not isinstance(limiter, RateLimiter) and not callable(limiter):
+            raise TypeError(
+                f"limiter must be a limiter.RateLimiter or a function of the request "
+                f"returning one, got {limiter!r}"
+            )
+        check_distinct_names([limiter, *(rule.limiter for rule in self.rules)])
+        checked_cost(self.cost, [limiter])
+        if self.waits is not None and isinstance(limiter, RateLimiter):
+            refuse_max_wait_with_lockout(limiter, self.waits.where)
+        return shadowed(limiter) if self.mode == "shadow" else limiter
+
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
             raise AttributeError(f"Options are read-only: {name} is set when they are built")
@@ -432,63 +427,3 @@ def refuse_async(adapter: str, limiters: Iterable[RateLimiter], is_async: bool) 
             f"{adapter} cannot await: key_func, exempt, cost and limiter functions "
             f"must be plain functions here (async def ones work with the ASGI adapter)"
         )
-
-
-def flag_of(value: object, name: str) -> bool:
-    """``value`` as a bool; an awaitable is a ``TypeError`` (a coroutine would exempt all)."""
-    if value.__class__ is bool:
-        return value
-    if inspect.isawaitable(value):
-        close = getattr(value, "close", None)
-        if close is not None:
-            close()  # no "never awaited" warning on top of the error
-        raise TypeError(
-            f"{name} returned an awaitable ({value!r:.100}): a synchronous adapter "
-            "cannot await it; use a plain function, or the ASGI adapter"
-        )
-    return bool(value)
-
-
-def bad_key(key: object) -> NoReturn:
-    """Raise ``TypeError`` for a ``key_func`` answer that is neither ``str`` nor ``None``."""
-    raise TypeError(f"key_func must return a str or None, got {key!r:.100}")
-
-
-def cost_of(cost: object, limiter: RateLimiter) -> CostSpec:
-    """A cost function's answer checked as ``cost`` before the store is asked
-    (``TypeError``/``ValueError``; for one a slot cannot take, ``ValueError`` naming
-    the answer and the limiter: a slot is one unit, ``RateLimiter.slot``).
-    """
-    if cost.__class__ is float or cost.__class__ is int:  # the usual answer, no Mapping test
-        checked: CostSpec = validate_cost(cost)
-    elif isinstance(cost, Mapping):
-        limiter.validate_cost(cost)
-        checked = plain_mapping(cost)
-    else:
-        checked = validate_cost(cost)
-    if limiter.holds_slots:
-        fits(limiter, cost, f"a cost function returned {cost!r:.100} for ")
-    return checked
-
-
-async def awaited(value: Any) -> Any:
-    """``value``, awaited first if it is awaitable (an ``async def`` callable's result)."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-def limiter_of(limiter: object, cost: CostSpec) -> RateLimiter:
-    """A limiter function's answer checked as a ``RateLimiter`` taking ``cost``
-    (``TypeError``; ``ValueError`` for a mapping it does not take, or a cost its
-    slots cannot: a slot is one unit, ``RateLimiter.slot``).
-    """
-    if not isinstance(limiter, RateLimiter):
-        raise TypeError(
-            f"a limiter function must return a limiter.RateLimiter, got {limiter!r:.200}"
-        )
-    if limiter.holds_slots:
-        fits(limiter, cost, "a limiter function returned ")
-    elif cost.__class__ is dict:
-        limiter.validate_cost(cost)
-    return limiter

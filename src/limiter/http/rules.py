@@ -31,6 +31,8 @@ DeductWhen = Callable[[int], bool]
 LimiterSpec = Union[
     RateLimiter, Callable[[RequestInfo], Union[RateLimiter, Awaitable[RateLimiter]]]
 ]
+#: The values of ``mode``.
+MODES = ("enforce", "shadow")
 
 
 def is_async_callable(func: object) -> bool:
@@ -59,12 +61,14 @@ def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
     return deduct_when
 
 
-def check_mode(mode: object) -> str:
-    """``mode`` if ``"enforce"`` or ``"shadow"``; else raises ``ValueError`` (``TypeError``)."""
-    if mode not in ("enforce", "shadow"):
-        error = ValueError if isinstance(mode, str) else TypeError
-        raise error(f"mode must be 'enforce' or 'shadow', got {mode!r}")
-    return mode
+def one_of(name: str, value: object, choices: Tuple[str, ...], width: Optional[int] = None) -> str:
+    """``value`` if one of ``choices``; else ``ValueError`` (``TypeError`` for a non-``str``)
+    naming the option ``name`` and showing ``value``'s repr (cut to ``width`` characters).
+    """
+    if isinstance(value, str) and value in choices:
+        return value
+    error = ValueError if isinstance(value, str) else TypeError
+    raise error(f"{name} must be {' or '.join(map(repr, choices))}, got {repr(value)[:width]}")
 
 
 def then(func: Callable[[RequestInfo], Any], after: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -154,7 +158,7 @@ class Rule:
         mode: Optional[str] = None,
     ) -> None:
         self._pattern = path_pattern(path)
-        self.mode = None if mode is None else check_mode(mode)
+        self.mode = None if mode is None else one_of("mode", mode, MODES)
         if isinstance(limiter, type) or not (isinstance(limiter, RateLimiter) or callable(limiter)):
             raise TypeError(
                 f"limiter must be a limiter.RateLimiter or a function of the request returning "
