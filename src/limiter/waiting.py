@@ -30,6 +30,7 @@ from typing import (
 
 from limiter.clock import Clock, SystemClock, forward, optional_seconds
 from limiter.core.concurrency import refuse_slot_shares
+from limiter.core.costs import Hold
 from limiter.core.keys import refuse_rate_key
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
@@ -54,7 +55,7 @@ class RateLimitExceeded(Exception):
 
 
 class Waiter(Protocol):
-    """What waiting needs of a limiter (``RateLimiter`` has it all)."""
+    """What waiting and a ``Slot`` need of a limiter (``RateLimiter`` has it all)."""
 
     name: str
     clock: Clock
@@ -62,6 +63,7 @@ class Waiter(Protocol):
     on_decision: Optional[Observer]
     store: Any
     shadow: bool
+    nonblocking: bool
 
     @property
     def limits(self) -> Sequence[Policy]: ...
@@ -71,6 +73,10 @@ class Waiter(Protocol):
     def acheck(self, key: str, cost: Any = 1) -> Awaitable[RateLimitResult]: ...
 
     def validate_cost(self, cost: Any) -> Any: ...
+
+    def _slot_plan(
+        self, key: str, cost: Any, hold: Hold
+    ) -> Tuple[bool, Any, Any, Any, Optional[float]]: ...
 
 
 def acquire(
@@ -336,17 +342,6 @@ class Waits:
         """How many requests wait now."""
         return self._count
 
-    def _enter(self) -> bool:
-        with self._lock:
-            if self._count >= self.max_queue:
-                return False
-            self._count += 1
-            return True
-
-    def _exit(self) -> None:
-        with self._lock:
-            self._count -= 1
-
     def plan(
         self,
         ident: Ident,
@@ -363,7 +358,11 @@ class Waits:
         deadline = now + self.max_wait
         if first is not None and _after_refusal(first, deadline - now, slack) is None:
             return first, 0.0
-        if not self._enter():  # the queue is full: decided at once
+        with self._lock:
+            full = self._count >= self.max_queue
+            if not full:
+                self._count += 1
+        if full:  # decided at once
             if first is None:
                 now, first = yield _TRY_NOW
                 assert first is not None
@@ -399,7 +398,8 @@ class Waits:
                 result = None
         finally:
             lines.leave(ident, ticket)
-            self._exit()
+            with self._lock:
+                self._count -= 1
 
     def run(
         self,
@@ -423,14 +423,13 @@ class Waits:
             # A thread blocks TIMEOUT_MAX at most (OverflowError beyond); the plan parks again.
             _PARK: lambda seconds: event.wait(min(seconds, threading.TIMEOUT_MAX)),
         }
-        try:
-            step = next(drive)
-            while True:
-                step = drive.send(act[step[0]](step[1]))
-        except StopIteration as done:
-            return tries.done(*done.value)
-        finally:
-            drive.close()
+        with contextlib.closing(drive):
+            try:
+                step = next(drive)
+                while True:
+                    step = drive.send(act[step[0]](step[1]))
+            except StopIteration as done:
+                return tries.done(*done.value)
 
     async def arun(
         self,
@@ -447,7 +446,12 @@ class Waits:
         if first is not None and (first[0] or limiter.shadow):
             return tries.done(first, 0.0)
         event = asyncio.Event()
-        wake = _threadsafe(asyncio.get_running_loop(), event.set)
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to wake
+                loop.call_soon_threadsafe(event.set)
+
         drive = self._driven(tries, Ticket(wake, event.clear), first)
 
         async def park(seconds: float) -> None:
@@ -459,14 +463,13 @@ class Waits:
             _SLEEP: limiter.clock.asleep,
             _PARK: park,
         }
-        try:
-            step = next(drive)
-            while True:
-                step = drive.send(await act[step[0]](step[1]))
-        except StopIteration as done:
-            return tries.done(*done.value)
-        finally:
-            drive.close()
+        with contextlib.closing(drive):
+            try:
+                step = next(drive)
+                while True:
+                    step = drive.send(await act[step[0]](step[1]))
+            except StopIteration as done:
+                return tries.done(*done.value)
 
     def _driven(
         self, tries: _Tries, ticket: Ticket, first: Optional[RateLimitResult]
@@ -501,14 +504,6 @@ def _after_refusal(result: RateLimitResult, left: float, slack: float) -> Option
     if result.kind == "concurrency":  # retry_after is only an upper bound
         return None if left <= _EPSILON else (_PARK, min(SLOT_POLL, left))
     return None if wait > left + slack else (_SLEEP, wait)
-
-
-def _threadsafe(loop: Any, call: Callable[[], None]) -> Callable[[], None]:
-    def wake() -> None:
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to wake
-            loop.call_soon_threadsafe(call)
-
-    return wake
 
 
 class _Tries:
