@@ -144,7 +144,7 @@ def check_count(costs: Sequence[object], count: int) -> None:
 
 
 def cost_or_inf(cost: object, burst: int) -> float:
-    """``validate_cost(cost)``, or ``inf`` above ``burst``; a ``Refund`` or ``Charge`` as its float."""
+    """``validate_cost(cost)``, or ``inf`` above ``burst``; a ``Refund``/``Charge`` as its float."""
     if cost.__class__ is Refund or cost.__class__ is Charge:
         return float(cost)  # type: ignore[arg-type,unused-ignore]
     value = validate_cost(cost)

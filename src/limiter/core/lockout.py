@@ -24,15 +24,10 @@ def _seconds(value: object, name: str) -> float:
 
 
 class Lockout(Frozen):
-    """Refuse a key for ``duration`` seconds after ``breaches`` denials within ``within`` seconds.
-
-    ``RateLimiter(..., lockout=Lockout(breaches=10, within=60, duration=900))``:
-    a denial by any limit is a breach; the ``breaches``-th of a run (which
-    lasts ``within`` seconds from its first breach) refuses every check for
-    ``duration`` seconds (``kind`` ``"lockout"``, ``locked_out`` True).
-    ``breaches`` is an int from 1 to 2**53 (``TypeError`` otherwise);
-    ``within`` and ``duration`` are seconds in (0, 1e9].  Never a limit on its
-    own: the last of ``step_all``'s policies.  Guide: docs/policies.md.
+    """Refuse a key for ``duration`` seconds after ``breaches`` (an int from 1 to 2**53)
+    denials within ``within`` seconds (both seconds in (0, 1e9]):
+    ``RateLimiter(..., lockout=Lockout(10, 60, 900))``.  Never a limit on its own.
+    Guide: docs/policies.md, "Lockout after repeated breaches".
     """
 
     kind: ClassVar[Literal["lockout"]] = "lockout"
@@ -85,10 +80,9 @@ class Lockout(Frozen):
 def lock_status(
     state: Optional[State], now: float, lockout: Lockout
 ) -> Tuple[Optional[State], RateLimitResult, float, float]:
-    """``(state, result, breaches, run_end)`` of a lockout's state at ``now`` (see ``step_all``).
-
-    ``result`` refuses when the key is locked out; ``breaches`` (a float) and
-    ``run_end`` describe the open run (``0.0`` and ``-inf`` when none).
+    """``(state, result, breaches, run_end)`` of a lockout's state at ``now`` (see
+    ``step_all``): ``breaches`` and ``run_end`` of the open run are ``0.0`` and ``-inf``
+    when none is.
     """
     count, end = 0.0, -math.inf
     if state is not None:
