@@ -1,6 +1,5 @@
-"""Waiting instead of refusing: ``acquire``, ``aacquire``, ``throttle`` and the
-adapters' ``max_wait``/``max_queue`` (``Waits``: one plan without I/O run by a
-sync and an async shell).  See docs/concurrency.md.
+"""Waiting instead of refusing: ``acquire``, ``throttle`` and the adapters' ``max_wait``
+(``Waits``: one plan without I/O, a sync and an async shell).  See docs/concurrency.md.
 """
 
 from __future__ import annotations
@@ -42,10 +41,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RateLimitExceeded(Exception):
-    """Raised when a request may not proceed and waiting is not an option.
-
-    ``retry_after``: seconds until it could pass (``inf``: never); ``result``: the
-    refusing ``RateLimitResult``.
+    """Raised when a request may not proceed and waiting is not an option: ``result`` the
+    refusal, ``retry_after`` its seconds until it could pass (``inf``: never).
     """
 
     def __init__(self, result: RateLimitResult) -> None:
@@ -169,10 +166,8 @@ def refuse_waits_with_lockout(
     waiting: str = "waiting for tokens (acquire, throttle)",
     instead: str = "use check() with a lockout, and a limiter without one to pace calls",
 ) -> None:
-    """Raise ``TypeError`` for a limiter with a lockout: each refusal on the way would count.
-
-    ``waiting`` names the wait as the caller set it up, ``instead`` the way out
-    (by default: ``acquire`` and ``throttle``'s).
+    """Raise ``TypeError`` for a limiter with a lockout: each refusal on the way would
+    count.  ``waiting`` names the wait, ``instead`` the way out.
     """
     if limiter.lockout is not None:
         raise TypeError(
@@ -235,7 +230,7 @@ class Ticket:
 
 
 class _Line:
-    """The requests waiting on one key, in arrival order, and what the first one learnt."""
+    """The tickets waiting on one key, in arrival order, and the last refusal."""
 
     __slots__ = ("last", "last_at", "ready_at", "tickets")
 
@@ -255,20 +250,16 @@ class _Line:
 
 
 class Lines:
-    """The process's waiting requests by ``line_of(limiter, key)``, in arrival order:
-    a later arrival never overtakes an earlier one, and ``slot_given`` wakes a key's first.
-    """
+    """The process's waiting requests by ``line_of(limiter, key)``, in arrival order."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lines: Dict[Ident, _Line] = {}
 
     def busy(self, ident: Ident) -> bool:
-        """True when requests wait on ``ident`` (a new one must queue behind them)."""
         return ident in self._lines
 
     def join(self, ident: Ident, ticket: Ticket) -> _Line:
-        """Put ``ticket`` at the end of ``ident``'s line and return the line."""
         with self._lock:
             line = self._lines.get(ident)
             if line is None:  # not setdefault: a line is built only for a new key
@@ -313,12 +304,8 @@ def slot_given(limiter: Any, key: str) -> None:
 
 
 class Waits:
-    """The adapters' waiting: a refused request waits up to ``max_wait`` seconds for its turn.
-
-    At most ``max_queue`` wait at once (the rest are decided at once); one key's
-    waiters are served in arrival order.  A rate's refusal waits its
-    ``retry_after`` (refused at once if past ``max_wait``); a slot's waits until a
-    slot is given back here or ``SLOT_POLL`` seconds pass, then tries again.
+    """The adapters' waiting: a refused request waits up to ``max_wait`` seconds for its
+    turn, at most ``max_queue`` at once, one key's in arrival order (docs/concurrency.md).
     ``where``: what set ``max_wait``, for errors (``"RateLimit(max_wait=1.0)"``).
     """
 
@@ -339,7 +326,6 @@ class Waits:
 
     @property
     def waiting(self) -> int:
-        """How many requests wait now."""
         return self._count
 
     def plan(
@@ -350,9 +336,8 @@ class Waits:
         now: float,
         slack: float = 0.0,
     ) -> _WaitPlan:
-        """One request's wait from ``now`` (no I/O, no clock).  ``first``: its first try's
-        refusal, or ``None`` to queue behind others without trying.  Returns the
-        deciding result and the seconds waited.
+        """One request's wait from ``now`` (no I/O, no clock); ``first``: its first try's
+        refusal, or ``None`` to queue without trying.
         """
         start = now
         deadline = now + self.max_wait
@@ -408,8 +393,8 @@ class Waits:
         cost: Any,
         attempt: Optional[Callable[[], RateLimitResult]] = None,
     ) -> RateLimitResult:
-        """The result for ``key``, after waiting if need be (blocks this thread); the
-        decision is reported to ``limiter.on_decision`` once, with the seconds waited.
+        """The result for ``key``, after waiting if need be (blocks this thread), reported
+        once with the seconds waited.
         """
         tries = _Tries(limiter, key, cost, attempt, self.where)
         first = None if self.lines.busy(tries.ident) else tries.once()

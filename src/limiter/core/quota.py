@@ -20,9 +20,6 @@ from limiter.core.window import count_step, counting_fields
 #: a Gregorian average.
 _QUOTA_PERIODS = {"hour": 3600.0, "day": 86400.0, "week": 604800.0, "month": 2629746.0}
 
-_new_result = tuple.__new__
-_trunc = math.trunc
-
 
 class _Window:
     """The last window a ``Quota`` found (its cache, not one of its fields)."""
