@@ -1,6 +1,4 @@
-"""``Slot``: one holder's slot of a limiter's ``Concurrency`` policies; each operation
-is one round trip planned by ``RateLimiter._slot_plan``.
-"""
+"""``Slot``: one holder's slot of a limiter's ``Concurrency`` policies."""
 
 from __future__ import annotations
 
@@ -16,14 +14,10 @@ from limiter.waiting import RateLimitExceeded, Waiter, slot_given
 
 
 class Slot:
-    """A slot of ``key`` for one holder: ``with limiter.slot(key):`` (``aslot``: ``async with``).
-
-    ``take``/``atake`` take it and the other policies' cost, all or nothing, and
-    return the result; ``give``/``agive`` return whether it was still held (False:
-    its lease had expired); ``renew``/``arenew`` extend the lease from now.  As a
-    context manager a refusal raises ``RateLimitExceeded`` and the slot is given
-    back on exit.  ``result``: the store's last answer; ``held``: taken and not
-    given back.  On an async-only store the sync methods are a ``TypeError``.
+    """A slot of ``key`` for one holder: ``with limiter.slot(key):`` (``aslot``: ``async with``)
+    takes it (a refusal raises ``RateLimitExceeded``) and gives it back on exit.
+    ``result``: the store's last answer; ``held``: taken and not given back.  On an
+    async-only store the sync methods are a ``TypeError``.
     """
 
     __slots__ = ("cost", "held", "holder", "key", "limiter", "quiet", "result")

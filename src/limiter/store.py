@@ -55,16 +55,13 @@ class AsyncStore(Protocol):
 
     async def aapply(
         self, key: str, limit: Policy, cost: float, now: Optional[float]
-    ) -> RateLimitResult:
-        """Take ``cost`` tokens from ``key``'s bucket if all are there."""
+    ) -> RateLimitResult: ...
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
-    ) -> RateLimitResult:
-        """Charge every bucket or none (see ``Store.apply_many``)."""
+    ) -> RateLimitResult: ...
 
-    async def areset(self, key: str) -> None:
-        """Forget ``key``."""
+    async def areset(self, key: str) -> None: ...
 
 
 @runtime_checkable

@@ -148,9 +148,10 @@ class Frozen:
         return policy
 
     def _freeze(self, name: str, count: int, seconds: float, /, **fields: Any) -> None:
-        """Set ``name``, ``count`` per ``seconds`` (``burst``, ``rate``, ``interval``) and
-        ``fields``, once.
+        """Check ``name``, then set it, ``count`` per ``seconds`` (``burst``, ``rate``,
+        ``interval``) and ``fields``, once.
         """
+        check_name(name)
         fields.update(name=name, burst=count, rate=count / seconds, interval=seconds / count)
         for attr, value in fields.items():
             object.__setattr__(self, attr, value)

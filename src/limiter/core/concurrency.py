@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple, Union
 
-from limiter.core._values import Frozen, bounded_float, check_name, show
+from limiter.core._values import Frozen, bounded_float, show
 from limiter.core.costs import Charge, Hold, policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.core.result import RateLimitResult
@@ -189,7 +189,6 @@ class Concurrency(Frozen):
             raise ValueError(f"concurrency limit must be from 1 to {MAX_SLOTS}, got {limit!r}")
         bounds = f"> 0 and <= {_MAX_LEASE:g}"
         seconds = bounded_float(lease, "lease", "a number of seconds", bounds, 0.0, _MAX_LEASE)
-        check_name(name)
         self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
 
     #: As ``FixedWindow.step_function``.

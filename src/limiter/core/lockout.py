@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal, Optional, Tuple, Union
 
-from limiter.core._values import Frozen, bounded_float, check_name, whole_count
+from limiter.core._values import Frozen, bounded_float, whole_count
 from limiter.core.costs import policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
@@ -49,7 +49,6 @@ class Lockout(Frozen):
         whole_count(breaches, "lockout breaches")
         within_s = _seconds(within, "lockout within")
         duration_s = _seconds(duration, "lockout duration")
-        check_name(name)
         self._freeze(
             name,
             breaches,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
-from limiter.core._values import Frozen, check_name, show, whole_count
+from limiter.core._values import Frozen, show, whole_count
 from limiter.core.costs import counted_cost
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
@@ -61,7 +61,6 @@ class Quota(Frozen):
         tzinfo = _time_zone(tz)
         if name is None:
             name = f"{count}/{per}" if tz == "UTC" else f"{count}/{per} {tz}"
-        check_name(name)
         nominal = _QUOTA_PERIODS[per]
         fields = counting_fields(count, nominal)
         self._freeze(

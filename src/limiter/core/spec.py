@@ -97,8 +97,8 @@ def _standalone(policy: Any, where: str = "") -> AnyLimit:
 
 def _from_number(rate: Any, burst: Optional[int], reader: Any) -> AnyLimit:
     """A policy from a number of units per second (``Limit.coerce`` for a token bucket)."""
-    if reader is Limit or _is_policy(rate) or isinstance(rate, str):
-        return Limit.coerce(rate, burst) if reader is Limit else reader.parse(rate)  # type: ignore[no-any-return]
+    if reader is Limit:
+        return Limit.coerce(rate, burst)  # type: ignore[no-any-return]
     if burst is not None:
         raise ValueError(f"burst={burst!r} does not apply to a window: its count is its burst")
     if isinstance(rate, float) and rate.is_integer():

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Dict, Literal, Optional, Tuple, TypeVar, Union
 
-from limiter.core._values import Frozen, bounded_float, check_name, show, whole_count
+from limiter.core._values import Frozen, bounded_float, show, whole_count
 from limiter.core.costs import counted_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.parse import parse_period, split_rates
@@ -91,7 +91,6 @@ class _Window(Frozen):
     def _setup(self, count: int, period: object, name: str, **extra: object) -> None:
         whole_count(count, "window count")
         seconds = _period(period)
-        check_name(name)
         fields = counting_fields(count, seconds)
         self._freeze(name, count, seconds, period=seconds, window=seconds, **fields, **extra)
 
