@@ -4,6 +4,7 @@ names (a private module: only ``limiter.core`` imports it).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import sys
@@ -157,13 +158,9 @@ class Frozen:
             object.__setattr__(self, attr, value)
 
     def __setattr__(self, name: str, value: object) -> None:
-        import dataclasses
-
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        import dataclasses
-
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __repr__(self) -> str:

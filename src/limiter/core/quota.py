@@ -120,10 +120,8 @@ class Quota(Frozen):
         """The date that starts the window after the one starting on the date ``first``."""
         from datetime import timedelta
 
-        if self.per == "day":
-            return first + timedelta(days=1)
-        if self.per == "week":
-            return first + timedelta(days=7)
+        if self.per != "month":
+            return first + timedelta(days=1 if self.per == "day" else 7)
         if first.month == 12:
             return first.replace(year=first.year + 1, month=1)
         return first.replace(month=first.month + 1)
