@@ -65,6 +65,11 @@ def bounded_float(
     return number
 
 
+def duration_value(value: object, name: str) -> float:
+    """``value`` as a float number of seconds > 0 and <= 1e9 (a lease, a lockout's times)."""
+    return bounded_float(value, name, "a number of seconds", "> 0 and <= 1e+09", 0.0, 1e9)
+
+
 def rate_value(rate: object) -> float:
     """``rate`` as a float in the accepted range (``MIN_RATE`` to ``MAX_RATE``)."""
     # 1 / rate (the interval) and 1e-3 / rate (the slack) must be normal floats.

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple, Union
 
-from limiter.core._values import Frozen, bounded_float, show
+from limiter.core._values import Frozen, duration_value, show
 from limiter.core.costs import Charge, Hold, policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.core.result import RateLimitResult
@@ -38,7 +38,6 @@ _isfinite = math.isfinite
 
 #: The most slots one key may have: a key's state holds one lease per slot.
 MAX_SLOTS = 1000
-_MAX_LEASE = 1e9
 
 
 def slot_step(
@@ -187,8 +186,7 @@ class Concurrency(Frozen):
             raise TypeError(f"concurrency limit must be an int, got {show(limit)}")
         if not 1 <= limit <= MAX_SLOTS:
             raise ValueError(f"concurrency limit must be from 1 to {MAX_SLOTS}, got {limit!r}")
-        bounds = f"> 0 and <= {_MAX_LEASE:g}"
-        seconds = bounded_float(lease, "lease", "a number of seconds", bounds, 0.0, _MAX_LEASE)
+        seconds = duration_value(lease, "lease")
         self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
 
     #: As ``FixedWindow.step_function``.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal, Optional, Tuple, Union
 
-from limiter.core._values import Frozen, bounded_float, whole_count
+from limiter.core._values import Frozen, duration_value, whole_count
 from limiter.core.costs import policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
@@ -13,14 +13,6 @@ from limiter.core.state import State, lockout_state, read_lockout
 
 _new_result = tuple.__new__
 _trunc = math.trunc
-
-_MAX_SECONDS = 1e9
-
-
-def _seconds(value: object, name: str) -> float:
-    """``value`` as a float number of seconds > 0 and <= 1e9, or an error naming it."""
-    bounds = f"> 0 and <= {_MAX_SECONDS:g}"
-    return bounded_float(value, name, "a number of seconds", bounds, 0.0, _MAX_SECONDS)
 
 
 class Lockout(Frozen):
@@ -47,8 +39,8 @@ class Lockout(Frozen):
         name: str = "lockout",
     ) -> None:
         whole_count(breaches, "lockout breaches")
-        within_s = _seconds(within, "lockout within")
-        duration_s = _seconds(duration, "lockout duration")
+        within_s = duration_value(within, "lockout within")
+        duration_s = duration_value(duration, "lockout duration")
         self._freeze(
             name,
             breaches,
