@@ -241,9 +241,7 @@ class RateLimiter(Observed):
         return fast(self.storage_key(key), self._limit, cost, self._now())  # type: ignore[arg-type]
 
     def peek(self, key: str) -> RateLimitResult:
-        """``key``'s state now, taking nothing: ``allowed`` True, except for a key locked
-        out (then the lockout's result, as a check would get).
-        """
+        """``key``'s state now, taking nothing (a locked-out key: the lockout's result)."""
         refuse_rate_key(key)
         return RateLimiter.check(self, key, 0)  # a peek is no decision: not observed
 
@@ -310,9 +308,7 @@ class RateLimiter(Observed):
             self._sync.reset(skey)
 
     async def acheck(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
-        """``check`` for asyncio: awaits the store's ``aapply``, or calls ``check`` when the
-        store is ``Nonblocking`` or synchronous only.
-        """
+        """``check`` for asyncio (on a ``Nonblocking`` or sync-only store: ``check`` itself)."""
         if self.nonblocking:
             return RateLimiter.check(self, key, cost)  # observed once, by acheck's caller
         store = self._async

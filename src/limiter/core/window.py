@@ -166,8 +166,7 @@ class FixedWindow(_Window):
         """``(start, end)`` of the epoch-aligned window holding ``moment`` (rule 1)."""
         return epoch_window(moment, self.period)
 
-    #: ``limiter.step``'s signature for this policy, called directly by a
-    #: store's bound hot path (``MemoryStore.bind``; CONTRIBUTING.md, "Hot paths").
+    #: Called directly by ``MemoryStore.bind`` (CONTRIBUTING.md, "Hot paths").
     step_function = staticmethod(fixed_step)
 
     def _first(
