@@ -10,45 +10,32 @@ from typing import Callable, Protocol, runtime_checkable
 
 @runtime_checkable
 class Clock(Protocol):
-    """Where time comes from: ``now()`` in seconds, and a way to wait.
-
-    Checks only call ``now()``; ``sleep``/``asleep`` serve ``acquire`` and
-    ``throttle``.  It may step backwards (docs/concepts.md, "Clocks that jump
-    backwards").
+    """Where time comes from: ``now()`` in seconds; ``sleep(seconds)`` and ``asleep``
+    (awaited) serve ``acquire`` and ``throttle``.  It may step backwards
+    (docs/concepts.md, "Clocks that jump backwards").
     """
 
-    def now(self) -> float:
-        """The current time in seconds."""
-        ...
+    def now(self) -> float: ...
 
-    def sleep(self, seconds: float) -> None:
-        """Block the calling thread for ``seconds``."""
-        ...
+    def sleep(self, seconds: float) -> None: ...
 
-    async def asleep(self, seconds: float) -> None:
-        """Suspend the calling task for ``seconds``."""
-        ...
+    async def asleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
-    """Wall-clock seconds since the Unix epoch, read from ``time.time()``.
-
-    The function is looked up at every call, so freezegun and time-machine
-    move this clock too.
+    """Wall-clock seconds since the Unix epoch: ``time.time()``, ``time.sleep`` and
+    ``asyncio.sleep``, looked up at every call (so freezegun and time-machine move it).
     """
 
     __slots__ = ()
 
     def now(self) -> float:
-        """``time.time()``."""
         return time.time()
 
     def sleep(self, seconds: float) -> None:
-        """``time.sleep(seconds)``."""
         time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        """``await asyncio.sleep(seconds)``."""
         import asyncio  # here, not at the top: ``import limiter`` must not pay for asyncio
 
         await asyncio.sleep(seconds)
@@ -58,10 +45,8 @@ class SystemClock:
 
 
 def finite_seconds(value: object, what: str) -> float:
-    """``value`` as a float of seconds; the one check of a seconds argument.
-
-    ``TypeError`` unless an ``int`` or ``float`` (not a bool); ``ValueError``
-    for NaN, an infinity or an int too large for a float.  Both name ``what``.
+    """``value`` (an ``int`` or ``float``, not a bool: else ``TypeError``) as a finite
+    float of seconds (else ``ValueError``); errors name ``what``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, got {value!r:.100}")
@@ -85,11 +70,9 @@ def optional_seconds(value: object, what: str) -> None:
 
 
 class ManualClock:
-    """A clock that moves only when told to; for tests.  Thread-safe.
-
-    ``ManualClock(start=0.0)`` reads ``start`` until ``advance(seconds)``
-    (seconds >= 0) or ``set(t)`` (any finite time, backwards included) moves it.
-    ``sleep(seconds)`` and ``asleep(seconds)`` advance it instead of waiting.
+    """A thread-safe clock for tests: it reads ``start`` until ``advance(seconds)``
+    (>= 0) or ``set(t)`` (any finite time, backwards too) moves it; ``sleep`` and
+    ``asleep`` advance it instead of waiting.
     """
 
     def __init__(self, start: float = 0.0) -> None:
@@ -97,7 +80,6 @@ class ManualClock:
         self._lock = threading.Lock()
 
     def now(self) -> float:
-        """The time last set, in seconds."""
         return self._now
 
     def advance(self, seconds: float) -> float:
@@ -112,12 +94,10 @@ class ManualClock:
             return self._now
 
     def sleep(self, seconds: float) -> None:
-        """Advance by ``seconds`` at once instead of waiting: tests never really sleep."""
         self.advance(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        """Advance by ``seconds``, then yield to the event loop once."""
-        self.advance(seconds)
+        self.advance(seconds)  # then yield to the event loop once
         import asyncio
 
         await asyncio.sleep(0)
@@ -133,11 +113,8 @@ class ManualClock:
 
 
 def forward(clock: Clock) -> Callable[[], float]:
-    """``clock.now`` that never goes back (a wait's deadline, limiter.waiting).
-
-    A step back (an NTP correction, ``ManualClock.set``) counts as no time,
-    so it cannot stretch a wait; a step back and a move forward between two
-    reads count as the step alone.
+    """``clock.now`` that never goes back, for a wait's deadline: a step back counts
+    as no time, so it cannot stretch a wait.
     """
     last = clock.now()
     behind = 0.0

@@ -159,10 +159,8 @@ class RateLimiter(Observed):
         return min(lim.burst for lim in self.limits)
 
     def storage_key(self, key: str) -> str:
-        """The key as stored: namespaced, hashed when over ``MAX_KEY_LENGTH``.
-
-        Several limits (or a lockout) store under ``{<key>}|<limit name>`` (one Redis
-        Cluster hash tag).  A key that parses as a rate (``"5/minute"``) is a ``TypeError``.
+        """The key as stored: namespaced, hashed when over ``MAX_KEY_LENGTH``; a key that
+        parses as a rate (``"5/minute"``) is a ``TypeError``.
         """
         # Per request: a rate has a "/" or a space, so a short key with neither skips the test.
         if type(key) is str and len(key) <= MAX_KEY_LENGTH and "/" not in key and " " not in key:
@@ -187,23 +185,16 @@ class RateLimiter(Observed):
         return None if self._clock_now is None else self._clock_now()
 
     def validate_cost(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
-        """``cost`` as this limiter charges it, or the error a check would raise.
-
-        A number is a float of tokens (>= 0, ``inf`` if too large); a mapping of limit
-        names is a tuple with one float per limit (0.0 for one not named), or the float
-        on a one-limit limiter; a ``Refund``/``Charge`` is returned as is.  Unknown name,
-        negative or NaN: ``ValueError``; ``bool``, list or non-number: ``TypeError``.
+        """``cost`` as this limiter charges it (a float of tokens; for a mapping of limit
+        names, one per limit, 0.0 for one not named), or the error a check would raise.
         """
         return self._named.validate(cost)
 
     def check(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
-        """Take ``cost`` tokens (default 1) from ``key``'s buckets if all are there.
-
-        All or nothing: a denial takes nothing.  ``cost`` may be fractional; ``0`` is a
-        peek; negative or NaN is a ``ValueError``; above ``burst`` it is always denied
-        with ``retry_after == inf``.  A mapping charges each named limit its own cost
-        (see ``validate_cost``).  With several limits ``policy`` names the refusing one
-        and ``results`` holds each; a locked-out key gets the lockout's result.
+        """Take ``cost`` tokens (default 1; a mapping: per limit name) from ``key``'s
+        buckets if all are there; a denial takes nothing.  ``0`` is a peek; negative or
+        NaN: ``ValueError``; above ``burst``: denied with ``retry_after == inf``.
+        See docs/concepts.md, "Several limits at once".
         """
         # The hot path, inlined: the default cost and plain numbers skip the mapping test.
         if (
@@ -250,21 +241,16 @@ class RateLimiter(Observed):
         return fast(self.storage_key(key), self._limit, cost, self._now())  # type: ignore[arg-type]
 
     def peek(self, key: str) -> RateLimitResult:
-        """``key``'s state now, taking nothing: ``allowed`` True, except for a key locked
-        out (then the lockout's result, as a check would get).
-        """
+        """``key``'s state now, taking nothing (a locked-out key: the lockout's result)."""
         refuse_rate_key(key)
         return RateLimiter.check(self, key, 0)  # a peek is no decision: not observed
 
     def refund(
         self, key: str, cost: CostSpec = 1, taken_at: Optional[float] = None
     ) -> RateLimitResult:
-        """Give back ``cost`` tokens that a ``check`` of ``key`` took; never above burst.
-
-        ``cost`` is checked like a check's and may be a mapping.  ``taken_at`` (this
-        limiter's clock, read before the check): a ``Quota`` whose window started after
-        it gets nothing back; pass it whenever a refund may cross a boundary.  Not a
-        decision: not observed; a ``lockout`` neither counts nor blocks it.
+        """Give back ``cost`` tokens (as ``check``'s) that a check of ``key`` took; never
+        above burst.  ``taken_at`` (this limiter's clock, before the check): a window
+        that started after it gets nothing back.  Not observed; no lockout applies.
         """
         refuse_rate_key(key)
         return self._settle(key, self._refund_cost(cost, taken_at))
@@ -283,10 +269,8 @@ class RateLimiter(Observed):
         return self._named.settled(cost, lambda c: Refund(c, taken_at))
 
     def charge(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
-        """Take ``cost`` tokens from ``key``'s buckets unconditionally (a cost known after
-        the work).  An empty bucket then owes tokens, at most one burst, and denies
-        until refilled.  ``cost`` as ``check``'s; the result is ``allowed``.  Not a
-        decision: not observed; a ``lockout`` neither counts nor blocks it.
+        """Take ``cost`` tokens (as ``check``'s) from ``key``'s buckets unconditionally,
+        owing at most one burst; the result is ``allowed``.  Not observed; no lockout applies.
         """
         refuse_rate_key(key)
         return self._settle(key, self._named.settled(cost, Charge))
@@ -324,9 +308,7 @@ class RateLimiter(Observed):
             self._sync.reset(skey)
 
     async def acheck(self, key: str, cost: CostSpec = 1) -> RateLimitResult:
-        """``check`` for asyncio: awaits the store's ``aapply``, or calls ``check`` when the
-        store is ``Nonblocking`` or synchronous only.
-        """
+        """``check`` for asyncio (on a ``Nonblocking`` or sync-only store: ``check`` itself)."""
         if self.nonblocking:
             return RateLimiter.check(self, key, cost)  # observed once, by acheck's caller
         store = self._async
@@ -358,12 +340,9 @@ class RateLimiter(Observed):
             await self._async.areset(skey)
 
     def slot(self, key: str, cost: CostSpec = 1) -> Slot:
-        """A ``Slot`` of this limiter's ``Concurrency`` policies for ``key``.
-
-        ``with limiter.slot(key):`` takes the slot and ``cost`` from the other policies,
-        all or nothing (``RateLimitExceeded``), and gives the slot back at the end.
-        A slot is one unit: a cost asking a ``Concurrency`` policy for other than one
-        is a ``ValueError`` here.  See docs/concurrency.md.
+        """A ``Slot`` of this limiter's ``Concurrency`` policies for ``key``; ``cost`` goes
+        to the other policies (asking a ``Concurrency`` one for other than 1 is a
+        ``ValueError``).  See docs/concurrency.md.
         """
         shares = self._named.validate(cost)
         if cost is not _ONE:
@@ -396,11 +375,9 @@ class RateLimiter(Observed):
     def acquire(
         self, key: str, cost: CostSpec = 1, timeout: Optional[float] = None
     ) -> RateLimitResult:
-        """Block until ``cost`` tokens are taken; return the allowing result.
-
-        Sleeps on ``clock.sleep``.  Raises ``RateLimitExceeded`` at once when the wait
-        would end more than ``timeout`` seconds from now (``None``: no bound) or the
-        cost can never pass.  A limiter with a ``lockout`` is a ``TypeError``.
+        """Block (``clock.sleep``) until ``cost`` tokens are taken; return the allowing
+        result.  ``RateLimitExceeded`` at once when the wait would end more than
+        ``timeout`` seconds from now or never; with a ``lockout``: ``TypeError``.
         """
         return waiting.acquire(self, key, cost, timeout)
 
@@ -418,23 +395,15 @@ class RateLimiter(Observed):
         wait: bool = True,
         timeout: Optional[float] = None,
     ) -> Callable[[F], F]:
-        """Decorate a function (sync or async) so each call takes ``cost`` tokens.
-
-        ``key``: a string, or a callable of the call's arguments returning one.
-        ``wait=True`` waits (``acquire``, ``timeout`` seconds); ``wait=False`` raises
-        ``RateLimitExceeded``.  ``TypeError`` at decoration for a key that parses as a
-        rate, a cost that takes a ``Concurrency`` slot, or ``wait=True`` with a lockout.
-
-            @limiter.throttle("github")
-            def fetch(url): ...
+        """Decorate a function (sync or async) so each call takes ``cost`` tokens from
+        ``key`` (a str, or a callable of the call's arguments returning one): it waits
+        as ``acquire`` (``wait=True``) or raises ``RateLimitExceeded``.  Misuse is a
+        ``TypeError`` at decoration.  ``@limiter.throttle("github")``.
         """
         return waiting.throttle(self, key, cost, wait, timeout)
 
     def start_cleanup(self, max_age: Optional[float], interval: float) -> Callable[[], None]:
-        """Sweep the store every ``interval`` seconds in a daemon thread (first sweep now).
-
-        Deletes full buckets and, unless ``max_age`` is ``None``, keys idle longer than
-        ``max_age`` seconds.  Returns an idempotent ``stop()``.  Needs a store with
-        ``sweep(now, max_age)``.
+        """Call the store's ``sweep(now, max_age)`` now and every ``interval`` seconds in a
+        daemon thread; returns an idempotent ``stop()``.
         """
         return cleanup.start(self.store, self.clock, self.name, max_age, interval)

@@ -1,58 +1,33 @@
-"""``Slot``: one holder's slot of a limiter's ``Concurrency`` policies; each operation
-is one round trip planned by ``RateLimiter._slot_plan``.
-"""
+"""``Slot``: one holder's slot of a limiter's ``Concurrency`` policies."""
 
 from __future__ import annotations
 
 import random
 import time
-from typing import Any, Optional, Protocol, Tuple
+from typing import Any, Optional
 
 from limiter.core.costs import Hold
 from limiter.core.result import RateLimitResult
 from limiter.events import Outcome, report
 from limiter.store import is_async_only
-from limiter.waiting import RateLimitExceeded, slot_given
-
-
-class _Owner(Protocol):
-    """What a ``Slot`` needs of its ``RateLimiter``."""
-
-    store: Any
-    nonblocking: bool
-    name: str
-    on_decision: Any
-
-    def _slot_plan(
-        self, key: str, cost: Any, hold: Hold
-    ) -> Tuple[bool, Any, Any, Any, Optional[float]]: ...
-
-
-def new_holder() -> float:
-    """A random holder number: a whole float from 1 to 2**53, exact in every store
-    (never a secret, so ``random`` rather than ``secrets``).
-    """
-    return float(random.getrandbits(53) | 1)
+from limiter.waiting import RateLimitExceeded, Waiter, slot_given
 
 
 class Slot:
-    """A slot of ``key`` for one holder: ``with limiter.slot(key):`` (``aslot``: ``async with``).
-
-    ``take``/``atake`` take it and the other policies' cost, all or nothing, and
-    return the result; ``give``/``agive`` return whether it was still held (False:
-    its lease had expired); ``renew``/``arenew`` extend the lease from now.  As a
-    context manager a refusal raises ``RateLimitExceeded`` and the slot is given
-    back on exit.  ``result``: the store's last answer; ``held``: taken and not
-    given back.  On an async-only store the sync methods are a ``TypeError``.
+    """A slot of ``key`` for one holder: ``with limiter.slot(key):`` (``aslot``: ``async with``)
+    takes it (a refusal raises ``RateLimitExceeded``) and gives it back on exit.
+    ``result``: the store's last answer; ``held``: taken and not given back.  On an
+    async-only store the sync methods are a ``TypeError``.
     """
 
     __slots__ = ("cost", "held", "holder", "key", "limiter", "quiet", "result")
 
-    def __init__(self, limiter: _Owner, key: str, cost: Any) -> None:
+    def __init__(self, limiter: Waiter, key: str, cost: Any) -> None:
         self.limiter = limiter
         self.key = key
         self.cost = cost
-        self.holder = new_holder()
+        # A whole float from 1 to 2**53, exact in every store (no secret: random, not secrets).
+        self.holder = float(random.getrandbits(53) | 1)
         self.held = False
         self.result: Optional[RateLimitResult] = None
         #: True while its caller reports the take itself (an adapter's wait

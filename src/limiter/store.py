@@ -1,9 +1,6 @@
-"""The storage contract: how bucket state is kept per key, atomically.
+"""The storage contract: every ``Protocol`` a store may implement, and ``StoreError``.
 
-Everything a store may implement is declared here as a structural
-``Protocol`` (``Store`` or ``AsyncStore``, optionally ``SupportsAllow``,
-``Nonblocking``, ``Sweepable``); ``RateLimiter`` and the adapters look for
-nothing else.  See docs/stores.md "Writing your own store".
+See docs/stores.md, "Writing your own store".
 """
 
 from __future__ import annotations
@@ -16,10 +13,8 @@ from limiter.core.result import RateLimitResult
 
 
 class StoreError(Exception):
-    """A store could not answer (connection lost, timeout, corrupt state).
-
-    Stores wrap their backend's exception (``__cause__``) in this one type,
-    which the adapters map to their ``on_error`` policy.
+    """A store could not answer (connection lost, timeout, corrupt state); the
+    backend's exception is its ``__cause__``.  The adapters' ``on_error`` decides.
     """
 
 
@@ -46,10 +41,8 @@ class Store(Protocol):
     def apply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
     ) -> RateLimitResult:
-        """``limiter.core.many.step_all`` over ``keys[i]`` under ``limits[i]``, atomically.
-
-        Either every bucket is charged ``cost`` or none is.  ``cost`` is one
-        number for every limit or a sequence of one per limit.
+        """``limiter.core.many.step_all`` over ``keys[i]`` under ``limits[i]``, atomically
+        (all or nothing); ``cost`` is one number, or a sequence of one per limit.
         """
 
     def reset(self, key: str) -> None:
@@ -62,24 +55,19 @@ class AsyncStore(Protocol):
 
     async def aapply(
         self, key: str, limit: Policy, cost: float, now: Optional[float]
-    ) -> RateLimitResult:
-        """Take ``cost`` tokens from ``key``'s bucket if all are there."""
+    ) -> RateLimitResult: ...
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
-    ) -> RateLimitResult:
-        """Charge every bucket or none (see ``Store.apply_many``)."""
+    ) -> RateLimitResult: ...
 
-    async def areset(self, key: str) -> None:
-        """Forget ``key``."""
+    async def areset(self, key: str) -> None: ...
 
 
 @runtime_checkable
 class SupportsAllow(Protocol):
-    """Optional: a ``Store`` that can answer yes or no more cheaply than ``apply``.
-
-    ``RateLimiter.allow`` calls it (for a single limit); it must take the same
-    decision and leave the same state as ``apply``.
+    """Optional: ``RateLimiter.allow``'s cheaper yes or no for one limit; the same
+    decision and state as ``apply``.
     """
 
     def allow(self, key: str, limit: Policy, cost: float, now: Optional[float]) -> bool:
@@ -98,15 +86,13 @@ class Nonblocking(Protocol):
 
 @runtime_checkable
 class Sweepable(Protocol):
-    """Optional: a store that keeps keys until told to drop them (``MemoryStore``).
-
+    """Optional: a store that keeps keys until told to drop them (``MemoryStore``);
     ``RateLimiter.start_cleanup`` calls ``sweep`` from a thread.
     """
 
     def sweep(self, now: Optional[float] = None, max_age: Optional[float] = None) -> int:
-        """Delete keys whose bucket is full at ``now`` and, with ``max_age``, keys idle longer.
-
-        Deleting a full bucket changes no decision.  Returns the number deleted.
+        """Delete keys whose bucket is full at ``now`` and, with ``max_age``, keys idle
+        longer; returns the number deleted.
         """
 
 

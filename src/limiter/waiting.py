@@ -1,6 +1,5 @@
-"""Waiting instead of refusing: ``acquire``, ``aacquire``, ``throttle`` and the
-adapters' ``max_wait``/``max_queue`` (``Waits``: one plan without I/O run by a
-sync and an async shell).  See docs/concurrency.md.
+"""Waiting instead of refusing: ``acquire``, ``throttle`` and the adapters' ``max_wait``
+(``Waits``: one plan without I/O, a sync and an async shell).  See docs/concurrency.md.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from typing import (
 
 from limiter.clock import Clock, SystemClock, forward, optional_seconds
 from limiter.core.concurrency import refuse_slot_shares
+from limiter.core.costs import Hold
 from limiter.core.keys import refuse_rate_key
 from limiter.core.limits import Policy
 from limiter.core.lockout import Lockout
@@ -41,10 +41,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RateLimitExceeded(Exception):
-    """Raised when a request may not proceed and waiting is not an option.
-
-    ``retry_after``: seconds until it could pass (``inf``: never); ``result``: the
-    refusing ``RateLimitResult``.
+    """Raised when a request may not proceed and waiting is not an option: ``result`` the
+    refusal, ``retry_after`` its seconds until it could pass (``inf``: never).
     """
 
     def __init__(self, result: RateLimitResult) -> None:
@@ -54,7 +52,7 @@ class RateLimitExceeded(Exception):
 
 
 class Waiter(Protocol):
-    """What waiting needs of a limiter (``RateLimiter`` has it all)."""
+    """What waiting and a ``Slot`` need of a limiter (``RateLimiter`` has it all)."""
 
     name: str
     clock: Clock
@@ -62,6 +60,7 @@ class Waiter(Protocol):
     on_decision: Optional[Observer]
     store: Any
     shadow: bool
+    nonblocking: bool
 
     @property
     def limits(self) -> Sequence[Policy]: ...
@@ -71,6 +70,10 @@ class Waiter(Protocol):
     def acheck(self, key: str, cost: Any = 1) -> Awaitable[RateLimitResult]: ...
 
     def validate_cost(self, cost: Any) -> Any: ...
+
+    def _slot_plan(
+        self, key: str, cost: Any, hold: Hold
+    ) -> Tuple[bool, Any, Any, Any, Optional[float]]: ...
 
 
 def acquire(
@@ -163,10 +166,8 @@ def refuse_waits_with_lockout(
     waiting: str = "waiting for tokens (acquire, throttle)",
     instead: str = "use check() with a lockout, and a limiter without one to pace calls",
 ) -> None:
-    """Raise ``TypeError`` for a limiter with a lockout: each refusal on the way would count.
-
-    ``waiting`` names the wait as the caller set it up, ``instead`` the way out
-    (by default: ``acquire`` and ``throttle``'s).
+    """Raise ``TypeError`` for a limiter with a lockout: each refusal on the way would
+    count.  ``waiting`` names the wait, ``instead`` the way out.
     """
     if limiter.lockout is not None:
         raise TypeError(
@@ -229,7 +230,7 @@ class Ticket:
 
 
 class _Line:
-    """The requests waiting on one key, in arrival order, and what the first one learnt."""
+    """The tickets waiting on one key, in arrival order, and the last refusal."""
 
     __slots__ = ("last", "last_at", "ready_at", "tickets")
 
@@ -249,20 +250,16 @@ class _Line:
 
 
 class Lines:
-    """The process's waiting requests by ``line_of(limiter, key)``, in arrival order:
-    a later arrival never overtakes an earlier one, and ``slot_given`` wakes a key's first.
-    """
+    """The process's waiting requests by ``line_of(limiter, key)``, in arrival order."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lines: Dict[Ident, _Line] = {}
 
     def busy(self, ident: Ident) -> bool:
-        """True when requests wait on ``ident`` (a new one must queue behind them)."""
         return ident in self._lines
 
     def join(self, ident: Ident, ticket: Ticket) -> _Line:
-        """Put ``ticket`` at the end of ``ident``'s line and return the line."""
         with self._lock:
             line = self._lines.get(ident)
             if line is None:  # not setdefault: a line is built only for a new key
@@ -307,12 +304,8 @@ def slot_given(limiter: Any, key: str) -> None:
 
 
 class Waits:
-    """The adapters' waiting: a refused request waits up to ``max_wait`` seconds for its turn.
-
-    At most ``max_queue`` wait at once (the rest are decided at once); one key's
-    waiters are served in arrival order.  A rate's refusal waits its
-    ``retry_after`` (refused at once if past ``max_wait``); a slot's waits until a
-    slot is given back here or ``SLOT_POLL`` seconds pass, then tries again.
+    """The adapters' waiting: a refused request waits up to ``max_wait`` seconds for its
+    turn, at most ``max_queue`` at once, one key's in arrival order (docs/concurrency.md).
     ``where``: what set ``max_wait``, for errors (``"RateLimit(max_wait=1.0)"``).
     """
 
@@ -333,19 +326,7 @@ class Waits:
 
     @property
     def waiting(self) -> int:
-        """How many requests wait now."""
         return self._count
-
-    def _enter(self) -> bool:
-        with self._lock:
-            if self._count >= self.max_queue:
-                return False
-            self._count += 1
-            return True
-
-    def _exit(self) -> None:
-        with self._lock:
-            self._count -= 1
 
     def plan(
         self,
@@ -355,15 +336,18 @@ class Waits:
         now: float,
         slack: float = 0.0,
     ) -> _WaitPlan:
-        """One request's wait from ``now`` (no I/O, no clock).  ``first``: its first try's
-        refusal, or ``None`` to queue behind others without trying.  Returns the
-        deciding result and the seconds waited.
+        """One request's wait from ``now`` (no I/O, no clock); ``first``: its first try's
+        refusal, or ``None`` to queue without trying.
         """
         start = now
         deadline = now + self.max_wait
         if first is not None and _after_refusal(first, deadline - now, slack) is None:
             return first, 0.0
-        if not self._enter():  # the queue is full: decided at once
+        with self._lock:
+            full = self._count >= self.max_queue
+            if not full:
+                self._count += 1
+        if full:  # decided at once
             if first is None:
                 now, first = yield _TRY_NOW
                 assert first is not None
@@ -399,7 +383,8 @@ class Waits:
                 result = None
         finally:
             lines.leave(ident, ticket)
-            self._exit()
+            with self._lock:
+                self._count -= 1
 
     def run(
         self,
@@ -408,8 +393,8 @@ class Waits:
         cost: Any,
         attempt: Optional[Callable[[], RateLimitResult]] = None,
     ) -> RateLimitResult:
-        """The result for ``key``, after waiting if need be (blocks this thread); the
-        decision is reported to ``limiter.on_decision`` once, with the seconds waited.
+        """The result for ``key``, after waiting if need be (blocks this thread), reported
+        once with the seconds waited.
         """
         tries = _Tries(limiter, key, cost, attempt, self.where)
         first = None if self.lines.busy(tries.ident) else tries.once()
@@ -423,14 +408,13 @@ class Waits:
             # A thread blocks TIMEOUT_MAX at most (OverflowError beyond); the plan parks again.
             _PARK: lambda seconds: event.wait(min(seconds, threading.TIMEOUT_MAX)),
         }
-        try:
-            step = next(drive)
-            while True:
-                step = drive.send(act[step[0]](step[1]))
-        except StopIteration as done:
-            return tries.done(*done.value)
-        finally:
-            drive.close()
+        with contextlib.closing(drive):
+            try:
+                step = next(drive)
+                while True:
+                    step = drive.send(act[step[0]](step[1]))
+            except StopIteration as done:
+                return tries.done(*done.value)
 
     async def arun(
         self,
@@ -447,7 +431,12 @@ class Waits:
         if first is not None and (first[0] or limiter.shadow):
             return tries.done(first, 0.0)
         event = asyncio.Event()
-        wake = _threadsafe(asyncio.get_running_loop(), event.set)
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to wake
+                loop.call_soon_threadsafe(event.set)
+
         drive = self._driven(tries, Ticket(wake, event.clear), first)
 
         async def park(seconds: float) -> None:
@@ -459,14 +448,13 @@ class Waits:
             _SLEEP: limiter.clock.asleep,
             _PARK: park,
         }
-        try:
-            step = next(drive)
-            while True:
-                step = drive.send(await act[step[0]](step[1]))
-        except StopIteration as done:
-            return tries.done(*done.value)
-        finally:
-            drive.close()
+        with contextlib.closing(drive):
+            try:
+                step = next(drive)
+                while True:
+                    step = drive.send(await act[step[0]](step[1]))
+            except StopIteration as done:
+                return tries.done(*done.value)
 
     def _driven(
         self, tries: _Tries, ticket: Ticket, first: Optional[RateLimitResult]
@@ -501,14 +489,6 @@ def _after_refusal(result: RateLimitResult, left: float, slack: float) -> Option
     if result.kind == "concurrency":  # retry_after is only an upper bound
         return None if left <= _EPSILON else (_PARK, min(SLOT_POLL, left))
     return None if wait > left + slack else (_SLEEP, wait)
-
-
-def _threadsafe(loop: Any, call: Callable[[], None]) -> Callable[[], None]:
-    def wake() -> None:
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to wake
-            loop.call_soon_threadsafe(call)
-
-    return wake
 
 
 class _Tries:

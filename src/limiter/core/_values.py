@@ -1,10 +1,10 @@
-"""Checks shared by the policies of ``limiter.core``: values shown in errors, numbers, names.
-
-A private module: its names are plain because only ``limiter.core`` imports it.
+"""Checks shared by the policies of ``limiter.core``: values shown in errors, numbers,
+names (a private module: only ``limiter.core`` imports it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import sys
@@ -14,10 +14,7 @@ from limiter.core.state import keep_until
 
 F = TypeVar("F", bound="Frozen")
 
-#: The accepted range of a token bucket (see docs/concepts.md): every rate from
-#: the smallest normal float to the largest whose slack (``1e-3 / rate``) is
-#: still normal, every burst (and quota count, lockout breaches) up to 2**53,
-#: and windows up to 2**1022 seconds.
+#: The accepted ranges (docs/concepts.md, "Why the bucket computes as it does").
 MIN_RATE = sys.float_info.min
 MAX_RATE = 1e-3 / sys.float_info.min
 MAX_BURST = 2**53
@@ -34,9 +31,8 @@ def show(value: object) -> str:
 
 
 def real(value: object, name: str, kind: str, bounds: str) -> Any:
-    """``value`` if it is a real number other than a bool, else ``TypeError``.
-
-    NaN is a ``ValueError`` for a ``Decimal`` (comparing a Decimal NaN raises).
+    """``value`` if it is a real number other than a bool, else ``TypeError``; a
+    ``Decimal`` NaN is a ``ValueError`` (comparing one raises).
     """
     # Decimal is no numbers.Real: test it first.  A Decimal can exist only if
     # its module is imported already.
@@ -55,10 +51,8 @@ def real(value: object, name: str, kind: str, bounds: str) -> Any:
 def bounded_float(
     value: object, name: str, kind: str, bounds: str, low: float, high: float
 ) -> float:
-    """``value`` as a float from ``low`` to ``high``, else a ``TypeError``/``ValueError`` naming it.
-
-    ``low`` is excluded when it is 0.0 (a number of seconds must be > 0).
-    A value too large for a float counts as ``inf``.
+    """``value`` as a float from ``low`` (excluded when 0.0) to ``high``, else a
+    ``TypeError``/``ValueError`` naming it; too large for a float counts as ``inf``.
     """
     if value.__class__ is not float and value.__class__ is not int:
         value = real(value, name, kind, bounds)
@@ -69,6 +63,11 @@ def bounded_float(
     if not (low <= number <= high and (low != 0.0 or number != 0.0)):  # also NaN
         raise ValueError(f"{name} must be {kind} {bounds}, got {show(value)}")
     return number
+
+
+def duration_value(value: object, name: str) -> float:
+    """``value`` as a float number of seconds > 0 and <= 1e9 (a lease, a lockout's times)."""
+    return bounded_float(value, name, "a number of seconds", "> 0 and <= 1e+09", 0.0, 1e9)
 
 
 def rate_value(rate: object) -> float:
@@ -91,9 +90,8 @@ def burst_value(burst: object) -> int:
 
 
 def check_name(name: object) -> str:
-    """``name`` if it is a valid policy name (``Limit.name``'s rule), else an error naming it.
-
-    Every policy's name, and ``RateLimiter``'s names of a mapping's limits.
+    """``name`` if it is a valid policy name (every policy's, a rate mapping's keys), else
+    an error naming it.
     """
     if not isinstance(name, str):
         raise TypeError(f"limit name must be a str, got {show(name)}")
@@ -114,14 +112,12 @@ def whole_count(value: object, what: str) -> int:
 
 
 class Frozen:
-    """A policy whose ``__init__`` sets its attributes once: none changes afterwards.
-
-    Equal, and hashed, by ``identity()`` (its ``_params``), within its class;
-    its class called with them and ``name`` builds it again (``renamed``).
+    """A policy whose ``__init__`` sets its attributes once (``_freeze``), equal and hashed
+    by ``identity()`` within its class.
     """
 
-    #: The parameters but ``name``, in the order the class takes them; ``repr``
-    #: shows the first ``_positional`` of them by position, the rest by keyword.
+    #: The parameters but ``name``, in the class's order; ``repr`` shows the first
+    #: ``_positional`` of them by position.
     _params: ClassVar[Tuple[str, ...]] = ()
     _positional: ClassVar[int] = 0
 
@@ -158,21 +154,18 @@ class Frozen:
         return policy
 
     def _freeze(self, name: str, count: int, seconds: float, /, **fields: Any) -> None:
-        """Set ``name``, ``count`` per ``seconds`` (``burst``, ``rate``, ``interval``) and
-        ``fields`` once, from ``__init__`` (``__setattr__`` refuses afterwards).
+        """Check ``name``, then set it, ``count`` per ``seconds`` (``burst``, ``rate``,
+        ``interval``) and ``fields``, once.
         """
+        check_name(name)
         fields.update(name=name, burst=count, rate=count / seconds, interval=seconds / count)
         for attr, value in fields.items():
             object.__setattr__(self, attr, value)
 
     def __setattr__(self, name: str, value: object) -> None:
-        import dataclasses
-
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        import dataclasses
-
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __repr__(self) -> str:

@@ -71,13 +71,9 @@ def step(
 def step(
     state: Optional[State], now: float, limit: Any, cost: float = 1, detail: bool = True
 ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
-    """Apply one request of ``cost`` tokens at time ``now`` (seconds) to a bucket.
-
-    Returns ``(new_state, result)``; ``state`` is ``None`` for a key never seen.
-    When nothing is taken (denied, or a peek) the same ``state`` object comes back
-    so a store can skip the write, except after re-anchoring (rules 6, 7).  With
-    ``detail=False`` the result is the ``bool`` decision alone.  Raises as
-    ``validate_cost`` (rule 3).
+    """Apply one request of ``cost`` tokens at time ``now`` (seconds) to a bucket (the
+    rules above).  Returns ``(new_state, result)`` (the ``bool`` decision alone with
+    ``detail=False``); the same ``state`` when nothing is to be written.
     """
     # One function on purpose, longer than most: every check runs it, and each
     # helper call would cost more than a rule (CONTRIBUTING.md "Hot paths").
@@ -224,9 +220,8 @@ def admission_excess(debt: float, cost: float, limit: Policy) -> float:
 
 
 def next_token_in(result: RateLimitResult) -> float:
-    """Seconds until ``result``'s policy holds one more whole token (0.0 when full).
-
-    A quota or lockout gives all back at ``reset_after``.  The draft headers' ``t``.
+    """Seconds until ``result``'s policy holds one more whole token (0.0 when full; a
+    count's all come back at ``reset_after``): the draft headers' ``t``.
     """
     limit = result[1]
     missing = limit - result[2]

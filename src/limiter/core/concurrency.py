@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, List, Literal, Optional, Sequence, Tuple, Union
 
-from limiter.core._values import Frozen, bounded_float, check_name, show
+from limiter.core._values import Frozen, duration_value, show
 from limiter.core.costs import Charge, Hold, policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE
 from limiter.core.result import RateLimitResult
@@ -38,16 +38,13 @@ _isfinite = math.isfinite
 
 #: The most slots one key may have: a key's state holds one lease per slot.
 MAX_SLOTS = 1000
-_MAX_LEASE = 1e9
 
 
 def slot_step(
     state: Optional[State], now: float, policy: Concurrency, cost: Any = 0, detail: bool = True
 ) -> Tuple[Optional[State], Union[RateLimitResult, bool]]:
     """Take, give back or renew a slot of ``policy`` at ``now`` (seconds): the rules above.
-
-    Returns ``(new_state, result)`` (``(new_state, allowed)`` without
-    ``detail``); ``state`` itself when nothing changes.
+    Returns ``(new_state, result)`` (``allowed`` without ``detail``).
     """
     if cost.__class__ is not Hold:
         value = policy_cost(cost, policy.limit, now)  # rule 5: a number's errors first
@@ -89,9 +86,8 @@ def slot_step(
 
 
 def refuse_slot_shares(name: str, limits: Sequence[Any], shares: Any) -> None:
-    """Raise ``TypeError`` when ``shares`` (``validate_cost``'s answer) would take a slot (rule 5).
-
-    A paced call (``throttle``, the outbound clients) cannot hold a slot: nobody would give it back.
+    """Raise ``TypeError`` when ``shares`` (``validate_cost``'s answer) would take a slot
+    (rule 5): nobody would give back a paced call's (``throttle``, the outbound clients).
     """
     if shares.__class__ is not tuple:
         shares = (shares,) * len(limits)
@@ -105,11 +101,8 @@ def refuse_slot_shares(name: str, limits: Sequence[Any], shares: Any) -> None:
 
 
 def refuse_slot_cost(limits: Sequence[Any], cost: Any, shares: Any) -> None:
-    """Raise ``ValueError`` when ``cost`` asks a ``Concurrency`` policy for other than one slot.
-
-    ``RateLimiter.slot``'s ``cost`` goes to the other policies, so a mapping naming a
-    ``Concurrency`` policy with other than 1, or any cost but 1 when all ``limits`` are
-    ``Concurrency``, is refused.  ``shares`` is ``validate_cost``'s answer for ``cost``.
+    """Raise ``ValueError`` when ``RateLimiter.slot``'s ``cost`` (``shares``: its
+    ``validate_cost``) asks a ``Concurrency`` policy for other than one slot.
     """
     named = hasattr(cost, "keys")  # a mapping: the policies it names
     if not named and any(limit.kind != "concurrency" for limit in limits):
@@ -175,14 +168,9 @@ def _slot_result(
 
 
 class Concurrency(Frozen):
-    """At most ``limit`` requests in flight per key, each slot held ``lease`` seconds at most.
-
-    ``RateLimiter({"rate": "60/minute", "inflight": Concurrency(3, lease=120)})``.
-    A slot is held while a request runs (``RateLimiter.slot``, the adapters);
-    a dead holder's slot is freed when its lease runs out.  ``limit`` is an int
-    from 1 to 1000 (``TypeError`` otherwise); ``lease`` seconds in (0, 1e9].
-    Results: ``remaining`` the free slots, ``window`` the lease.  Rules: this
-    module's docstring; guide: docs/concurrency.md.
+    """At most ``limit`` (an int from 1 to 1000) requests in flight per key, each slot held
+    ``lease`` seconds (0 to 1e9) at most: ``Concurrency(3, lease=120)``.  Results:
+    ``remaining`` the free slots, ``window`` the lease.  Guide: docs/concurrency.md.
     """
 
     kind: ClassVar[Literal["concurrency"]] = "concurrency"
@@ -198,9 +186,7 @@ class Concurrency(Frozen):
             raise TypeError(f"concurrency limit must be an int, got {show(limit)}")
         if not 1 <= limit <= MAX_SLOTS:
             raise ValueError(f"concurrency limit must be from 1 to {MAX_SLOTS}, got {limit!r}")
-        bounds = f"> 0 and <= {_MAX_LEASE:g}"
-        seconds = bounded_float(lease, "lease", "a number of seconds", bounds, 0.0, _MAX_LEASE)
-        check_name(name)
+        seconds = duration_value(lease, "lease")
         self._freeze(name, limit, seconds, limit=limit, lease=seconds, window=seconds, slack=0.0)
 
     #: As ``FixedWindow.step_function``.

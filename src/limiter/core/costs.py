@@ -1,8 +1,5 @@
-"""Costs: what a request takes from a policy (``validate_cost``), ``Refund`` and ``Charge``.
-
-A cost is any real number of tokens >= 0; a ``Refund`` is the one negative
-cost, a ``Charge`` the one taken unconditionally (rules 2 to 5 of
-``limiter.core.bucket``).
+"""Costs: what a request takes from a policy (``validate_cost``), ``Refund``, ``Charge``
+and ``Hold`` (rules 2 to 5 of ``limiter.core.bucket``).
 """
 
 from __future__ import annotations
@@ -16,13 +13,9 @@ _isfinite = math.isfinite
 
 
 def validate_cost(cost: object) -> float:
-    """``cost`` as a float number of tokens >= 0, or an error that names it.
-
-    Any real number (``int``, ``float``, ``Fraction``, ``Decimal``): too large for a
-    float becomes ``inf``; a positive one too small, the smallest float; one a float
-    would round down onto a whole number, the next float up (so ``cost > burst``
-    exactly when the float is).  ``bool`` or a non-number: ``TypeError``; NaN or
-    negative: ``ValueError``.  docs/concepts.md, "Exact semantics".
+    """``cost`` (any real number but a bool) as a float number of tokens >= 0, rounded
+    so that ``cost > burst`` exactly when the float is (docs/concepts.md, "Exact
+    semantics").  ``bool`` or a non-number: ``TypeError``; NaN or negative: ``ValueError``.
     """
     value: Any
     cls = cost.__class__
@@ -46,12 +39,9 @@ def validate_cost(cost: object) -> float:
 
 
 class Refund(float):
-    """A cost that gives ``tokens`` back (``Refund(2)``), always admitted, never beyond burst.
-
-    The only negative cost (its value is ``-tokens``; ``tokens`` as ``validate_cost``).
-    ``taken_at`` (seconds, when the check took the units): on a ``Quota`` a refund
-    from before the current window gives nothing back; ``None`` refunds the current
-    window.  A token bucket ignores it.  Not part of equality.
+    """A cost that gives ``tokens`` back (``Refund(2)``, worth ``-tokens``), always admitted,
+    never beyond burst.  ``taken_at`` (seconds, when the check took the units; not part
+    of equality): a count whose window started after it gives nothing back.
     """
 
     __slots__ = ("taken_at",)
@@ -84,10 +74,8 @@ class Refund(float):
 
 
 class Charge(float):
-    """A cost taken unconditionally (``Charge(350)``), even from an empty bucket.
-
-    A bucket goes into debt, at most one burst (``Limit.max_debt``), and denies until
-    refilled; a ``Quota``'s units go up to twice the count.  ``tokens`` as ``validate_cost``.
+    """A cost taken unconditionally (``Charge(350)``): a bucket goes into debt, at most
+    one burst (``Limit.max_debt``); a count goes up to twice its limit.
     """
 
     __slots__ = ()
@@ -100,10 +88,8 @@ class Charge(float):
 
 
 class Hold(float):
-    """A slot of a ``Concurrency`` policy taken, given back or renewed by ``holder``.
-
-    ``action``: ``"take"`` (worth 1.0), ``"give"`` or ``"renew"`` (0.0); ``holder``:
-    an integer below 2**53.  ``RateLimiter.slot`` makes them.
+    """A slot of a ``Concurrency`` policy taken (worth 1.0), given back or renewed (0.0)
+    by ``holder`` (a whole float below 2**53).  ``RateLimiter.slot`` makes them.
     """
 
     __slots__ = ("action", "holder")
@@ -133,16 +119,13 @@ def is_give(cost: object) -> bool:
     return cost.__class__ is Hold and cost.action == "give"
 
 
-#: What ``step_all`` and ``Store.apply_many`` accept as a cost: one number
-#: for every limit, or a sequence of one number per limit (a list or tuple).
+#: ``step_all``'s and ``Store.apply_many``'s cost: one number, or one per limit.
 Cost = Union[float, Sequence[float]]
 
 
 def validate_costs(cost: object, count: int) -> Union[float, Tuple[float, ...]]:
-    """``cost`` checked for ``count`` limits, before a store takes a lock or a round trip.
-
-    A number as ``validate_cost`` (a ``Refund``/``Charge`` as is); a list or tuple
-    must hold exactly ``count`` of them (``ValueError``) and comes back a tuple.
+    """``cost`` checked for ``count`` limits: a number as ``checked_cost``, or a list or
+    tuple of exactly ``count`` of them (``ValueError``), returned as a tuple.
     """
     if cost.__class__ is tuple or cost.__class__ is list:
         items: Sequence[object] = cost  # type: ignore[assignment,unused-ignore]
@@ -161,9 +144,7 @@ def check_count(costs: Sequence[object], count: int) -> None:
 
 
 def cost_or_inf(cost: object, burst: int) -> float:
-    """``validate_cost(cost)``, or ``inf`` when above ``burst`` (never admitted, slack or
-    not); a ``Refund`` is its negative float.
-    """
+    """``validate_cost(cost)``, or ``inf`` above ``burst``; a ``Refund``/``Charge`` as its float."""
     if cost.__class__ is Refund or cost.__class__ is Charge:
         return float(cost)  # type: ignore[arg-type,unused-ignore]
     value = validate_cost(cost)
@@ -171,8 +152,8 @@ def cost_or_inf(cost: object, burst: int) -> float:
 
 
 def policy_cost(cost: object, burst: int, now: float) -> float:
-    """``cost_or_inf(cost, burst)``, then ``ValueError`` for a ``now`` that is not finite
-    (unless ``cost`` is a ``Refund`` or ``Charge``): a ``Quota``'s and ``Lockout``'s step.
+    """``cost_or_inf``, then ``ValueError`` for a non-finite ``now`` unless ``cost`` is a
+    ``Refund`` or ``Charge`` (the steps of ``Lockout`` and ``Concurrency``).
     """
     value = cost_or_inf(cost, burst)
     if (cls := cost.__class__) is not Refund and cls is not Charge and not _isfinite(now):
@@ -181,9 +162,8 @@ def policy_cost(cost: object, burst: int, now: float) -> float:
 
 
 def counted_cost(cost: object, count: int, now: float) -> Tuple[float, bool, Optional[float]]:
-    """``(value, forced, taken_at)`` of ``cost`` for a counting step (quota, windows):
-    ``cost_or_inf``'s value, True for a ``Charge``, a ``Refund``'s ``taken_at``.
-    Then a non-finite ``now`` is a ``ValueError`` for every cost.
+    """``(cost_or_inf's value, is a Charge, a Refund's taken_at)`` for a counting step;
+    then ``ValueError`` for a non-finite ``now``.
     """
     value = cost_or_inf(cost, count)
     if not _isfinite(now):

@@ -1,8 +1,4 @@
-"""The token bucket's parameters (``Limit``) and what every policy shares (``Policy``).
-
-Each policy (``Limit``, ``Quota``, ``Lockout``, ...) is a frozen object owning
-its parameters, their validation and its step.
-"""
+"""The token bucket's parameters (``Limit``) and what every policy shares (``Policy``)."""
 
 from __future__ import annotations
 
@@ -20,19 +16,13 @@ from limiter.core.state import State, keep_until
 TIME_EPSILON = 1e-6
 
 #: Seconds a ``now`` may lag a key's last update and still be taken for that
-#: update's time rather than for a clock stepped backwards (rule 7 of
-#: ``limiter.core.bucket``; docs/concepts.md says why one second).
-#: ``backends/redis/bucket.lua`` uses the same value.
+#: update's time, not a clock stepped back (rule 7 of ``limiter.core.bucket``).
 CLOCK_TOLERANCE = 1.0
 
 
 class Policy(Protocol):
-    """What ``step_all`` and the stores need of a policy (``Limit``, ``Quota``, ``Lockout``).
-
-    ``kind`` names it (results carry it); ``standalone`` is False for a
-    ``Lockout`` (it only counts the others' denials); ``keep_until`` says how
-    long a state must be kept.  ``limiter.core.bucket.step`` steps a ``Limit``
-    and hands any other policy to its own ``step`` method.
+    """What ``step_all`` and the stores need of a policy: ``kind`` names it,
+    ``standalone`` is False for a ``Lockout`` (it counts the others' denials).
     """
 
     @property
@@ -58,13 +48,10 @@ class Policy(Protocol):
 
 @dataclass(frozen=True)
 class Limit:
-    """A token-bucket limit: ``rate`` tokens per second, ``burst`` tokens of capacity.
-
-    ``Limit(10, 20)`` admits 20 requests at once, then 10 per second.
-    ``rate`` is from about 2.2e-308 to 4.49e304, ``burst`` an int from 1 to
-    2**53, ``burst / rate`` at most 2**1022 s; a wrong type is a ``TypeError``,
-    a wrong value a ``ValueError``.  ``name`` (``"default"``) labels it in the
-    draft headers and takes no part in equality.  Guide: docs/concepts.md.
+    """A token-bucket limit: ``rate`` tokens per second, ``burst`` (an int from 1 to 2**53)
+    tokens of capacity: ``Limit(10, 20)`` admits 20 requests at once, then 10 per
+    second.  A wrong type is a ``TypeError``, a value out of range a ``ValueError``
+    (docs/concepts.md); ``name`` labels it in headers, not part of equality.
     """
 
     kind: ClassVar[Literal["bucket"]] = "bucket"
@@ -122,11 +109,8 @@ class Limit:
 
     @classmethod
     def coerce(cls, rate: Union[Policy, str, float], burst: Optional[int] = None) -> Any:
-        """Build a ``Limit`` from a ``Limit``, a rate string or a number; another policy as is.
-
-        For a number, ``burst`` defaults to ``ceil(rate)`` (at least 1).  A
-        ``burst`` given with a policy that is no token bucket is a ``ValueError``
-        unless it is that policy's own.
+        """Build a ``Limit`` from a ``Limit``, a rate string or a number (``burst`` default
+        ``ceil(rate)``); another policy as is (another ``burst`` for it: ``ValueError``).
         """
         kind = getattr(rate, "kind", None)
         if kind is not None:
@@ -145,9 +129,8 @@ class Limit:
 
     @classmethod
     def parse_many(cls, text: str) -> Tuple[Limit, ...]:
-        """Parse ``"10/second;1000/hour"`` (``;`` or ``,`` between limits).
-
-        Each limit is named after its own text, whitespace runs made one space.
+        """Parse ``"10/second;1000/hour"`` (``;`` or ``,`` between limits), each named
+        after its own text.
         """
         return tuple(
             dataclasses.replace(cls.parse(part), name=" ".join(part.split()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal, Optional, Tuple, Union
 
-from limiter.core._values import Frozen, bounded_float, check_name, whole_count
+from limiter.core._values import Frozen, duration_value, whole_count
 from limiter.core.costs import policy_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.result import RateLimitResult
@@ -14,25 +14,12 @@ from limiter.core.state import State, lockout_state, read_lockout
 _new_result = tuple.__new__
 _trunc = math.trunc
 
-_MAX_SECONDS = 1e9
-
-
-def _seconds(value: object, name: str) -> float:
-    """``value`` as a float number of seconds > 0 and <= 1e9, or an error naming it."""
-    bounds = f"> 0 and <= {_MAX_SECONDS:g}"
-    return bounded_float(value, name, "a number of seconds", bounds, 0.0, _MAX_SECONDS)
-
 
 class Lockout(Frozen):
-    """Refuse a key for ``duration`` seconds after ``breaches`` denials within ``within`` seconds.
-
-    ``RateLimiter(..., lockout=Lockout(breaches=10, within=60, duration=900))``:
-    a denial by any limit is a breach; the ``breaches``-th of a run (which
-    lasts ``within`` seconds from its first breach) refuses every check for
-    ``duration`` seconds (``kind`` ``"lockout"``, ``locked_out`` True).
-    ``breaches`` is an int from 1 to 2**53 (``TypeError`` otherwise);
-    ``within`` and ``duration`` are seconds in (0, 1e9].  Never a limit on its
-    own: the last of ``step_all``'s policies.  Guide: docs/policies.md.
+    """Refuse a key for ``duration`` seconds after ``breaches`` (an int from 1 to 2**53)
+    denials within ``within`` seconds (both seconds in (0, 1e9]):
+    ``RateLimiter(..., lockout=Lockout(10, 60, 900))``.  Never a limit on its own.
+    Guide: docs/policies.md, "Lockout after repeated breaches".
     """
 
     kind: ClassVar[Literal["lockout"]] = "lockout"
@@ -52,9 +39,8 @@ class Lockout(Frozen):
         name: str = "lockout",
     ) -> None:
         whole_count(breaches, "lockout breaches")
-        within_s = _seconds(within, "lockout within")
-        duration_s = _seconds(duration, "lockout duration")
-        check_name(name)
+        within_s = duration_value(within, "lockout within")
+        duration_s = duration_value(duration, "lockout duration")
         self._freeze(
             name,
             breaches,
@@ -85,10 +71,9 @@ class Lockout(Frozen):
 def lock_status(
     state: Optional[State], now: float, lockout: Lockout
 ) -> Tuple[Optional[State], RateLimitResult, float, float]:
-    """``(state, result, breaches, run_end)`` of a lockout's state at ``now`` (see ``step_all``).
-
-    ``result`` refuses when the key is locked out; ``breaches`` (a float) and
-    ``run_end`` describe the open run (``0.0`` and ``-inf`` when none).
+    """``(state, result, breaches, run_end)`` of a lockout's state at ``now`` (see
+    ``step_all``): ``breaches`` and ``run_end`` of the open run are ``0.0`` and ``-inf``
+    when none is.
     """
     count, end = 0.0, -math.inf
     if state is not None:

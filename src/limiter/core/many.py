@@ -15,28 +15,16 @@ from limiter.core.state import State
 def step_all(
     states: Sequence[Optional[State]], now: float, limits: Sequence[Policy], cost: Cost = 1
 ) -> Tuple[List[Optional[State]], RateLimitResult]:
-    """Apply one request to several buckets at once: all admit it, or none is charged.
+    """Apply one request to several policies at once: all admit it, or none is charged.
 
     ``states[i]`` is the state under ``limits[i]``; ``cost`` is one cost for all or
-    a list/tuple of one per limit (``ValueError`` on a length mismatch).  Returns
-    the new states (same objects where unchanged) and ``combine``'s result; on
-    denial, the admitting limits' ``results`` are peeks.  A ``Lockout`` may come
-    last (rules below); a ``Hold`` giving slots back is never refused as a whole.
+    one per limit (``ValueError`` on a length mismatch).  Returns the new states
+    (same objects where unchanged) and ``combine``'s result; on denial, the
+    admitting limits' ``results`` are peeks.  A ``Lockout`` may come last
+    (docs/policies.md, "Lockout after repeated breaches": while locked, the request
+    is refused as a denial is; else a denial is a breach); a ``Hold`` giving slots
+    back is never refused as a whole.
     """
-    # Lockout rules.  Its state is absent (no breach), an open run or a lock
-    # (state.lockout_state): keep_until is the run's or lockout's end either way.
-    # * Locked (now + TIME_EPSILON < until): the request is refused as when a
-    #   limit denies (each limit stepped with its cost, those that would admit
-    #   peeked), nothing is taken or counted, and the lockout's result refuses
-    #   with retry_after = until - now, or a limit's denial's if longer.  An
-    #   until more than duration + CLOCK_TOLERANCE ahead (a clock stepped
-    #   back) is brought back to now + duration, and stored.
-    # * Otherwise the limits decide as without it.  A denial is a breach: it
-    #   opens a run of ``within`` seconds (now + within) when none is open
-    #   (now < run_end), else counts in the open one (whose end is brought back
-    #   to now + within if a clock stepped back beyond the tolerance).  The
-    #   breaches-th breach of a run locks the key until now + duration, and
-    #   that very denial is already the lockout's result.
     n = len(limits)
     if len(states) != n or not limits:
         raise ValueError(f"need one state per limit and at least one limit, got {n}")

@@ -1,7 +1,4 @@
-"""Rate strings: ``"10/second"``, ``"10 per 5 minutes"``, ``"10/second;1000/hour"``.
-
-Text to numbers only: ``Limit.parse`` and ``Limit.parse_many`` build the limits.
-"""
+"""Rate strings to numbers: ``"10/second"``, ``"10 per 5 minutes"``, ``"10/second;1000/hour"``."""
 
 from __future__ import annotations
 
@@ -30,11 +27,8 @@ _RATE_SEPARATORS = re.compile(r"[;,]")
 
 
 def looks_like_rate(text: str) -> bool:
-    """True when ``text`` reads as a rate to ``Limit.parse_many``, in range or not.
-
-    ``"5/minute"``, ``"10 per second"``, ``"10/second;100/hour"`` and
-    ``"0/second"`` do; ``"user/42"``, ``"GET /items"`` and ``"5/minute;"`` do
-    not.  ``RateLimiter`` refuses such a string where a key is expected.
+    """True when ``text`` reads as a rate to ``Limit.parse_many``, in range or not
+    (``"0/second"`` does; ``"user/42"``, ``"GET /items"`` and ``"5/minute;"`` do not).
     """
     for part in _RATE_SEPARATORS.split(text):
         match = _RATE_RE.match(part)
@@ -44,9 +38,8 @@ def looks_like_rate(text: str) -> bool:
 
 
 def parse_period(text: str) -> Tuple[int, float]:
-    """``(count, seconds)`` of a rate string: ``"10 per 5 minutes"`` is ``(10, 300.0)``.
-
-    The grammar and errors of ``parse_rate`` (a window policy's reading of it).
+    """``(count, seconds)`` of a rate string (``parse_rate``'s grammar and errors):
+    ``"10 per 5 minutes"`` is ``(10, 300.0)``.
     """
     count = parse_rate(text)[1]
     match = _RATE_RE.match(text)
@@ -56,11 +49,9 @@ def parse_period(text: str) -> Tuple[int, float]:
 
 
 def parse_rate(text: str, burst: Optional[int] = None) -> Tuple[float, int]:
-    """``(rate, N)`` of ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``.
-
-    ``N``, ``M``: whole numbers >= 1; units: ``_UNITS``' spellings, any case.
-    ``"10 per 5 minutes"`` is 10/300 tokens per second.  A text that does not
-    parse is a ``ValueError``, a non-``str`` a ``TypeError``; ``burst`` is checked first.
+    """``(rate, N)`` of ``"N/unit"``, ``"N per unit"``, ``"N/M units"`` or ``"N per M units"``
+    (``N``, ``M`` >= 1; ``_UNITS``, any case).  Not parsing: ``ValueError``; not a
+    ``str``: ``TypeError``; ``burst`` is checked first.
     """
     if not isinstance(text, str):
         raise TypeError(f"rate must be a str like '10/second', got {show(text)}")
@@ -93,9 +84,8 @@ def parse_rate(text: str, burst: Optional[int] = None) -> Tuple[float, int]:
 
 
 def split_rates(text: str) -> List[str]:
-    """The rates of ``"10/second;1000/hour"`` (``;`` or ``,`` between them), each stripped.
-
-    An empty one is a ``ValueError``, a ``text`` that is not a ``str`` a ``TypeError``.
+    """The rates of ``"10/second;1000/hour"`` (``;`` or ``,`` between them), each stripped;
+    an empty one is a ``ValueError``, a non-``str`` a ``TypeError``.
     """
     if not isinstance(text, str):
         raise TypeError(f"rate must be a str like '10/second', got {show(text)}")

@@ -9,20 +9,16 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal, Optional, Tuple, Union
 
-from limiter.core._values import Frozen, check_name, show, whole_count
+from limiter.core._values import Frozen, show, whole_count
 from limiter.core.costs import counted_cost
 from limiter.core.limits import TIME_EPSILON
 from limiter.core.result import RateLimitResult
 from limiter.core.state import State
 from limiter.core.window import count_step, counting_fields
 
-#: Seconds in each quota period's nominal window, for ``Quota.rate`` and
-#: ``Quota.interval`` only: a real window is its calendar span.  A month is a
-#: Gregorian average (365.2425 days / 12).
+#: Seconds in each period's nominal window (``Quota.rate``, ``interval``); a month is
+#: a Gregorian average.
 _QUOTA_PERIODS = {"hour": 3600.0, "day": 86400.0, "week": 604800.0, "month": 2629746.0}
-
-_new_result = tuple.__new__
-_trunc = math.trunc
 
 
 class _Window:
@@ -37,17 +33,11 @@ class _Window:
 
 
 class Quota(Frozen):
-    """A calendar quota: ``count`` units per ``per`` ("hour", "day", "week", "month").
-
-    A window runs from one local boundary in ``tz`` (an IANA name, default
-    ``"UTC"``) to the next: a day may last 23 or 25 hours, a week starts on
-    Monday, a month has its real length.  At most ``count`` units are admitted
-    per window; at exhaustion ``retry_after`` is the seconds to the next
-    boundary (``inf`` for a cost above ``count``).  ``count`` is an int from 1
-    to 2**53 (``TypeError`` otherwise); an unknown ``per`` or ``tz`` is a
-    ``ValueError``.  ``name`` defaults to ``"<count>/<per>"`` (plus ``" <tz>"``
-    off UTC); ``rate`` and ``interval`` are nominal; ``window`` is the current
-    window's length in seconds.  Guide: docs/policies.md#calendar-quotas.
+    """A calendar quota: ``count`` units (an int from 1 to 2**53) per ``per`` ("hour",
+    "day", "week", "month") from one local boundary in ``tz`` (an IANA name) to the
+    next.  An unknown ``per`` or ``tz`` is a ``ValueError``.  ``name`` defaults to
+    ``"<count>/<per>"`` (plus ``" <tz>"`` off UTC); ``rate`` and ``interval`` are
+    nominal, ``window`` the current window's seconds.  Guide: docs/policies.md#calendar-quotas.
     """
 
     kind: ClassVar[Literal["quota"]] = "quota"
@@ -71,7 +61,6 @@ class Quota(Frozen):
         tzinfo = _time_zone(tz)
         if name is None:
             name = f"{count}/{per}" if tz == "UTC" else f"{count}/{per} {tz}"
-        check_name(name)
         nominal = _QUOTA_PERIODS[per]
         fields = counting_fields(count, nominal)
         self._freeze(
@@ -84,9 +73,8 @@ class Quota(Frozen):
         return self._last.window
 
     def bounds(self, now: float) -> Tuple[float, float]:
-        """``(start, end)`` in Unix seconds of the window holding ``now`` (``start <= now < end``).
-
-        Cached per window.  ``now`` outside the years 1 to 9998 is a ``ValueError``.
+        """``(start, end)`` in Unix seconds of the window holding ``now`` (cached); ``now``
+        outside the years 1 to 9998 is a ``ValueError``.
         """
         last = self._last
         cached = last.bounds
@@ -132,10 +120,8 @@ class Quota(Frozen):
         """The date that starts the window after the one starting on the date ``first``."""
         from datetime import timedelta
 
-        if self.per == "day":
-            return first + timedelta(days=1)
-        if self.per == "week":
-            return first + timedelta(days=7)
+        if self.per != "month":
+            return first + timedelta(days=1 if self.per == "day" else 7)
         if first.month == 12:
             return first.replace(year=first.year + 1, month=1)
         return first.replace(month=first.month + 1)
@@ -162,10 +148,8 @@ class Quota(Frozen):
 
 
 def _hour_bounds(local: Any, now: int, tz: Any) -> Tuple[float, float]:
-    """The local hour holding ``now`` (whole seconds; ``local`` is it in ``tz``).
-
-    It starts where the clock reads or jumps over a whole hour and ends at the
-    next such instant, so it may last 30 or 90 minutes (docs/policies.md).
+    """The local hour holding ``now`` (whole seconds; ``local`` is it in ``tz``): from where
+    the clock reads or jumps over a whole hour to the next (docs/policies.md).
     """
     from datetime import timedelta
 

@@ -41,12 +41,10 @@ class RateLimitResult(NamedTuple):
 
 
 def combine(results: Sequence[RateLimitResult]) -> RateLimitResult:
-    """The result reporting several limits' ``results``: the most restrictive one.
-
-    Any denial: the longest ``retry_after`` (then fewest tokens); all admit: the
-    fewest tokens left (then longest ``reset_after``).  A refusing lockout (last)
-    is the result, with the most restrictive limit's ``limit`` and ``window`` and
-    the longest ``retry_after``; one not refusing is left out.
+    """The most restrictive of several limits' ``results``: the denial with the longest
+    ``retry_after`` (then fewest tokens), else the fewest tokens left (then longest
+    ``reset_after``).  A refusing lockout (last) is the result, with the most restrictive
+    limit's ``limit`` and ``window`` and the longest ``retry_after``; one admitting is left out.
     """
     last = results[-1]
     if last[8] == "lockout":

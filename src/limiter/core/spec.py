@@ -1,9 +1,5 @@
-"""What ``RateLimiter`` is given, made into policies: rates, names, lockout, named costs.
-
-Pure: no store, no clock.  ``policies`` turns a rate (a string, a number, a
-policy, a list or a mapping of names to rates) into the limiter's policies;
-``NamedCosts`` turns a cost that names them (``{"tokens": 350}``) into one
-cost per policy.
+"""What ``RateLimiter`` is given, made into policies (``policies``) and one cost per
+policy (``NamedCosts``, for ``{"tokens": 350}``).  Pure: no store, no clock.
 """
 
 from __future__ import annotations
@@ -49,12 +45,8 @@ def policies(
     lockout: Optional[Lockout],
     algorithm: str = "token-bucket",
 ) -> Tuple[AnyLimit, ...]:
-    """The limits ``RateLimiter(rate, burst, lockout=..., algorithm=...)`` applies, or its error.
-
-    ``algorithm`` (a key of ``ALGORITHMS``) says what rate strings and numbers
-    become; policies given as objects stay as they are.  Limits sharing a
-    name are renamed apart (the draft headers tell policies apart by name);
-    the lockout must be a ``Lockout`` whose name no limit has.
+    """The limits ``RateLimiter(rate, burst, lockout=..., algorithm=...)`` applies, or its
+    error; limits sharing a name are renamed apart (headers tell policies apart by name).
     """
     limits = _distinct_names(_limits_from(rate, burst, _reader(algorithm)))
     if lockout is not None:
@@ -103,14 +95,10 @@ def _standalone(policy: Any, where: str = "") -> AnyLimit:
     return limit
 
 
-def _parse_many(text: str, reader: Any) -> Tuple[AnyLimit, ...]:
-    return reader.parse_many(text)  # type: ignore[no-any-return]
-
-
 def _from_number(rate: Any, burst: Optional[int], reader: Any) -> AnyLimit:
     """A policy from a number of units per second (``Limit.coerce`` for a token bucket)."""
-    if reader is Limit or _is_policy(rate) or isinstance(rate, str):
-        return Limit.coerce(rate, burst) if reader is Limit else reader.parse(rate)  # type: ignore[no-any-return]
+    if reader is Limit:
+        return Limit.coerce(rate, burst)  # type: ignore[no-any-return]
     if burst is not None:
         raise ValueError(f"burst={burst!r} does not apply to a window: its count is its burst")
     if isinstance(rate, float) and rate.is_integer():
@@ -137,7 +125,7 @@ def _limits_from(rate: RateSpec, burst: Optional[int], reader: Any) -> Tuple[Any
             raise ValueError("need at least one limit, got an empty mapping")
         return tuple(_named_limit(name, spec, reader) for name, spec in rate.items())
     if isinstance(rate, str):
-        parsed = _parse_many(rate, reader)
+        parsed: Tuple[AnyLimit, ...] = reader.parse_many(rate)
         if burst is None:
             return parsed
         if reader is not Limit:
@@ -156,7 +144,7 @@ def _limits_from(rate: RateSpec, burst: Optional[int], reader: Any) -> Tuple[Any
             if _is_policy(item):
                 limits.append(_standalone(item))
             elif isinstance(item, str):
-                limits.extend(_parse_many(item, reader))
+                limits.extend(reader.parse_many(item))
             else:
                 raise TypeError(
                     f"each limit must be a Limit or a string like '10/second', got {item!r}"
@@ -174,7 +162,7 @@ def _named_limit(key: object, spec: object, reader: Any) -> AnyLimit:
         if _is_policy(spec):
             return _standalone(spec, f"limit {name!r}: ").renamed(name)
         if isinstance(spec, str):
-            parsed = _parse_many(spec, reader)
+            parsed: Tuple[AnyLimit, ...] = reader.parse_many(spec)
             if len(parsed) > 1:
                 raise ValueError(
                     f"must be one rate, got {spec!r:.100}: give each rate its own name"
@@ -209,7 +197,7 @@ class NamedCosts:
         self._many = self._count > 1 or lockout is not None
 
     def validate(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
-        """``RateLimiter.validate_cost`` (see there)."""
+        """``RateLimiter.validate_cost``."""
         if isinstance(cost, Mapping):
             costs = self.per_limit(cost)
             return costs[0] if len(costs) == 1 else tuple(costs)
@@ -235,11 +223,8 @@ class NamedCosts:
         return costs
 
     def for_store(self, cost: Any) -> Any:
-        """The cost ``apply_many`` gets for ``cost`` on the several-limits path.
-
-        A mapping becomes one cost per applied limit (the lockout's, ignored,
-        is 0); a number goes as it is, for the store to check; a list or
-        tuple is a ``TypeError``.
+        """The cost ``apply_many`` gets for ``cost``: a mapping made one per applied limit
+        (0 for the lockout), a number as it is, a list or tuple a ``TypeError``.
         """
         if isinstance(cost, Mapping):
             costs = self.per_limit(cost)

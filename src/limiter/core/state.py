@@ -1,7 +1,8 @@
 """The state codec: how each policy's state is stored, read, and how long it is kept.
 
 A state is one ``complex`` (32 bytes), or a tuple for the policies needing more;
-stores keep, expire and sweep it without knowing the policy:
+stores keep, expire and sweep it without knowing the policy (docs/concepts.md,
+"Why the bucket computes as it does"):
 
 * A token bucket: ``complex(debt, updated_at)``, seconds (``bucket.py`` rule 9).
 * A count in a window (``Quota``, ``FixedWindow``): ``complex(used * 2**-600, end)``.
@@ -10,17 +11,10 @@ stores keep, expire and sweep it without knowing the policy:
 * A ``SlidingWindow``: ``(previous, current, until)``.
 * A ``Concurrency`` policy: ``(holder, expiry, ..., until)``, a pair per slot held.
 
-The scaled counts are below half an ulp of any time, so ``keep_until``
-(``real + imag``, or a tuple's last number) is when any state may be forgotten.
-``None`` is a key never seen.  ``to_row`` gives three values for a store with columns.
-
-A policy reads only states of its own shape (a complex; a sliding window's three
-numbers; leases).  Another shape (another kind of policy wrote the key under the
-same limiter name) reads as nothing held, over since ever (``-inf``): the key
-starts afresh and the state stays until the new policy writes its own.  The
-``read_*`` functions apply this rule; ``bucket.step`` and ``memory.admit`` catch
-the ``AttributeError`` of a tuple's ``.imag``; bucket.lua and apply.sql read such
-a key as missing.  Complex shapes are not told apart (docs/policies.md).
+``keep_until`` (``real + imag``, or a tuple's last number) is when any state may
+be forgotten; ``None`` is a key never seen.  A policy reading another shape's
+state (another kind of policy wrote the key) reads nothing held, over since
+``-inf`` (docs/policies.md); bucket.lua and apply.sql read it as missing.
 """
 
 from __future__ import annotations
@@ -29,12 +23,10 @@ import math
 import struct
 from typing import Optional, Sequence, Tuple, Union
 
-#: One policy's state of one key (see the module docstring).
 State = Union[complex, Tuple[float, ...]]
 
 _SCALE = 2.0**-600
 _UNSCALE = 2.0**600
-#: The real part of a locked-out key's state: negative marks it.
 _LOCKED = -(2.0**-600)
 _NEVER = -math.inf
 
@@ -71,10 +63,7 @@ def sliding_state(previous: float, current: float, until: float) -> State:
 
 
 def read_sliding(state: State) -> Tuple[float, float, float]:
-    """``(previous, current, until)`` of a sliding window's ``state``.
-
-    ``(0.0, 0.0, -inf)`` for a state of another shape (a complex, leases).
-    """
+    """``(previous, current, until)`` of a sliding window's ``state`` (or another shape's)."""
     if state.__class__ is tuple:
         return state  # type: ignore[return-value]
     return 0.0, 0.0, _NEVER
@@ -93,28 +82,21 @@ def leases_state(pairs: Sequence[float], now: float) -> State:
 
 
 def read_leases(state: State) -> Tuple[float, ...]:
-    """The ``(holder, expiry, ...)`` pairs of a concurrency policy's ``state``.
-
-    ``()`` (no slot held) for a state of another shape.
-    """
+    """The ``(holder, expiry, ...)`` pairs of a concurrency policy's ``state`` (or ``()``)."""
     if state.__class__ is not Leases:
         return ()
     return state[:-1]
 
 
 def lockout_state(breaches: float, end: float, locked: bool = False) -> State:
-    """A lockout's state: ``breaches`` in a run ending at ``end``, or locked until ``end``.
-
-    Locked, ``breaches`` is not kept (the key starts afresh at ``end``).
+    """A lockout's state: ``breaches`` in a run ending at ``end``, or locked until ``end``
+    (``breaches`` not kept: the key starts afresh at ``end``).
     """
     return complex(_LOCKED, end) if locked else complex(breaches * _SCALE, end)
 
 
 def read_lockout(state: State) -> Tuple[bool, float, float]:
-    """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked).
-
-    ``(False, 0.0, -inf)`` for a state of another shape.
-    """
+    """``(locked, breaches, end)`` of a lockout's ``state`` (``breaches`` 0.0 when locked)."""
     if state.__class__ is not complex:
         return False, 0.0, _NEVER
     mark = state.real
@@ -147,10 +129,8 @@ def to_row(state: State) -> Row:
 
 
 def from_row(first: object, second: object, third: object = None) -> State:
-    """The state ``to_row`` gave ``(first, second, third)`` for.
-
-    A row no store wrote (a non-number, NaN or infinity, a lease blob of the
-    wrong length) is a ``ValueError`` or ``TypeError``.
+    """The state ``to_row`` gave ``(first, second, third)`` for; a row no store wrote
+    is a ``ValueError`` or ``TypeError``.
     """
     numbers = [float(first), float(second)]  # type: ignore[arg-type]
     if third.__class__ is bytes:
@@ -178,9 +158,7 @@ def forgettable(state: State, now: float, horizon: float) -> bool:
 
 
 def keep_until(state: State) -> float:
-    """When ``state`` stops mattering (seconds): an absent key means the same from then
-    (Redis's ``PX``, SQLite's ``full_at``, ``MemoryStore.sweep``).
-    """
+    """When ``state`` stops mattering (seconds): an absent key means the same from then."""
     if state.__class__ is not complex:
         return state[-1]  # type: ignore[index]
     return state.real + state.imag

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Dict, Literal, Optional, Tuple, TypeVar, Union
 
-from limiter.core._values import Frozen, bounded_float, check_name, show, whole_count
+from limiter.core._values import Frozen, bounded_float, show, whole_count
 from limiter.core.costs import counted_cost
 from limiter.core.limits import CLOCK_TOLERANCE, TIME_EPSILON
 from limiter.core.parse import parse_period, split_rates
@@ -66,10 +66,8 @@ W = TypeVar("W", bound="_Window")
 
 
 def counting_fields(count: int, seconds: float) -> Dict[str, Any]:
-    """What every counting policy (a window, a ``Quota``) of ``count`` units per ``seconds`` sets.
-
-    Its ``slack`` is ``TIME_EPSILON``; its ``max_debt`` two windows, as a
-    ``Charge`` stops at ``2 * count`` units (rule 5).
+    """What every counting policy (a window, a ``Quota``) of ``count`` units per ``seconds``
+    sets; ``max_debt`` is two windows, as a ``Charge`` stops at ``2 * count`` (rule 5).
     """
     return {"count": count, "slack": TIME_EPSILON, "max_debt": seconds * 2.0}
 
@@ -93,7 +91,6 @@ class _Window(Frozen):
     def _setup(self, count: int, period: object, name: str, **extra: object) -> None:
         whole_count(count, "window count")
         seconds = _period(period)
-        check_name(name)
         fields = counting_fields(count, seconds)
         self._freeze(name, count, seconds, period=seconds, window=seconds, **fields, **extra)
 
@@ -138,14 +135,10 @@ def fixed_step(
 
 
 class FixedWindow(_Window):
-    """At most ``count`` units per window of ``period`` seconds, counted afresh in each window.
-
-    ``anchor="epoch"`` (default) aligns windows to the epoch on the limiter's clock;
-    ``"first"`` starts a key's window at its first request.  All or nothing; a cost
-    above ``count`` is never admitted (``retry_after`` inf); a denial's
-    ``retry_after`` is the window's end.  ``count``: int from 1 to 2**53;
-    ``period``: seconds from 0.001 to 2**40; ``TypeError``/``ValueError`` otherwise.
-    ``name`` labels the policy in headers.  See docs/concepts.md, "Windows".
+    """At most ``count`` units (an int from 1 to 2**53) per window of ``period`` seconds
+    (0.001 to 2**40), aligned to the epoch or (``anchor="first"``) started by a key's
+    first request.  Wrong types: ``TypeError``; values: ``ValueError``.  Rules above;
+    see docs/concepts.md, "Windows".
     """
 
     kind: ClassVar[Literal["fixed-window"]] = "fixed-window"
@@ -173,8 +166,7 @@ class FixedWindow(_Window):
         """``(start, end)`` of the epoch-aligned window holding ``moment`` (rule 1)."""
         return epoch_window(moment, self.period)
 
-    #: ``limiter.step``'s signature for this policy, called directly by a
-    #: store's bound hot path (``MemoryStore.bind``; CONTRIBUTING.md, "Hot paths").
+    #: Called directly by ``MemoryStore.bind`` (CONTRIBUTING.md, "Hot paths").
     step_function = staticmethod(fixed_step)
 
     def _first(
@@ -196,10 +188,8 @@ class FixedWindow(_Window):
 
 
 def epoch_window(moment: float, period: float) -> Tuple[float, float]:
-    """``(k * period, k * period + period)`` holding ``moment`` (seconds; rule 1).
-
-    ``k = floor(moment / period)``, moved by one where the division's rounding
-    would give a window that does not hold ``moment`` (``start <= moment < end``).
+    """``(k * period, k * period + period)`` holding ``moment`` (seconds; rule 1), ``k``
+    being ``floor(moment / period)`` moved by one where the division rounded across.
     """
     k = _floor(moment / period)
     start = k * period
@@ -225,13 +215,9 @@ def count_step(
     detail: bool = True,
     used: Optional[float] = None,
 ) -> Tuple[Optional[State], Any]:
-    """Apply ``cost`` to the units ``state`` counts, the current window being ``[start, end)``.
-
-    Rules 2 to 7 (a ``Quota``'s step too).  ``cost`` is checked (inf above the
-    count, negative for a Refund); ``forced`` for a Charge; ``taken_at`` a Refund's;
-    ``used``: the units already counted in ``[start, end)``.  Returns ``(state,
-    result)``, or ``(state, allowed)`` without ``detail``; ``state`` unchanged is
-    returned as is.
+    """Rules 2 to 7 (a ``Quota``'s too): apply ``cost`` (``counted_cost``'s answer, with
+    ``forced`` and ``taken_at``) in the window ``[start, end)`` holding ``used`` units if
+    given.  Returns ``(state, result)`` (``allowed`` without ``detail``).
     """
     if used is not None:
         pass
@@ -312,11 +298,9 @@ def sliding_step(
 
 
 class SlidingWindow(_Window):
-    """At most ``count`` units in any ``period`` seconds, by the sliding-window counter.
-
-    Admits a cost ``c`` when ``floor(estimate) + c <= count`` (rule 2), all or
-    nothing; ``retry_after`` is exact.  Same types and ranges as ``FixedWindow``.
-    See docs/concepts.md, "The sliding-window counter".
+    """At most ``count`` units in any ``period`` seconds, by the sliding-window counter
+    (rule 2), with ``FixedWindow``'s types and ranges.  See docs/concepts.md, "The
+    sliding-window counter".
     """
 
     kind: ClassVar[Literal["sliding-window"]] = "sliding-window"
@@ -399,10 +383,8 @@ def slide(
 def _sliding_retry(
     policy: SlidingWindow, previous: float, current: float, end: float, cost: float
 ) -> float:
-    """When (seconds) a denied request of ``cost`` would pass, no other arriving (rule 7).
-
-    Solved for the estimate to fall below ``floor(count - cost) + 1`` in the
-    current window, else in the next.
+    """When a denied request of ``cost`` would pass, no other arriving (rule 7): the
+    estimate falls below ``floor(count - cost) + 1`` in the current window or the next.
     """
     if not cost <= policy.count:  # rule 3 (inf)
         return math.inf
