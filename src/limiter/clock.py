@@ -15,11 +15,17 @@ class Clock(Protocol):
     (docs/concepts.md, "Clocks that jump backwards").
     """
 
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """The current time in seconds."""
+        ...
 
-    def sleep(self, seconds: float) -> None: ...
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds``."""
+        ...
 
-    async def asleep(self, seconds: float) -> None: ...
+    async def asleep(self, seconds: float) -> None:
+        """Suspend the calling task for ``seconds``."""
+        ...
 
 
 class SystemClock:
@@ -30,12 +36,15 @@ class SystemClock:
     __slots__ = ()
 
     def now(self) -> float:
+        """``time.time()``."""
         return time.time()
 
     def sleep(self, seconds: float) -> None:
+        """``time.sleep(seconds)``."""
         time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
+        """``await asyncio.sleep(seconds)``."""
         import asyncio  # here, not at the top: ``import limiter`` must not pay for asyncio
 
         await asyncio.sleep(seconds)
@@ -80,6 +89,7 @@ class ManualClock:
         self._lock = threading.Lock()
 
     def now(self) -> float:
+        """The time last set, in seconds."""
         return self._now
 
     def advance(self, seconds: float) -> float:
@@ -94,10 +104,12 @@ class ManualClock:
             return self._now
 
     def sleep(self, seconds: float) -> None:
+        """Advance by ``seconds`` at once instead of waiting: tests never really sleep."""
         self.advance(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        self.advance(seconds)  # then yield to the event loop once
+        """Advance by ``seconds``, then yield to the event loop once."""
+        self.advance(seconds)
         import asyncio
 
         await asyncio.sleep(0)

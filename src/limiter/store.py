@@ -55,13 +55,16 @@ class AsyncStore(Protocol):
 
     async def aapply(
         self, key: str, limit: Policy, cost: float, now: Optional[float]
-    ) -> RateLimitResult: ...
+    ) -> RateLimitResult:
+        """Take ``cost`` tokens from ``key``'s bucket if all are there."""
 
     async def aapply_many(
         self, keys: Sequence[str], limits: Sequence[Policy], cost: Cost, now: Optional[float]
-    ) -> RateLimitResult: ...
+    ) -> RateLimitResult:
+        """Charge every bucket or none (see ``Store.apply_many``)."""
 
-    async def areset(self, key: str) -> None: ...
+    async def areset(self, key: str) -> None:
+        """Forget ``key``."""
 
 
 @runtime_checkable

@@ -257,9 +257,11 @@ class Lines:
         self._lines: Dict[Ident, _Line] = {}
 
     def busy(self, ident: Ident) -> bool:
+        """True when requests wait on ``ident`` (a new one must queue behind them)."""
         return ident in self._lines
 
     def join(self, ident: Ident, ticket: Ticket) -> _Line:
+        """Put ``ticket`` at the end of ``ident``'s line and return the line."""
         with self._lock:
             line = self._lines.get(ident)
             if line is None:  # not setdefault: a line is built only for a new key
@@ -326,6 +328,7 @@ class Waits:
 
     @property
     def waiting(self) -> int:
+        """How many requests wait now."""
         return self._count
 
     def plan(
