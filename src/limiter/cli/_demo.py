@@ -7,7 +7,6 @@ import contextlib
 import html
 import json
 import logging
-import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tup
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
 from limiter.backends._url import redact_url
-from limiter.cli._inspect import limit_buckets
-from limiter.cli._output import duration, quiet_store_logs
+from limiter.cli._inspect import from_env, limit_buckets, store_url
+from limiter.cli._output import algorithm, duration, quiet_store_logs
 from limiter.events import fan_out
 from limiter.http.keys import ClientIP
 from limiter.http.request import RequestInfo
 from limiter.metrics.top import TopOffenders
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
-from limiter.urls import STORAGE_URL_ENV, resolve_store
+from limiter.urls import resolve_store
 
 if TYPE_CHECKING:
     from limiter.metrics.prometheus import PrometheusMetrics
@@ -53,13 +52,11 @@ HEADER_STYLES = {
 }
 
 
-#: How ``_describe_limits`` names a window after its rate ("5/minute fixed window").
-_WINDOWS = {"fixed-window": "fixed window", "sliding-window": "sliding window"}
-
-
 def _shape(limit: Any) -> str:
     """``"burst 5"`` for a bucket, ``"fixed window"`` or ``"sliding window"`` for a window."""
-    return _WINDOWS.get(limit.kind) or f"burst {limit.burst}"
+    return (
+        limit.kind.replace("-", " ") if limit.kind.endswith("-window") else f"burst {limit.burst}"
+    )
 
 
 def _describe_limits(limiter: RateLimiter, rate: Optional[str] = None) -> str:
@@ -122,10 +119,6 @@ class _DemoHandler(BaseHTTPRequestHandler):
     wbufsize = -1  # one send per response: no Nagle stalls on kept-alive connections
     server_version = f"limiter-demo/{__version__}"
 
-    def _json(self, status: int, payload: Dict[str, Any]) -> None:
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        self._send(status, body, "application/json")
-
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -134,9 +127,8 @@ class _DemoHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _route(self) -> Tuple[int, Dict[str, Any]]:
-        """The JSON answer to ``self.path``."""
-        path, _, query = self.path.partition("?")
+    def _route(self, path: str, query: str) -> Tuple[int, Dict[str, Any]]:
+        """The JSON answer to ``path``."""
         demo = self.demo
         if path == "/api/":
             return 200, {"hello": "world", "limit": demo.described, "endpoints": ENDPOINTS}
@@ -159,14 +151,16 @@ class _DemoHandler(BaseHTTPRequestHandler):
         return 200, demo.top.as_dict(n)
 
     def do_GET(self) -> None:
-        path = self.path.partition("?")[0]
+        path, _, query = self.path.partition("?")
         metrics = self.demo.metrics
         if path == "/":
             self._send(200, self.demo.page, "text/html; charset=utf-8")
         elif path == "/metrics" and metrics is not None:
             self._send(200, metrics.generate_latest(), metrics.content_type)
         else:
-            self._json(*self._route())
+            status, payload = self._route(path, query)
+            body = json.dumps(payload, separators=(",", ":")).encode()
+            self._send(status, body, "application/json")
 
     do_HEAD = do_GET
 
@@ -259,7 +253,7 @@ def _page(described: str, burst: int, kind: str = "bucket") -> bytes:
         page.replace("{{INTRO}}", intro)
         .replace("{{CHART_TITLE}}", title)
         .replace("{{LINE}}", line)
-        .replace("{{ALGORITHM}}", "token-bucket" if kind == "bucket" else kind)
+        .replace("{{ALGORITHM}}", algorithm(kind))
         .replace("{{LIMIT}}", f'<strong id="limit">{html.escape(described)}</strong>')
         .replace("{{BURST}}", str(burst))
         .replace("{{BURST_SIZE}}", str(burst + EXTRA_REQUESTS))
@@ -269,12 +263,8 @@ def _page(described: str, burst: int, kind: str = "bucket") -> bytes:
 
 def _describe_store(given: Optional[str]) -> str:
     """Where the store comes from, for the start-up line; passwords are ``***``."""
-    if given is not None:
-        return redact_url(given.strip())
-    from_env = os.environ.get(STORAGE_URL_ENV, "").strip()
-    if from_env:
-        return f"{redact_url(from_env)} (from {STORAGE_URL_ENV})"
-    return "memory:// (this process only)"
+    url, source = store_url(given)
+    return "memory:// (this process only)" if url is None else redact_url(url) + from_env(source)
 
 
 class _Brief(logging.Formatter):

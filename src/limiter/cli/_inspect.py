@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
 from limiter.backends._url import redact_url
-from limiter.cli._output import printable, quiet_store_logs
+from limiter.cli._output import algorithm, printable, quiet_store_logs
 from limiter.clock import Clock
 from limiter.core.bucket import peek_view
 from limiter.core.limits import Policy
@@ -34,7 +34,7 @@ def _rate(text: str) -> Union[str, float]:
     return number if number == number else text  # NaN: the string, refused by RateLimiter
 
 
-def _store_url(given: Optional[str]) -> Tuple[Optional[str], str]:
+def store_url(given: Optional[str]) -> Tuple[Optional[str], str]:
     """``(url, where it comes from)``: ``--store``, else ``$LIMITER_STORAGE_URL``."""
     if given is not None:
         return given.strip(), "--store"
@@ -114,7 +114,7 @@ def bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> in
         sub.error(f"argument KEY: {exc}")
     if args.limiter is not None and args.store is None:
         return _through_the_app(args, sub, like)
-    url, source = _store_url(args.store)
+    url, source = store_url(args.store)
     if url is None:
         sub.error(f"no store: give --store URL or set {STORAGE_URL_ENV}")
     return _on_store(args, sub, url, source, like)
@@ -228,7 +228,7 @@ def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
     allowed = wait <= limit.slack
     return {
         "name": limit.name,
-        "algorithm": "token-bucket",
+        "algorithm": algorithm(limit.kind),
         "rate": limit.rate,
         "burst": limit.burst,
         "window": limit.window,
@@ -298,14 +298,15 @@ def _reset_report(limiter: RateLimiter, key: str, shown: str) -> Dict[str, Any]:
         "store": shown,
         "reset": True,
         "limits": [
-            {"name": lim.name, "algorithm": _algorithm(lim), "rate": lim.rate, "burst": lim.burst}
+            {
+                "name": lim.name,
+                "algorithm": algorithm(lim.kind),
+                "rate": lim.rate,
+                "burst": lim.burst,
+            }
             for lim in limiter.limits
         ],
     }
-
-
-def _algorithm(limit: Policy) -> str:
-    return "token-bucket" if limit.kind == "bucket" else str(limit.kind)
 
 
 def _seconds(value: float) -> str:
@@ -315,9 +316,13 @@ def _seconds(value: float) -> str:
     return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
 
 
+def from_env(source: str) -> str:
+    """What a store's description adds when ``store_url`` found it in the environment."""
+    return f" (from {STORAGE_URL_ENV})" if source == STORAGE_URL_ENV else ""
+
+
 def _origin(report: Dict[str, Any], source: str) -> str:
-    where = f" (from {STORAGE_URL_ENV})" if source == STORAGE_URL_ENV else ""
-    return f"limiter {printable(report['limiter'])} on {report['store']}{where}"
+    return f"limiter {printable(report['limiter'])} on {report['store']}{from_env(source)}"
 
 
 def _request_now(limit: Dict[str, Any]) -> str:
