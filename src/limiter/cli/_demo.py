@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tup
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
 from limiter.backends._url import redact_url
-from limiter.cli._inspect import from_env, limit_buckets, store_url
+from limiter.cli._inspect import close_store, from_env, limit_buckets, store_url
 from limiter.cli._output import algorithm, duration, quiet_store_logs
 from limiter.events import fan_out
 from limiter.http.keys import ClientIP
@@ -347,9 +347,7 @@ def demo_command(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int
                 return 1
             return _serve(args, limiter, shown_store, metrics, top)
     finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+        close_store(store)
 
 
 def _expect_note(limiter: RateLimiter) -> str:

@@ -11,7 +11,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
-from limiter.backends._url import redact_url
+from limiter.backends._url import redact_url, split_userinfo
 from limiter.cli._output import algorithm, printable, quiet_store_logs
 from limiter.clock import Clock
 from limiter.core.bucket import peek_view
@@ -61,9 +61,7 @@ def _sqlite_path(url: str) -> Optional[str]:
 def _one_line(exc: BaseException, url: str) -> str:
     """``exc`` as one line, without the URL's password should a client library echo it."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    rest = url.partition("://")[2]
-    userinfo = rest.partition("/")[0].partition("?")[0].rpartition("@")[0]
-    password = userinfo.partition(":")[2]
+    password = (split_userinfo(url)[1] or "").partition(":")[2]
     for secret in {password, unquote(password)} - {""}:
         text = text.replace(secret, "***")
     return text
@@ -174,9 +172,14 @@ def _on_store(
         )
         return _run_bucket_command(args, twin, shown, source, url)
     finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+        close_store(store)
+
+
+def close_store(store: Any) -> None:
+    """Close ``store`` if it can be closed (a ``MemoryStore`` cannot)."""
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
 
 
 def _run_bucket_command(
