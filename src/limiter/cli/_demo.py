@@ -16,7 +16,7 @@ from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
 from limiter.backends._url import redact_url
 from limiter.cli._inspect import close_store, from_env, limit_buckets, store_url
-from limiter.cli._output import algorithm, duration, quiet_store_logs
+from limiter.cli._output import algorithm_name, duration, quiet_store_logs
 from limiter.events import fan_out
 from limiter.http.keys import ClientIP
 from limiter.http.request import RequestInfo
@@ -253,7 +253,7 @@ def _page(described: str, burst: int, kind: str = "bucket") -> bytes:
         page.replace("{{INTRO}}", intro)
         .replace("{{CHART_TITLE}}", title)
         .replace("{{LINE}}", line)
-        .replace("{{ALGORITHM}}", algorithm(kind))
+        .replace("{{ALGORITHM}}", algorithm_name(kind))
         .replace("{{LIMIT}}", f'<strong id="limit">{html.escape(described)}</strong>')
         .replace("{{BURST}}", str(burst))
         .replace("{{BURST_SIZE}}", str(burst + EXTRA_REQUESTS))

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
 from limiter.backends._url import redact_url, split_userinfo
-from limiter.cli._output import algorithm, printable, quiet_store_logs
+from limiter.cli._output import algorithm_name, printable, quiet_store_logs
 from limiter.clock import Clock
 from limiter.core.bucket import peek_view
 from limiter.core.limits import Policy
@@ -231,7 +231,7 @@ def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
     allowed = wait <= limit.slack
     return {
         "name": limit.name,
-        "algorithm": algorithm(limit.kind),
+        "algorithm": algorithm_name(limit.kind),
         "rate": limit.rate,
         "burst": limit.burst,
         "window": limit.window,
@@ -303,7 +303,7 @@ def _reset_report(limiter: RateLimiter, key: str, shown: str) -> Dict[str, Any]:
         "limits": [
             {
                 "name": lim.name,
-                "algorithm": algorithm(lim.kind),
+                "algorithm": algorithm_name(lim.kind),
                 "rate": lim.rate,
                 "burst": lim.burst,
             }

@@ -15,7 +15,7 @@ def duration(seconds: float) -> str:
     return f"{seconds * 1000:.3g} ms"
 
 
-def algorithm(kind: str) -> str:
+def algorithm_name(kind: str) -> str:
     """A policy's ``kind`` as ``--algorithm`` names it (``"bucket"``: ``"token-bucket"``)."""
     return "token-bucket" if kind == "bucket" else kind
 
