@@ -319,9 +319,7 @@ def _check_store(store: Any, shown: str) -> Optional[str]:
 def demo_command(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int:
     """``demo``: serve until Ctrl-C (0); usage errors exit 2, a store or port that fails 1."""
     try:  # the limit first: a bad --rate opens no store
-        limits = RateLimiter(
-            args.rate, args.burst, algorithm=args.algorithm or "token-bucket"
-        ).limits
+        limits = RateLimiter(args.rate, args.burst, algorithm=args.algorithm).limits
     except (TypeError, ValueError) as exc:
         demo.error(str(exc))
     shown_store = _describe_store(args.store)
