@@ -293,8 +293,8 @@ class Pacer:
         ``retries`` times); ``reply[0]`` is then the caller's response.
         """
         # One call waits at most max_wait in pauses, in total.
-        budget = math.inf if self.max_wait is None else self.max_wait
-        budget = yield from self._turn(key, budget, False)
+        total = math.inf if self.max_wait is None else self.max_wait
+        budget = yield from self._turn(key, total, False)
         while True:
             yield SEND, ()
             response = reply[0]
