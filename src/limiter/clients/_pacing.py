@@ -81,8 +81,6 @@ def _http_date(text: Optional[str]) -> Optional[float]:
         when = email.utils.parsedate_to_datetime(text.strip())
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if when is None:  # some Python versions return None instead of raising
-        return None
     if when.tzinfo is None:  # "-0000": RFC 5322's "UTC, origin unknown"
         when = when.replace(tzinfo=datetime.timezone.utc)
     try:
