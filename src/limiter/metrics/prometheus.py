@@ -110,15 +110,17 @@ class _Metrics:
                 registry.unregister(collector)
             raise
         self.lock = threading.Lock()  # so that a fallback gauge and its state agree
-        # Children by (attribute, label values): a race between threads makes
-        # the same child twice, which prometheus_client hands back both times.
+        # Children by label values (a race between threads makes the same
+        # child twice, which prometheus_client hands back both times): those
+        # of every decision by their own keys, the rest by (attribute, labels).
+        self.decision_children: Dict[Tuple[str, str, str], Counter] = {}
+        self.duration_children: Dict[str, Histogram] = {}
         self.children: Dict[Tuple[str, ...], Any] = {}
         # limiter -> (its gauge child, whether it reads 1): set only on a change.
         self.fallback_children: Dict[str, Tuple[Gauge, bool]] = {}
 
     def child(self, attribute: str, *labels: str) -> Any:
-        """The metric ``attribute``'s child of ``labels``, made on first use (an
-        ``Outcome`` label is its str: it hashes and compares as one)."""
+        """The metric ``attribute``'s child of ``labels``, made on first use."""
         key = (attribute, *labels)
         found = self.children.get(key)
         if found is None:
@@ -160,29 +162,40 @@ class PrometheusMetrics:
         self.registry: CollectorRegistry = registry
         metrics = _metrics_of(registry)
         self._metrics = metrics
-        self._child = metrics.child
+        self._decisions = metrics.decision_children
+        self._durations = metrics.duration_children
         self._fallback = metrics.fallback_children
 
     def __call__(self, event: DecisionEvent) -> None:
-        child, outcome, limiter = self._child, event.outcome, event.limiter
+        outcome = event.outcome
         step, policies = slots_moved(event)
         for policy in policies:  # none unless a slot moved
-            child("slots", limiter, policy).inc(step)
+            self._metrics.child("slots", event.limiter, policy).inc(step)
         if outcome == _GIVEN:  # a slot given back is not a decision
             return
-        child("decisions", limiter, event.policy, outcome).inc()
+        key = (event.limiter, event.policy, outcome)
+        decisions = self._decisions.get(key)
+        if decisions is None:
+            decisions = self._decisions[key] = self._metrics.decisions.labels(
+                event.limiter, event.policy, str(outcome)
+            )
+        decisions.inc()
         if event.waited:
-            child("waits", limiter, outcome).observe(event.waited)
+            self._metrics.child("waits", event.limiter, str(outcome)).observe(event.waited)
+        store = event.store
         active = outcome == _FALLBACK
         if not active:  # (a fallback's time is not the store's)
-            child("durations", event.store, "check").observe(event.store_seconds)
-        state = self._fallback.get(limiter)
+            duration = self._durations.get(store)
+            if duration is None:
+                duration = self._durations[store] = self._metrics.durations.labels(store, "check")
+            duration.observe(event.store_seconds)
+        state = self._fallback.get(event.limiter)
         if outcome == _ERROR:
-            child("errors", limiter, event.store).inc()
+            self._metrics.child("errors", event.limiter, store).inc()
             if state is None:  # a new limiter: its series, at 0
-                self._switch(limiter, False, new=True)
+                self._switch(event.limiter, False, new=True)
         elif state is None or state[1] is not active:
-            self._switch(limiter, active)
+            self._switch(event.limiter, active)
 
     def _switch(self, limiter: str, active: bool, new: bool = False) -> None:
         """Set ``limiter``'s fallback gauge to ``active`` (``new``: only if it has none yet)."""
