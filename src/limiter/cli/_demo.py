@@ -63,13 +63,10 @@ def _describe_limits(limiter: RateLimiter, rate: Optional[str] = None) -> str:
     """``"5/minute burst 5"``: each limit as written with its burst or window kind."""
     if rate is not None and len(limiter.limits) == 1:
         return f"{' '.join(rate.split())} {_shape(limiter.limits[0])}"
-    parts = []
-    for lim in limiter.limits:
-        if lim.name == "default":
-            parts.append(str(lim))  # "0.1/s burst 3"
-        else:  # one of several limits, named after its text: "10/second"
-            parts.append(f"{lim.name} {_shape(lim)}")
-    return "; ".join(parts)
+    # The one limit: "0.1/s burst 3"; one of several, named after its text: "10/second ...".
+    return "; ".join(
+        str(lim) if lim.name == "default" else f"{lim.name} {_shape(lim)}" for lim in limiter.limits
+    )
 
 
 class _Demo(NamedTuple):
