@@ -7,7 +7,6 @@ import contextlib
 import html
 import json
 import logging
-import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tup
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
 from limiter.backends._url import redact_url
-from limiter.cli._inspect import limit_buckets
-from limiter.cli._output import duration, quiet_store_logs
+from limiter.cli._inspect import close_store, from_env, limit_buckets, store_url
+from limiter.cli._output import algorithm_name, duration, quiet_store_logs
 from limiter.events import fan_out
 from limiter.http.keys import ClientIP
 from limiter.http.request import RequestInfo
 from limiter.metrics.top import TopOffenders
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError
-from limiter.urls import STORAGE_URL_ENV, resolve_store
+from limiter.urls import resolve_store
 
 if TYPE_CHECKING:
     from limiter.metrics.prometheus import PrometheusMetrics
@@ -53,26 +52,21 @@ HEADER_STYLES = {
 }
 
 
-#: How ``_describe_limits`` names a window after its rate ("5/minute fixed window").
-_WINDOWS = {"fixed-window": "fixed window", "sliding-window": "sliding window"}
-
-
 def _shape(limit: Any) -> str:
     """``"burst 5"`` for a bucket, ``"fixed window"`` or ``"sliding window"`` for a window."""
-    return _WINDOWS.get(limit.kind) or f"burst {limit.burst}"
+    return (
+        limit.kind.replace("-", " ") if limit.kind.endswith("-window") else f"burst {limit.burst}"
+    )
 
 
 def _describe_limits(limiter: RateLimiter, rate: Optional[str] = None) -> str:
     """``"5/minute burst 5"``: each limit as written with its burst or window kind."""
     if rate is not None and len(limiter.limits) == 1:
         return f"{' '.join(rate.split())} {_shape(limiter.limits[0])}"
-    parts = []
-    for lim in limiter.limits:
-        if lim.name == "default":
-            parts.append(str(lim))  # "0.1/s burst 3"
-        else:  # one of several limits, named after its text: "10/second"
-            parts.append(f"{lim.name} {_shape(lim)}")
-    return "; ".join(parts)
+    # The one limit: "0.1/s burst 3"; one of several, named after its text: "10/second ...".
+    return "; ".join(
+        str(lim) if lim.name == "default" else f"{lim.name} {_shape(lim)}" for lim in limiter.limits
+    )
 
 
 class _Demo(NamedTuple):
@@ -122,10 +116,6 @@ class _DemoHandler(BaseHTTPRequestHandler):
     wbufsize = -1  # one send per response: no Nagle stalls on kept-alive connections
     server_version = f"limiter-demo/{__version__}"
 
-    def _json(self, status: int, payload: Dict[str, Any]) -> None:
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        self._send(status, body, "application/json")
-
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -134,9 +124,8 @@ class _DemoHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _route(self) -> Tuple[int, Dict[str, Any]]:
-        """The JSON answer to ``self.path``."""
-        path, _, query = self.path.partition("?")
+    def _route(self, path: str, query: str) -> Tuple[int, Dict[str, Any]]:
+        """The JSON answer to ``path``."""
         demo = self.demo
         if path == "/api/":
             return 200, {"hello": "world", "limit": demo.described, "endpoints": ENDPOINTS}
@@ -159,14 +148,16 @@ class _DemoHandler(BaseHTTPRequestHandler):
         return 200, demo.top.as_dict(n)
 
     def do_GET(self) -> None:
-        path = self.path.partition("?")[0]
+        path, _, query = self.path.partition("?")
         metrics = self.demo.metrics
         if path == "/":
             self._send(200, self.demo.page, "text/html; charset=utf-8")
         elif path == "/metrics" and metrics is not None:
             self._send(200, metrics.generate_latest(), metrics.content_type)
         else:
-            self._json(*self._route())
+            status, payload = self._route(path, query)
+            body = json.dumps(payload, separators=(",", ":")).encode()
+            self._send(status, body, "application/json")
 
     do_HEAD = do_GET
 
@@ -259,7 +250,7 @@ def _page(described: str, burst: int, kind: str = "bucket") -> bytes:
         page.replace("{{INTRO}}", intro)
         .replace("{{CHART_TITLE}}", title)
         .replace("{{LINE}}", line)
-        .replace("{{ALGORITHM}}", "token-bucket" if kind == "bucket" else kind)
+        .replace("{{ALGORITHM}}", algorithm_name(kind))
         .replace("{{LIMIT}}", f'<strong id="limit">{html.escape(described)}</strong>')
         .replace("{{BURST}}", str(burst))
         .replace("{{BURST_SIZE}}", str(burst + EXTRA_REQUESTS))
@@ -269,12 +260,8 @@ def _page(described: str, burst: int, kind: str = "bucket") -> bytes:
 
 def _describe_store(given: Optional[str]) -> str:
     """Where the store comes from, for the start-up line; passwords are ``***``."""
-    if given is not None:
-        return redact_url(given.strip())
-    from_env = os.environ.get(STORAGE_URL_ENV, "").strip()
-    if from_env:
-        return f"{redact_url(from_env)} (from {STORAGE_URL_ENV})"
-    return "memory:// (this process only)"
+    url, source = store_url(given)
+    return "memory:// (this process only)" if url is None else redact_url(url) + from_env(source)
 
 
 class _Brief(logging.Formatter):
@@ -329,9 +316,7 @@ def _check_store(store: Any, shown: str) -> Optional[str]:
 def demo_command(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int:
     """``demo``: serve until Ctrl-C (0); usage errors exit 2, a store or port that fails 1."""
     try:  # the limit first: a bad --rate opens no store
-        limits = RateLimiter(
-            args.rate, args.burst, algorithm=args.algorithm or "token-bucket"
-        ).limits
+        limits = RateLimiter(args.rate, args.burst, algorithm=args.algorithm).limits
     except (TypeError, ValueError) as exc:
         demo.error(str(exc))
     shown_store = _describe_store(args.store)
@@ -357,9 +342,7 @@ def demo_command(args: argparse.Namespace, demo: argparse.ArgumentParser) -> int
                 return 1
             return _serve(args, limiter, shown_store, metrics, top)
     finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+        close_store(store)
 
 
 def _expect_note(limiter: RateLimiter) -> str:

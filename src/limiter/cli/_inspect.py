@@ -11,8 +11,8 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
-from limiter.backends._url import redact_url
-from limiter.cli._output import printable, quiet_store_logs
+from limiter.backends._url import redact_url, split_userinfo
+from limiter.cli._output import algorithm_name, printable, quiet_store_logs
 from limiter.clock import Clock
 from limiter.core.bucket import peek_view
 from limiter.core.limits import Policy
@@ -34,7 +34,7 @@ def _rate(text: str) -> Union[str, float]:
     return number if number == number else text  # NaN: the string, refused by RateLimiter
 
 
-def _store_url(given: Optional[str]) -> Tuple[Optional[str], str]:
+def store_url(given: Optional[str]) -> Tuple[Optional[str], str]:
     """``(url, where it comes from)``: ``--store``, else ``$LIMITER_STORAGE_URL``."""
     if given is not None:
         return given.strip(), "--store"
@@ -61,9 +61,7 @@ def _sqlite_path(url: str) -> Optional[str]:
 def _one_line(exc: BaseException, url: str) -> str:
     """``exc`` as one line, without the URL's password should a client library echo it."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    rest = url.partition("://")[2]
-    userinfo = rest.partition("/")[0].partition("?")[0].rpartition("@")[0]
-    password = userinfo.partition(":")[2]
+    password = (split_userinfo(url)[1] or "").partition(":")[2]
     for secret in {password, unquote(password)} - {""}:
         text = text.replace(secret, "***")
     return text
@@ -114,7 +112,7 @@ def bucket_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> in
         sub.error(f"argument KEY: {exc}")
     if args.limiter is not None and args.store is None:
         return _through_the_app(args, sub, like)
-    url, source = _store_url(args.store)
+    url, source = store_url(args.store)
     if url is None:
         sub.error(f"no store: give --store URL or set {STORAGE_URL_ENV}")
     return _on_store(args, sub, url, source, like)
@@ -174,9 +172,14 @@ def _on_store(
         )
         return _run_bucket_command(args, twin, shown, source, url)
     finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+        close_store(store)
+
+
+def close_store(store: Any) -> None:
+    """Close ``store`` if it can be closed (a ``MemoryStore`` cannot)."""
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
 
 
 def _run_bucket_command(
@@ -228,7 +231,7 @@ def _bucket(limit: Policy, result: RateLimitResult) -> Dict[str, Any]:
     allowed = wait <= limit.slack
     return {
         "name": limit.name,
-        "algorithm": "token-bucket",
+        "algorithm": algorithm_name(limit.kind),
         "rate": limit.rate,
         "burst": limit.burst,
         "window": limit.window,
@@ -298,14 +301,15 @@ def _reset_report(limiter: RateLimiter, key: str, shown: str) -> Dict[str, Any]:
         "store": shown,
         "reset": True,
         "limits": [
-            {"name": lim.name, "algorithm": _algorithm(lim), "rate": lim.rate, "burst": lim.burst}
+            {
+                "name": lim.name,
+                "algorithm": algorithm_name(lim.kind),
+                "rate": lim.rate,
+                "burst": lim.burst,
+            }
             for lim in limiter.limits
         ],
     }
-
-
-def _algorithm(limit: Policy) -> str:
-    return "token-bucket" if limit.kind == "bucket" else str(limit.kind)
 
 
 def _seconds(value: float) -> str:
@@ -315,9 +319,13 @@ def _seconds(value: float) -> str:
     return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
 
 
+def from_env(source: str) -> str:
+    """What a store's description adds when ``store_url`` found it in the environment."""
+    return f" (from {STORAGE_URL_ENV})" if source == STORAGE_URL_ENV else ""
+
+
 def _origin(report: Dict[str, Any], source: str) -> str:
-    where = f" (from {STORAGE_URL_ENV})" if source == STORAGE_URL_ENV else ""
-    return f"limiter {printable(report['limiter'])} on {report['store']}{where}"
+    return f"limiter {printable(report['limiter'])} on {report['store']}{from_env(source)}"
 
 
 def _request_now(limit: Dict[str, Any]) -> str:

@@ -56,6 +56,7 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--algorithm",
         choices=list(ALGORITHMS),
+        default="token-bucket",
         help="token-bucket (the default): a burst, then a steady refill; fixed-window: the "
         "rate's count per clock window; sliding-window: per any window, estimated",
     )

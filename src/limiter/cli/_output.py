@@ -15,6 +15,11 @@ def duration(seconds: float) -> str:
     return f"{seconds * 1000:.3g} ms"
 
 
+def algorithm_name(kind: str) -> str:
+    """A policy's ``kind`` as ``--algorithm`` names it (``"bucket"``: ``"token-bucket"``)."""
+    return "token-bucket" if kind == "bucket" else kind
+
+
 def printable(text: str) -> str:
     """``repr(text)`` for a terminal: control characters escaped (see ``escape``)."""
     return escape(repr(text))

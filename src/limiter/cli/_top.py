@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, Tuple
 
 from limiter.backends._url import redact_url
 from limiter.cli._output import duration, escape
+from limiter.clients._pacing import host_key
 
 
 def top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
@@ -64,19 +65,16 @@ def top_command(args: argparse.Namespace, sub: argparse.ArgumentParser) -> int:
     return 0
 
 
-def _origin_of(url: str) -> Tuple[str, str, Optional[int]]:
-    """``(scheme, host, port)`` of ``url``, the port made explicit: its origin."""
+def _origin_of(url: str) -> Tuple[str, str]:
+    """``(scheme, host[:port])`` of ``url``: its origin (``host_key`` omits a default port)."""
     import urllib.parse
 
     parts = urllib.parse.urlsplit(url)
-    scheme = parts.scheme.lower()
     try:
         port = parts.port
     except ValueError:
         port = None
-    if port is None:
-        port = {"http": 80, "https": 443}.get(scheme)
-    return scheme, (parts.hostname or "").lower(), port
+    return parts.scheme.lower(), host_key(parts.scheme, parts.hostname or "", port)
 
 
 def _same_origin_opener() -> Any:

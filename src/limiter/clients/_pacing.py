@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Iterator, List, Op
 from limiter.core.concurrency import refuse_slot_shares
 from limiter.core.limits import TIME_EPSILON
 from limiter.ratelimiter import RateLimiter
+from limiter.store import is_async_only
 from limiter.waiting import refuse_waits_with_lockout
 
 #: A request's key: ``None`` (its host), a fixed string, or ``key(request) -> str``.
@@ -79,8 +80,6 @@ def _http_date(text: Optional[str]) -> Optional[float]:
     try:
         when = email.utils.parsedate_to_datetime(text.strip())
     except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when is None:  # some Python versions return None instead of raising
         return None
     if when.tzinfo is None:  # "-0000": RFC 5322's "UTC, origin unknown"
         when = when.replace(tzinfo=datetime.timezone.utc)
@@ -169,19 +168,6 @@ def _retry_after(text: Optional[str], reference: float) -> Optional[float]:
     return None if at is None else max(0.0, at - reference)
 
 
-def _check_limiter(limiter: object, owner: str) -> RateLimiter:
-    if not isinstance(limiter, RateLimiter):
-        raise TypeError(f"{owner}: limiter must be a limiter.RateLimiter, got {limiter!r:.100}")
-    # Each request waits for a cost of 1 (acquire): told here, not at the first request.
-    refuse_waits_with_lockout(
-        limiter,
-        f"{owner} pacing its requests (waiting for tokens)",
-        "give the client a limiter without a lockout",
-    )
-    refuse_slot_shares(limiter.name, limiter.limits, limiter.validate_cost(1))
-    return limiter
-
-
 class Pacer:
     """One client's pacing: limiter, key choice, retry policy and per-key pauses.
     Thread-safe; a pause one response asks for holds concurrent requests too.
@@ -195,10 +181,21 @@ class Pacer:
         respect_server: object,
         max_retries: object,
         max_wait: object,
+        async_advice: Optional[str] = None,
     ) -> None:
-        self.limiter = _check_limiter(limiter, owner)
+        """``async_advice``: a synchronous client's ``TypeError`` advice for an async-only store."""
+        if not isinstance(limiter, RateLimiter):
+            raise TypeError(f"{owner}: limiter must be a limiter.RateLimiter, got {limiter!r:.100}")
+        # Each request waits for a cost of 1 (acquire): told here, not at the first request.
+        refuse_waits_with_lockout(
+            limiter,
+            f"{owner} pacing its requests (waiting for tokens)",
+            "give the client a limiter without a lockout",
+        )
+        refuse_slot_shares(limiter.name, limiter.limits, limiter.validate_cost(1))
+        self.limiter = limiter
         if isinstance(key, str):
-            self.limiter.storage_key(key)  # raises TypeError for a rate-like key
+            limiter.storage_key(key)  # raises TypeError for a rate-like key
         elif key is not None and not callable(key):
             raise TypeError(
                 f"{owner}: key must be None (the host), a str or a function of the request "
@@ -228,6 +225,8 @@ class Pacer:
                 )
             max_wait = float(max_wait)
         self.max_wait: Optional[float] = max_wait
+        if async_advice is not None and is_async_only(limiter.store):
+            raise TypeError(f"{owner}: {limiter.store!r} is async only: {async_advice}")
         self._owner = owner
         # key -> the limiter clock's time before which no request to it is sent.
         self._pauses: Dict[str, float] = {}
@@ -261,10 +260,6 @@ class Pacer:
             del self._pauses[key]
             return 0.0
 
-    def budget(self) -> float:
-        """Seconds of pauses one call may wait in total: ``max_wait``, ``inf`` for ``None``."""
-        return math.inf if self.max_wait is None else self.max_wait
-
     def _turn(
         self, key: str, budget: float, give_up: bool
     ) -> Generator[Step, Any, Optional[float]]:
@@ -295,7 +290,9 @@ class Pacer:
         """One request's steps without I/O (turn, ``SEND``, ``DISCARD`` and again, at most
         ``retries`` times); ``reply[0]`` is then the caller's response.
         """
-        budget = yield from self._turn(key, self.budget(), False)
+        # One call waits at most max_wait in pauses, in total.
+        total = math.inf if self.max_wait is None else self.max_wait
+        budget = yield from self._turn(key, total, False)
         while True:
             yield SEND, ()
             response = reply[0]

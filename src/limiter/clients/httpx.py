@@ -9,7 +9,6 @@ from typing import ClassVar, Generic, Optional, Tuple, TypeVar
 import httpx
 
 from limiter.clients._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
-from limiter.store import is_async_only
 
 __all__ = ["AsyncRateLimitTransport", "RateLimitTransport"]
 
@@ -64,12 +63,9 @@ class _Paced(Generic[Transport]):
         max_wait: Optional[float] = DEFAULT_MAX_WAIT,
     ) -> None:
         owner = ("" if self._sync else "Async") + "RateLimitTransport"
-        self._pacer = pacer = Pacer(owner, limiter, key, respect_server, max_retries, max_wait)
-        if self._sync and is_async_only(pacer.limiter.store):
-            raise TypeError(
-                f"{owner}: {pacer.limiter.store!r} is async only: use AsyncRateLimitTransport"
-            )
-        self.limiter = pacer.limiter
+        advice = "use AsyncRateLimitTransport" if self._sync else None
+        self._pacer = Pacer(owner, limiter, key, respect_server, max_retries, max_wait, advice)
+        self.limiter = self._pacer.limiter
         if transport is None:
             transport = self._default()
         elif not isinstance(transport, self._base):

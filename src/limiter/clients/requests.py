@@ -11,7 +11,6 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from limiter.clients._pacing import DEFAULT_MAX_WAIT, KeySpec, Pacer
-from limiter.store import is_async_only
 
 __all__ = ["RateLimitAdapter"]
 
@@ -53,12 +52,10 @@ class RateLimitAdapter(HTTPAdapter):
         connection_retries: Any = 0,
         **kwargs: Any,
     ) -> None:
-        pacer = Pacer("RateLimitAdapter", limiter, key, respect_server, max_retries, max_wait)
-        if is_async_only(pacer.limiter.store):
-            raise TypeError(
-                f"RateLimitAdapter: {pacer.limiter.store!r} is async only: "
-                "requests needs a limiter with a synchronous store"
-            )
+        advice = "requests needs a limiter with a synchronous store"
+        pacer = Pacer(
+            "RateLimitAdapter", limiter, key, respect_server, max_retries, max_wait, advice
+        )
         super().__init__(max_retries=connection_retries, **kwargs)
         self._pacer = pacer
         self.limiter = pacer.limiter

@@ -12,27 +12,10 @@ from typing import TYPE_CHECKING, Tuple
 if TYPE_CHECKING:
     from limiter.events import DecisionEvent
 
-#: Bucket bounds (seconds) of the store-latency histogram in every exporter:
-#: from an in-memory store's microseconds to a shared store's timeouts.
-STORE_SECONDS_BUCKETS: Tuple[float, ...] = (
-    0.00001,
-    0.000025,
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
+#: Bucket bounds (seconds) of the store-latency histogram in every exporter: 1, 2.5
+#: and 5 of each decade, from an in-memory store's 10 us to a shared store's 5 s timeouts.
+STORE_SECONDS_BUCKETS: Tuple[float, ...] = tuple(
+    float(f"{mantissa}e{exponent}") for exponent in range(-5, 1) for mantissa in (1, 2.5, 5)
 )
 
 #: Bucket bounds (seconds) of the wait histogram (adapters' ``max_wait``):

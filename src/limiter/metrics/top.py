@@ -136,8 +136,6 @@ class TopOffenders:
         if not self._width > 0:  # a window cut too finely (subnormal, or slices too many)
             raise ValueError(f"window {window!r:.100} is too small for {slices!r:.100} slices")
         self._values = _outcome_values(outcomes)
-        # Every member, counted or not, so that a member never needs hashing.
-        self._by_id = {id(member): member.value in self._values for member in Outcome}
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
         self._clock: Clock = SystemClock() if clock is None else clock
@@ -184,12 +182,7 @@ class TopOffenders:
 
     def __call__(self, event: DecisionEvent) -> None:
         """The ``on_decision`` observer: counts ``event.key`` at ``event.at`` if tracked."""
-        # By identity first: Enum's __hash__ runs in Python, slower than the whole test.
-        outcome = event.outcome
-        counted = self._by_id.get(id(outcome))
-        if counted is None:
-            counted = outcome in self._values  # a plain str
-        if counted:
+        if event.outcome in self._values:  # (an Outcome hashes as its str)
             self.add(event.key, event.at)
 
     def add(self, key: str, at: Optional[float] = None) -> None:
