@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from limiter.backends.redis._connection import (
     await_pool,
@@ -61,27 +61,20 @@ class _Batches:
             state = self._state = _Loop(loop)
         return state
 
-    async def _connect(self, node: Any) -> Any:  # node None: the single server
-        raise NotImplementedError
-
-    async def _release(self, node: Any, connection: Any) -> None:
-        raise NotImplementedError
+    # A subclass's: a connection to ``node`` (``None``: the single server), and its release.
+    _connect: Callable[[Any], Awaitable[Any]]
+    _release: Callable[[Any, Any], Awaitable[None]]
 
     async def _exchange(self, node: Any, connection: Any, commands: List[bytes]) -> List[_Outcome]:
         """``commands``' outcomes, in one write on ``connection`` (a failure is an outcome)."""
         return await _round_trip(connection, commands)
 
-    async def _send(
-        self, lane: _Loop, commands: List[bytes], args: List[List[Any]]
-    ) -> List[_Outcome]:
-        """Every command's outcome on ``lane``'s node, any error included (never raising)."""
-        return await self._trip(lane.node, commands, args)
-
     async def _trip(
         self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
     ) -> List[_Outcome]:
-        """``commands``' outcomes, in one write on one connection to ``node``; with ``args``,
-        a ``NOSCRIPT`` reply is sent again as ``EVAL`` on that connection."""
+        """``commands``' outcomes (any error included: never raising), in one write on one
+        connection to ``node``; with ``args``, a ``NOSCRIPT`` reply is sent again as ``EVAL``
+        on that connection."""
         try:
             # A full pool (the client's other users hold every connection) is
             # no outage: _connect waits for one; nothing was sent.
@@ -111,7 +104,7 @@ class _Batches:
             # Nothing in flight: send at once, in the caller's task.
             state.busy = True
             try:
-                ok, value = (await self._send(state, [command], [args]))[0]
+                ok, value = (await self._trip(state.node, [command], [args]))[0]
             finally:
                 if state.queue:  # queued behind this call: they go next, together
                     task = loop.create_task(self._batches(state))
@@ -138,10 +131,10 @@ class _Batches:
                     continue
                 outcomes: Optional[List[_Outcome]] = None
                 try:
-                    outcomes = await self._send(
-                        state, [c for c, _, _ in queue], [a for _, a, _ in queue]
+                    outcomes = await self._trip(
+                        state.node, [c for c, _, _ in queue], [a for _, a, _ in queue]
                     )
-                except Exception as exc:  # a bug: _send returns failures as outcomes
+                except Exception as exc:  # a bug: _trip returns failures as outcomes
                     outcomes = _failed(exc, len(queue))
                 finally:
                     _resolve(queue, outcomes)
@@ -345,15 +338,15 @@ class ClusterPipeline(_Batches):
             lane.node = node  # a refresh may have replaced the node object
         return lane
 
-    async def _send(
-        self, lane: _Loop, commands: List[bytes], args: List[List[Any]]
+    async def _trip(
+        self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
     ) -> List[_Outcome]:
-        """Every command's outcome, ``_Redirected`` for those that did not run on the node."""
-        outcomes = await self._trip(lane.node, commands, args)
+        """Every command's outcome, ``_Redirected`` for those that did not run on ``node``."""
+        outcomes = await super()._trip(node, commands, args)
         for i, (ok, value) in enumerate(outcomes):
             kind = None if ok else _redirect(value)
             if kind is not None:
-                outcomes[i] = (False, _Redirected(kind, value, lane.node))
+                outcomes[i] = (False, _Redirected(kind, value, node))
         return outcomes
 
     async def _follow(self, redirected: _Redirected, args: List[Any]) -> Any:
@@ -386,10 +379,7 @@ class ClusterPipeline(_Batches):
         ok, value = (await self._trip(target, [_ASKING, packed]))[1]
         if ok:
             return value
-        kind = _redirect(value)
-        if kind is None:
-            raise value
-        raise _Redirected(kind, value, target)
+        raise value  # final, or _Redirected
 
     def _target(self, exc: Any, node: Any) -> Any:
         """The node an ``ASK`` reply from ``node`` points to."""
