@@ -39,7 +39,8 @@ class Library:
         self.prefix = "Valkey" if package == "valkey" else "Redis"  # of its classes' names
 
     def get(self, module: str, name: str) -> Any:
-        base = f"{self.package}.asyncio" if self.asyncio and module != "backoff" else self.package
+        asyncio = self.asyncio and module not in ("backoff", "credentials")  # shared by both
+        base = f"{self.package}.asyncio" if asyncio else self.package
         return getattr(import_module(f"{base}.{module}" if module else base, self.scheme), name)
 
     def no_retry(self) -> Any:
@@ -47,8 +48,7 @@ class Library:
         return self.get("retry", "Retry")(self.get("backoff", "NoBackoff")(), 0)
 
     def credentials(self, username: Optional[str], password: Optional[str]) -> Any:
-        module = import_module(f"{self.package}.credentials", self.scheme)
-        provider = module.UsernamePasswordCredentialProvider
+        provider = self.get("credentials", "UsernamePasswordCredentialProvider")
         # AUTH needs a password: a user without one (an ACL "nopass" user) sends "".
         return provider(username, "" if password is None and username else password)
 
