@@ -43,12 +43,10 @@ def config_problems(client: Any) -> List[str]:
         ):
             found += _kwargs_problems(kwargs, None, what)
         for node in client.get_nodes():
+            # redis-py's sync cluster: a client (and pool) per node; the asyncio one: the
+            # node holds the connection arguments, as a pool does.
             pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
-            if pool is not None:  # redis-py's sync cluster: one client per node
-                found += _pool_problems(pool, what)
-            else:  # the asyncio cluster: the node holds the connection arguments
-                kwargs = getattr(node, "connection_kwargs", None)
-                found += _kwargs_problems(kwargs, getattr(node, "connection_class", None), what)
+            found += _pool_problems(node if pool is None else pool, what)
     else:
         pool = getattr(client, "connection_pool", None)
         found += _pool_problems(pool, "the client")
@@ -60,6 +58,7 @@ def config_problems(client: Any) -> List[str]:
 
 
 def _pool_problems(pool: Any, what: str) -> List[str]:
+    """Problems in a pool's (or an asyncio cluster node's) connection arguments and wait."""
     if pool is None:
         return []
     found = _kwargs_problems(

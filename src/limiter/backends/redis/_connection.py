@@ -196,8 +196,7 @@ class Connections:
     @classmethod
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[Connections]:
         """A ``Connections`` for ``client``, or ``None`` when it must keep its own path."""
-        base = _library_class(client)
-        if base is None or not plain_client(client):  # instrumented: it keeps seeing calls
+        if not plain_client(client):  # instrumented: it keeps seeing calls
             return None
         if getattr(client, "connection", None) is not None:  # single_connection_client
             return None
@@ -213,11 +212,8 @@ class Connections:
             for name in ("send_packed_command", "read_response", "disconnect")
         ):
             return None
-        library = sys.modules.get(base.__module__.split(".")[0])
-        response_error = getattr(library, "ResponseError", None)
-        if not (isinstance(response_error, type) and issubclass(response_error, Exception)):
-            return None
-        return cls(pool, script, sha, response_error)
+        library = sys.modules[pool_class.__module__.split(".")[0]]  # redis or valkey
+        return cls(pool, script, sha, library.ResponseError)
 
     def evalsha(self, numkeys: bytes, keys: List[bytes], args: List[bytes]) -> bytes:
         """``EVALSHA sha numkeys *keys *args`` in RESP."""

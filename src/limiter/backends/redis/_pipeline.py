@@ -83,7 +83,7 @@ class _Batches:
             return _failed(exc, len(commands))
         try:
             outcomes = await self._exchange(node, connection, commands)
-            again = [i for i, (ok, value) in enumerate(outcomes) if not ok and _noscript(value)]
+            again = [i for i, (ok, exc) in enumerate(outcomes) if not ok and named(exc, _NOSCRIPT)]
             if args is not None and again:
                 evals = [self._pack(self._eval, args[i]) for i in again]
                 for i, outcome in zip(again, await self._exchange(node, connection, evals)):
@@ -208,10 +208,6 @@ def _resolve(
 def _failed(exc: BaseException, n: int) -> List[_Outcome]:
     # One exception object per entry: each caller raises (and chains) its own.
     return [(False, exc)] + [(False, _copy(exc)) for _ in range(n - 1)]
-
-
-def _noscript(exc: BaseException) -> bool:
-    return named(exc, _NOSCRIPT)
 
 
 def _copy(exc: BaseException) -> BaseException:
