@@ -1,6 +1,5 @@
-"""The failure policy of the shared stores: ``Failover`` through a ``Health`` (a breaker
-with a fallback), logging outages on ``limiter.stores``.
-docs/stores.md "Fallback"."""
+"""The failure policy of the shared stores: ``Failover``, a breaker with a fallback,
+logging outages on ``limiter.stores``.  docs/stores.md "Fallback"."""
 
 from __future__ import annotations
 
@@ -36,35 +35,43 @@ def _cause(error: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
-class Health:
-    """A store's outages, logged on ``limiter.stores``: the first failure at ERROR (at
-    most once per ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.
+class Failover:
+    """The one failure path of a shared store: ``run(primary, fallback)`` (``arun`` for
+    coroutines) calls ``primary()``; a ``StoreError`` marks it down and ``fallback()``
+    answers (``None``: raised); other exceptions propagate.
 
-    With ``serves_fallback``, a breaker too: calls skip the primary (for the fallback)
-    until a probe is due, ``probe_after`` seconds after a failure, doubling per failed
-    probe up to ``max_probe_after``, on ``clock`` (``now()`` in seconds; default
-    ``time.monotonic``); ``TypeError``/``ValueError`` for bad arguments.  Thread-safe.
+    Outages are logged on ``limiter.stores``: the first failure at ERROR (at most once
+    per ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  With a ``fallback`` store,
+    calls skip the primary until a probe is due, ``probe_after`` seconds after a failure,
+    doubling per failed probe up to ``max_probe_after``, on ``clock`` (``now()`` in
+    seconds; default ``time.monotonic``); ``TypeError``/``ValueError`` for bad
+    arguments.  ``asyncio``: ``afallback`` holds the fallback's asyncio methods.
+    Thread-safe.
     """
 
     def __init__(
         self,
         name: str,
-        serves_fallback: bool = False,
+        fallback: Optional[Any],
         probe_after: float = 0.5,
         max_probe_after: float = 30.0,
         clock: Optional[Any] = None,
+        *,
+        asyncio: bool = False,
     ) -> None:
         self._name = name
-        self.serves_fallback = serves_fallback
+        self.fallback = fallback
+        self.serves_fallback = fallback is not None
         self._first = self._max = 0.0  # without a fallback, nothing is skipped
         self._now: Callable[[], float] = time.monotonic
-        if serves_fallback:
+        if self.serves_fallback:
             self._first = _seconds(probe_after, "probe_after")
             self._max = max(self._first, _seconds(max_probe_after, "max_probe_after"))
             if clock is not None and not callable(getattr(clock, "now", None)):
                 raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
             if clock is not None:
                 self._now = clock.now
+        self.afallback: Any = AsyncView(fallback) if asyncio and fallback is not None else None
         self._lock = threading.Lock()
         self.failing = False
         self._wait = self._first
@@ -72,6 +79,53 @@ class Health:
         self._probing = False
         self._logged_at: Optional[float] = None  # time.monotonic() of the last ERROR
         self._announced = False  # whether the current outage was logged
+
+    @property
+    def using_fallback(self) -> bool:
+        """True while the primary is considered down and the fallback answers."""
+        return self.failing and self.serves_fallback
+
+    def run(self, primary: Callable[[], T], fallback: Optional[Callable[[], T]] = None) -> T:
+        """``primary()``, or ``fallback()`` while the primary is down or when it fails."""
+        if self.failing and fallback is not None and self.skip_primary():
+            return fallback()
+        try:
+            result = primary()
+        except BaseException as exc:
+            if not self.failed_over(exc) or fallback is None:
+                raise
+            return fallback()
+        if self.failing:
+            self.succeeded()
+        return result
+
+    async def arun(
+        self,
+        primary: Callable[[], Awaitable[T]],
+        fallback: Optional[Callable[[], Awaitable[T]]] = None,
+    ) -> T:
+        """``run`` for coroutine functions."""
+        if self.failing and fallback is not None and self.skip_primary():
+            return await fallback()
+        try:
+            result = await primary()
+        except BaseException as exc:
+            if not self.failed_over(exc) or fallback is None:
+                raise
+            return await fallback()
+        if self.failing:
+            self.succeeded()
+        return result
+
+    def failed_over(self, error: BaseException) -> bool:
+        """Record that the primary raised ``error``; whether the fallback answers (anything
+        but a ``StoreError`` counts as neither failure nor success)."""
+        if not isinstance(error, StoreError):
+            with self._lock:  # cancelled: if it was the probe, let another caller probe
+                self._probing = False
+            return False
+        self.failed(error)
+        return self.serves_fallback
 
     def skip_primary(self) -> bool:
         """True when this call should go to the fallback; when a probe is due, the caller
@@ -121,12 +175,6 @@ class Health:
         elif log:
             _log.error("%s is failing: %s", self._name, _cause(error), exc_info=error)
 
-    def abandoned(self) -> None:
-        """The call neither failed nor succeeded (cancelled): if it was the probe, let
-        another caller probe."""
-        with self._lock:
-            self._probing = False
-
     def succeeded(self) -> None:
         """Record that the primary answered; log it when it ends a logged outage."""
         if not self.failing:
@@ -141,76 +189,6 @@ class Health:
             _log.warning("%s answers again; leaving the fallback store", self._name)
         elif log:
             _log.warning("%s answers again", self._name)
-
-
-class Failover:
-    """The one failure path of a shared store: ``run(primary, fallback)`` (``arun``
-    for coroutines) calls ``primary()``; a ``StoreError`` marks it down and
-    ``fallback()`` answers (``None``: raised); other exceptions propagate."""
-
-    def __init__(
-        self,
-        name: str,
-        fallback: Optional[Any],
-        probe_after: float = 0.5,
-        max_probe_after: float = 30.0,
-        clock: Optional[Any] = None,
-        *,
-        asyncio: bool = False,
-    ) -> None:
-        self.fallback = fallback
-        self.health = Health(name, fallback is not None, probe_after, max_probe_after, clock)
-        # The fallback's asyncio methods (with asyncio and a fallback).
-        self.afallback: Any = AsyncView(fallback) if asyncio and fallback is not None else None
-
-    @property
-    def using_fallback(self) -> bool:
-        """True while the primary is considered down and the fallback answers."""
-        return self.health.failing and self.health.serves_fallback
-
-    def run(self, primary: Callable[[], T], fallback: Optional[Callable[[], T]] = None) -> T:
-        """``primary()``, or ``fallback()`` while the primary is down or when it fails."""
-        health = self.health
-        if health.failing and fallback is not None and health.skip_primary():
-            return fallback()
-        try:
-            result = primary()
-        except BaseException as exc:
-            if not self.failed_over(exc) or fallback is None:
-                raise
-            return fallback()
-        if health.failing:
-            health.succeeded()
-        return result
-
-    async def arun(
-        self,
-        primary: Callable[[], Awaitable[T]],
-        fallback: Optional[Callable[[], Awaitable[T]]] = None,
-    ) -> T:
-        """``run`` for coroutine functions."""
-        health = self.health
-        if health.failing and fallback is not None and health.skip_primary():
-            return await fallback()
-        try:
-            result = await primary()
-        except BaseException as exc:
-            if not self.failed_over(exc) or fallback is None:
-                raise
-            return await fallback()
-        if health.failing:
-            health.succeeded()
-        return result
-
-    def failed_over(self, error: BaseException) -> bool:
-        """Record that the primary raised ``error``; whether the fallback answers (anything
-        but a ``StoreError`` counts as neither failure nor success)."""
-        health = self.health
-        if not isinstance(error, StoreError):
-            health.abandoned()  # cancelled: let another caller probe
-            return False
-        health.failed(error)
-        return health.serves_fallback
 
 
 class AsyncView:

@@ -1,11 +1,6 @@
-"""Auto-pipelining of one Lua script's calls on a ``redis.asyncio`` (or valkey-py) client.
-
-A call made while nothing is in flight is sent at once; calls made meanwhile
-go out together when it ends, as one pipeline (one call or batch in flight at
-a time: fewer, fuller batches, measured 1.2-1.3x faster).  On a Cluster, one
-lane per node, redirects sent again.  Errors, ``NOSCRIPT``, redirects and
-cancellation: docs/stores.md "Auto-pipelining (asyncio)".
-"""
+"""Auto-pipelining of one Lua script's calls on a ``redis.asyncio`` (or valkey-py) client:
+docs/stores.md "Auto-pipelining (asyncio)".  One call or batch in flight per lane at a
+time (fewer, fuller batches: measured 1.2-1.3x faster); on a Cluster, a lane per node."""
 
 from __future__ import annotations
 
@@ -268,12 +263,9 @@ class _Redirected(Exception):
 
 
 class ClusterPipeline(_Batches):
-    """``ScriptPipeline`` for a Cluster client: a lane per node owning the call's slot.
-
-    A command answered ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` did not run:
-    its caller sends it again, up to ``_ROUNDS`` times.  A failed connection fails
-    every unanswered command on it (never resent) and asks for a topology refresh.
-    """
+    """``ScriptPipeline`` for a Cluster client: a lane per node owning the call's slot; a
+    command that did not run (``_redirect``) is sent again by its caller, up to ``_ROUNDS``
+    times.  A failed connection fails every unanswered command on it (never resent)."""
 
     def __init__(self, client: Any, script: str, sha: bytes) -> None:
         super().__init__(script, sha)
