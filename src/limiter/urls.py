@@ -23,15 +23,6 @@ from limiter.backends._url import redact_url as redact_url  # documented here
 STORAGE_URL_ENV = "LIMITER_STORAGE_URL"
 
 
-def __getattr__(name: str) -> object:
-    # Lazy: only a redis+cluster:// store needs it.
-    if name == "LazyCluster":
-        from limiter.backends.redis._clients import LazyCluster
-
-        return LazyCluster
-    raise AttributeError(f"module 'limiter.urls' has no attribute {name!r}")
-
-
 _REDIS_KINDS = ("", "+unix", "+sentinel", "+cluster")
 #: Every scheme ``store_from_url`` takes, as written in a URL.
 SUPPORTED_SCHEMES: Tuple[str, ...] = (
