@@ -136,22 +136,15 @@ def bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
-def _library_class(client: Any, asyncio: bool = False) -> Optional[type]:
-    classes = _ASYNC_CLIENT_CLASSES if asyncio else _CLIENT_CLASSES
-    for cls in type(client).__mro__:
-        if (cls.__module__, cls.__name__) in classes:
-            return cls
-    return None
-
-
 def plain_client(client: Any, *, asyncio: bool = False) -> bool:
     """Whether ``client``'s checks may skip its ``execute_command``: a redis/valkey
     client (or subclass) whose ``evalsha``, ``eval`` and ``execute_command`` are the
     library's own, not overridden, patched or wrapped (so a tracer sees every check)."""
-    base = _library_class(client, asyncio)
+    kind = type(client)
+    classes = _ASYNC_CLIENT_CLASSES if asyncio else _CLIENT_CLASSES
+    base = next((cls for cls in kind.__mro__ if (cls.__module__, cls.__name__) in classes), None)
     if base is None:
         return False
-    kind = type(client)
     package = base.__module__.split(".")[0] + "."
     instance = getattr(client, "__dict__", None) or {}
     for name in _CHECK_METHODS:
