@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def import_module(module: str, scheme: str) -> Any:
@@ -113,8 +114,10 @@ class LazyCluster:
         return [] if client is None else list(client.get_nodes())
 
 
-class RedisSettings(NamedTuple):
-    """What a Redis URL's query and user information say (then with the caller's options over)."""
+@dataclass
+class RedisSettings:
+    """What a Redis URL says (then with the caller's options over): arguments, credentials,
+    and where the client connects."""
 
     store_kwargs: Dict[str, Any]
     client_kwargs: Dict[str, Any]
@@ -123,18 +126,13 @@ class RedisSettings(NamedTuple):
     password: Optional[str]
     sentinel_username: Optional[str]
     sentinel_password: Optional[str]
-    sentinel_extra: Dict[str, Any]
+    sentinel_extra: Dict[str, Any] = field(default_factory=dict)
+    where: Dict[str, Any] = field(default_factory=dict)  # host/port or unix_socket_path, db
+    hosts: List[Tuple[str, int]] = field(default_factory=list)  # Sentinels or startup nodes
+    service: str = ""  # the Sentinel service name
 
 
-class RedisTarget(NamedTuple):
-    """Where a Redis client connects, as the URL's host and path say."""
-
-    where: Dict[str, Any]  # host/port or unix_socket_path, and db: client arguments
-    hosts: List[Tuple[str, int]]  # the Sentinels or the cluster's startup nodes
-    service: str  # the Sentinel service name
-
-
-def redis_client(library: Library, kind: str, settings: RedisSettings, target: RedisTarget) -> Any:
+def redis_client(library: Library, kind: str, settings: RedisSettings) -> Any:
     """The client: plain or unix socket, through a Sentinel, or a cluster's."""
     client_kwargs = settings.client_kwargs
     client_kwargs.setdefault("retry", library.no_retry())
@@ -143,14 +141,14 @@ def redis_client(library: Library, kind: str, settings: RedisSettings, target: R
             settings.username, settings.password
         )
     if kind in ("", "unix"):
-        return library.get("", library.prefix)(**target.where, **client_kwargs)
+        return library.get("", library.prefix)(**settings.where, **client_kwargs)
     if kind == "sentinel":
-        return sentinel_client(library, settings, target)
-    return cluster_client(library, client_kwargs, target.hosts)
+        return sentinel_client(library, settings)
+    return cluster_client(library, client_kwargs, settings.hosts)
 
 
-def sentinel_client(library: Library, settings: RedisSettings, target: RedisTarget) -> Any:
-    """The master client of the target's service, found through its Sentinels."""
+def sentinel_client(library: Library, settings: RedisSettings) -> Any:
+    """The master client of the settings' service, found through its Sentinels."""
     client_kwargs = settings.client_kwargs
     sentinel_kwargs = {
         name: client_kwargs[name]
@@ -162,8 +160,8 @@ def sentinel_client(library: Library, settings: RedisSettings, target: RedisTarg
             settings.sentinel_username, settings.sentinel_password
         )
     sentinel_kwargs.update(settings.sentinel_extra)
-    sentinel = library.get("sentinel", "Sentinel")(target.hosts, sentinel_kwargs=sentinel_kwargs)
-    return sentinel.master_for(target.service, **target.where, **client_kwargs)
+    sentinel = library.get("sentinel", "Sentinel")(settings.hosts, sentinel_kwargs=sentinel_kwargs)
+    return sentinel.master_for(settings.service, **settings.where, **client_kwargs)
 
 
 def cluster_client(
