@@ -25,13 +25,9 @@ ADVICE = (
 
 
 def config_problems(client: Any) -> List[str]:
-    """What lets a check through ``client`` wait longer than the client's own timeouts.
-
-    Reads what redis-py and valkey-py expose without any I/O: the connection
-    pool's keyword arguments (the client's own, its Sentinels' and, on a
-    cluster, those of every node it knows), a blocking pool's wait, and a
-    cluster client's retry policy.  What it cannot read is not reported.
-    """
+    """What lets a check through ``client`` wait longer than the client's own timeouts, as
+    its pools (its Sentinels' and its cluster nodes' too) say without any I/O; what it
+    cannot read is not reported."""
     found: List[str] = []
     if is_cluster(client):
         what = "the cluster client"
