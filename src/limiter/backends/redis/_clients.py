@@ -48,10 +48,14 @@ class Library:
         """``Retry(NoBackoff(), 0)`` of this library (and of its asyncio flavour)."""
         return self.get("retry", "Retry")(self.get("backoff", "NoBackoff")(), 0)
 
-    def credentials(self, username: Optional[str], password: Optional[str]) -> Any:
+    def credentials(self, username: Optional[str], password: Optional[str]) -> Dict[str, Any]:
+        """The ``credential_provider`` argument for a user name or password (none: ``{}``)."""
+        if username is None and password is None:
+            return {}
         provider = self.get("credentials", "UsernamePasswordCredentialProvider")
         # AUTH needs a password: a user without one (an ACL "nopass" user) sends "".
-        return provider(username, "" if password is None and username else password)
+        password = "" if password is None and username else password
+        return {"credential_provider": provider(username, password)}
 
     def cluster_retries_are_legacy(self) -> bool:
         """Whether the cluster client retries ``cluster_error_retry_attempts`` times
@@ -136,10 +140,7 @@ def redis_client(library: Library, kind: str, settings: RedisSettings) -> Any:
     """The client: plain or unix socket, through a Sentinel, or a cluster's."""
     client_kwargs = settings.client_kwargs
     client_kwargs.setdefault("retry", library.no_retry())
-    if settings.username is not None or settings.password is not None:
-        client_kwargs["credential_provider"] = library.credentials(
-            settings.username, settings.password
-        )
+    client_kwargs.update(library.credentials(settings.username, settings.password))
     if kind in ("", "unix"):
         return library.get("", library.prefix)(**settings.where, **client_kwargs)
     if kind == "sentinel":
@@ -155,10 +156,9 @@ def sentinel_client(library: Library, settings: RedisSettings) -> Any:
         for name in ("socket_timeout", "socket_connect_timeout", "health_check_interval")
     }
     sentinel_kwargs["retry"] = library.no_retry()
-    if settings.sentinel_username is not None or settings.sentinel_password is not None:
-        sentinel_kwargs["credential_provider"] = library.credentials(
-            settings.sentinel_username, settings.sentinel_password
-        )
+    sentinel_kwargs.update(
+        library.credentials(settings.sentinel_username, settings.sentinel_password)
+    )
     sentinel_kwargs.update(settings.sentinel_extra)
     sentinel = library.get("sentinel", "Sentinel")(settings.hosts, sentinel_kwargs=sentinel_kwargs)
     return sentinel.master_for(settings.service, **settings.where, **client_kwargs)
