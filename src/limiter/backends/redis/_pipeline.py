@@ -61,8 +61,24 @@ class _Batches:
     _release: Callable[[Any, Any], Awaitable[None]]
 
     async def _exchange(self, node: Any, connection: Any, commands: List[bytes]) -> List[_Outcome]:
-        """``commands``' outcomes, in one write on ``connection`` (a failure is an outcome)."""
-        return await _round_trip(connection, commands)
+        """Send ``commands`` in one write and read one reply each; an error reply is that
+        entry's outcome, any other failure every unanswered entry's (connection dropped)."""
+        outcomes: List[_Outcome] = []
+        try:
+            await connection.send_packed_command(b"".join(commands))  # one: the same bytes
+            for _ in commands:
+                try:
+                    outcomes.append((True, await connection.read_response()))
+                except Exception as exc:
+                    if not named(exc, "ResponseError"):
+                        raise
+                    outcomes.append((False, exc))
+        except Exception as exc:
+            outcomes.extend(_failed(exc, len(commands) - len(outcomes)))
+            # Already broken, perhaps: the pool reconnects it at the next checkout.
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+        return outcomes
 
     async def _trip(
         self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
@@ -212,27 +228,6 @@ def _copy(exc: BaseException) -> BaseException:
         return exc
     clone.__cause__ = exc.__cause__
     return clone
-
-
-async def _round_trip(connection: Any, commands: List[bytes]) -> List[_Outcome]:
-    """Send ``commands`` in one write and read one reply each; an error reply is that
-    entry's outcome, any other failure every unanswered entry's (connection dropped)."""
-    outcomes: List[_Outcome] = []
-    try:
-        await connection.send_packed_command(b"".join(commands))  # one: the same bytes
-        for _ in commands:
-            try:
-                outcomes.append((True, await connection.read_response()))
-            except Exception as exc:
-                if not named(exc, "ResponseError"):
-                    raise
-                outcomes.append((False, exc))
-    except Exception as exc:
-        outcomes.extend(_failed(exc, len(commands) - len(outcomes)))
-        # Already broken, perhaps: the pool reconnects it at the next checkout.
-        with contextlib.suppress(Exception):
-            await connection.disconnect()
-    return outcomes
 
 
 # Replies that say the command did not run on that node, so that it may be sent
@@ -407,7 +402,7 @@ class ClusterPipeline(_Batches):
         settle = getattr(node, "disconnect_if_needed", None)  # redis-py >= 8
         if settle is not None:
             await settle(connection)
-        outcomes = await _round_trip(connection, commands)
+        outcomes = await super()._exchange(node, connection, commands)
         if not all(ok or named(value, "ResponseError") for ok, value in outcomes):
             # The node may be down or failed over: the slots are read again.
             self._refresh_later(node)
