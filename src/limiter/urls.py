@@ -23,15 +23,6 @@ from limiter.backends._url import redact_url as redact_url  # documented here
 STORAGE_URL_ENV = "LIMITER_STORAGE_URL"
 
 
-def __getattr__(name: str) -> object:
-    # Lazy: only a redis+cluster:// store needs it.
-    if name == "LazyCluster":
-        from limiter.backends.redis._clients import LazyCluster
-
-        return LazyCluster
-    raise AttributeError(f"module 'limiter.urls' has no attribute {name!r}")
-
-
 _REDIS_KINDS = ("", "+unix", "+sentinel", "+cluster")
 #: Every scheme ``store_from_url`` takes, as written in a URL.
 SUPPORTED_SCHEMES: Tuple[str, ...] = (
@@ -63,21 +54,6 @@ def _parse(url: str) -> StoreURL:
             f"supported schemes: {_SCHEME_LIST}"
         )
     return StoreURL(url, scheme)
-
-
-def _open(url: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any:
-    """The store of ``url`` (from ``_parse``), built by its scheme's backend."""
-    if url.scheme == "memory":
-        return _memory_store(url, options)
-    if url.scheme == "sqlite":
-        return _sqlite_store(url, options)
-    if url.scheme in ("postgresql", "postgres"):
-        from limiter.backends.postgres._url import postgres_store
-
-        return postgres_store(url, asyncio, options)
-    from limiter.backends.redis._url import redis_store
-
-    return redis_store(url, asyncio, options)
 
 
 def _memory_store(parsed: StoreURL, options: Dict[str, Any]) -> Any:
@@ -139,9 +115,18 @@ def store_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Any:
         raise TypeError(f"asyncio must be True or False, got {asyncio!r:.100}")
     parsed = _parse(url.strip())
     if parsed.scheme == "memory":
-        return _open(parsed, asyncio, options)
+        return _memory_store(parsed, options)
     deny_cache = deny_cache_options(parsed, options)  # takes its options out of ``options``
-    store = _open(parsed, asyncio, options)
+    if parsed.scheme == "sqlite":
+        store = _sqlite_store(parsed, options)
+    elif parsed.scheme in ("postgresql", "postgres"):
+        from limiter.backends.postgres._url import postgres_store
+
+        store = postgres_store(parsed, asyncio, options)
+    else:
+        from limiter.backends.redis._url import redis_store
+
+        store = redis_store(parsed, asyncio, options)
     if deny_cache is None:
         return store
     from limiter.backends.denycache import DenyCache

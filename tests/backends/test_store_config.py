@@ -477,31 +477,31 @@ def test_redis_argument_types() -> None:
 def test_outages_are_logged_once_each_and_at_most_once_a_minute(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    health = _fallback.Health("TestStore")
+    failover = _fallback.Failover("TestStore", None)
 
     def fail() -> None:
         try:
             raise StoreError("TestStore: down") from ConnectionError("refused")
         except StoreError as exc:
-            health.failed(exc)
+            failover.failed(exc)
 
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         fail()
         fail()
         [error] = records(caplog, logging.ERROR)
         assert error.getMessage() == "TestStore is failing: ConnectionError: refused"
-        health.succeeded()
-        health.succeeded()
+        failover.succeeded()
+        failover.succeeded()
         assert [r.getMessage() for r in records(caplog, logging.WARNING)] == [
             "TestStore answers again"
         ]
         fail()  # flapping within a minute: not logged again, nor its recovery
-        health.succeeded()
+        failover.succeeded()
         assert len(records(caplog, logging.ERROR)) == 1
         assert len(records(caplog, logging.WARNING)) == 1
         monkeypatch.setattr(_fallback, "ERROR_LOG_INTERVAL", 0.0)
         fail()  # the first failure after a recovery, a minute later
-        health.succeeded()
+        failover.succeeded()
         assert len(records(caplog, logging.ERROR)) == 2
         assert len(records(caplog, logging.WARNING)) == 2
 

@@ -1,6 +1,5 @@
-"""The failure policy of the shared stores: ``Failover`` through a ``Breaker`` (with a
-fallback) or a ``Health`` (without), logging outages on ``limiter.stores``.
-docs/stores.md "Fallback"."""
+"""The failure policy of the shared stores: ``Failover``, a breaker with a fallback,
+logging outages on ``limiter.stores``.  docs/stores.md "Fallback"."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 from limiter.store import StoreError
 
@@ -36,155 +35,19 @@ def _cause(error: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
-class Health:
-    """Logs a store's outages: the first failure at ERROR (at most once per
-    ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  Thread-safe."""
-
-    serves_fallback = False
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._lock = threading.Lock()
-        self.failing = False
-        self._logged_at: Optional[float] = None  # time.monotonic() of the last ERROR
-        self._announced = False  # whether the current outage was logged
-
-    def skip_primary(self) -> bool:
-        """Never: there is nothing else to ask."""
-        return False
-
-    def abandoned(self) -> None:
-        """A call neither failed nor succeeded (cancelled): nothing to record."""
-
-    def failed(self, error: BaseException) -> None:
-        """Record a failure; log it when it is the first since start or since a recovery."""
-        if self.failing:
-            return
-        with self._lock:
-            if self.failing:
-                return
-            self.failing = True
-            log = self._outage_starts()
-        if log:
-            _log.error("%s is failing: %s", self._name, _cause(error), exc_info=error)
-
-    def succeeded(self) -> None:
-        """Record an answer; log it when it ends a logged outage."""
-        if not self.failing:
-            return
-        with self._lock:
-            if not self.failing:
-                return
-            self.failing = False
-            log = self._outage_ends()
-        if log:
-            _log.warning("%s answers again", self._name)
-
-    def _outage_starts(self) -> bool:
-        """Whether to log the outage that starts now (caller holds the lock)."""
-        now = time.monotonic()
-        last = self._logged_at
-        self._announced = last is None or now - last >= ERROR_LOG_INTERVAL
-        if self._announced:
-            self._logged_at = now
-        return self._announced
-
-    def _outage_ends(self) -> bool:
-        """Whether to log the end of the outage (caller holds the lock)."""
-        announced, self._announced = self._announced, False
-        return announced
-
-
-class Breaker(Health):
-    """When to skip the primary store and serve from the fallback.
-
-    ``probe_after`` seconds after a failure, doubling per failed probe up to
-    ``max_probe_after``, on ``clock`` (``now()`` in seconds; default
-    ``time.monotonic``).  ``TypeError``/``ValueError`` for bad arguments.  Thread-safe.
-    """
-
-    serves_fallback = True
-
-    def __init__(
-        self,
-        name: str,
-        probe_after: float = 0.5,
-        max_probe_after: float = 30.0,
-        clock: Optional[Any] = None,
-    ) -> None:
-        super().__init__(name)
-        self._first = _seconds(probe_after, "probe_after")
-        self._max = max(self._first, _seconds(max_probe_after, "max_probe_after"))
-        if clock is not None and not callable(getattr(clock, "now", None)):
-            raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
-        self._now: Callable[[], float] = time.monotonic if clock is None else clock.now
-        self._wait = self._first
-        #: ``None`` while the primary is healthy, else when it may be probed next.
-        self._probe_at: Optional[float] = None
-        self._probing = False
-
-    def skip_primary(self) -> bool:
-        """True when this call should go to the fallback; when a probe is due, the caller
-        becomes the probe (False) and others keep skipping until it reports."""
-        if self._probe_at is None:  # the healthy path: no lock, no clock
-            return False
-        now = self._now()
-        with self._lock:
-            if self._probe_at is None:
-                return False
-            if self._probing or now < self._probe_at:
-                return True
-            self._probing = True
-            return False
-
-    def failed(self, error: BaseException) -> None:
-        """Record a failure of the primary (a request, or the probe)."""
-        now = self._now()
-        with self._lock:
-            log = False
-            if self._probe_at is None:
-                self._wait = self._first
-                log = self._outage_starts()
-            elif self._probing:
-                self._wait = min(self._wait * 2, self._max)
-            else:
-                return  # a request that was already in flight when the primary went down
-            self._probing = False
-            self._probe_at = now + self._wait
-            self.failing = True
-            wait = self._wait
-        if log:
-            _log.error(
-                "%s is failing; the fallback store answers, probing again in %gs: %s",
-                self._name,
-                wait,
-                _cause(error),
-                exc_info=error,
-            )
-
-    def abandoned(self) -> None:
-        """The probe neither failed nor succeeded (cancelled): let another caller probe."""
-        with self._lock:
-            self._probing = False
-
-    def succeeded(self) -> None:
-        """Record that the primary answered."""
-        if self._probe_at is None:
-            return
-        with self._lock:
-            log = self._probe_at is not None and self._outage_ends()
-            self._probe_at = None
-            self.failing = False
-            self._probing = False
-            self._wait = self._first
-        if log:
-            _log.warning("%s answers again; leaving the fallback store", self._name)
-
-
 class Failover:
-    """The one failure path of a shared store: ``run(primary, fallback)`` (``arun``
-    for coroutines) calls ``primary()``; a ``StoreError`` marks it down and
-    ``fallback()`` answers (``None``: raised); other exceptions propagate."""
+    """The one failure path of a shared store: ``run(primary, fallback)`` (``arun`` for
+    coroutines) calls ``primary()``; a ``StoreError`` marks it down and ``fallback()``
+    answers (``None``: raised); other exceptions propagate.
+
+    Outages are logged on ``limiter.stores``: the first failure at ERROR (at most once
+    per ``ERROR_LOG_INTERVAL`` s), the recovery at WARNING.  With a ``fallback`` store,
+    calls skip the primary until a probe is due, ``probe_after`` seconds after a failure,
+    doubling per failed probe up to ``max_probe_after``, on ``clock`` (``now()`` in
+    seconds; default ``time.monotonic``); ``TypeError``/``ValueError`` for bad
+    arguments.  ``asyncio``: ``afallback`` holds the fallback's asyncio methods.
+    Thread-safe.
+    """
 
     def __init__(
         self,
@@ -196,22 +59,35 @@ class Failover:
         *,
         asyncio: bool = False,
     ) -> None:
+        self._name = name
         self.fallback = fallback
-        self.health: Union[Breaker, Health] = (
-            Health(name) if fallback is None else Breaker(name, probe_after, max_probe_after, clock)
-        )
-        # The fallback's asyncio methods (with asyncio and a fallback).
+        self.serves_fallback = fallback is not None
+        self._first = self._max = 0.0  # without a fallback, nothing is skipped
+        self._now: Callable[[], float] = time.monotonic
+        if self.serves_fallback:
+            self._first = _seconds(probe_after, "probe_after")
+            self._max = max(self._first, _seconds(max_probe_after, "max_probe_after"))
+            if clock is not None and not callable(getattr(clock, "now", None)):
+                raise TypeError(f"clock must have a now() method returning seconds, got {clock!r}")
+            if clock is not None:
+                self._now = clock.now
         self.afallback: Any = AsyncView(fallback) if asyncio and fallback is not None else None
+        self._lock = threading.Lock()
+        self.failing = False
+        self._wait = self._first
+        self._probe_at = 0.0  # while failing: when the primary may be probed next
+        self._probing = False
+        self._logged_at: Optional[float] = None  # time.monotonic() of the last ERROR
+        self._announced = False  # whether the current outage was logged
 
     @property
     def using_fallback(self) -> bool:
         """True while the primary is considered down and the fallback answers."""
-        return self.health.failing and self.health.serves_fallback
+        return self.failing and self.serves_fallback
 
     def run(self, primary: Callable[[], T], fallback: Optional[Callable[[], T]] = None) -> T:
         """``primary()``, or ``fallback()`` while the primary is down or when it fails."""
-        health = self.health
-        if health.failing and fallback is not None and health.skip_primary():
+        if self.failing and fallback is not None and self.skip_primary():
             return fallback()
         try:
             result = primary()
@@ -219,8 +95,8 @@ class Failover:
             if not self.failed_over(exc) or fallback is None:
                 raise
             return fallback()
-        if health.failing:
-            health.succeeded()
+        if self.failing:
+            self.succeeded()
         return result
 
     async def arun(
@@ -229,8 +105,7 @@ class Failover:
         fallback: Optional[Callable[[], Awaitable[T]]] = None,
     ) -> T:
         """``run`` for coroutine functions."""
-        health = self.health
-        if health.failing and fallback is not None and health.skip_primary():
+        if self.failing and fallback is not None and self.skip_primary():
             return await fallback()
         try:
             result = await primary()
@@ -238,19 +113,82 @@ class Failover:
             if not self.failed_over(exc) or fallback is None:
                 raise
             return await fallback()
-        if health.failing:
-            health.succeeded()
+        if self.failing:
+            self.succeeded()
         return result
 
     def failed_over(self, error: BaseException) -> bool:
         """Record that the primary raised ``error``; whether the fallback answers (anything
         but a ``StoreError`` counts as neither failure nor success)."""
-        health = self.health
         if not isinstance(error, StoreError):
-            health.abandoned()  # cancelled: let another caller probe
+            with self._lock:  # cancelled: if it was the probe, let another caller probe
+                self._probing = False
             return False
-        health.failed(error)
-        return health.serves_fallback
+        self.failed(error)
+        return self.serves_fallback
+
+    def skip_primary(self) -> bool:
+        """True when this call should go to the fallback; when a probe is due, the caller
+        becomes the probe (False) and others keep skipping until it reports."""
+        if not (self.failing and self.serves_fallback):  # the healthy path: no lock, no clock
+            return False
+        now = self._now()
+        with self._lock:
+            if not self.failing:
+                return False
+            if self._probing or now < self._probe_at:
+                return True
+            self._probing = True
+            return False
+
+    def failed(self, error: BaseException) -> None:
+        """Record a failure of the primary (a request, or the probe); log it when it is the
+        first since start or since a recovery."""
+        if self.failing and not self._probing:
+            return  # a request that was already in flight when the primary went down
+        now = self._now()
+        with self._lock:
+            if not self.failing:
+                self.failing = True
+                self._wait = self._first
+                last, clock = self._logged_at, time.monotonic()  # not the probe clock
+                self._announced = last is None or clock - last >= ERROR_LOG_INTERVAL
+                if self._announced:
+                    self._logged_at = clock
+                log = self._announced
+            elif self._probing:
+                self._wait = min(self._wait * 2, self._max)
+                log = False
+            else:
+                return
+            self._probing = False
+            self._probe_at = now + self._wait
+            wait = self._wait
+        if log and self.serves_fallback:
+            _log.error(
+                "%s is failing; the fallback store answers, probing again in %gs: %s",
+                self._name,
+                wait,
+                _cause(error),
+                exc_info=error,
+            )
+        elif log:
+            _log.error("%s is failing: %s", self._name, _cause(error), exc_info=error)
+
+    def succeeded(self) -> None:
+        """Record that the primary answered; log it when it ends a logged outage."""
+        if not self.failing:
+            return
+        with self._lock:
+            if not self.failing:
+                return
+            self.failing = False
+            self._probing = False
+            log, self._announced = self._announced, False
+        if log and self.serves_fallback:
+            _log.warning("%s answers again; leaving the fallback store", self._name)
+        elif log:
+            _log.warning("%s answers again", self._name)
 
 
 class AsyncView:

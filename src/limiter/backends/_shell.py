@@ -2,13 +2,12 @@
 
 A store encodes (``_one``, ``_many``, ``_key``: errors before any I/O), sends
 (``_send``: a ``_wire`` reply or ``StoreError``) and deletes (``_delete``); the
-shells decode and route every operation through the store's ``Failover``.  A
-store lists its own base first, so its hooks override the shells' stubs.
+shells decode and route every operation through the store's ``Failover``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Optional, Sequence, Tuple
 
 from limiter.backends._failover import Failover
 from limiter.backends._wire import Argv, decode_result, decode_results
@@ -18,7 +17,7 @@ from limiter.core.result import RateLimitResult, combine
 
 
 class _Hooks:
-    """What a store gives its shell (stubs), and every shared store's properties."""
+    """What a store gives its shell, and every shared store's properties."""
 
     _kind: str
     _failover: Failover
@@ -39,27 +38,18 @@ class _Hooks:
         """True while the server is considered down and the fallback answers."""
         return self._failover.using_fallback
 
-    # Each raises its error before any I/O.
-    def _one(self, key: str, limit: Limit, cost: Cost, now: Optional[float]) -> Tuple[Any, Any]:
-        raise NotImplementedError  # the keys and argument of an apply call
-
-    def _many(
-        self, keys: Sequence[str], limits: Sequence[Limit], cost: Cost, now: Optional[float]
-    ) -> Tuple[Any, Any]:
-        raise NotImplementedError  # the keys and argument of an apply_many call
-
-    def _key(self, key: str) -> Any:
-        raise NotImplementedError  # key as the server stores it
+    # The store's own, each raising its error before any I/O: the keys and argument of
+    # an apply call and of an apply_many call, and a key as the server stores it.
+    _one: Callable[[str, Limit, Cost, Optional[float]], Tuple[Any, Any]]
+    _many: Callable[[Sequence[str], Sequence[Limit], Cost, Optional[float]], Tuple[Any, Any]]
+    _key: Callable[[str], Any]
 
 
 class StoreShell(_Hooks):
     """``apply``, ``apply_many`` and ``reset`` over ``_send`` and ``_delete`` (sync)."""
 
-    def _send(self, keys: Any, args: Any) -> Any:
-        raise NotImplementedError
-
-    def _delete(self, target: Any) -> None:
-        raise NotImplementedError
+    _send: Callable[[Any, Any], Any]
+    _delete: Callable[[Any], None]
 
     def apply(self, key: str, limit: Limit, cost: float, now: Optional[float]) -> RateLimitResult:
         """Take ``cost`` tokens from ``key``; ``now`` in seconds or ``None`` (store time)."""
@@ -97,11 +87,8 @@ class AsyncStoreShell(_Hooks):
     """``StoreShell`` for asyncio: ``aapply``, ``aapply_many``, ``areset``; a sync or
     async fallback (``Failover.afallback``)."""
 
-    async def _send(self, keys: Any, args: Any) -> Any:
-        raise NotImplementedError
-
-    async def _delete(self, target: Any) -> None:
-        raise NotImplementedError
+    _send: Callable[[Any, Any], Awaitable[Any]]
+    _delete: Callable[[Any], Awaitable[None]]
 
     async def aapply(
         self, key: str, limit: Limit, cost: float, now: Optional[float]

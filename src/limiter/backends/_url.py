@@ -101,7 +101,6 @@ class StoreURL:
     percent-encoded, or a query field without a value or given twice."""
 
     def __init__(self, url: str, scheme: str) -> None:
-        self.url = url
         self.shown = redact_url(url)
         self.scheme = scheme  # as scheme_of(url) gives it
         _, userinfo, rest = split_userinfo(url)
@@ -111,14 +110,13 @@ class StoreURL:
             user, colon, password = userinfo.partition(":")
             self.username = unquote(user) or None
             self.password = unquote(password) if colon else None
-        rest, _, query = rest.partition("?")
-        if "#" in rest or "#" in query:
+        if "#" in rest:
             self.fail("'#' must be percent-encoded (%23) in a store URL")
-        slash = rest.find("/")
-        self.netloc = rest if slash < 0 else rest[:slash]
-        self.path = "" if slash < 0 else rest[slash:]
+        rest, _, query = rest.partition("?")
+        self.netloc, slash, path = rest.partition("/")
+        self.path = slash + path
         self.query: Dict[str, str] = {}
-        for field in query.split("&") if query else ():
+        for field in query.split("&"):
             if not field:
                 continue
             raw_name, eq, raw_value = field.partition("=")

@@ -108,12 +108,8 @@ def slot_tag(key: str) -> str:
 
 
 def redis_key(key: str, prefix: str = "limiter:") -> str:
-    """The Redis key that holds ``key``'s state, one-to-one for any str.
-
-    ``prefix + "{" + tag + "}" + key`` for a key with a hash tag of its own
-    (``hash_tag``), else ``prefix + "{" + key + "}"`` with ``%`` and ``}``
-    escaped as ``%25`` and ``%7D``: the key is its own tag.
-    """
+    """The Redis key that holds ``key``'s state, one-to-one for any str, always with a
+    hash tag (``key``'s own, else ``key`` escaped): docs/stores.md "Keys and Redis Cluster"."""
     tag = hash_tag(key)
     if tag is not None:
         return prefix + "{" + tag + "}" + key

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def import_module(module: str, scheme: str) -> Any:
@@ -39,18 +40,22 @@ class Library:
         self.prefix = "Valkey" if package == "valkey" else "Redis"  # of its classes' names
 
     def get(self, module: str, name: str) -> Any:
-        base = f"{self.package}.asyncio" if self.asyncio and module != "backoff" else self.package
+        asyncio = self.asyncio and module not in ("backoff", "credentials")  # shared by both
+        base = f"{self.package}.asyncio" if asyncio else self.package
         return getattr(import_module(f"{base}.{module}" if module else base, self.scheme), name)
 
     def no_retry(self) -> Any:
         """``Retry(NoBackoff(), 0)`` of this library (and of its asyncio flavour)."""
         return self.get("retry", "Retry")(self.get("backoff", "NoBackoff")(), 0)
 
-    def credentials(self, username: Optional[str], password: Optional[str]) -> Any:
-        module = import_module(f"{self.package}.credentials", self.scheme)
-        provider = module.UsernamePasswordCredentialProvider
+    def credentials(self, username: Optional[str], password: Optional[str]) -> Dict[str, Any]:
+        """The ``credential_provider`` argument for a user name or password (none: ``{}``)."""
+        if username is None and password is None:
+            return {}
+        provider = self.get("credentials", "UsernamePasswordCredentialProvider")
         # AUTH needs a password: a user without one (an ACL "nopass" user) sends "".
-        return provider(username, "" if password is None and username else password)
+        password = "" if password is None and username else password
+        return {"credential_provider": provider(username, password)}
 
     def cluster_retries_are_legacy(self) -> bool:
         """Whether the cluster client retries ``cluster_error_retry_attempts`` times
@@ -113,8 +118,10 @@ class LazyCluster:
         return [] if client is None else list(client.get_nodes())
 
 
-class RedisSettings(NamedTuple):
-    """What a Redis URL's query and user information say (then with the caller's options over)."""
+@dataclass
+class RedisSettings:
+    """What a Redis URL says (then with the caller's options over): arguments, credentials,
+    and where the client connects."""
 
     store_kwargs: Dict[str, Any]
     client_kwargs: Dict[str, Any]
@@ -123,47 +130,38 @@ class RedisSettings(NamedTuple):
     password: Optional[str]
     sentinel_username: Optional[str]
     sentinel_password: Optional[str]
-    sentinel_extra: Dict[str, Any]
+    sentinel_extra: Dict[str, Any] = field(default_factory=dict)
+    where: Dict[str, Any] = field(default_factory=dict)  # host/port or unix_socket_path, db
+    hosts: List[Tuple[str, int]] = field(default_factory=list)  # Sentinels or startup nodes
+    service: str = ""  # the Sentinel service name
 
 
-class RedisTarget(NamedTuple):
-    """Where a Redis client connects, as the URL's host and path say."""
-
-    where: Dict[str, Any]  # host/port or unix_socket_path, and db: client arguments
-    hosts: List[Tuple[str, int]]  # the Sentinels or the cluster's startup nodes
-    service: str  # the Sentinel service name
-
-
-def redis_client(library: Library, kind: str, settings: RedisSettings, target: RedisTarget) -> Any:
+def redis_client(library: Library, kind: str, settings: RedisSettings) -> Any:
     """The client: plain or unix socket, through a Sentinel, or a cluster's."""
     client_kwargs = settings.client_kwargs
     client_kwargs.setdefault("retry", library.no_retry())
-    if settings.username is not None or settings.password is not None:
-        client_kwargs["credential_provider"] = library.credentials(
-            settings.username, settings.password
-        )
+    client_kwargs.update(library.credentials(settings.username, settings.password))
     if kind in ("", "unix"):
-        return library.get("", library.prefix)(**target.where, **client_kwargs)
+        return library.get("", library.prefix)(**settings.where, **client_kwargs)
     if kind == "sentinel":
-        return sentinel_client(library, settings, target)
-    return cluster_client(library, client_kwargs, target.hosts)
+        return sentinel_client(library, settings)
+    return cluster_client(library, client_kwargs, settings.hosts)
 
 
-def sentinel_client(library: Library, settings: RedisSettings, target: RedisTarget) -> Any:
-    """The master client of the target's service, found through its Sentinels."""
+def sentinel_client(library: Library, settings: RedisSettings) -> Any:
+    """The master client of the settings' service, found through its Sentinels."""
     client_kwargs = settings.client_kwargs
     sentinel_kwargs = {
         name: client_kwargs[name]
         for name in ("socket_timeout", "socket_connect_timeout", "health_check_interval")
     }
     sentinel_kwargs["retry"] = library.no_retry()
-    if settings.sentinel_username is not None or settings.sentinel_password is not None:
-        sentinel_kwargs["credential_provider"] = library.credentials(
-            settings.sentinel_username, settings.sentinel_password
-        )
+    sentinel_kwargs.update(
+        library.credentials(settings.sentinel_username, settings.sentinel_password)
+    )
     sentinel_kwargs.update(settings.sentinel_extra)
-    sentinel = library.get("sentinel", "Sentinel")(target.hosts, sentinel_kwargs=sentinel_kwargs)
-    return sentinel.master_for(target.service, **target.where, **client_kwargs)
+    sentinel = library.get("sentinel", "Sentinel")(settings.hosts, sentinel_kwargs=sentinel_kwargs)
+    return sentinel.master_for(settings.service, **settings.where, **client_kwargs)
 
 
 def cluster_client(

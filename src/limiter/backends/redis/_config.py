@@ -25,13 +25,9 @@ ADVICE = (
 
 
 def config_problems(client: Any) -> List[str]:
-    """What lets a check through ``client`` wait longer than the client's own timeouts.
-
-    Reads what redis-py and valkey-py expose without any I/O: the connection
-    pool's keyword arguments (the client's own, its Sentinels' and, on a
-    cluster, those of every node it knows), a blocking pool's wait, and a
-    cluster client's retry policy.  What it cannot read is not reported.
-    """
+    """What lets a check through ``client`` wait longer than the client's own timeouts, as
+    its pools (its Sentinels' and its cluster nodes' too) say without any I/O; what it
+    cannot read is not reported."""
     found: List[str] = []
     if is_cluster(client):
         what = "the cluster client"
@@ -43,12 +39,10 @@ def config_problems(client: Any) -> List[str]:
         ):
             found += _kwargs_problems(kwargs, None, what)
         for node in client.get_nodes():
+            # redis-py's sync cluster: a client (and pool) per node; the asyncio one: the
+            # node holds the connection arguments, as a pool does.
             pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
-            if pool is not None:  # redis-py's sync cluster: one client per node
-                found += _pool_problems(pool, what)
-            else:  # the asyncio cluster: the node holds the connection arguments
-                kwargs = getattr(node, "connection_kwargs", None)
-                found += _kwargs_problems(kwargs, getattr(node, "connection_class", None), what)
+            found += _pool_problems(node if pool is None else pool, what)
     else:
         pool = getattr(client, "connection_pool", None)
         found += _pool_problems(pool, "the client")
@@ -60,6 +54,7 @@ def config_problems(client: Any) -> List[str]:
 
 
 def _pool_problems(pool: Any, what: str) -> List[str]:
+    """Problems in a pool's (or an asyncio cluster node's) connection arguments and wait."""
     if pool is None:
         return []
     found = _kwargs_problems(

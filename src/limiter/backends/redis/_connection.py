@@ -136,22 +136,15 @@ def bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
-def _library_class(client: Any, asyncio: bool = False) -> Optional[type]:
-    classes = _ASYNC_CLIENT_CLASSES if asyncio else _CLIENT_CLASSES
-    for cls in type(client).__mro__:
-        if (cls.__module__, cls.__name__) in classes:
-            return cls
-    return None
-
-
 def plain_client(client: Any, *, asyncio: bool = False) -> bool:
     """Whether ``client``'s checks may skip its ``execute_command``: a redis/valkey
     client (or subclass) whose ``evalsha``, ``eval`` and ``execute_command`` are the
     library's own, not overridden, patched or wrapped (so a tracer sees every check)."""
-    base = _library_class(client, asyncio)
+    kind = type(client)
+    classes = _ASYNC_CLIENT_CLASSES if asyncio else _CLIENT_CLASSES
+    base = next((cls for cls in kind.__mro__ if (cls.__module__, cls.__name__) in classes), None)
     if base is None:
         return False
-    kind = type(client)
     package = base.__module__.split(".")[0] + "."
     instance = getattr(client, "__dict__", None) or {}
     for name in _CHECK_METHODS:
@@ -196,8 +189,7 @@ class Connections:
     @classmethod
     def for_client(cls, client: Any, script: str, sha: bytes) -> Optional[Connections]:
         """A ``Connections`` for ``client``, or ``None`` when it must keep its own path."""
-        base = _library_class(client)
-        if base is None or not plain_client(client):  # instrumented: it keeps seeing calls
+        if not plain_client(client):  # instrumented: it keeps seeing calls
             return None
         if getattr(client, "connection", None) is not None:  # single_connection_client
             return None
@@ -213,11 +205,8 @@ class Connections:
             for name in ("send_packed_command", "read_response", "disconnect")
         ):
             return None
-        library = sys.modules.get(base.__module__.split(".")[0])
-        response_error = getattr(library, "ResponseError", None)
-        if not (isinstance(response_error, type) and issubclass(response_error, Exception)):
-            return None
-        return cls(pool, script, sha, response_error)
+        library = sys.modules[pool_class.__module__.split(".")[0]]  # redis or valkey
+        return cls(pool, script, sha, library.ResponseError)
 
     def evalsha(self, numkeys: bytes, keys: List[bytes], args: List[bytes]) -> bytes:
         """``EVALSHA sha numkeys *keys *args`` in RESP."""

@@ -1,18 +1,13 @@
-"""Auto-pipelining of one Lua script's calls on a ``redis.asyncio`` (or valkey-py) client.
-
-A call made while nothing is in flight is sent at once; calls made meanwhile
-go out together when it ends, as one pipeline (one call or batch in flight at
-a time: fewer, fuller batches, measured 1.2-1.3x faster).  On a Cluster, one
-lane per node, redirects sent again.  Errors, ``NOSCRIPT``, redirects and
-cancellation: docs/stores.md "Auto-pipelining (asyncio)".
-"""
+"""Auto-pipelining of one Lua script's calls on a ``redis.asyncio`` (or valkey-py) client:
+docs/stores.md "Auto-pipelining (asyncio)".  One call or batch in flight per lane at a
+time (fewer, fuller batches: measured 1.2-1.3x faster); on a Cluster, a lane per node."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from limiter.backends.redis._connection import (
     await_pool,
@@ -61,27 +56,36 @@ class _Batches:
             state = self._state = _Loop(loop)
         return state
 
-    async def _connect(self, node: Any) -> Any:  # node None: the single server
-        raise NotImplementedError
-
-    async def _release(self, node: Any, connection: Any) -> None:
-        raise NotImplementedError
+    # A subclass's: a connection to ``node`` (``None``: the single server), and its release.
+    _connect: Callable[[Any], Awaitable[Any]]
+    _release: Callable[[Any, Any], Awaitable[None]]
 
     async def _exchange(self, node: Any, connection: Any, commands: List[bytes]) -> List[_Outcome]:
-        """``commands``' outcomes, in one write on ``connection`` (a failure is an outcome)."""
-        return await _round_trip(connection, commands)
-
-    async def _send(
-        self, lane: _Loop, commands: List[bytes], args: List[List[Any]]
-    ) -> List[_Outcome]:
-        """Every command's outcome on ``lane``'s node, any error included (never raising)."""
-        return await self._trip(lane.node, commands, args)
+        """Send ``commands`` in one write and read one reply each; an error reply is that
+        entry's outcome, any other failure every unanswered entry's (connection dropped)."""
+        outcomes: List[_Outcome] = []
+        try:
+            await connection.send_packed_command(b"".join(commands))  # one: the same bytes
+            for _ in commands:
+                try:
+                    outcomes.append((True, await connection.read_response()))
+                except Exception as exc:
+                    if not named(exc, "ResponseError"):
+                        raise
+                    outcomes.append((False, exc))
+        except Exception as exc:
+            outcomes.extend(_failed(exc, len(commands) - len(outcomes)))
+            # Already broken, perhaps: the pool reconnects it at the next checkout.
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+        return outcomes
 
     async def _trip(
         self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
     ) -> List[_Outcome]:
-        """``commands``' outcomes, in one write on one connection to ``node``; with ``args``,
-        a ``NOSCRIPT`` reply is sent again as ``EVAL`` on that connection."""
+        """``commands``' outcomes (any error included: never raising), in one write on one
+        connection to ``node``; with ``args``, a ``NOSCRIPT`` reply is sent again as ``EVAL``
+        on that connection."""
         try:
             # A full pool (the client's other users hold every connection) is
             # no outage: _connect waits for one; nothing was sent.
@@ -90,7 +94,7 @@ class _Batches:
             return _failed(exc, len(commands))
         try:
             outcomes = await self._exchange(node, connection, commands)
-            again = [i for i, (ok, value) in enumerate(outcomes) if not ok and _noscript(value)]
+            again = [i for i, (ok, exc) in enumerate(outcomes) if not ok and named(exc, _NOSCRIPT)]
             if args is not None and again:
                 evals = [self._pack(self._eval, args[i]) for i in again]
                 for i, outcome in zip(again, await self._exchange(node, connection, evals)):
@@ -111,7 +115,7 @@ class _Batches:
             # Nothing in flight: send at once, in the caller's task.
             state.busy = True
             try:
-                ok, value = (await self._send(state, [command], [args]))[0]
+                ok, value = (await self._trip(state.node, [command], [args]))[0]
             finally:
                 if state.queue:  # queued behind this call: they go next, together
                     task = loop.create_task(self._batches(state))
@@ -138,10 +142,10 @@ class _Batches:
                     continue
                 outcomes: Optional[List[_Outcome]] = None
                 try:
-                    outcomes = await self._send(
-                        state, [c for c, _, _ in queue], [a for _, a, _ in queue]
+                    outcomes = await self._trip(
+                        state.node, [c for c, _, _ in queue], [a for _, a, _ in queue]
                     )
-                except Exception as exc:  # a bug: _send returns failures as outcomes
+                except Exception as exc:  # a bug: _trip returns failures as outcomes
                     outcomes = _failed(exc, len(queue))
                 finally:
                     _resolve(queue, outcomes)
@@ -217,10 +221,6 @@ def _failed(exc: BaseException, n: int) -> List[_Outcome]:
     return [(False, exc)] + [(False, _copy(exc)) for _ in range(n - 1)]
 
 
-def _noscript(exc: BaseException) -> bool:
-    return named(exc, _NOSCRIPT)
-
-
 def _copy(exc: BaseException) -> BaseException:
     try:
         clone = type(exc)(*exc.args)
@@ -228,27 +228,6 @@ def _copy(exc: BaseException) -> BaseException:
         return exc
     clone.__cause__ = exc.__cause__
     return clone
-
-
-async def _round_trip(connection: Any, commands: List[bytes]) -> List[_Outcome]:
-    """Send ``commands`` in one write and read one reply each; an error reply is that
-    entry's outcome, any other failure every unanswered entry's (connection dropped)."""
-    outcomes: List[_Outcome] = []
-    try:
-        await connection.send_packed_command(b"".join(commands))  # one: the same bytes
-        for _ in commands:
-            try:
-                outcomes.append((True, await connection.read_response()))
-            except Exception as exc:
-                if not named(exc, "ResponseError"):
-                    raise
-                outcomes.append((False, exc))
-    except Exception as exc:
-        outcomes.extend(_failed(exc, len(commands) - len(outcomes)))
-        # Already broken, perhaps: the pool reconnects it at the next checkout.
-        with contextlib.suppress(Exception):
-            await connection.disconnect()
-    return outcomes
 
 
 # Replies that say the command did not run on that node, so that it may be sent
@@ -279,12 +258,9 @@ class _Redirected(Exception):
 
 
 class ClusterPipeline(_Batches):
-    """``ScriptPipeline`` for a Cluster client: a lane per node owning the call's slot.
-
-    A command answered ``MOVED``, ``ASK``, ``TRYAGAIN`` or ``CLUSTERDOWN`` did not run:
-    its caller sends it again, up to ``_ROUNDS`` times.  A failed connection fails
-    every unanswered command on it (never resent) and asks for a topology refresh.
-    """
+    """``ScriptPipeline`` for a Cluster client: a lane per node owning the call's slot; a
+    command that did not run (``_redirect``) is sent again by its caller, up to ``_ROUNDS``
+    times.  A failed connection fails every unanswered command on it (never resent)."""
 
     def __init__(self, client: Any, script: str, sha: bytes) -> None:
         super().__init__(script, sha)
@@ -345,15 +321,15 @@ class ClusterPipeline(_Batches):
             lane.node = node  # a refresh may have replaced the node object
         return lane
 
-    async def _send(
-        self, lane: _Loop, commands: List[bytes], args: List[List[Any]]
+    async def _trip(
+        self, node: Any, commands: List[bytes], args: Optional[List[List[Any]]] = None
     ) -> List[_Outcome]:
-        """Every command's outcome, ``_Redirected`` for those that did not run on the node."""
-        outcomes = await self._trip(lane.node, commands, args)
+        """Every command's outcome, ``_Redirected`` for those that did not run on ``node``."""
+        outcomes = await super()._trip(node, commands, args)
         for i, (ok, value) in enumerate(outcomes):
             kind = None if ok else _redirect(value)
             if kind is not None:
-                outcomes[i] = (False, _Redirected(kind, value, lane.node))
+                outcomes[i] = (False, _Redirected(kind, value, node))
         return outcomes
 
     async def _follow(self, redirected: _Redirected, args: List[Any]) -> Any:
@@ -386,10 +362,7 @@ class ClusterPipeline(_Batches):
         ok, value = (await self._trip(target, [_ASKING, packed]))[1]
         if ok:
             return value
-        kind = _redirect(value)
-        if kind is None:
-            raise value
-        raise _Redirected(kind, value, target)
+        raise value  # final, or _Redirected
 
     def _target(self, exc: Any, node: Any) -> Any:
         """The node an ``ASK`` reply from ``node`` points to."""
@@ -429,7 +402,7 @@ class ClusterPipeline(_Batches):
         settle = getattr(node, "disconnect_if_needed", None)  # redis-py >= 8
         if settle is not None:
             await settle(connection)
-        outcomes = await _round_trip(connection, commands)
+        outcomes = await super()._exchange(node, connection, commands)
         if not all(ok or named(value, "ResponseError") for ok, value in outcomes):
             # The node may be down or failed over: the slots are read again.
             self._refresh_later(node)

@@ -141,20 +141,19 @@ class RedisStore(_RedisBase, StoreShell):
         """The script's reply; any failure of the client is a ``StoreError``."""
         conns = self._conns
         numkeys = _numkeys(rkeys)
-        if conns is not None:
-            try:
-                try:
-                    return conns.execute(conns.evalsha(numkeys, rkeys, args))
-                except Exception as exc:
-                    if not named(exc, "NoScriptError"):
-                        raise
-                    # Flushed, restarted or failed over: EVAL runs and caches it again.
-                    return conns.execute(conns.eval(numkeys, rkeys, args))
-            except Exception as exc:
-                raise self._error(exc) from exc
         try:
-            # A full pool is no outage: wait for a connection (nothing was sent).
-            return wait_for_pool(lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait)
+            if conns is None:
+                # A full pool is no outage: wait for a connection (nothing was sent).
+                return wait_for_pool(
+                    lambda: self._eval_client(numkeys, rkeys, args), self._pool_wait
+                )
+            try:
+                return conns.execute(conns.evalsha(numkeys, rkeys, args))
+            except Exception as exc:
+                if not named(exc, "NoScriptError"):
+                    raise
+                # Flushed, restarted or failed over: EVAL runs and caches it again.
+                return conns.execute(conns.eval(numkeys, rkeys, args))
         except PoolFullError:
             raise
         except Exception as exc:
@@ -166,7 +165,6 @@ class RedisStore(_RedisBase, StoreShell):
         except Exception as exc:
             if not named(exc, "NoScriptError"):
                 raise
-            # Flushed, restarted or failed over: EVAL runs and caches it again.
             return self.client.eval(SCRIPT, numkeys, *rkeys, *args)
 
 
@@ -210,15 +208,10 @@ class AsyncRedisStore(_RedisBase, AsyncStoreShell):
         """``RedisStore._send`` awaited (pipelined when the store pipelines)."""
         numkeys = _numkeys(rkeys)
         pipeline = self._pipeline
-        if pipeline is not None:
-            try:
-                return await pipeline.run([numkeys, *rkeys, *args])
-            except PoolFullError:
-                raise
-            except Exception as exc:
-                raise self._error(exc) from exc
         client = self.client
         try:
+            if pipeline is not None:
+                return await pipeline.run([numkeys, *rkeys, *args])
             if self._cluster and getattr(client, "_initialize", False) is True:
                 # redis-py's asyncio cluster client: commands sent while it
                 # initializes meet MOVED, and enough MOVED close every connection.

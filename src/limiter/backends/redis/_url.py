@@ -4,7 +4,7 @@ is raised before ``_clients`` imports a client library.  See docs/stores.md."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 from urllib.parse import unquote
 
 from limiter.backends._url import (
@@ -16,7 +16,7 @@ from limiter.backends._url import (
     fallback_store,
     set_given,
 )
-from limiter.backends.redis._clients import Library, RedisSettings, RedisTarget, redis_client
+from limiter.backends.redis._clients import Library, RedisSettings, redis_client
 from limiter.backends.redis._store import AsyncRedisStore, RedisStore
 
 _DEFAULT_PORT = 6379
@@ -45,7 +45,8 @@ def redis_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any
     tls = base in ("rediss", "valkeys")
     package = base[:-1] if tls else base
     parsed.check_query(_redis_params(kind, tls))
-    settings = _redis_options(_redis_query(parsed, tls), kind, options)
+    settings = _redis_query(parsed, tls)
+    _redis_options(settings, kind, options)
     if not asyncio and "pipelining" in settings.store_kwargs:
         raise ValueError(
             f"pipelining={settings.store_kwargs['pipelining']!r:.100}: only an asyncio store "
@@ -53,8 +54,8 @@ def redis_store(parsed: StoreURL, asyncio: bool, options: Dict[str, Any]) -> Any
             "its own"
         )
     # Every URL error is raised here, before a client library is imported.
-    target = _redis_target(parsed, kind, settings.db, options)
-    client = redis_client(Library(package, asyncio, scheme), kind, settings, target)
+    _redis_target(parsed, kind, settings, options)
+    client = redis_client(Library(package, asyncio, scheme), kind, settings)
 
     store_class = AsyncRedisStore if asyncio else RedisStore
     return store_class(client, **settings.store_kwargs)
@@ -99,7 +100,6 @@ def _redis_query(parsed: StoreURL, tls: bool) -> RedisSettings:
         password=parsed.password,
         sentinel_username=parsed.query.get("sentinel_username"),
         sentinel_password=parsed.query.get("sentinel_password"),
-        sentinel_extra={},
     )
 
 
@@ -117,30 +117,29 @@ def _tls_query(parsed: StoreURL, client_kwargs: Dict[str, Any]) -> None:
     set_given(client_kwargs, "ssl_check_hostname", parsed.flag("ssl_check_hostname"))
 
 
-def _redis_options(settings: RedisSettings, kind: str, options: Dict[str, Any]) -> RedisSettings:
-    """``settings`` with the caller's keyword options applied over what the URL says."""
-    fields: Dict[str, Any] = {}  # db, username, password, sentinel_extra: over the URL's
+def _redis_options(settings: RedisSettings, kind: str, options: Dict[str, Any]) -> None:
+    """Apply the caller's keyword options to ``settings``, over what the URL says."""
     for name, value in options.items():
         if name in _REDIS_STORE_OPTIONS:
             settings.store_kwargs[name] = fallback_store(value) if name == "fallback" else value
         elif name in ("db", "username", "password"):
-            fields[name] = value
+            setattr(settings, name, value)
         elif name == "sentinel_kwargs" and kind == "sentinel":
             if not isinstance(value, dict):
                 raise TypeError(f"sentinel_kwargs must be a dict, got {value!r:.100}")
-            fields["sentinel_extra"] = dict(value)
+            settings.sentinel_extra = dict(value)
         else:
             name = "socket_connect_timeout" if name == "connect_timeout" else name
             settings.client_kwargs[name] = value
-    return settings._replace(**fields)
 
 
-def _redis_target(parsed: StoreURL, kind: str, db: Any, options: Dict[str, Any]) -> RedisTarget:
-    """Where to connect, from the URL's host and path; raises every URL error left."""
+def _redis_target(
+    parsed: StoreURL, kind: str, settings: RedisSettings, options: Dict[str, Any]
+) -> None:
+    """Set where to connect in ``settings``, from the URL's host and path; raises every URL
+    error left."""
     scheme = parsed.scheme
-    where: Dict[str, Any] = {}
-    hosts: List[Tuple[str, int]] = []
-    service = ""
+    where, db = settings.where, settings.db
     if kind == "":
         where["host"], where["port"] = _one_host(parsed, "localhost")
         path_db = _path_db(parsed)
@@ -156,22 +155,21 @@ def _redis_target(parsed: StoreURL, kind: str, db: Any, options: Dict[str, Any])
         if not where["unix_socket_path"]:
             parsed.fail(f"the socket path is missing ({scheme}:///path/to/redis.sock)")
     elif kind == "sentinel":
-        hosts = parsed.hosts(_DEFAULT_SENTINEL_PORT)
-        service = unquote(parsed.path[1:])
-        if not service or "/" in service:
+        settings.hosts = parsed.hosts(_DEFAULT_SENTINEL_PORT)
+        settings.service = unquote(parsed.path[1:])
+        if not settings.service or "/" in settings.service:
             parsed.fail(
                 f"the path must be the service name: {scheme}://host:26379[,host:port]/mymaster"
                 " (the database number goes in ?db=N)"
             )
     else:  # cluster
-        hosts = parsed.hosts(_DEFAULT_PORT)
+        settings.hosts = parsed.hosts(_DEFAULT_PORT)
         if parsed.path not in ("", "/", "/0"):
             parsed.fail(f"a cluster has only database 0: write {scheme}://host:port[,host:port]")
         if db not in (None, 0):
             raise ValueError(f"db must be 0 on a cluster, got {db!r}")
     if db is not None and kind != "cluster":
         where["db"] = db
-    return RedisTarget(where=where, hosts=hosts, service=service)
 
 
 def _one_host(parsed: StoreURL, default_host: str) -> Tuple[str, int]:
