@@ -197,7 +197,12 @@ def test_sqlite_query_and_options(tmp_path: Any) -> None:
         ("redis://h?fallback=sqlite", "fallback must be 'memory'"),
         ("redis://h:port/0", "the port of 'h' must be a number from 1 to 65535, got 'port'"),
         ("redis://h:70000", "got '70000'"),
+        # str.isdigit() is true of these, which int() refuses or reads as 6379.
+        ("redis://h:\u00b2/0", "the port of 'h' must be a number from 1 to 65535, got '\u00b2'"),
+        ("redis://h:\u0666\u0663\u0667\u0669", "the port of 'h' must be a number from 1 to 65535"),
         ("redis://h/x", "the path must be the database number"),
+        ("redis://h/\u00b2", "the path must be the database number (/0, /1, ...), got '/\u00b2'"),
+        ("memory://?max_keys=\u00b9", "max_keys must be an integer >= 1 or none, got '\u00b9'"),
         ("redis://h/1?db=2", "in the path or as ?db=, not both"),
         ("redis://h1,h2", "redis:// takes one host"),
         ("redis://h/0#frag", "'#' must be percent-encoded"),

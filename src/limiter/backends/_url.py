@@ -23,6 +23,12 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
+def is_number(text: str) -> bool:
+    """True for one or more ASCII digits: ``str.isdigit`` is also true of ``"²"``, which
+    ``int()`` refuses, and of other scripts' digits, which no URL parser takes."""
+    return text.isascii() and text.isdigit()
+
+
 def split_userinfo(url: str) -> Tuple[str, Optional[str], str]:
     """``(scheme + "://", userinfo or None, the rest)``, for parsing and redaction alike:
     the user information precedes the last ``@`` before the query, so a password
@@ -169,7 +175,7 @@ class StoreURL:
             self.fail("a host name is missing" + (" (in a list of hosts)" if item else ""))
         if not port_text:
             return host, default_port
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        if not is_number(port_text) or not 0 < int(port_text) < 65536:
             self.fail(f"the port of {host!r} must be a number from 1 to 65535, got {port_text!r}")
         return host, int(port_text)
 
@@ -194,7 +200,7 @@ class StoreURL:
             return None
         if none and text.lower() == "none":
             return None
-        if not text.isdigit() or int(text) < minimum:
+        if not is_number(text) or int(text) < minimum:
             also = " or none" if none else ""
             self.fail(f"{name} must be an integer >= {minimum}{also}, got {text!r}")
         return int(text)

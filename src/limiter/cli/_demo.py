@@ -371,7 +371,7 @@ def _top_n(query: str) -> Optional[int]:
     for part in query.split("&"):
         name, _, value = part.partition("=")
         if name == "n":
-            if not value.isdigit() or not 1 <= int(value) <= 1000:
+            if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 1000:
                 return None
             return int(value)
     return 10

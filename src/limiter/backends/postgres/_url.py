@@ -17,6 +17,7 @@ from limiter.backends._url import (
     DENY_CACHE_PARAMS,
     FALLBACK_PARAMS,
     StoreURL,
+    is_number,
     store_options,
 )
 from limiter.backends.postgres._sql import seconds
@@ -70,7 +71,7 @@ def _check_hosts(parsed: StoreURL) -> None:
     if parsed.netloc and "host" not in parsed.query:  # a query's host= replaces the URL's
         parsed.hosts(DEFAULT_PORT)
     for port in parsed.query.get("port", "").split(","):
-        if port and not (port.isdigit() and 0 < int(port) < 65536):
+        if port and not (is_number(port) and 0 < int(port) < 65536):
             parsed.fail(f"port must be a number from 1 to 65535, got {port!r}")
 
 

@@ -14,6 +14,7 @@ from limiter.backends._url import (
     FALLBACK_PARAMS,
     StoreURL,
     fallback_store,
+    is_number,
     set_given,
 )
 from limiter.backends.redis._clients import Library, RedisSettings, redis_client
@@ -187,6 +188,6 @@ def _path_db(parsed: StoreURL) -> Optional[int]:
     path = parsed.path
     if path in ("", "/"):
         return None
-    if not path[1:].isdigit():
+    if not is_number(path[1:]):
         parsed.fail(f"the path must be the database number (/0, /1, ...), got {unquote(path)!r}")
     return int(path[1:])
