@@ -8,7 +8,9 @@ script checked against ``Quota.step`` on random sequences.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sqlite3
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -289,10 +291,10 @@ def test_sqlite_store(tmp_path: Path) -> None:
         run_scenario(store)
         q = Quota(5, per="day")
         store.apply("e", q, 1, ts(2024, 1, 1, 12))
-        conn = store._connection()
-        (full,) = conn.execute("SELECT MAX(full_at) FROM limiter_buckets").fetchone()
-        assert full <= ts(2024, 10, 28)
-        rows = conn.execute("SELECT full_at FROM limiter_buckets").fetchall()
+        with contextlib.closing(sqlite3.connect(tmp_path / "q.db")) as conn:  # what is on disk
+            (full,) = conn.execute("SELECT MAX(full_at) FROM limiter_buckets").fetchone()
+            assert full <= ts(2024, 10, 28)
+            rows = conn.execute("SELECT full_at FROM limiter_buckets").fetchall()
         assert ts(2024, 1, 2) in [row[0] for row in rows]  # expires at the window end
     finally:
         store.close()

@@ -213,6 +213,8 @@ def test_an_error_leaves_the_fallback_state_as_it_was() -> None:
     observer(event(Outcome.FALLBACK))
     observer(event(Outcome.ERROR))
     assert counts(collect(reader)["limiter.fallback.active"]) == {attrs(limiter="api"): 1}
+    observer(event(Outcome.EXPIRED))  # a late give on the fallback, as Prometheus's test
+    assert counts(collect(reader)["limiter.fallback.active"]) == {attrs(limiter="api"): 1}
     observer(event(Outcome.SHADOW_DENIED))
     assert counts(collect(reader)["limiter.fallback.active"]) == {attrs(limiter="api"): 0}
 

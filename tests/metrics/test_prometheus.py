@@ -229,6 +229,9 @@ def test_fallback_gauge_follows_the_outcomes(registry) -> None:
     assert store_samples(registry, "FallingBackStore")["count"] == 1
     metrics(event(Outcome.ERROR, limiter="fb"))  # an error leaves it as it was
     assert fallback(registry, "fb") == 1
+    # So does a slot's late give: the fallback took it back, its lease had run out.
+    metrics(event(Outcome.EXPIRED, limiter="fb"))
+    assert fallback(registry, "fb") == 1
     for outcome in (Outcome.DENIED, Outcome.FALLBACK, Outcome.SHADOW_DENIED):
         metrics(event(outcome, limiter="fb"))
         assert fallback(registry, "fb") == (1 if outcome == "fallback" else 0)

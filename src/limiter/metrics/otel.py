@@ -172,7 +172,8 @@ class OTelMetrics:
 
 
 def _histogram(meter: Any, name: str, description: str, buckets: Tuple[float, ...]) -> Any:
-    """A histogram of seconds with ``buckets`` (opentelemetry-api < 1.30: the SDK's)."""
+    """A histogram of seconds with ``buckets`` advised; a meter that takes no advice (a
+    third-party ``MeterProvider``'s) gets one with its own buckets."""
     try:
         return meter.create_histogram(
             name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets

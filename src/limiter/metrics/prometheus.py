@@ -39,6 +39,9 @@ _BUCKETS = {"durations": BUCKETS, "waits": WAIT_SECONDS_BUCKETS}
 _FALLBACK = "fallback"
 _ERROR = "error"
 _GIVEN = "given"
+#: Outcomes that say nothing of which store decides: an error, and a slot's late give
+#: (the fallback, if it holds the slot, takes it back): the fallback gauge stays.
+_NOT_DECIDED = frozenset({_ERROR, "expired"})
 
 
 #: The metrics: (attribute of ``_Metrics``, type, name, help, label names).
@@ -192,6 +195,7 @@ class PrometheusMetrics:
         state = self._fallback.get(event.limiter)
         if outcome == _ERROR:
             self._metrics.child("errors", event.limiter, store).inc()
+        if outcome in _NOT_DECIDED:
             if state is None:  # a new limiter: its series, at 0
                 self._switch(event.limiter, False, new=True)
         elif state is None or state[1] is not active:
