@@ -186,7 +186,9 @@ class RateLimiter(Observed):
 
     def validate_cost(self, cost: CostSpec) -> Union[float, Tuple[float, ...]]:
         """``cost`` as this limiter charges it (a float of tokens; for a mapping of limit
-        names, one per limit, 0.0 for one not named), or the error a check would raise.
+        names, one per limit, 0.0 for one not named), or the error a check would raise:
+        an unknown name, negative or NaN is a ``ValueError``; a bool, a list or another
+        non-number a ``TypeError``.
         """
         return self._named.validate(cost)
 
@@ -340,9 +342,11 @@ class RateLimiter(Observed):
             await self._async.areset(skey)
 
     def slot(self, key: str, cost: CostSpec = 1) -> Slot:
-        """A ``Slot`` of this limiter's ``Concurrency`` policies for ``key``; ``cost`` goes
-        to the other policies (asking a ``Concurrency`` one for other than 1 is a
-        ``ValueError``).  See docs/concurrency.md.
+        """A ``Slot`` of this limiter's ``Concurrency`` policies for ``key``: ``with
+        limiter.slot(key):`` takes the slot and ``cost`` from the other policies, all or
+        nothing (else ``RateLimitExceeded``), and gives the slot back at the end.  Asking
+        a ``Concurrency`` policy for other than 1 is a ``ValueError``.  See
+        docs/concurrency.md.
         """
         shares = self._named.validate(cost)
         if cost is not _ONE:
@@ -377,7 +381,8 @@ class RateLimiter(Observed):
     ) -> RateLimitResult:
         """Block (``clock.sleep``) until ``cost`` tokens are taken; return the allowing
         result.  ``RateLimitExceeded`` at once when the wait would end more than
-        ``timeout`` seconds from now or never; with a ``lockout``: ``TypeError``.
+        ``timeout`` seconds from now (``None``: no bound) or never; with a ``lockout``:
+        ``TypeError``.
         """
         return waiting.acquire(self, key, cost, timeout)
 
@@ -404,6 +409,7 @@ class RateLimiter(Observed):
 
     def start_cleanup(self, max_age: Optional[float], interval: float) -> Callable[[], None]:
         """Call the store's ``sweep(now, max_age)`` now and every ``interval`` seconds in a
-        daemon thread; returns an idempotent ``stop()``.
+        daemon thread: it deletes full buckets and, unless ``max_age`` is ``None``, keys
+        idle longer than ``max_age`` seconds.  Returns an idempotent ``stop()``.
         """
         return cleanup.start(self.store, self.clock, self.name, max_age, interval)

@@ -90,9 +90,22 @@ def request_info(scope: Scope) -> RequestInfo:
     )
 
 
-def _encode(headers: Iterable[Tuple[str, str]]) -> RawHeaders:
+# Header names repeat on every refusal: each is encoded once (CONTRIBUTING, hot paths).
+_NAMES: Dict[str, bytes] = {}
+
+
+def encode_headers(headers: Iterable[Tuple[str, str]]) -> RawHeaders:
     """``headers`` as ASGI sends them: latin-1 ``bytes`` pairs."""
-    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    names = _NAMES
+    out = []
+    for name, value in headers:
+        raw = names.get(name)
+        if raw is None:
+            raw = name.encode("latin-1")
+            if len(names) < 256:  # names come from the app's code, but bound them anyway
+                names[name] = raw
+        out.append((raw, value.encode("latin-1")))
+    return out
 
 
 class RateLimitMiddleware:
@@ -172,7 +185,9 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, _settling(send, outcome))
             return
         status, headers, body = outcome
-        await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
+        await send(
+            {"type": "http.response.start", "status": status, "headers": encode_headers(headers)}
+        )
         head = scope.get("method") == "HEAD"
         await send({"type": "http.response.body", "body": b"" if head else body})
 
@@ -203,7 +218,7 @@ class RateLimitMiddleware:
             return  # the client went away already
         extensions: Dict[str, Any] = scope.get("extensions") or {}
         if "websocket.http.response" in extensions:
-            raw = _encode(headers)
+            raw = encode_headers(headers)
             await send({"type": "websocket.http.response.start", "status": status, "headers": raw})
             await send({"type": "websocket.http.response.body", "body": body})
         else:

@@ -168,8 +168,9 @@ def _slot_result(
 
 
 class Concurrency(Frozen):
-    """At most ``limit`` (an int from 1 to 1000) requests in flight per key, each slot held
-    ``lease`` seconds (0 to 1e9) at most: ``Concurrency(3, lease=120)``.  Results:
+    """At most ``limit`` (an int from 1 to 1000, else ``TypeError``) requests in flight per
+    key, each slot held ``lease`` seconds (in (0, 1e9]) at most, so that a dead holder's
+    slot is freed when its lease runs out: ``Concurrency(3, lease=120)``.  Results:
     ``remaining`` the free slots, ``window`` the lease.  Guide: docs/concurrency.md.
     """
 

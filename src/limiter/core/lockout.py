@@ -16,8 +16,9 @@ _trunc = math.trunc
 
 
 class Lockout(Frozen):
-    """Refuse a key for ``duration`` seconds after ``breaches`` (an int from 1 to 2**53)
-    denials within ``within`` seconds (both seconds in (0, 1e9]):
+    """Refuse a key for ``duration`` seconds after ``breaches`` (an int from 1 to 2**53,
+    else ``TypeError``) denials by any limit within ``within`` seconds (both seconds in
+    (0, 1e9]); a refused check's result has ``locked_out`` True:
     ``RateLimiter(..., lockout=Lockout(10, 60, 900))``.  Never a limit on its own.
     Guide: docs/policies.md, "Lockout after repeated breaches".
     """

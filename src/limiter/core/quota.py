@@ -33,11 +33,14 @@ class _Window:
 
 
 class Quota(Frozen):
-    """A calendar quota: ``count`` units (an int from 1 to 2**53) per ``per`` ("hour",
-    "day", "week", "month") from one local boundary in ``tz`` (an IANA name) to the
-    next.  An unknown ``per`` or ``tz`` is a ``ValueError``.  ``name`` defaults to
-    ``"<count>/<per>"`` (plus ``" <tz>"`` off UTC); ``rate`` and ``interval`` are
-    nominal, ``window`` the current window's seconds.  Guide: docs/policies.md#calendar-quotas.
+    """A calendar quota: ``count`` units (an int from 1 to 2**53, else ``TypeError``) per
+    ``per`` ("hour", "day", "week", "month") from one local boundary in ``tz`` (an IANA
+    name, default ``"UTC"``) to the next: a day may last 23 or 25 hours, a week starts
+    on Monday.  At exhaustion ``retry_after`` is the seconds to the next boundary
+    (``inf`` for a cost above ``count``).  An unknown ``per`` or ``tz`` is a
+    ``ValueError``.  ``name`` defaults to ``"<count>/<per>"`` (plus ``" <tz>"`` off UTC);
+    ``rate`` and ``interval`` are nominal, ``window`` the current window's seconds.
+    Guide: docs/policies.md#calendar-quotas.
     """
 
     kind: ClassVar[Literal["quota"]] = "quota"

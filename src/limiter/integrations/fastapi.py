@@ -24,7 +24,12 @@ from starlette.responses import Response as StarletteResponse
 from starlette.routing import Host, Match, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from limiter.adapters.asgi import WEBSOCKET_CLOSE_CODE, RawHeaders, limit_connection, request_info
+from limiter.adapters.asgi import (
+    WEBSOCKET_CLOSE_CODE,
+    encode_headers,
+    limit_connection,
+    request_info,
+)
 from limiter.clock import Clock
 from limiter.http.guard import Guard, Held
 from limiter.http.options import (
@@ -34,7 +39,7 @@ from limiter.http.options import (
     websocket_options,
 )
 from limiter.http.request import Cost, KeyFunc
-from limiter.http.responses import HeaderList, Response
+from limiter.http.responses import Response
 from limiter.http.rules import DeductWhen
 from limiter.integrations import common
 from limiter.integrations.common import F, Integration, Pending, RateSpec, RouteLimit, acheck_store
@@ -64,17 +69,12 @@ class _Refusal(Exception):
         self.response = response
 
 
-def _encode(headers: HeaderList) -> RawHeaders:
-    """``headers`` as ASGI sends them: latin-1 ``bytes`` pairs."""
-    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
-
-
 def _starlette_response(response: Response, method: str) -> StarletteResponse:
     status, headers, body = response
     answer = StarletteResponse(b"" if method == "HEAD" else body, status_code=status)
     # Raw, so Starlette adds or merges nothing (HEAD keeps the full Content-Length,
     # as the ASGI middleware sends).
-    answer.raw_headers = _encode(headers)
+    answer.raw_headers = encode_headers(headers)
     return answer
 
 
@@ -512,4 +512,4 @@ async def _with_headers(message: Message, outcomes: List[Pending]) -> Message:
     outcomes.clear()
     if not shown:
         return message
-    return {**message, "headers": [*message.get("headers", ()), *_encode(shown)]}
+    return {**message, "headers": [*message.get("headers", ()), *encode_headers(shown)]}
