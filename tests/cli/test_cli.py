@@ -321,20 +321,36 @@ def closed_port() -> Iterator[int]:
         yield s.getsockname()[1]
 
 
+# A password with "/" unescaped: the store reads it whole, so must the message's redaction.
+@pytest.mark.parametrize("password", ["s3cr%40t-pw", "s3cr/t-pw"])
 @pytest.mark.parametrize("command", ["inspect", "reset"])
 def test_unreachable_redis(
-    closed_port: int, capsys: pytest.CaptureFixture[str], command: str
+    closed_port: int, capsys: pytest.CaptureFixture[str], command: str, password: str
 ) -> None:
     pytest.importorskip(
         "redis", reason="redis-py is not installed: pip install 'tokenlimiter[redis]'"
     )
-    url = f"redis://app:s3cr%40t-pw@127.0.0.1:{closed_port}/0?fallback=memory"
+    url = f"redis://app:{password}@127.0.0.1:{closed_port}/0?fallback=memory"
     code, out, err = run(capsys, command, "--store", url, "--limit", "5/minute", "k")
     assert (code, out) == (1, "")  # no answer from the fallback: an error
     assert err.count("\n") == 1
     assert err.startswith(f"limiter {command}: the store redis://app:***@127.0.0.1:{closed_port}/0")
     assert "does not answer" in err
     assert "s3cr" not in err and "t-pw" not in err
+
+
+def test_a_client_error_echoing_the_password_is_redacted() -> None:
+    """A client library's message that repeats the password (as typed or percent-decoded)
+    shows ``***``, also for a password holding ``/``, which the store reads whole."""
+    from limiter.cli._inspect import _one_line
+
+    for url, secret in [
+        ("redis://u:pa/ss@h:1/0", "pa/ss"),
+        ("redis://u:s3cr%40t@h:1/0", "s3cr@t"),
+        ("redis://u:s3cr%40t@h:1/0", "s3cr%40t"),
+    ]:
+        shown = _one_line(ValueError(f"auth failed:\n password {secret} refused"), url)
+        assert shown == "auth failed: password *** refused", url
 
 
 # -- a real Redis ----------------------------------------------------------------
