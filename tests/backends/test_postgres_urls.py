@@ -106,7 +106,7 @@ def test_deny_cache_wraps_it() -> None:
         ("postgresql://app:pw@[::1/rates", "unclosed '\\[' in the host '\\[::1'"),
         ("postgresql://a,b:0/rates", "the port of 'b' must be a number from 1 to 65535"),
         ("postgresql://db/rates?port=abc", "port must be a number from 1 to 65535, got 'abc'"),
-        ("postgresql://db/rates?port=\u00b2", "port must be a number from 1 to 65535, got '\u00b2'"),
+        ("postgresql://db/rates?port=\u00b2", "port must be a number from 1 to 65535, got '²'"),
     ],
 )
 def test_bad_urls_are_value_errors(url: str, expected: str) -> None:
