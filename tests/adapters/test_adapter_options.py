@@ -62,3 +62,39 @@ def test_an_integration_without_a_default_checks_its_options_once() -> None:
         Integration("RateLimit", header_styl="x")  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="header style must be one of"):
         Integration("RateLimit", header_style="nope")
+
+
+def get_remote_address() -> str:  # flask-limiter's key function: no argument
+    return "127.0.0.1"
+
+
+def test_a_key_func_or_deduct_when_of_the_wrong_shape_is_refused_when_built() -> None:
+    """Every adapter and ``Rule``, not only the integrations: a ``key_func`` that cannot take
+    the request, or a ``deduct_when`` taking a response, failed each request with a 500."""
+    from limiter.adapters.asgi import RateLimitMiddleware as ASGI
+    from limiter.adapters.wsgi import RateLimitMiddleware as WSGI
+
+    limiter = RateLimiter("5/minute")
+    key = r"^key_func must take the request .* get_remote_address\(\) cannot \(flask-limiter's"
+    for build in (
+        lambda: WSGI(lambda environ, start: [], limiter, key_func=get_remote_address),
+        lambda: ASGI(lambda scope, receive, send: None, limiter, key_func=get_remote_address),
+        lambda: Options({"key_func": get_remote_address}),
+        lambda: Rule("/api", limiter, key_func=get_remote_address),
+    ):
+        with pytest.raises(TypeError, match=key):
+            build()
+
+    def charged(response: object) -> bool:
+        return True
+
+    with pytest.raises(
+        TypeError,
+        match=r"^deduct_when gets the status code \(an int\): deduct_when=lambda status: "
+        r"status >= 400, not the response; .*charged\(\) takes 'response' \(flask-limiter",
+    ):
+        WSGI(lambda environ, start: [], limiter, deduct_when=charged)
+    with pytest.raises(TypeError, match=r"status >= 400; .*<lambda>\(\) cannot take one argument$"):
+        Rule("/api", limiter, deduct_when=lambda: True)
+    # What they may be stays as it was: one argument, any name but a response's.
+    assert Options({"key_func": lambda request: "k", "deduct_when": lambda status: True})

@@ -37,6 +37,7 @@ from limiter.http.rules import (
     Rule,
     check_deduct_when,
     check_distinct_names,
+    check_key_func,
     checked_cost,
     is_async_callable,
     one_of,
@@ -334,7 +335,7 @@ class Options(Settings):
         own = [rule.limiter for rule in self.rules]
         limiters = own if limiter is None else [limiter, *own]
         check_distinct_names(limiters)
-        self.key_func = optional_callable("key_func", get("key_func"))
+        self.key_func = check_key_func(get("key_func"))
         self.exempt = optional_callable("exempt", get("exempt"))
         self.on_limited = _on_limited(get("on_limited"))
         self.on_error = one_of("on_error", get("on_error", "allow"), ("allow", "deny"))

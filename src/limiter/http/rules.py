@@ -49,15 +49,67 @@ def optional_callable(name: str, func: object) -> Any:
     return func
 
 
+def takes_one(func: object) -> Optional[bool]:
+    """Whether ``func`` takes one positional argument; ``None`` if unreadable (builtins)."""
+    try:
+        signature = inspect.signature(func)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        return False
+    return True
+
+
+def callable_name(func: object) -> str:
+    """``func``'s qualified name with ``()``, for messages (its repr if it has none)."""
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return f"{name}()" if isinstance(name, str) else f"{func!r:.100}"
+
+
+def check_key_func(key_func: object) -> Optional[KeyFunc]:
+    """``key_func`` if ``None`` or a callable that can take the request; else ``TypeError``
+    (flask-limiter's key functions take no argument: found when configured, not per request).
+    """
+    optional_callable("key_func", key_func)
+    if key_func is not None and takes_one(key_func) is False:
+        raise TypeError(
+            f"key_func must take the request (a limiter.RequestInfo) as its one argument, "
+            f"as in key_func=lambda request: request.headers.get('X-API-Key'); "
+            f"{callable_name(key_func)} cannot (flask-limiter's key functions take none)"
+        )
+    return key_func  # type: ignore[return-value]
+
+
+#: Parameter names betraying flask-limiter's ``deduct_when(response)``.
+_RESPONSE_NAMES = frozenset({"response", "resp", "rv"})
+
+
 def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
-    """``deduct_when`` if ``None`` or a plain (not ``async``) callable; else ``TypeError``."""
+    """``deduct_when`` if ``None`` or a plain (not ``async``) callable of one status code;
+    else ``TypeError`` (also for a parameter named like flask-limiter's response)."""
     if deduct_when is None:
         return None
-    if not callable(deduct_when) or is_async_callable(deduct_when):
-        raise TypeError(
-            f"deduct_when must be a plain function of the status code (int) -> bool, "
-            f"got {deduct_when!r}"
-        )
+    plain = (
+        "deduct_when must be a plain function of the status code (int) -> bool, "
+        f"got {deduct_when!r}"
+    )
+    if not callable(deduct_when):
+        raise TypeError(plain)
+    fix = "deduct_when gets the status code (an int): deduct_when=lambda status: status >= 400"
+    takes = takes_one(deduct_when)
+    if takes is False:
+        raise TypeError(f"{fix}; {callable_name(deduct_when)} cannot take one argument")
+    if takes:
+        first = next(iter(inspect.signature(deduct_when).parameters.values()))
+        if first.name in _RESPONSE_NAMES:
+            raise TypeError(
+                f"{fix}, not the response; {callable_name(deduct_when)} takes {first.name!r} "
+                "(flask-limiter passes the response)"
+            )
+    if is_async_callable(deduct_when):
+        raise TypeError(plain)
     return deduct_when
 
 
@@ -167,7 +219,7 @@ class Rule:
         self.limiter: LimiterSpec = limiter
         self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = method_set(methods)
-        self.key_func: Optional[KeyFunc] = optional_callable("key_func", key_func)
+        self.key_func = check_key_func(key_func)
         if not (cost is None or callable(cost)):
             cost = checked_cost(cost, [self.limiter])
         self.path = path

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import logging
 import os
 import threading
@@ -31,7 +30,16 @@ from limiter.http.guard import Deferred, Guard, Held
 from limiter.http.options import GuardOptions, Options, check_options, route_cost
 from limiter.http.request import Cost, KeyFunc, RequestInfo
 from limiter.http.responses import HeaderList, Response
-from limiter.http.rules import DeductWhen, LimiterSpec, check_deduct_when, method_set, then
+from limiter.http.rules import (
+    DeductWhen,
+    LimiterSpec,
+    callable_name,
+    check_deduct_when,
+    check_key_func,
+    method_set,
+    takes_one,
+    then,
+)
 from limiter.ratelimiter import RateLimiter
 from limiter.store import StoreError, is_async_only
 
@@ -64,56 +72,6 @@ def check_algorithm(algorithm: object, param: str = "algorithm") -> Optional[str
     return algorithm
 
 
-def _takes_one(func: object) -> Optional[bool]:
-    """Whether ``func`` takes one positional argument; ``None`` if unreadable (builtins)."""
-    try:
-        signature = inspect.signature(func)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    try:
-        signature.bind(None)
-    except TypeError:
-        return False
-    return True
-
-
-def _named(func: object) -> str:
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-    return f"{name}()" if isinstance(name, str) else f"{func!r:.100}"
-
-
-def check_key_func(key_func: object) -> None:
-    """Raise ``TypeError`` for a ``key_func`` that cannot take one argument."""
-    if key_func is not None and callable(key_func) and _takes_one(key_func) is False:
-        raise TypeError(
-            f"key_func must take the request (a limiter.RequestInfo) as its one argument, "
-            f"as in key_func=lambda request: request.headers.get('X-API-Key'); "
-            f"{_named(key_func)} cannot (flask-limiter's key functions take none)"
-        )
-
-
-#: Parameter names betraying flask-limiter's ``deduct_when(response)``.
-_RESPONSE_NAMES = frozenset({"response", "resp", "rv"})
-
-
-def check_deduct_when_signature(deduct_when: object) -> None:
-    """Raise ``TypeError`` for a ``deduct_when`` that cannot take one status, or whose
-    parameter is named like a response."""
-    if deduct_when is None or not callable(deduct_when):
-        return
-    fix = "deduct_when gets the status code (an int): deduct_when=lambda status: status >= 400"
-    takes = _takes_one(deduct_when)
-    if takes is False:
-        raise TypeError(f"{fix}; {_named(deduct_when)} cannot take one argument")
-    if takes:
-        first = next(iter(inspect.signature(deduct_when).parameters.values()))
-        if first.name in _RESPONSE_NAMES:
-            raise TypeError(
-                f"{fix}, not the response; {_named(deduct_when)} takes {first.name!r} "
-                "(flask-limiter passes the response)"
-            )
-
-
 def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
     """``rate`` checked as a ``RateSpec`` (a list of rate strings joined with ``;``):
     ``ValueError`` for a bad string or an ``algorithm`` beside a ``RateLimiter``, else
@@ -132,10 +90,10 @@ def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
             )
         return rate
     if callable(rate) and not isinstance(rate, type):
-        if _takes_one(rate) is False:
+        if takes_one(rate) is False:
             # A view given as the rate: a bare @rl.limit or @ratelimit.
             raise TypeError(
-                f"the rate comes first: {_named(rate)} is not a rate nor a function of the "
+                f"the rate comes first: {callable_name(rate)} is not a rate nor a function of the "
                 "request (it takes no argument); a bare @rl.limit or @ratelimit needs one, "
                 'as in @rl.limit("5/minute")'
             )
@@ -172,10 +130,8 @@ class RouteLimit:
         self.algorithm = algorithm
         if not isinstance(scope, str) or not scope:
             raise TypeError(f"name must be a non-empty str, got {scope!r}")
-        if key_func is not None and not callable(key_func):
-            raise TypeError(f"key_func must be callable or None, got {key_func!r}")
         check_key_func(key_func)
-        check_deduct_when_signature(deduct_when)
+        check_deduct_when(deduct_when)
         if not callable(cost):  # a rate function's limiters are checked per request
             cost = route_cost(cost, self.rate, algorithm)
         self.scope = scope
@@ -333,7 +289,7 @@ class Integration:
         self.algorithm: str = check_algorithm(algorithm) or "token-bucket"
         check_options(owner, options)
         check_key_func(options.get("key_func"))
-        check_deduct_when_signature(options.get("deduct_when"))
+        check_deduct_when(options.get("deduct_when"))
         self.owner = owner
         self.store = resolve_store(store, asyncio=asyncio)
         self.shown = store_shown(store, self.store)

@@ -36,8 +36,6 @@ from limiter.integrations.common import (
     RateSpec,
     ScopedLimit,
     check_algorithm,
-    check_deduct_when_signature,
-    check_key_func,
     check_rate,
     check_store,
     reworded,
@@ -198,8 +196,6 @@ class RateLimit:
         self._check_store = check_store
         given: Dict[str, Any] = dict(options)
         given.update(key_func=key_func, trusted_proxies=trusted_proxies, on_error=on_error)
-        check_key_func(key_func)  # flask-limiter's key_func() takes no argument
-        check_deduct_when_signature(options.get("deduct_when"))
         if header_style is not _UNSET:
             given["header_style"] = header_style
         # Every option checked now, whichever app comes later (against a default limiter too).
