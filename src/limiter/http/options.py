@@ -83,14 +83,19 @@ class GuardOptions(IntegrationOptions, total=False):
 _OPTION_NAMES = frozenset(GuardOptions.__annotations__)
 
 
+def did_you_mean(name: object, known: AbstractSet[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the name in ``known`` closest to ``name``, or ``""``."""
+    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_options(
     owner: str, options: Mapping[str, object], known: AbstractSet[str] = _OPTION_NAMES
 ) -> None:
     """Raise ``TypeError`` naming ``owner`` and a close match for an option not in ``known``."""
     for name in options:
         if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(name, known)
             raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}{hint}")
 
 

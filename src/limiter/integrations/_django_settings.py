@@ -3,7 +3,6 @@ rebuilt when the setting changes (``override_settings``).  See docs/django.md.""
 
 from __future__ import annotations
 
-import difflib
 import threading
 from typing import Any, Optional, Pattern, Tuple
 
@@ -12,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-u
 from django.core.signals import setting_changed  # type: ignore[import-untyped]
 
 from limiter.http.guard import Guard
-from limiter.http.options import GuardOptions
+from limiter.http.options import GuardOptions, did_you_mean
 from limiter.http.rules import path_pattern
 from limiter.integrations.common import Integration, check_algorithm, check_rate, reworded
 
@@ -40,8 +39,7 @@ class Config:
             raise ImproperlyConfigured(f"settings.RATE_LIMIT must be a dict, got {source!r:.200}")
         for key in source:
             if key not in KEYS:
-                close = difflib.get_close_matches(str(key), sorted(KEYS), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(key, KEYS)
                 raise ImproperlyConfigured(f"settings.RATE_LIMIT has an unknown key {key!r}{hint}")
         options = {k: v for k, v in source.items() if k not in OWN_KEYS}
         with reworded("settings.RATE_LIMIT['algorithm']: ", error=ImproperlyConfigured):
