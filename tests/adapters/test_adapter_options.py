@@ -98,3 +98,18 @@ def test_a_key_func_or_deduct_when_of_the_wrong_shape_is_refused_when_built() ->
         Rule("/api", limiter, deduct_when=lambda: True)
     # What they may be stays as it was: one argument, any name but a response's.
     assert Options({"key_func": lambda request: "k", "deduct_when": lambda status: True})
+
+
+def test_a_class_is_no_limiter_function() -> None:
+    """The class passed for an instance was taken as a function of the request, and built
+    from each request (a 500 each time); a ``Rule`` already refused it."""
+    from limiter.adapters.wsgi import RateLimitMiddleware
+
+    wrong = (
+        r"^limiter must be a limiter\.RateLimiter or a function of the request returning "
+        r"one, got <class 'limiter\.ratelimiter\.RateLimiter'>$"
+    )
+    with pytest.raises(TypeError, match=wrong):
+        RateLimitMiddleware(lambda environ, start: [], RateLimiter)
+    with pytest.raises(TypeError, match=wrong):
+        Rule("/api", RateLimiter)

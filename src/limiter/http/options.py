@@ -38,6 +38,7 @@ from limiter.http.rules import (
     check_deduct_when,
     check_distinct_names,
     check_key_func,
+    check_limiter,
     checked_cost,
     is_async_callable,
     one_of,
@@ -389,11 +390,7 @@ class Options(Settings):
         """``limiter`` checked against these options (built with it or not); its shadow
         view in shadow mode.  ``TypeError``/``ValueError``.
         """
-        if not isinstance(limiter, RateLimiter) and not callable(limiter):
-            raise TypeError(
-                f"limiter must be a limiter.RateLimiter or a function of the request "
-                f"returning one, got {limiter!r}"
-            )
+        limiter = check_limiter(limiter)
         check_distinct_names([limiter, *(rule.limiter for rule in self.rules)])
         checked_cost(self.cost, [limiter])
         if self.waits is not None and isinstance(limiter, RateLimiter):

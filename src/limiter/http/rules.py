@@ -86,6 +86,17 @@ def check_key_func(key_func: object) -> Optional[KeyFunc]:
 _RESPONSE_NAMES = frozenset({"response", "resp", "rv"})
 
 
+def check_limiter(limiter: object) -> LimiterSpec:
+    """``limiter`` if a ``RateLimiter`` or a function of the request (not a class, which
+    would be built per request); else ``TypeError``."""
+    if isinstance(limiter, type) or not (isinstance(limiter, RateLimiter) or callable(limiter)):
+        raise TypeError(
+            f"limiter must be a limiter.RateLimiter or a function of the request returning "
+            f"one, got {limiter!r:.200}"
+        )
+    return limiter
+
+
 def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
     """``deduct_when`` if ``None`` or a plain (not ``async``) callable of one status code;
     else ``TypeError`` (also for a parameter named like flask-limiter's response)."""
@@ -211,12 +222,7 @@ class Rule:
     ) -> None:
         self._pattern = path_pattern(path)
         self.mode = None if mode is None else one_of("mode", mode, MODES)
-        if isinstance(limiter, type) or not (isinstance(limiter, RateLimiter) or callable(limiter)):
-            raise TypeError(
-                f"limiter must be a limiter.RateLimiter or a function of the request returning "
-                f"one, got {limiter!r:.200}"
-            )
-        self.limiter: LimiterSpec = limiter
+        self.limiter = check_limiter(limiter)
         self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = method_set(methods)
         self.key_func = check_key_func(key_func)
