@@ -113,3 +113,28 @@ def test_a_class_is_no_limiter_function() -> None:
         RateLimitMiddleware(lambda environ, start: [], RateLimiter)
     with pytest.raises(TypeError, match=wrong):
         Rule("/api", RateLimiter)
+
+
+def test_callbacks_of_the_wrong_shape_are_refused_when_built() -> None:
+    """``on_limited`` (flask-limiter's ``on_breach(limit)`` takes one), ``exempt`` and a
+    ``cost`` function (flask-limiter's take none) were called per request: a 500, for
+    ``on_limited`` at the first refusal only."""
+    limiter = RateLimiter("5/minute")
+    cases = [
+        (
+            {"on_limited": lambda breach: None},
+            r"^on_limited must take \(request, result, headers\)",
+        ),
+        ({"exempt": lambda: False}, r"^exempt must take the request \(a limiter\.RequestInfo\)"),
+        ({"cost": lambda: 1}, r"^cost must take the request \(a limiter\.RequestInfo\); "),
+    ]
+    for options, message in cases:
+        with pytest.raises(TypeError, match=message + r".*<lambda>\(\) cannot$"):
+            Options(options)
+    with pytest.raises(TypeError, match=r"^limiter must take the request .*<lambda>\(\) cannot$"):
+        Rule("/api", lambda: limiter)
+    with pytest.raises(TypeError, match=r"^cost must take the request .*<lambda>\(\) cannot$"):
+        Rule("/api", limiter, cost=lambda: 2)
+    # The right shapes, and what cannot be read (a builtin), pass as before.
+    Options({"on_limited": lambda request, result, headers: None, "exempt": lambda r: False})
+    Options({"cost": len, "exempt": bool})

@@ -505,7 +505,9 @@ def test_header_key():
     by_key = header_key("X-API-Key")
     assert by_key(req("1.2.3.4", {"x-api-key": "k1"})) == "x-api-key:k1"
     assert by_key(req("1.2.3.4", {"X-Api-Key": "k1"})) == "x-api-key:k1"
-    assert by_key(req("1.2.3.4", [("X-API-Key", "a"), ("X-API-Key", "b")])) == "x-api-key:a, b"
+    # Sent twice: the client IP. Starlette and http.server show the app the first line
+    # only, so a key of both lines let one valid key take a new bucket per junk line.
+    assert by_key(req("1.2.3.4", [("X-API-Key", "a"), ("X-API-Key", "b")])) is None
     assert by_key(req("1.2.3.4", {})) is None
     assert by_key(req("1.2.3.4", {"X-API-Key": ""})) is None
     assert header_key("X-API-Key", prefix="")(req(None, {"X-API-Key": "k"})) == "k"

@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 from limiter import MemoryStore, RateLimiter
-from limiter.http.rules import Rule, check_distinct_names
+from limiter.http.rules import Rule, check_distinct_names, normal_path
 
 LIM = RateLimiter("5/minute")
 
@@ -95,6 +95,27 @@ def test_a_cost_may_be_any_real_number_and_is_kept_as_a_float() -> None:
     assert Rule("/x", LIM, cost=Fraction(1, 4)).cost == 0.25
     assert Rule("/x", LIM, cost=10**400).cost == math.inf
     assert type(Rule("/x", LIM, cost=3).cost) is float
+
+
+@pytest.mark.parametrize(
+    ("path", "normal"),
+    [
+        ("/api/items", "/api/items"),
+        ("/", "/"),
+        ("/.well-known/x", "/.well-known/x"),
+        ("//private/x", "/private/x"),
+        ("/x/../private/x", "/private/x"),
+        ("/./private/./x", "/private/x"),
+        ("/../../private", "/private"),
+        ("/private/x/..", "/private/"),
+        ("/private/.", "/private/"),
+        ("/a//b/", "/a/b/"),
+        ("/..", "/"),
+        ("//", "/"),
+    ],
+)
+def test_normal_path_resolves_dot_segments_and_merges_slashes(path: str, normal: str) -> None:
+    assert normal_path(path) == normal
 
 
 def test_limiters_that_would_collide_in_a_shared_store_are_refused() -> None:

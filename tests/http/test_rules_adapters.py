@@ -150,6 +150,11 @@ def exercise(call: Call, clock: ManualClock) -> None:
     status, headers = call("POST", "/login", {}, a)
     assert (status, headers["Retry-After"], headers["X-RateLimit-Limit"]) == (429, "12", "5")
     assert call("POST", "/login", {}, b)[0] == 200  # another IP, its own bucket
+    # Dot segments and doubled slashes meet the same rule: a server that serves files
+    # resolves them, so they must not fall through to the looser default limiter.
+    for path in ("/x/../login", "//login", "/./login", "/../login"):
+        status, headers = call("POST", path, {}, a)
+        assert (status, headers["X-RateLimit-Limit"]) == (429, "5"), path
     # GET /login is not the rule's method: the default 1000/hour by IP.
     status, headers = call("GET", "/login", {}, a)
     assert (status, headers["X-RateLimit-Limit"]) == (200, "1000")

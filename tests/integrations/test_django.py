@@ -472,6 +472,8 @@ def test_exempt_paths_are_exact_or_prefixes(client: Client) -> None:
         assert {r.status_code for r in replies} == {200}
         assert {tuple(rl(r)) for r in replies} == {()}
     assert rl(client.get("/plain")) == x(10, 9, 6)  # the exempt requests took nothing
+    # A dot segment does not make a path exempt: it is read as the server would.
+    assert rl(client.get("/static/../plain")) == x(10, 8, 12)
 
 
 def test_methods_limits_only_those_methods(client: Client) -> None:

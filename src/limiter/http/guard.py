@@ -24,6 +24,7 @@ from limiter.http.rules import (
     LimiterSpec,
     fits,
     is_async_callable,
+    normal_path,
     plain_mapping,
 )
 from limiter.ratelimiter import RateLimiter
@@ -348,8 +349,9 @@ class Guard(Settings):
         if not self.rules:
             return self._defaults
         limiter, key_func, cost_func, cost, deduct_when = self._defaults
+        path = normal_path(request.path)
         for i, rule in enumerate(self.rules):
-            if rule.matches(request.method, request.path):
+            if rule.matches(request.method, path):
                 limiter = self.rule_limiters[i]
                 if rule.key_func is not None:
                     key_func = rule.key_func

@@ -307,8 +307,9 @@ def header_key(name: str, *, prefix: Optional[str] = None) -> KeyFunc:
     """A key function for a header such as ``X-API-Key``: ``prefix + value``.
 
     ``name`` is case-insensitive; ``prefix`` defaults to the lower-cased name and a
-    colon; repeated lines join with ``", "``; missing or empty gives ``None`` (the
-    client IP).  ``TypeError``/``ValueError`` for a bad name or prefix.
+    colon; missing, empty or sent more than once gives ``None`` (the client IP: servers
+    differ on which line the app reads, so a second line must not pick a new bucket).
+    ``TypeError``/``ValueError`` for a bad name or prefix.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a header name (str), got {name!r}")
@@ -320,10 +321,10 @@ def header_key(name: str, *, prefix: Optional[str] = None) -> KeyFunc:
     key_prefix = lname + ":" if prefix is None else prefix
 
     def key_func(request: RequestInfo) -> Optional[str]:
-        value = request.headers.get(lname)
-        if not value:
+        lines = request.headers.get_all(lname)
+        if len(lines) != 1 or not lines[0]:
             return None
-        return key_prefix + value
+        return key_prefix + lines[0]
 
     key_func.__name__ = f"header_key_{lname.replace('-', '_')}"
     key_func.__qualname__ = key_func.__name__

@@ -39,6 +39,7 @@ from limiter.http.rules import (
     check_distinct_names,
     check_key_func,
     check_limiter,
+    check_takes,
     checked_cost,
     is_async_callable,
     one_of,
@@ -232,6 +233,7 @@ def _on_limited(on_limited: object) -> OnLimited:
         )
     if is_async_callable(optional_callable("on_limited", on_limited)):
         raise TypeError(f"on_limited must be a plain function, got {on_limited!r}")
+    check_takes("on_limited", on_limited, "(request, result, headers)", 3)
     return default_on_limited if on_limited is None else on_limited  # type: ignore[return-value]
 
 
@@ -343,6 +345,7 @@ class Options(Settings):
         check_distinct_names(limiters)
         self.key_func = check_key_func(get("key_func"))
         self.exempt = optional_callable("exempt", get("exempt"))
+        check_takes("exempt", self.exempt, "the request (a limiter.RequestInfo)")
         self.on_limited = _on_limited(get("on_limited"))
         self.on_error = one_of("on_error", get("on_error", "allow"), ("allow", "deny"))
         self.header_style = _header_style(get("header_style", "x"))
@@ -371,6 +374,7 @@ class Options(Settings):
         self.build = raw if encoded else text
         self.build_text = text
         cost = get("cost", 1)
+        check_takes("cost", cost, "the request (a limiter.RequestInfo)")
         self.cost_func = cost if callable(cost) else None
         # The limiters charged this cost: the adapter's and the rules' without their own.
         takers = [] if limiter is None else [limiter]

@@ -13,6 +13,7 @@ from typing import (
     Dict,
     FrozenSet,
     Iterable,
+    List,
     Mapping,
     Optional,
     Sequence,
@@ -49,17 +50,26 @@ def optional_callable(name: str, func: object) -> Any:
     return func
 
 
-def takes_one(func: object) -> Optional[bool]:
-    """Whether ``func`` takes one positional argument; ``None`` if unreadable (builtins)."""
+def takes_one(func: object, count: int = 1) -> Optional[bool]:
+    """Whether ``func`` takes ``count`` positional arguments (default one); ``None`` if
+    unreadable (builtins)."""
     try:
         signature = inspect.signature(func)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
     try:
-        signature.bind(None)
+        signature.bind(*[None] * count)
     except TypeError:
         return False
     return True
+
+
+def check_takes(name: str, func: object, usage: str, count: int = 1) -> None:
+    """``TypeError`` when the callable ``func``, given for option ``name``, cannot take
+    ``count`` positional arguments (``usage`` says which): found when configured, not
+    at the request that would call it."""
+    if callable(func) and not isinstance(func, type) and takes_one(func, count) is False:
+        raise TypeError(f"{name} must take {usage}; {callable_name(func)} cannot")
 
 
 def callable_name(func: object) -> str:
@@ -94,6 +104,7 @@ def check_limiter(limiter: object) -> LimiterSpec:
             f"limiter must be a limiter.RateLimiter or a function of the request returning "
             f"one, got {limiter!r:.200}"
         )
+    check_takes("limiter", limiter, "the request (a limiter.RequestInfo)")
     return limiter
 
 
@@ -163,6 +174,25 @@ def shadowed(limiter: LimiterSpec) -> LimiterSpec:
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def normal_path(path: str) -> str:
+    """``path`` as a server that serves files reads it: ``.`` and ``..`` segments resolved
+    (RFC 3986 5.2.4; never above the root) and repeated slashes merged, so that
+    ``/x/../private`` or ``//private`` meets the rules of ``/private``."""
+    if "//" not in path and "/." not in path:
+        return path
+    kept: List[str] = []
+    segments = path.split("/")
+    for segment in segments[1:]:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment not in ("", "."):
+            kept.append(segment)
+    last = segments[-1]
+    slash = "/" if kept and last in ("", ".", "..") else ""
+    return "/" + "/".join(kept) + slash
+
+
 def path_pattern(path: str) -> re.Pattern[str]:
     """A rule path's regular expression, for ``fullmatch``; ``TypeError``/``ValueError`` if bad."""
     if not isinstance(path, str):
@@ -226,13 +256,15 @@ class Rule:
         self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = method_set(methods)
         self.key_func = check_key_func(key_func)
+        check_takes("cost", cost, "the request (a limiter.RequestInfo)")
         if not (cost is None or callable(cost)):
             cost = checked_cost(cost, [self.limiter])
         self.path = path
         self.cost = cost
 
     def matches(self, method: str, path: str) -> bool:
-        """Whether a request with this method and path (no query string) is this rule's."""
+        """Whether a request with this method and path (no query string, as ``normal_path``
+        leaves it: the adapters pass it so) is this rule's."""
         if self.methods is not None and method.upper() not in self.methods:
             return False
         return self._pattern.fullmatch(path) is not None

@@ -12,7 +12,7 @@ from django.core.signals import setting_changed  # type: ignore[import-untyped]
 
 from limiter.http.guard import Guard
 from limiter.http.options import GuardOptions, did_you_mean
-from limiter.http.rules import path_pattern
+from limiter.http.rules import normal_path, path_pattern
 from limiter.integrations.common import Integration, check_algorithm, check_rate, reworded
 
 #: The keys of ``settings.RATE_LIMIT`` besides the ``GuardOptions``.
@@ -76,6 +76,7 @@ class Config:
         self.default: Optional[Guard] = self.integration.default
 
     def exempt_path(self, path: str) -> bool:
+        path = normal_path(path)
         return any(pattern.fullmatch(path) is not None for pattern in self.exempt)
 
 
