@@ -233,7 +233,13 @@ def test_sqlite_argument_types_and_values(tmp_path: Path) -> None:
     for kwargs, error, message in [
         ({"timeout": "5"}, TypeError, "timeout must be a number of seconds, got '5'"),
         ({"timeout": True}, TypeError, "timeout must be a number of seconds, got True"),
-        ({"timeout": -1}, ValueError, "timeout must be a finite number of seconds >= 0, got -1"),
+        ({"timeout": -1}, ValueError, "timeout must be a finite number of seconds >= 0 and <="),
+        # Beyond threading.TIMEOUT_MAX every call raised OverflowError from the lock's wait.
+        (
+            {"timeout": 1e10},
+            ValueError,
+            "<= threading.TIMEOUT_MAX (9.22337e+09), got 10000000000.0",
+        ),
         ({"timeout": float("inf")}, ValueError, "got inf"),
         ({"timeout": float("nan")}, ValueError, "got nan"),
         ({"purge_every": 1.5}, TypeError, "purge_every must be an int, got 1.5"),

@@ -108,8 +108,12 @@ class SQLiteStore:
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
             raise TypeError(f"path must be a str or an os.PathLike of str, got {path!r:.100}")
-        if not finite_seconds(timeout, "timeout") >= 0:
-            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        if not 0 <= finite_seconds(timeout, "timeout") <= threading.TIMEOUT_MAX:
+            # (a lock's wait takes at most TIMEOUT_MAX: OverflowError at every call beyond)
+            raise ValueError(
+                f"timeout must be a finite number of seconds >= 0 and <= threading.TIMEOUT_MAX "
+                f"({threading.TIMEOUT_MAX:g}), got {timeout!r}"
+            )
         if isinstance(purge_every, bool) or not isinstance(purge_every, int):
             raise TypeError(f"purge_every must be an int, got {purge_every!r:.100}")
         if purge_every < 1:

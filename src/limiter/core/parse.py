@@ -45,7 +45,10 @@ def parse_period(text: str) -> Tuple[int, float]:
     match = _RATE_RE.match(text)
     assert match is not None  # parse_rate accepted it
     span = int(match.group("span") or 1)
-    return count, span * _UNITS[match.group("unit").lower()] / 1000
+    try:
+        return count, span * _UNITS[match.group("unit").lower()] / 1000
+    except OverflowError:  # beyond a float: out of range like inf, which the policy refuses
+        return count, math.inf
 
 
 def parse_rate(text: str, burst: Optional[int] = None) -> Tuple[float, int]:
