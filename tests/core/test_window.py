@@ -370,7 +370,7 @@ def test_bad_parameters_are_errors_naming_the_value(
 @pytest.mark.parametrize("algorithm", ["fixed-window", "sliding-window"])
 def test_a_rate_string_whose_span_is_beyond_a_float_is_a_value_error(algorithm: str) -> None:
     # It was an OverflowError from the division; the token bucket's was a ValueError.
-    with pytest.raises(ValueError, match="period must be a number of seconds .*, got inf"):
+    with pytest.raises(ValueError, match=r"period must be a number of seconds .*, got inf"):
         RateLimiter("1 per 1" + "0" * 400 + " seconds", algorithm=algorithm)
 
 
