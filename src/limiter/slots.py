@@ -104,7 +104,12 @@ class Slot:
         return await self._asend("renew")
 
     def __enter__(self) -> Slot:
-        result = self.take()
+        try:
+            result = self.take()
+        except BaseException:
+            if self.held:  # taken, then the observer raised: no block will give it back
+                self.give()
+            raise
         if not result[0]:
             raise RateLimitExceeded(result)
         return self
@@ -114,7 +119,12 @@ class Slot:
             self.give()
 
     async def __aenter__(self) -> Slot:
-        result = await self.atake()
+        try:
+            result = await self.atake()
+        except BaseException:
+            if self.held:  # as in __enter__
+                await self.agive()
+            raise
         if not result[0]:
             raise RateLimitExceeded(result)
         return self

@@ -57,6 +57,34 @@ def test_an_exception_in_the_block_gives_the_slot_back() -> None:
         assert slot.held
 
 
+def test_an_observer_that_raises_on_the_take_leaves_no_slot_held() -> None:
+    """The store took the slot, then the observer raised inside ``with``'s enter: no block
+    ran to give it back, and the key was refused for the whole lease."""
+    failures: List[RuntimeError] = []
+
+    def observer(event: Any) -> None:
+        if failures and event.outcome == "allowed":
+            raise failures.pop()
+
+    for enter in ("sync", "async"):
+        failures.append(RuntimeError("observer down"))
+        limiter = RateLimiter(Concurrency(1, lease=60), clock=ManualClock(T0), on_decision=observer)
+        if enter == "sync":
+            with pytest.raises(RuntimeError, match="observer down"), limiter.slot("k"):
+                raise AssertionError("the block must not run")  # pragma: no cover
+        else:
+
+            async def enter_async(limiter: RateLimiter = limiter) -> None:
+                async with limiter.aslot("k"):
+                    raise AssertionError("the block must not run")  # pragma: no cover
+
+            with pytest.raises(RuntimeError, match="observer down"):
+                asyncio.run(enter_async())
+        assert limiter.peek("k").remaining == 1, enter
+        with limiter.slot("k") as slot:
+            assert slot.held
+
+
 def test_aslot_holds_without_blocking_the_loop() -> None:
     limiter = RateLimiter(Concurrency(1), clock=ManualClock(T0))
 
