@@ -280,6 +280,26 @@ def test_a_breach_after_the_lock_ended_drops_the_remembered_lockout() -> None:
     assert seen == [(True, False), refused, locked, locked, refused, (True, False)]
 
 
+def test_a_charge_beside_a_lockout_drops_the_remembered_refusal() -> None:
+    """``charge`` applies the limits' keys without the lockout's, so the entry under all
+    of them was kept, and replayed the bucket as it was before the charge."""
+    answers = []
+    for store in (MemoryStore(), DenyCache(MemoryStore(), max_stale=None)):
+        clock = ManualClock(1000.0)
+        limiter = RateLimiter(
+            Limit(1, 3), lockout=Lockout(1, 10, 2), clock=clock, store=store, name="x"
+        )
+        limiter.check("k", 3)
+        assert limiter.check("k", 3).locked_out  # the breach locks it for 2 s
+        clock.advance(0.1)
+        assert limiter.check("k", 3).locked_out  # remembered by the cache
+        assert limiter.charge("k", 100).allowed  # the bucket now owes one burst: 6 s
+        clock.advance(0.1)
+        answers.append(limiter.check("k", 3))
+    assert answers[1] == answers[0]
+    assert round(answers[0].retry_after, 6) == 5.9
+
+
 @pytest.mark.parametrize("lift", ["reset", "refund"])
 def test_a_reset_or_refund_through_the_wrapper_lifts_the_denial(lift: str) -> None:
     _, cached, _, clock = pair("1/minute")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Se
 
 from limiter.clock import finite_seconds
 from limiter.core.bucket import admission_excess, step, tokens_left
-from limiter.core.costs import Cost, Refund
+from limiter.core.costs import Charge, Cost, Refund
 from limiter.core.limits import CLOCK_TOLERANCE, Policy
 from limiter.core.many import step_all
 from limiter.core.result import RateLimitResult
@@ -99,12 +99,20 @@ def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -
     return len(near) < 2 or not (near[-1] - near[-2] <= widest)
 
 
-def _refunds(cost: Any) -> bool:
-    """Whether ``cost`` gives tokens back: a ``Refund``, or one among per-limit costs."""
+def _settles(cost: Any) -> bool:
+    """Whether ``cost`` is a refund's or a charge's (a ``Refund`` or ``Charge``, or one
+    among per-limit costs): it changes buckets without a decision, so the entries of
+    its keys are out of date, also those a lockout's key joins (``charge`` leaves it out).
+    """
     cls = cost.__class__
-    return cls is Refund or (
-        (cls is tuple or cls is list) and any(c.__class__ is Refund for c in cost)
+    return (
+        cls is Refund
+        or cls is Charge
+        or ((cls is tuple or cls is list) and any(c.__class__ in _SETTLING for c in cost))
     )
+
+
+_SETTLING = (Refund, Charge)
 
 
 def _positive_cost(cost: object) -> bool:
@@ -312,7 +320,7 @@ class DenyCache:
             with self._lock:
                 if now > self._latest:
                     self._latest = now
-        noted = None if _refunds(cost) else noted
+        noted = None if _settles(cost) else noted
         return _Call(keys, limits, cost, now, noted, self._epoch, at, many)
 
     def _run(self, plan: _Call, call: Callable[..., Any], key: Any, limit: Any) -> RateLimitResult:
@@ -336,14 +344,14 @@ class DenyCache:
         return result
 
     def _settle(self, call: _Call) -> None:
-        """After the store call, answered or not: a refund's keys are forgotten, and so
+        """After the store call, answered or not: a refund's or charge's keys are forgotten, and so
         are those of a call more than ``CLOCK_TOLERANCE`` behind the latest ``now``.
         """
         now = call.now
-        if (call.noted is None and _refunds(call.cost)) or (
+        if (call.noted is None and _settles(call.cost)) or (
             isinstance(now, (int, float)) and now < self._latest - CLOCK_TOLERANCE
         ):
-            # Tokens given back, or the clock stepped back: the store re-anchored the
+            # Tokens given back or charged, or the clock stepped back: the store re-anchored the
             # bucket at that now, even on denial (bucket.py rule 7), so a denial
             # remembered at a later now may deny what the store admits.
             self._forget(*call.keys)
