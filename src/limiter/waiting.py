@@ -81,12 +81,15 @@ def acquire(
 ) -> RateLimitResult:
     """``RateLimiter.acquire``: block until ``cost`` tokens are taken (see there)."""
     clock, slack, start = _start_wait(limiter, key, timeout)
+    slept = 0.0
     while True:
         result = limiter.check(key, cost)
         if result.allowed:
             return result
-        _give_up_if_late(result, clock.now() - start, timeout, slack)
+        # At least the sleeps asked for have passed, whatever a stepped-back clock says.
+        _give_up_if_late(result, max(clock.now() - start, slept), timeout, slack)
         clock.sleep(result.retry_after)
+        slept += result.retry_after
 
 
 async def aacquire(
@@ -94,12 +97,14 @@ async def aacquire(
 ) -> RateLimitResult:
     """``RateLimiter.aacquire``: ``acquire`` for asyncio, sleeping with ``clock.asleep``."""
     clock, slack, start = _start_wait(limiter, key, timeout)
+    slept = 0.0
     while True:
         result = await limiter.acheck(key, cost)
         if result.allowed:
             return result
-        _give_up_if_late(result, clock.now() - start, timeout, slack)
+        _give_up_if_late(result, max(clock.now() - start, slept), timeout, slack)
         await clock.asleep(result.retry_after)
+        slept += result.retry_after
 
 
 def _start_wait(limiter: Waiter, key: str, timeout: Optional[float]) -> Tuple[Clock, float, float]:

@@ -48,6 +48,38 @@ def test_acquire_gives_up_when_the_wait_passes_the_timeout() -> None:
     assert limiter.acquire("k", timeout=1.0).allowed
 
 
+class SteppedBack(ManualClock):
+    """Its first sleep ends 0.9 s back (an NTP correction while asleep); it counts sleeps."""
+
+    def __init__(self) -> None:
+        super().__init__(1000.0)
+        self.slept: List[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.advance(seconds)
+        if len(self.slept) == 1:
+            self.set(self.now() - 0.9)
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
+def test_a_clock_stepped_back_during_a_wait_does_not_stretch_the_timeout() -> None:
+    """``acquire(timeout=1.5)`` slept 1 s, read the clock 0.1 s on, and slept 0.9 s more:
+    1.9 s in all. The sleeps asked for count as waited, whatever the clock says."""
+    for wait in ("sync", "async"):
+        clock = SteppedBack()
+        limiter = RateLimiter(Limit(1, 1), clock=clock)
+        limiter.check("k")
+        with pytest.raises(RateLimitExceeded):
+            if wait == "sync":
+                limiter.acquire("k", timeout=1.5)
+            else:
+                asyncio.run(limiter.aacquire("k", timeout=1.5))
+        assert sum(clock.slept) <= 1.5, wait
+
+
 def test_acquire_never_waits_for_the_impossible() -> None:
     limiter = RateLimiter(1, 3, clock=ManualClock())
     with pytest.raises(RateLimitExceeded) as info:
