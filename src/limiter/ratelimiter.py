@@ -86,8 +86,11 @@ class RateLimiter(Observed):
             raise TypeError(f"name must be a str, got {name!r}")
         self.name = name
         # A store of its own needs no namespace: that saves a concatenation per
-        # check and some 20 bytes per tracked key.
-        self._prefix = "" if store is None else name + ":"
+        # check and some 20 bytes per tracked key.  In the name, ":" and "\" are
+        # escaped so that no key of one limiter is another's ("login" with the key
+        # "admin:alice" is not "login:admin" with "alice").
+        escaped = name.replace("\\", "\\\\").replace(":", "\\:")
+        self._prefix = "" if store is None else escaped + ":"
         self._limit = self.limits[0]
         # A lockout is applied with the limits in one apply_many, even beside one limit.
         self._many = len(self.limits) > 1 or lockout is not None

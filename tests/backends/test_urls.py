@@ -989,7 +989,7 @@ def test_a_rate_limiter_takes_a_store_url(tmp_path: Path, monkeypatch: pytest.Mo
     assert type(limiter.store).__name__ == "SQLiteStore"
     assert [limiter.allow("k") for _ in range(3)] == [True, True, False]
     # A URL names a shared store: keys are namespaced like any given store's.
-    assert limiter.storage_key("k") == limiter.name + ":k"
+    assert limiter.storage_key("k") == limiter.name.replace(":", "\\:") + ":k"
     limiter.store.close()  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="nosuch"):
         RateLimiter("2/minute", store="nosuch://x")

@@ -184,13 +184,27 @@ class TestKeys:
         assert not limiter.allow(huge)
         assert limiter.allow(huge[:-1] + "x")  # a different key
         stored = limiter.storage_key(huge)
-        assert len(stored) < 100 and stored.startswith(limiter.name + ":sha256:")
+        assert len(stored) < 100 and stored.startswith("1/s\\:1:sha256:")  # name 1/s:1
 
     def test_default_name_follows_the_limit(self) -> None:
         assert RateLimiter("100/minute").name == "1.66667/s:100"
         shared = MemoryStore()
         assert RateLimiter(10, 20, name="api", store=shared).storage_key("1.2.3.4") == "api:1.2.3.4"
         assert RateLimiter(10, 20, name="api").storage_key("1.2.3.4") == "1.2.3.4"  # own store
+
+    def test_no_key_of_one_limiter_is_another_limiters_on_a_shared_store(self) -> None:
+        """Names may hold ":" (the default ones do): it is escaped in the namespace, so a
+        client choosing its key cannot spend another limiter's bucket."""
+        shared, clock = MemoryStore(), ManualClock()
+        login = RateLimiter("5/minute", store=shared, clock=clock, name="login")
+        admin = RateLimiter("5/minute", store=shared, clock=clock, name="login:admin")
+        for _ in range(5):
+            assert login.check("admin:alice").allowed  # the attacker's own key
+        assert admin.check("alice").remaining == 4  # alice's bucket is untouched
+        assert login.storage_key("admin:alice") == "login:admin:alice"
+        assert admin.storage_key("alice") == "login\\:admin:alice"
+        assert RateLimiter(10, 20, store=shared).storage_key("k") == "10/s\\:20:k"
+        assert RateLimiter(1, 1, store=shared, name="a\\").storage_key(":k") == "a\\\\::k"
 
 
 class TestCleanup:
