@@ -99,20 +99,18 @@ def _settled(result: RateLimitResult, limits: Tuple[Policy, ...], cost: float) -
     return len(near) < 2 or not (near[-1] - near[-2] <= widest)
 
 
+_SETTLING = (Refund, Charge)
+
+
 def _settles(cost: Any) -> bool:
     """Whether ``cost`` is a refund's or a charge's (a ``Refund`` or ``Charge``, or one
     among per-limit costs): it changes buckets without a decision, so the entries of
     its keys are out of date, also those a lockout's key joins (``charge`` leaves it out).
     """
     cls = cost.__class__
-    return (
-        cls is Refund
-        or cls is Charge
-        or ((cls is tuple or cls is list) and any(c.__class__ in _SETTLING for c in cost))
+    return cls in _SETTLING or (
+        (cls is tuple or cls is list) and any(c.__class__ in _SETTLING for c in cost)
     )
-
-
-_SETTLING = (Refund, Charge)
 
 
 def _positive_cost(cost: object) -> bool:

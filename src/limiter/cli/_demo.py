@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tup
 
 from limiter import __version__
 from limiter.adapters.httpserver import rate_limited, request_info
-from limiter.backends._url import redact_url
+from limiter.backends._url import is_number, redact_url
 from limiter.cli._inspect import close_store, from_env, limit_buckets, store_url
 from limiter.cli._output import algorithm_name, duration, quiet_store_logs
 from limiter.events import fan_out
@@ -371,7 +371,7 @@ def _top_n(query: str) -> Optional[int]:
     for part in query.split("&"):
         name, _, value = part.partition("=")
         if name == "n":
-            if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 1000:
+            if not is_number(value) or not 1 <= int(value) <= 1000:
                 return None
             return int(value)
     return 10

@@ -345,7 +345,7 @@ class Options(Settings):
         check_distinct_names(limiters)
         self.key_func = check_key_func(get("key_func"))
         self.exempt = optional_callable("exempt", get("exempt"))
-        check_takes("exempt", self.exempt, "the request (a limiter.RequestInfo)")
+        check_takes("exempt", self.exempt)
         self.on_limited = _on_limited(get("on_limited"))
         self.on_error = one_of("on_error", get("on_error", "allow"), ("allow", "deny"))
         self.header_style = _header_style(get("header_style", "x"))
@@ -374,7 +374,7 @@ class Options(Settings):
         self.build = raw if encoded else text
         self.build_text = text
         cost = get("cost", 1)
-        check_takes("cost", cost, "the request (a limiter.RequestInfo)")
+        check_takes("cost", cost)
         self.cost_func = cost if callable(cost) else None
         # The limiters charged this cost: the adapter's and the rules' without their own.
         takers = [] if limiter is None else [limiter]

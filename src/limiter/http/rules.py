@@ -50,9 +50,9 @@ def optional_callable(name: str, func: object) -> Any:
     return func
 
 
-def takes_one(func: object, count: int = 1) -> Optional[bool]:
-    """Whether ``func`` takes ``count`` positional arguments (default one); ``None`` if
-    unreadable (builtins)."""
+def takes(func: object, count: int = 1) -> Optional[bool]:
+    """Whether ``func`` takes ``count`` positional arguments; ``None`` if unreadable
+    (builtins)."""
     try:
         signature = inspect.signature(func)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -64,11 +64,15 @@ def takes_one(func: object, count: int = 1) -> Optional[bool]:
     return True
 
 
-def check_takes(name: str, func: object, usage: str, count: int = 1) -> None:
+#: What a function of the request takes: ``key_func``, ``exempt``, ``cost``, ``limiter``.
+REQUEST = "the request (a limiter.RequestInfo)"
+
+
+def check_takes(name: str, func: object, usage: str = REQUEST, count: int = 1) -> None:
     """``TypeError`` when the callable ``func``, given for option ``name``, cannot take
     ``count`` positional arguments (``usage`` says which): found when configured, not
     at the request that would call it."""
-    if callable(func) and not isinstance(func, type) and takes_one(func, count) is False:
+    if callable(func) and not isinstance(func, type) and takes(func, count) is False:
         raise TypeError(f"{name} must take {usage}; {callable_name(func)} cannot")
 
 
@@ -83,17 +87,13 @@ def check_key_func(key_func: object) -> Optional[KeyFunc]:
     (flask-limiter's key functions take no argument: found when configured, not per request).
     """
     optional_callable("key_func", key_func)
-    if key_func is not None and takes_one(key_func) is False:
+    if key_func is not None and takes(key_func) is False:
         raise TypeError(
-            f"key_func must take the request (a limiter.RequestInfo) as its one argument, "
+            f"key_func must take {REQUEST} as its one argument, "
             f"as in key_func=lambda request: request.headers.get('X-API-Key'); "
             f"{callable_name(key_func)} cannot (flask-limiter's key functions take none)"
         )
     return key_func  # type: ignore[return-value]
-
-
-#: Parameter names betraying flask-limiter's ``deduct_when(response)``.
-_RESPONSE_NAMES = frozenset({"response", "resp", "rv"})
 
 
 def check_limiter(limiter: object) -> LimiterSpec:
@@ -104,8 +104,12 @@ def check_limiter(limiter: object) -> LimiterSpec:
             f"limiter must be a limiter.RateLimiter or a function of the request returning "
             f"one, got {limiter!r:.200}"
         )
-    check_takes("limiter", limiter, "the request (a limiter.RequestInfo)")
+    check_takes("limiter", limiter)
     return limiter
+
+
+#: Parameter names betraying flask-limiter's ``deduct_when(response)``.
+_RESPONSE_NAMES = frozenset({"response", "resp", "rv"})
 
 
 def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
@@ -120,10 +124,10 @@ def check_deduct_when(deduct_when: object) -> Optional[DeductWhen]:
     if not callable(deduct_when):
         raise TypeError(plain)
     fix = "deduct_when gets the status code (an int): deduct_when=lambda status: status >= 400"
-    takes = takes_one(deduct_when)
-    if takes is False:
+    one = takes(deduct_when)
+    if one is False:
         raise TypeError(f"{fix}; {callable_name(deduct_when)} cannot take one argument")
-    if takes:
+    if one:
         first = next(iter(inspect.signature(deduct_when).parameters.values()))
         if first.name in _RESPONSE_NAMES:
             raise TypeError(
@@ -256,7 +260,7 @@ class Rule:
         self.deduct_when = check_deduct_when(deduct_when)
         self.methods: Optional[FrozenSet[str]] = method_set(methods)
         self.key_func = check_key_func(key_func)
-        check_takes("cost", cost, "the request (a limiter.RequestInfo)")
+        check_takes("cost", cost)
         if not (cost is None or callable(cost)):
             cost = checked_cost(cost, [self.limiter])
         self.path = path

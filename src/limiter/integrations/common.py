@@ -37,7 +37,7 @@ from limiter.http.rules import (
     check_deduct_when,
     check_key_func,
     method_set,
-    takes_one,
+    takes,
     then,
 )
 from limiter.ratelimiter import RateLimiter
@@ -90,7 +90,7 @@ def check_rate(rate: object, algorithm: Optional[str] = None) -> RateSpec:
             )
         return rate
     if callable(rate) and not isinstance(rate, type):
-        if takes_one(rate) is False:
+        if takes(rate) is False:
             # A view given as the rate: a bare @rl.limit or @ratelimit.
             raise TypeError(
                 f"the rate comes first: {callable_name(rate)} is not a rate nor a function of the "
